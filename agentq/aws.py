@@ -1,0 +1,86 @@
+"""boto3 clients for agentq, with botocore's standard retry mode and per-call counting.
+
+Clients are built by `AwsClients` on first use, never at import. Endpoints follow
+boto3's own `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_<SERVICE>` variables, which is how
+the local stack points everything at moto.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+
+class CallCounter:
+    """Counts AWS API calls per (service, operation); safe across threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[tuple[str, str]] = Counter()
+
+    def attach(self, client: Any) -> Any:
+        client.meta.events.register("before-call", self._count)
+        return client
+
+    def _count(self, model: Any, **_: Any) -> None:
+        key = (model.service_model.service_name, model.name)
+        with self._lock:
+            self._counts[key] += 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {f"{service}:{op}": n for (service, op), n in sorted(self._counts.items())}
+
+    def total(self) -> int:
+        with self._lock:
+            return sum(self._counts.values())
+
+
+def client_config(*, max_pool_connections: int = 20, connect_timeout: float = 5) -> Config:
+    # Long polls hold a connection for up to 20 s; the read timeout must exceed that.
+    return Config(
+        retries={"mode": "standard", "max_attempts": 5},
+        max_pool_connections=max_pool_connections,
+        connect_timeout=connect_timeout,
+        read_timeout=40,
+    )
+
+
+class AwsClients:
+    """Lazily created, shared clients of one process (boto3 clients are thread-safe)."""
+
+    def __init__(self, region: str, *, counter: CallCounter | None = None) -> None:
+        self.region = region
+        self.counter = counter
+        self._session = boto3.session.Session(region_name=region)
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, service: str) -> Any:
+        with self._lock:
+            if service not in self._clients:
+                client = self._session.client(service, config=client_config())
+                if self.counter is not None:
+                    self.counter.attach(client)
+                self._clients[service] = client
+            return self._clients[service]
+
+    @property
+    def sqs(self) -> Any:
+        return self.get("sqs")
+
+    @property
+    def dynamodb(self) -> Any:
+        return self.get("dynamodb")
+
+    @property
+    def events(self) -> Any:
+        return self.get("events")
+
+    @property
+    def s3(self) -> Any:
+        return self.get("s3")

@@ -1,0 +1,147 @@
+"""agentq's exception hierarchy, grouped by how the caller must react.
+
+- `ConfigError`: the deployment is wrong; fail at start-up, fix the environment.
+- `InvalidInput` (and subclasses): the request is bad; reject it, never retry it.
+- `LockNotAcquired` (and subclasses): someone else owns the task, or it is finished;
+  do not run it, decide about the message from the subclass.
+- `LeaseLost`: this worker no longer owns a task it was running; stop the work.
+- `TaskError`: a task attempt failed; `category`/`retryable` say what happens next.
+
+Every exception keeps its structured fields as attributes and pickles cleanly (the
+child process and tests move them across process boundaries).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AgentqError(Exception):
+    """Base of every agentq error."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exceptions pickle through self.args; ours are rebuilt from their fields.
+        return (self.__class__._rebuild, (self.__class__, dict(self.__dict__), self.args))
+
+    @staticmethod
+    def _rebuild(klass: type[AgentqError], state: dict[str, Any], args: tuple[Any, ...]) -> Any:
+        obj = klass.__new__(klass)
+        Exception.__init__(obj, *args)
+        obj.__dict__.update(state)
+        return obj
+
+
+class ConfigError(AgentqError):
+    def __init__(self, variable: str, problem: str) -> None:
+        self.variable = variable
+        self.problem = problem
+        super().__init__(f"configuration: {variable} {problem}")
+
+
+class InvalidInput(AgentqError):
+    """Bad input from a producer or user. `field` names what is wrong."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+
+class InvalidRequestId(InvalidInput):
+    def __init__(self, value: object) -> None:
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        super().__init__("requestId", f"must match ^[a-zA-Z0-9_-]{{1,256}}$, got {shown}")
+        self.value = value
+
+
+class UnknownEventType(InvalidInput):
+    def __init__(self, detail_type: str) -> None:
+        super().__init__("detail-type", f"unknown agentq event type {detail_type!r}")
+        self.detail_type = detail_type
+
+
+class InvalidTransition(InvalidInput):
+    def __init__(self, current: str, target: str) -> None:
+        super().__init__("state", f"cannot move a task from {current} to {target}")
+        self.current = current
+        self.target = target
+
+
+class NotFound(AgentqError):
+    def __init__(self, kind: str, key: str) -> None:
+        self.kind = kind
+        self.key = key
+        super().__init__(f"{kind} {key!r} not found")
+
+
+class LockNotAcquired(AgentqError):
+    """The task's STATE item refused the lock. `state` is what it holds now."""
+
+    def __init__(self, request_id: str, state: str | None, message: str) -> None:
+        self.request_id = request_id
+        self.state = state
+        super().__init__(message)
+
+
+class TaskAlreadyTerminal(LockNotAcquired):
+    """A duplicate of a finished task: the message can be deleted without running."""
+
+    def __init__(self, request_id: str, state: str) -> None:
+        super().__init__(request_id, state, f"task {request_id} is already {state}")
+
+
+class TaskHeldElsewhere(LockNotAcquired):
+    """A live lease is held by another worker: leave the message to its holder."""
+
+    def __init__(self, request_id: str, owner: str | None, effective_until_ms: int) -> None:
+        self.owner = owner
+        self.effective_until_ms = effective_until_ms
+        super().__init__(
+            request_id,
+            "PROCESSING",
+            f"task {request_id} is held by {owner} until {effective_until_ms}",
+        )
+
+
+class TaskNotReady(LockNotAcquired):
+    """The task waits on job dependencies (BLOCKED): it must not run yet."""
+
+    def __init__(self, request_id: str, state: str) -> None:
+        super().__init__(request_id, state, f"task {request_id} is {state}, not ready to run")
+
+
+class AttemptsExhausted(LockNotAcquired):
+    """The task already used every attempt its retry limit allows."""
+
+    def __init__(self, request_id: str, attempts: int) -> None:
+        self.attempts = attempts
+        super().__init__(request_id, "RETRYING", f"task {request_id} used {attempts} attempts")
+
+
+class LeaseLost(AgentqError):
+    """A renew or finalize found another lease token: a newer attempt owns the task."""
+
+    def __init__(self, request_id: str, lease_token: str) -> None:
+        self.request_id = request_id
+        self.lease_token = lease_token
+        super().__init__(f"lease {lease_token} on task {request_id} is no longer held")
+
+
+class TaskError(AgentqError):
+    """A failed attempt, classified by the error taxonomy."""
+
+    def __init__(
+        self,
+        category: str,
+        message: str,
+        *,
+        retryable: bool,
+        exception_type: str | None = None,
+    ) -> None:
+        self.category = category
+        self.message = message
+        self.retryable = retryable
+        self.exception_type = exception_type
+        super().__init__(f"{category}: {message}")

@@ -1,0 +1,276 @@
+"""Local AWS: moto's server on a free loopback port, provisioned like a deployed stage.
+
+Every resource comes from `agentq.resources`, the same definitions `infra/` deploys:
+queue + DLQ (redrive after `max_receive_count`), the events table with its indexes,
+the task-definitions table, the stage's bus with its rules, the artifacts bucket.
+moto delivers EventBridge events to SQS targets but runs no Lambda code, so each rule
+whose target is a Lambda delivers to a queue that the local Lambda host polls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import boto3
+
+from agentq.aws import client_config
+from agentq.resources import (
+    DEFINITIONS_TABLE,
+    EVENTS_TABLE,
+    RULES,
+    TASK_QUEUE,
+    ResourceNames,
+    TableSpec,
+)
+
+LOCAL_REGION: Final = "eu-west-1"
+LOCAL_CREDENTIALS: Final = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class MotoServer:
+    """moto's server in its own process (so it never competes with the caller's GIL)."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> MotoServer:
+        env = {**os.environ, **LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION": LOCAL_REGION}
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"moto server exited with {self._process.returncode}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/moto-api/", timeout=1):
+                    return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise TimeoutError(f"moto server not up on {self.url} after {timeout_s}s")
+
+    def stop(self) -> None:
+        if self._process is None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(timeout=10)
+        self._process = None
+
+    def __enter__(self) -> MotoServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalResources:
+    """What `provision` created, and the environment that points a process at it."""
+
+    endpoint_url: str | None
+    names: ResourceNames
+    queue_url: str
+    queue_arn: str
+    dlq_url: str
+    dlq_arn: str
+    table_name: str
+    definitions_table: str
+    bus_name: str
+    bucket: str
+    target_queues: dict[str, str] = field(default_factory=dict)  # rule name → queue URL
+
+    def env(self) -> dict[str, str]:
+        env = {
+            **LOCAL_CREDENTIALS,
+            "AWS_REGION": LOCAL_REGION,
+            "AWS_DEFAULT_REGION": LOCAL_REGION,
+            "AGENTQ_LOCAL": "1",
+            "AGENTQ_STAGE": self.names.stage,
+            "APP_NAME": self.names.app_name,
+            "SQS_QUEUE_URL": self.queue_url,
+            "SQS_DLQ_URL": self.dlq_url,
+            "DYNAMODB_EVENTS_TABLE_NAME": self.table_name,
+            "TASK_DEFINITIONS_TABLE": self.definitions_table,
+            "EVENTBRIDGE_BUS_NAME": self.bus_name,
+            "S3_BUCKET": self.bucket,
+        }
+        if self.endpoint_url:
+            env["AWS_ENDPOINT_URL"] = self.endpoint_url
+        return env
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "endpoint_url": self.endpoint_url,
+                "stage": self.names.stage,
+                "app_name": self.names.app_name,
+                "queue_url": self.queue_url,
+                "queue_arn": self.queue_arn,
+                "dlq_url": self.dlq_url,
+                "dlq_arn": self.dlq_arn,
+                "table_name": self.table_name,
+                "definitions_table": self.definitions_table,
+                "bus_name": self.bus_name,
+                "bucket": self.bucket,
+                "target_queues": self.target_queues,
+            }
+        )
+
+
+def local_session_clients(endpoint_url: str | None) -> dict[str, Any]:
+    session = boto3.session.Session(
+        region_name=LOCAL_REGION,
+        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    )
+    return {
+        name: session.client(name, endpoint_url=endpoint_url, config=client_config())
+        for name in ("sqs", "dynamodb", "events", "s3")
+    }
+
+
+def table_definition(name: str, spec: TableSpec) -> dict[str, Any]:
+    """CreateTable arguments for a TableSpec (the CDK construct reads the same spec)."""
+    key_schema = [{"AttributeName": spec.partition_key, "KeyType": "HASH"}]
+    if spec.sort_key:
+        key_schema.append({"AttributeName": spec.sort_key, "KeyType": "RANGE"})
+    definition: dict[str, Any] = {
+        "TableName": name,
+        "BillingMode": "PAY_PER_REQUEST",
+        "KeySchema": key_schema,
+        "AttributeDefinitions": [
+            {"AttributeName": attr, "AttributeType": "S"} for attr in spec.key_attributes
+        ],
+    }
+    if spec.indexes:
+        definition["GlobalSecondaryIndexes"] = [
+            {
+                "IndexName": index.name,
+                "KeySchema": [
+                    {"AttributeName": index.partition_key, "KeyType": "HASH"},
+                    {"AttributeName": index.sort_key, "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+            for index in spec.indexes
+        ]
+    return definition
+
+
+def provision(
+    clients: dict[str, Any],
+    names: ResourceNames,
+    *,
+    endpoint_url: str | None = None,
+) -> LocalResources:
+    """Create one stage's resources. Idempotent for queues and buckets."""
+    sqs, ddb, events, s3 = clients["sqs"], clients["dynamodb"], clients["events"], clients["s3"]
+
+    dlq_url = sqs.create_queue(
+        QueueName=names.dead_letter_queue,
+        Attributes={"MessageRetentionPeriod": str(TASK_QUEUE.dlq_retention_days * 86_400)},
+    )["QueueUrl"]
+    dlq_arn = _queue_arn(sqs, dlq_url)
+    queue_url = sqs.create_queue(
+        QueueName=names.task_queue,
+        Attributes={
+            "VisibilityTimeout": str(TASK_QUEUE.visibility_timeout_s),
+            "ReceiveMessageWaitTimeSeconds": str(TASK_QUEUE.receive_wait_s),
+            "MessageRetentionPeriod": str(TASK_QUEUE.retention_days * 86_400),
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": TASK_QUEUE.max_receive_count}
+            ),
+        },
+    )["QueueUrl"]
+    queue_arn = _queue_arn(sqs, queue_url)
+
+    for table_name, spec in (
+        (names.events_table, EVENTS_TABLE),
+        (names.definitions_table, DEFINITIONS_TABLE),
+    ):
+        with contextlib.suppress(ddb.exceptions.ResourceInUseException):
+            ddb.create_table(**table_definition(table_name, spec))
+        if spec.ttl_attribute:
+            ddb.update_time_to_live(
+                TableName=table_name,
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute},
+            )
+
+    with contextlib.suppress(events.exceptions.ResourceAlreadyExistsException):
+        events.create_event_bus(Name=names.event_bus)
+    target_queues: dict[str, str] = {}
+    for rule in RULES:
+        if rule.target == "task-queue":
+            target_arn = queue_arn
+        else:
+            url = sqs.create_queue(QueueName=names.rule_target_queue(rule))["QueueUrl"]
+            target_queues[rule.name] = url
+            target_arn = _queue_arn(sqs, url)
+        events.put_rule(
+            Name=f"{names.prefix}-{rule.name}",
+            EventBusName=names.event_bus,
+            EventPattern=json.dumps(rule.pattern(names.app_name)),
+            Description=rule.description,
+        )
+        events.put_targets(
+            Rule=f"{names.prefix}-{rule.name}",
+            EventBusName=names.event_bus,
+            Targets=[{"Id": rule.target, "Arn": target_arn}],
+        )
+
+    bucket = names.local_bucket
+    with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+        s3.create_bucket(
+            Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": LOCAL_REGION}
+        )
+
+    return LocalResources(
+        endpoint_url=endpoint_url,
+        names=names,
+        queue_url=queue_url,
+        queue_arn=queue_arn,
+        dlq_url=dlq_url,
+        dlq_arn=dlq_arn,
+        table_name=names.events_table,
+        definitions_table=names.definitions_table,
+        bus_name=names.event_bus,
+        bucket=bucket,
+        target_queues=target_queues,
+    )
+
+
+def _queue_arn(sqs: Any, url: str) -> str:
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+    return str(attributes["Attributes"]["QueueArn"])

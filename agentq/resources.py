@@ -1,0 +1,186 @@
+"""The one definition of agentq's AWS resources, shared by `infra/` and the local stack.
+
+Names, queue settings, key schema, indexes and event-routing rules live here so that
+the CDK stacks and the moto-based local stack cannot drift apart (a test reads both).
+Nothing here talks to AWS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+APP_NAME_DEFAULT: Final = "agentq"
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueSpec:
+    visibility_timeout_s: int = 900
+    receive_wait_s: int = 20
+    max_receive_count: int = 3
+    retention_days: int = 4
+    dlq_retention_days: int = 14
+
+
+TASK_QUEUE: Final = QueueSpec()
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexSpec:
+    """A global secondary index: one named query pattern."""
+
+    name: str
+    partition_key: str
+    sort_key: str
+    purpose: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableSpec:
+    partition_key: str
+    sort_key: str | None
+    indexes: tuple[IndexSpec, ...] = ()
+    ttl_attribute: str | None = None
+
+    @property
+    def key_attributes(self) -> tuple[str, ...]:
+        names = [self.partition_key]
+        if self.sort_key:
+            names.append(self.sort_key)
+        for index in self.indexes:
+            names.extend([index.partition_key, index.sort_key])
+        return tuple(dict.fromkeys(names))
+
+
+# Index names are part of the query patterns in agentq.store; keep them stable.
+INDEX_BY_JOB: Final = IndexSpec(
+    name="byJob",
+    partition_key="jobPK",
+    sort_key="jobSK",
+    purpose="tasks of a job (STATE items carry jobPK = JOB#{tenant}#{jobId})",
+)
+INDEX_BY_STATUS: Final = IndexSpec(
+    name="byStatus",
+    partition_key="statusPK",
+    sort_key="statusSK",
+    purpose=(
+        "live tasks by status ordered by due time; partition sharded "
+        "(STATUS#{state}#{shard}) so one hot status cannot throttle; terminal tasks leave it"
+    ),
+)
+INDEX_BY_TENANT: Final = IndexSpec(
+    name="byTenant",
+    partition_key="tenantPK",
+    sort_key="tenantSK",
+    purpose="a tenant's events by time (EVENTS#{tenant}) and jobs by time (JOBS#{tenant})",
+)
+INDEX_BY_TYPE: Final = IndexSpec(
+    name="byType",
+    partition_key="typePK",
+    sort_key="typeSK",
+    purpose="events by detail type by time (TYPE#{app}#{detailType})",
+)
+
+EVENTS_TABLE: Final = TableSpec(
+    partition_key="PK",
+    sort_key="SK",
+    indexes=(INDEX_BY_JOB, INDEX_BY_STATUS, INDEX_BY_TENANT, INDEX_BY_TYPE),
+    ttl_attribute="ttl",
+)
+DEFINITIONS_TABLE: Final = TableSpec(partition_key="name", sort_key=None)
+
+STATUS_SHARDS: Final = 4
+
+
+def status_shard(request_id: str) -> int:
+    """Stable shard for a task in the status index (not Python's salted hash())."""
+    digest = hashlib.blake2b(request_id.encode(), digest_size=2).digest()
+    return int.from_bytes(digest, "big") % STATUS_SHARDS
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResourceNames:
+    """Physical names for one stage. CDK lets CloudFormation name the bucket."""
+
+    stage: str
+    app_name: str = APP_NAME_DEFAULT
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.app_name}-{self.stage}"
+
+    @property
+    def task_queue(self) -> str:
+        return f"{self.prefix}-tasks"
+
+    @property
+    def dead_letter_queue(self) -> str:
+        return f"{self.prefix}-tasks-dlq"
+
+    @property
+    def events_table(self) -> str:
+        return f"{self.prefix}-events"
+
+    @property
+    def definitions_table(self) -> str:
+        return f"{self.prefix}-task-definitions"
+
+    @property
+    def event_bus(self) -> str:
+        return f"{self.prefix}-bus"
+
+    @property
+    def local_bucket(self) -> str:
+        return f"{self.prefix}-artifacts"
+
+    def rule_target_queue(self, rule: RuleSpec) -> str:
+        """Locally, a Lambda-target rule delivers to a queue that the Lambda host polls."""
+        return f"{self.prefix}-{rule.name}-target"
+
+
+TERMINAL_TASK_EVENTS: Final = ("Task Completed", "Task Failed", "Task Timeout")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuleSpec:
+    """An EventBridge rule on the stage's bus; `target` names the consumer."""
+
+    name: str
+    target: str  # "save-event" | "dispatcher" | "task-queue"
+    description: str
+    detail_types: tuple[str, ...] = ()
+    extra_detail: dict[str, Any] = field(default_factory=dict)
+
+    def pattern(self, app_name: str) -> dict[str, Any]:
+        pattern: dict[str, Any] = {"source": [app_name]}
+        if self.detail_types:
+            pattern["detail-type"] = list(self.detail_types)
+        if self.extra_detail:
+            pattern["detail"] = dict(self.extra_detail)
+        return pattern
+
+
+SAVE_EVENT_RULE: Final = RuleSpec(
+    name="save-event",
+    target="save-event",
+    description="every agentq event into the events table",
+)
+DISPATCHER_RULE: Final = RuleSpec(
+    name="dispatcher",
+    target="dispatcher",
+    description="terminal task events of job tasks drive the job DAG",
+    detail_types=TERMINAL_TASK_EVENTS,
+    extra_detail={"jobId": [{"exists": True}]},
+)
+TASK_REQUESTED_RULE: Final = RuleSpec(
+    name="task-requested",
+    target="task-queue",
+    description="'Task Requested' events from any producer go straight onto the task queue",
+    detail_types=("Task Requested",),
+)
+RULES: Final = (SAVE_EVENT_RULE, DISPATCHER_RULE, TASK_REQUESTED_RULE)
+
+ARTIFACTS_PREFIX: Final = "task/logs/"
+EVENT_OVERFLOW_PREFIX: Final = "events/overflow/"
+DLQ_ARCHIVE_PREFIX: Final = "dlq/archive/"

@@ -1,0 +1,67 @@
+"""Keep secrets out of events, logs and error records; keep task input inside its template.
+
+`sanitize_error_message` runs on every message that leaves a process (events, log
+lines, error records). `sanitize_prompt_input` runs on every value placed into a
+prompt template.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+MAX_ERROR_MESSAGE: Final = 2_000
+MAX_PROMPT_VALUE: Final = 100_000
+
+_REDACTIONS: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
+    # Anthropic / OpenAI-style keys and Slack tokens.
+    (re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"), "[REDACTED_API_KEY]"),
+    (re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"), "[REDACTED_API_KEY]"),
+    (re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{8,}"), "[REDACTED_SLACK_TOKEN]"),
+    # AWS access key ids and secrets.
+    (re.compile(r"\b(AKIA|ASIA|AROA|AIDA)[A-Z0-9]{16}\b"), "[REDACTED_AWS_KEY_ID]"),
+    (
+        re.compile(
+            r"(?i)(aws_secret_access_key|aws_session_token|secret_?access_?key)"
+            r"(\s*[=:]\s*)['\"]?[A-Za-z0-9/+=]{16,}['\"]?"
+        ),
+        r"\1\2[REDACTED]",
+    ),
+    # Bearer tokens and generic key=value secrets.
+    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._\-+/=]{8,}"), r"\1 [REDACTED]"),
+    (
+        re.compile(
+            r"(?i)\b(api[_-]?key|token|password|passwd|secret|authorization|x-api-key)"
+            r"(\"?\s*[=:]\s*\"?)[^\s\"',;]{4,}"
+        ),
+        r"\1\2[REDACTED]",
+    ),
+    # ARNs with a 12-digit account id keep their shape, not the account.
+    (re.compile(r"(arn:aws[a-z\-]*:[a-z0-9\-]*:[a-z0-9\-]*:)\d{12}(:)"), r"\1[ACCOUNT]\2"),
+    (re.compile(r"\b\d{12}\b(?=\.dkr\.ecr|:role/|:user/)"), "[ACCOUNT]"),
+    # E-mail addresses.
+    (re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}"), "[REDACTED_EMAIL]"),
+    # Long opaque secrets (40-char AWS secrets, JWTs) standing alone.
+    (re.compile(r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}"), "[REDACTED_JWT]"),
+    (re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"), "[REDACTED_SECRET]"),
+)  # fmt: skip
+
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def sanitize_error_message(message: str, *, limit: int = MAX_ERROR_MESSAGE) -> str:
+    """Strip credentials, account ids and e-mail addresses; bound the length."""
+    text = _CONTROL.sub("", str(message))
+    for pattern, replacement in _REDACTIONS:
+        text = pattern.sub(replacement, text)
+    if len(text) > limit:
+        text = text[: limit - 14] + " …[truncated]"
+    return text
+
+
+def redact_values(text: str, secrets: list[str]) -> str:
+    """Remove known secret values (e.g. the configured API key) wherever they appear."""
+    for secret in secrets:
+        if secret and len(secret) >= 6:
+            text = text.replace(secret, "[REDACTED]")
+    return text

@@ -1,0 +1,107 @@
+"""Event items of the events table: idempotent append and the timeline queries."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from botocore.exceptions import ClientError
+
+from agentq.events import Event, iso_ms
+from agentq.store import keys
+from agentq.store._dynamo import condition_failed, query_all
+from agentq.store.codec import from_item, to_item, values
+
+_DAY_MS: Final = 86_400_000
+
+
+def event_item(event: Event, *, app_name: str, ttl_days: int = 0) -> dict[str, Any]:
+    """The table item for an event (plain values; see codec.to_item)."""
+    detail = event.to_detail()
+    if event.detail_type.startswith("Job"):
+        pk = keys.job_pk(event.tenant, str(event.job_id))
+    else:
+        pk = keys.task_pk(event.tenant, event.request_id)
+    item: dict[str, Any] = {
+        "PK": pk,
+        "SK": keys.event_sk(event.timestamp, event.event_id),
+        **{k: v for k, v in detail.items() if v is not None},
+        "tenantPK": keys.tenant_events_pk(event.tenant),
+        "tenantSK": f"{event.timestamp}#{event.event_id}",
+        "typePK": keys.type_pk(app_name, event.detail_type),
+        "typeSK": f"{event.timestamp}#{event.event_id}",
+    }
+    if ttl_days > 0:
+        item["ttl"] = (event.timestamp_ms + ttl_days * _DAY_MS) // 1000
+    return item
+
+
+class EventStore:
+    """Appends events and reads them back. The DynamoDB client is passed in."""
+
+    def __init__(self, dynamodb: Any, table_name: str, *, app_name: str) -> None:
+        self._ddb = dynamodb
+        self._table = table_name
+        self._app = app_name
+
+    def append(self, event: Event, *, ttl_days: int = 0) -> bool:
+        """Store an event once; a redelivered event (same id and time) is a no-op.
+
+        Returns whether this call stored it.
+        """
+        item = event_item(event, app_name=self._app, ttl_days=ttl_days)
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item=to_item(item),
+                ConditionExpression="attribute_not_exists(PK)",
+            )
+        except ClientError as error:
+            if condition_failed(error):
+                return False
+            raise
+        return True
+
+    def timeline(self, tenant: str, request_id: str) -> list[dict[str, Any]]:
+        """A task's events, oldest first (main table, no index)."""
+        return self._query(
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
+            ExpressionAttributeValues=values(
+                pk=keys.task_pk(tenant, request_id), prefix=keys.EVENT_SK_PREFIX
+            ),
+        )
+
+    def job_timeline(self, tenant: str, job_id: str) -> list[dict[str, Any]]:
+        return self._query(
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
+            ExpressionAttributeValues=values(
+                pk=keys.job_pk(tenant, job_id), prefix=keys.EVENT_SK_PREFIX
+            ),
+        )
+
+    def tenant_events(
+        self, tenant: str, *, since_ms: int = 0, until_ms: int | None = None
+    ) -> list[dict[str, Any]]:
+        """A tenant's events by time, through the byTenant index."""
+        return self._between("byTenant", "tenantPK", "tenantSK",
+                             keys.tenant_events_pk(tenant), since_ms, until_ms)  # fmt: skip
+
+    def events_by_type(
+        self, detail_type: str, *, since_ms: int = 0, until_ms: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Events of one detail type by time, through the byType index."""
+        return self._between("byType", "typePK", "typeSK",
+                             keys.type_pk(self._app, detail_type), since_ms, until_ms)  # fmt: skip
+
+    def _between(
+        self, index: str, pk_name: str, sk_name: str, pk: str, since_ms: int, until_ms: int | None
+    ) -> list[dict[str, Any]]:
+        upper = iso_ms(until_ms) + "~" if until_ms is not None else "~"
+        return self._query(
+            IndexName=index,
+            KeyConditionExpression=f"{pk_name} = :pk AND {sk_name} BETWEEN :lo AND :hi",
+            ExpressionAttributeValues=values(pk=pk, lo=iso_ms(since_ms), hi=upper),
+        )
+
+    def _query(self, **query: Any) -> list[dict[str, Any]]:
+        items = query_all(self._ddb, TableName=self._table, **query)
+        return [from_item(item) for item in items]

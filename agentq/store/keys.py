@@ -1,0 +1,62 @@
+"""Key layout of the events table (one table, see ARCHITECTURE.md).
+
+| item        | PK                            | SK                                |
+|-------------|-------------------------------|-----------------------------------|
+| task state  | TASK#{tenant}#{requestId}     | STATE                             |
+| task event  | TASK#{tenant}#{requestId}     | EVENT#{iso timestamp}#{eventId}   |
+| job         | JOB#{tenant}#{jobId}          | JOB                               |
+| job event   | JOB#{tenant}#{jobId}          | EVENT#{iso timestamp}#{eventId}   |
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from agentq.resources import status_shard
+
+STATE_SK: Final = "STATE"
+JOB_SK: Final = "JOB"
+EVENT_SK_PREFIX: Final = "EVENT#"
+_DUE_DIGITS: Final = 15
+
+
+def task_pk(tenant: str, request_id: str) -> str:
+    return f"TASK#{tenant}#{request_id}"
+
+
+def job_pk(tenant: str, job_id: str) -> str:
+    return f"JOB#{tenant}#{job_id}"
+
+
+def event_sk(timestamp_iso: str, event_id: str) -> str:
+    return f"{EVENT_SK_PREFIX}{timestamp_iso}#{event_id}"
+
+
+def status_pk(state: str, request_id: str) -> str:
+    return status_partition(state, status_shard(request_id))
+
+
+def status_partition(state: str, shard: int) -> str:
+    return f"STATUS#{state}#{shard}"
+
+
+def status_sk(due_ms: int, tenant: str, request_id: str) -> str:
+    # Zero-padded so string order is time order in the index.
+    return f"{due_ms:0{_DUE_DIGITS}d}#{tenant}#{request_id}"
+
+
+def due_bound(before_ms: int) -> str:
+    """Every status sort key due strictly before `before_ms` sorts below this."""
+    return f"{before_ms:0{_DUE_DIGITS}d}"
+
+
+def tenant_events_pk(tenant: str) -> str:
+    return f"EVENTS#{tenant}"
+
+
+def tenant_jobs_pk(tenant: str) -> str:
+    return f"JOBS#{tenant}"
+
+
+def type_pk(app_name: str, detail_type: str) -> str:
+    return f"TYPE#{app_name}#{detail_type}"

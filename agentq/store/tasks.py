@@ -1,0 +1,500 @@
+"""The task STATE item: creation, the conditional lock, lease renewal and finalization.
+
+Every decision is one conditional UpdateItem on the STATE item (strongly consistent,
+never a GSI read). A refused condition returns the item as it is, and the refusal is
+turned into the exception that tells the caller what to do (see agentq.errors).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from botocore.exceptions import ClientError
+
+from agentq.envelope import TaskEnvelope
+from agentq.errors import (
+    AttemptsExhausted,
+    LeaseLost,
+    LockNotAcquired,
+    NotFound,
+    TaskAlreadyTerminal,
+    TaskHeldElsewhere,
+    TaskNotReady,
+)
+from agentq.events import now_ms
+from agentq.states import TERMINAL_STATES, TaskState
+from agentq.store import keys
+from agentq.store._dynamo import condition_failed, query_all
+from agentq.store.codec import from_item, serialize, to_item, values
+
+_TERMINAL_VALUES: Final = tuple(sorted(s.value for s in TERMINAL_STATES))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lease:
+    """Proof of holding a task's lock; renew and finalize are conditional on the token."""
+
+    request_id: str
+    tenant: str
+    token: str
+    worker_id: str
+    attempt: int
+    effective_until_ms: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskRecord:
+    """A task's STATE item, as read."""
+
+    request_id: str
+    tenant: str
+    state: TaskState
+    attempt: int
+    definition: str | None
+    job_id: str | None
+    owner: str | None
+    lease_token: str | None
+    effective_until_ms: int | None
+    created_at_ms: int | None
+    updated_at_ms: int | None
+    raw: Mapping[str, Any]
+
+    @property
+    def envelope(self) -> Mapping[str, Any] | None:
+        value = self.raw.get("envelope")
+        return value if isinstance(value, Mapping) else None
+
+    def lease_live(self, at_ms: int | None = None) -> bool:
+        if self.state is not TaskState.PROCESSING or self.effective_until_ms is None:
+            return False
+        return self.effective_until_ms >= (now_ms() if at_ms is None else at_ms)
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> TaskRecord:
+        data = from_item(item)
+        return cls(
+            request_id=data["requestId"],
+            tenant=data["tenant"],
+            state=TaskState(data["state"]),
+            attempt=int(data.get("attempt", 0)),
+            definition=data.get("definition"),
+            job_id=data.get("jobId"),
+            owner=data.get("owner"),
+            lease_token=data.get("leaseToken"),
+            effective_until_ms=data.get("effectiveUntil"),
+            created_at_ms=data.get("createdAt"),
+            updated_at_ms=data.get("updatedAt"),
+            raw=data,
+        )
+
+
+class TaskStore:
+    """STATE items of the events table. The DynamoDB client is passed in."""
+
+    def __init__(self, dynamodb: Any, table_name: str) -> None:
+        self._ddb = dynamodb
+        self._table = table_name
+
+    # -- reading -------------------------------------------------------------------
+    def get(self, tenant: str, request_id: str) -> TaskRecord | None:
+        response = self._ddb.get_item(
+            TableName=self._table,
+            Key=self._key(tenant, request_id),
+            ConsistentRead=True,
+        )
+        item = response.get("Item")
+        return TaskRecord.from_item(item) if item else None
+
+    def require(self, tenant: str, request_id: str) -> TaskRecord:
+        record = self.get(tenant, request_id)
+        if record is None:
+            raise NotFound("task", request_id)
+        return record
+
+    # -- creating ------------------------------------------------------------------
+    def create(
+        self,
+        envelope: TaskEnvelope,
+        *,
+        state: TaskState = TaskState.PENDING,
+        idempotency_key: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> tuple[TaskRecord, bool]:
+        """Write a new STATE item; a second create of the same task changes nothing.
+
+        Returns the record and whether this call created it.
+        """
+        if state not in (TaskState.PENDING, TaskState.BLOCKED):
+            raise ValueError(f"a task is created PENDING or BLOCKED, not {state}")
+        now = now_ms()
+        item: dict[str, Any] = {
+            "PK": keys.task_pk(envelope.tenant, envelope.request_id),
+            "SK": keys.STATE_SK,
+            "requestId": envelope.request_id,
+            "tenant": envelope.tenant,
+            "definition": envelope.definition,
+            "state": state.value,
+            "attempt": 0,
+            "createdAt": now,
+            "updatedAt": now,
+            "envelope": envelope.to_dict(),
+            "statusPK": keys.status_pk(state.value, envelope.request_id),
+            "statusSK": keys.status_sk(now, envelope.tenant, envelope.request_id),
+            "idempotencyKey": idempotency_key,
+            **self._job_keys(envelope),
+            **(extra or {}),
+        }
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item=to_item(item),
+                ConditionExpression="attribute_not_exists(PK)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as error:
+            if not condition_failed(error):
+                raise
+            existing: Mapping[str, Any] | None = error.response.get("Item")  # type: ignore[assignment]
+            record = (
+                TaskRecord.from_item(existing)
+                if existing
+                else self.require(envelope.tenant, envelope.request_id)
+            )
+            return record, False
+        return TaskRecord.from_item(to_item(item)), True
+
+    # -- the lock ------------------------------------------------------------------
+    def acquire(
+        self,
+        envelope: TaskEnvelope,
+        *,
+        worker_id: str,
+        lease_seconds: float,
+        max_attempts: int,
+        timeout_ms: int | None = None,
+    ) -> Lease:
+        """Take the task's lock for one attempt.
+
+        Allowed when the task is new, PENDING or RETRYING, or PROCESSING with an expired
+        lease, and attempts remain. Raises a `LockNotAcquired` subclass otherwise.
+        """
+        now = now_ms()
+        token = uuid.uuid4().hex
+        effective_until = now + int(lease_seconds * 1000)
+        names = {"#state": "state", "#owner": "owner", "#tenant": "tenant",
+                 "#definition": "definition", "#attempt": "attempt"}  # fmt: skip
+        attrs = values(
+            processing=TaskState.PROCESSING.value,
+            pending=TaskState.PENDING.value,
+            retrying=TaskState.RETRYING.value,
+            token=token,
+            worker=worker_id,
+            eu=effective_until,
+            zero=0,
+            one=1,
+            now=now,
+            max=max_attempts,
+            deadline=now + timeout_ms if timeout_ms else None,
+            spk=keys.status_pk(TaskState.PROCESSING.value, envelope.request_id),
+            ssk=keys.status_sk(effective_until, envelope.tenant, envelope.request_id),
+            rid=envelope.request_id,
+            tenant=envelope.tenant,
+            definition=envelope.definition,
+            envelope=envelope.to_dict(),
+        )
+        sets = [
+            "#state = :processing",
+            "leaseToken = :token",
+            "#owner = :worker",
+            "effectiveUntil = :eu",
+            "#attempt = if_not_exists(#attempt, :zero) + :one",
+            "startedAt = :now",
+            "updatedAt = :now",
+            "lastHeartbeatAt = :now",
+            "statusPK = :spk",
+            "statusSK = :ssk",
+            "requestId = if_not_exists(requestId, :rid)",
+            "#tenant = if_not_exists(#tenant, :tenant)",
+            "#definition = if_not_exists(#definition, :definition)",
+            "envelope = if_not_exists(envelope, :envelope)",
+            "createdAt = if_not_exists(createdAt, :now)",
+        ]
+        if timeout_ms:
+            sets.append("deadlineAt = :deadline")
+        else:
+            del attrs[":deadline"]
+        for name, value in self._job_keys(envelope).items():
+            attrs[f":{name}"] = serialize(value)
+            sets.append(f"{name} = if_not_exists({name}, :{name})")
+        try:
+            response = self._ddb.update_item(
+                TableName=self._table,
+                Key=self._key(envelope.tenant, envelope.request_id),
+                UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression=(
+                    "(attribute_not_exists(PK) OR #state IN (:pending, :retrying) "
+                    "OR (#state = :processing AND effectiveUntil < :now)) "
+                    "AND (attribute_not_exists(#attempt) OR #attempt < :max)"
+                ),
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=attrs,
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as error:
+            if not condition_failed(error):
+                raise
+            held: Mapping[str, Any] | None = error.response.get("Item")  # type: ignore[assignment]
+            raise self._refusal(envelope, held, now, max_attempts) from None
+        record = TaskRecord.from_item(response["Attributes"])
+        return Lease(
+            request_id=envelope.request_id,
+            tenant=envelope.tenant,
+            token=token,
+            worker_id=worker_id,
+            attempt=record.attempt,
+            effective_until_ms=effective_until,
+        )
+
+    def _refusal(
+        self,
+        envelope: TaskEnvelope,
+        item: Mapping[str, Any] | None,
+        now: int,
+        max_attempts: int,
+    ) -> LockNotAcquired:
+        if not item:
+            # The item vanished between condition and read: treat as contention.
+            return LockNotAcquired(envelope.request_id, None, "lock refused, task missing")
+        record = TaskRecord.from_item(item)
+        if record.state.terminal:
+            return TaskAlreadyTerminal(envelope.request_id, record.state.value)
+        if record.state is TaskState.BLOCKED:
+            return TaskNotReady(envelope.request_id, record.state.value)
+        if record.lease_live(now):
+            return TaskHeldElsewhere(
+                envelope.request_id, record.owner, int(record.effective_until_ms or 0)
+            )
+        if record.attempt >= max_attempts:
+            return AttemptsExhausted(envelope.request_id, record.attempt)
+        return LockNotAcquired(
+            envelope.request_id, record.state.value, "lock refused: task changed concurrently"
+        )
+
+    def renew(self, lease: Lease, *, lease_seconds: float) -> Lease:
+        """Extend a held lease; `LeaseLost` if another attempt owns the task now."""
+        now = now_ms()
+        effective_until = now + int(lease_seconds * 1000)
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key=self._key(lease.tenant, lease.request_id),
+                UpdateExpression=(
+                    "SET effectiveUntil = :eu, lastHeartbeatAt = :now, statusSK = :ssk"
+                ),
+                ConditionExpression="leaseToken = :token AND #state = :processing",
+                ExpressionAttributeNames={"#state": "state"},
+                ExpressionAttributeValues=values(
+                    eu=effective_until,
+                    now=now,
+                    ssk=keys.status_sk(effective_until, lease.tenant, lease.request_id),
+                    token=lease.token,
+                    processing=TaskState.PROCESSING.value,
+                ),
+            )
+        except ClientError as error:
+            if condition_failed(error):
+                raise LeaseLost(lease.request_id, lease.token) from None
+            raise
+        return Lease(
+            request_id=lease.request_id,
+            tenant=lease.tenant,
+            token=lease.token,
+            worker_id=lease.worker_id,
+            attempt=lease.attempt,
+            effective_until_ms=effective_until,
+        )
+
+    def finalize(
+        self,
+        lease: Lease,
+        state: TaskState,
+        *,
+        retry_at_ms: int | None = None,
+        fields: Mapping[str, Any] | None = None,
+    ) -> TaskRecord:
+        """End an attempt: a terminal state, or RETRYING (message kept for redelivery).
+
+        Conditional on the lease token, so a stale worker cannot overwrite a newer
+        attempt; raises `LeaseLost` then.
+        """
+        if state is not TaskState.RETRYING and not state.terminal:
+            raise ValueError(f"finalize to a terminal state or RETRYING, not {state}")
+        now = now_ms()
+        names = {"#state": "state"}
+        attrs = values(state=state.value, now=now, token=lease.token,
+                       processing=TaskState.PROCESSING.value)  # fmt: skip
+        sets = ["#state = :state", "updatedAt = :now"]
+        removes = ["effectiveUntil", "leaseToken"]
+        if state is TaskState.RETRYING:
+            due = retry_at_ms or now
+            sets += ["statusPK = :spk", "statusSK = :ssk", "retryAt = :due"]
+            attrs.update(
+                values(
+                    spk=keys.status_pk(state.value, lease.request_id),
+                    ssk=keys.status_sk(due, lease.tenant, lease.request_id),
+                    due=due,
+                )
+            )
+        else:
+            sets.append("finishedAt = :now")
+            removes += ["statusPK", "statusSK"]
+        for index, (name, value) in enumerate((fields or {}).items()):
+            names[f"#f{index}"] = name
+            attrs[f":f{index}"] = serialize(value)
+            sets.append(f"#f{index} = :f{index}")
+        try:
+            response = self._ddb.update_item(
+                TableName=self._table,
+                Key=self._key(lease.tenant, lease.request_id),
+                UpdateExpression=f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+                ConditionExpression="leaseToken = :token AND #state = :processing",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=attrs,
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as error:
+            if condition_failed(error):
+                raise LeaseLost(lease.request_id, lease.token) from None
+            raise
+        return TaskRecord.from_item(response["Attributes"])
+
+    # -- lease-free transitions -------------------------------------------------------
+    def transition(
+        self,
+        tenant: str,
+        request_id: str,
+        *,
+        from_states: Iterable[TaskState],
+        to_state: TaskState,
+        fields: Mapping[str, Any] | None = None,
+        unless_lease_live: bool = False,
+    ) -> TaskRecord | None:
+        """Move a task from one of `from_states` to `to_state`, atomically.
+
+        Returns the new record, or None when the task was not in an allowed state (the
+        caller lost a race or the event was a duplicate). With `unless_lease_live`, a
+        PROCESSING task whose lease is live is left alone.
+        """
+        now = now_ms()
+        sources = sorted({s.value for s in from_states})
+        names = {"#state": "state"}
+        attrs = values(to=to_state.value, now=now)
+        placeholders = []
+        for index, source in enumerate(sources):
+            attrs[f":s{index}"] = serialize(source)
+            placeholders.append(f":s{index}")
+        condition = f"#state IN ({', '.join(placeholders)})"
+        if unless_lease_live:
+            condition += " AND NOT (#state = :processing AND effectiveUntil >= :now)"
+            attrs.update(values(processing=TaskState.PROCESSING.value))
+        sets = ["#state = :to", "updatedAt = :now"]
+        removes: list[str] = []
+        if to_state.terminal:
+            sets.append("finishedAt = :now")
+            removes += ["statusPK", "statusSK", "effectiveUntil", "leaseToken"]
+        else:
+            sets += ["statusPK = :spk", "statusSK = :ssk"]
+            attrs.update(
+                values(
+                    spk=keys.status_pk(to_state.value, request_id),
+                    ssk=keys.status_sk(now, tenant, request_id),
+                )
+            )
+        for index, (name, value) in enumerate((fields or {}).items()):
+            names[f"#f{index}"] = name
+            attrs[f":f{index}"] = serialize(value)
+            sets.append(f"#f{index} = :f{index}")
+        expression = "SET " + ", ".join(sets)
+        if removes:
+            expression += " REMOVE " + ", ".join(removes)
+        try:
+            response = self._ddb.update_item(
+                TableName=self._table,
+                Key=self._key(tenant, request_id),
+                UpdateExpression=expression,
+                ConditionExpression=f"attribute_exists(PK) AND {condition}",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=attrs,
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as error:
+            if condition_failed(error):
+                return None
+            raise
+        return TaskRecord.from_item(response["Attributes"])
+
+    # -- queries ----------------------------------------------------------------------
+    def tasks_of_job(self, tenant: str, job_id: str) -> list[TaskRecord]:
+        """All tasks of a job, through the byJob index (ordered by request id)."""
+        items = query_all(
+            self._ddb,
+            TableName=self._table,
+            IndexName="byJob",
+            KeyConditionExpression="jobPK = :pk",
+            ExpressionAttributeValues=values(pk=keys.job_pk(tenant, job_id)),
+        )
+        return [TaskRecord.from_item(item) for item in items]
+
+    def tasks_by_status(
+        self,
+        state: TaskState,
+        *,
+        due_before_ms: int | None = None,
+        limit: int | None = None,
+    ) -> list[TaskRecord]:
+        """Live tasks in `state`, ordered by due time, across every status shard.
+
+        Due time: lease expiry for PROCESSING, creation for PENDING/BLOCKED, the retry
+        time for RETRYING. Terminal tasks are not in the index.
+        """
+        from agentq.resources import STATUS_SHARDS
+
+        merged: list[tuple[str, Mapping[str, Any]]] = []
+        for shard in range(STATUS_SHARDS):
+            condition = "statusPK = :pk"
+            attrs = values(pk=keys.status_partition(state.value, shard))
+            if due_before_ms is not None:
+                condition += " AND statusSK < :bound"
+                attrs.update(values(bound=keys.due_bound(due_before_ms)))
+            query: dict[str, Any] = {
+                "TableName": self._table,
+                "IndexName": "byStatus",
+                "KeyConditionExpression": condition,
+                "ExpressionAttributeValues": attrs,
+            }
+            items = query_all(self._ddb, limit=limit, **query)
+            merged.extend((item["statusSK"]["S"], item) for item in items)
+        merged.sort(key=lambda pair: pair[0])
+        records = [TaskRecord.from_item(item) for _, item in merged]
+        return records[:limit] if limit is not None else records
+
+    @staticmethod
+    def _key(tenant: str, request_id: str) -> dict[str, Any]:
+        return {
+            "PK": {"S": keys.task_pk(tenant, request_id)},
+            "SK": {"S": keys.STATE_SK},
+        }
+
+    @staticmethod
+    def _job_keys(envelope: TaskEnvelope) -> dict[str, Any]:
+        if not envelope.job_id:
+            return {}
+        return {
+            "jobId": envelope.job_id,
+            "jobPK": keys.job_pk(envelope.tenant, envelope.job_id),
+            "jobSK": f"TASK#{envelope.task_key or envelope.request_id}",
+        }

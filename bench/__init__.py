@@ -1,0 +1,1 @@
+"""agentq's benchmarks and chaos harness: they print figures, not pass/fail."""

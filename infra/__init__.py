@@ -1,0 +1,1 @@
+"""agentq's AWS CDK stacks and constructs."""

@@ -1,0 +1,1 @@
+"""Thin Lambda handlers: parse, call agentq, side effects. One module per function."""

@@ -1,0 +1,1 @@
+"""The long-running consumer: receiving, leases, locks, child supervision, drain."""
