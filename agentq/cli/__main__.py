@@ -1,0 +1,5 @@
+import sys
+
+from agentq.cli import main
+
+sys.exit(main())

@@ -1,0 +1,209 @@
+"""Task definitions: what a message may ask a worker to run.
+
+A message names a registered definition (never code or an import path); the
+definition says which kind runs it and how. Definitions come from a directory of
+YAML/JSON files (`TASK_DEFINITIONS_DIR`) and from the task-definitions table
+(`TASK_DEFINITIONS_TABLE`); the table wins on a name clash, so operators can
+override a bundled definition without a deploy.
+
+A definition file::
+
+    name: summarize
+    kind: agent            # "python" | "agent"
+    description: Summarize a document into a fixed schema
+    timeout_s: 300         # child process timeout (default CLAUDE_TIMEOUT)
+    max_attempts: 3        # attempts before a terminal failure (default MAX_MESSAGE_RETRIES)
+    settings: {...}        # kind-specific: see worker.kinds.<kind>
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal, get_args
+
+import yaml
+
+from agentq.envelope import DEFINITION_PATTERN
+from agentq.errors import InvalidInput, NotFound
+from agentq.store.codec import from_item, to_item
+
+TaskKind = Literal["python", "agent"]
+TASK_KINDS: Final[tuple[TaskKind, ...]] = get_args(TaskKind)
+MAX_TIMEOUT_S: Final = 24 * 3600
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskDefinition:
+    name: str
+    kind: TaskKind
+    description: str = ""
+    timeout_s: float | None = None
+    max_attempts: int | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not DEFINITION_PATTERN.fullmatch(self.name):
+            raise InvalidInput("name", f"must match {DEFINITION_PATTERN.pattern}")
+        if self.kind not in TASK_KINDS:
+            raise InvalidInput("kind", f"must be one of {', '.join(TASK_KINDS)}, got {self.kind!r}")
+        if self.timeout_s is not None and not 0 < self.timeout_s <= MAX_TIMEOUT_S:
+            raise InvalidInput("timeout_s", f"must be in (0, {MAX_TIMEOUT_S}]")
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise InvalidInput("max_attempts", "must be at least 1")
+        if not isinstance(self.settings, Mapping):
+            raise InvalidInput("settings", "must be a mapping")
+
+    def timeout_ms(self, default_ms: int) -> int:
+        return int(self.timeout_s * 1000) if self.timeout_s else default_ms
+
+    def attempts(self, default: int) -> int:
+        return self.max_attempts or default
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["settings"] = dict(self.settings)
+        return {k: v for k, v in data.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "definition") -> TaskDefinition:
+        if not isinstance(data, Mapping):
+            raise InvalidInput(source, "must be a mapping")
+        known = {"name", "kind", "description", "timeout_s", "max_attempts", "settings"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidInput(source, f"unknown field(s): {', '.join(unknown)}")
+        for required in ("name", "kind"):
+            if required not in data:
+                raise InvalidInput(f"{source}.{required}", "is required")
+        timeout = data.get("timeout_s")
+        attempts = data.get("max_attempts")
+        return cls(
+            name=data["name"],
+            kind=data["kind"],
+            description=str(data.get("description") or ""),
+            timeout_s=float(timeout) if timeout is not None else None,
+            max_attempts=int(attempts) if attempts is not None else None,
+            settings=dict(data.get("settings") or {}),
+        )
+
+
+def load_file(path: Path) -> list[TaskDefinition]:
+    """One definition, or a list of them, from a YAML or JSON file."""
+    text = path.read_text()
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise InvalidInput(str(path), f"unreadable: {exc}") from None
+    items = data if isinstance(data, list) else [data]
+    return [TaskDefinition.from_dict(item, source=str(path)) for item in items]
+
+
+def load_directory(directory: Path) -> dict[str, TaskDefinition]:
+    definitions: dict[str, TaskDefinition] = {}
+    for path in sorted(directory.glob("*")):
+        if path.suffix not in (".yaml", ".yml", ".json"):
+            continue
+        for definition in load_file(path):
+            if definition.name in definitions:
+                raise InvalidInput(str(path), f"defines {definition.name!r} twice")
+            definitions[definition.name] = definition
+    return definitions
+
+
+class DefinitionsTable:
+    """The task-definitions table (partition key `name`). The client is passed in."""
+
+    def __init__(self, dynamodb: Any, table_name: str) -> None:
+        self._ddb = dynamodb
+        self._table = table_name
+
+    def get(self, name: str) -> TaskDefinition | None:
+        item = self._ddb.get_item(TableName=self._table, Key={"name": {"S": name}}).get("Item")
+        return TaskDefinition.from_dict(from_item(item), source=f"table:{name}") if item else None
+
+    def put(self, definition: TaskDefinition) -> None:
+        self._ddb.put_item(TableName=self._table, Item=to_item(definition.to_dict()))
+
+    def delete(self, name: str) -> bool:
+        response = self._ddb.delete_item(
+            TableName=self._table, Key={"name": {"S": name}}, ReturnValues="ALL_OLD"
+        )
+        return bool(response.get("Attributes"))
+
+    def all(self) -> list[TaskDefinition]:
+        items: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"TableName": self._table}
+        while True:
+            # A handful of definitions: a scan of this small table is the right tool.
+            response = self._ddb.scan(**kwargs)
+            items.extend(response.get("Items", []))
+            if "LastEvaluatedKey" not in response:
+                break
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return sorted(
+            (TaskDefinition.from_dict(from_item(i), source="table") for i in items),
+            key=lambda d: d.name,
+        )
+
+
+class DefinitionRegistry:
+    """Looks definitions up by name: table first (cached briefly), then directory."""
+
+    def __init__(
+        self,
+        *,
+        directory_definitions: Mapping[str, TaskDefinition] | None = None,
+        table: DefinitionsTable | None = None,
+        cache_seconds: float = 30.0,
+    ) -> None:
+        self._files = dict(directory_definitions or {})
+        self._table = table
+        self._cache_seconds = cache_seconds
+        self._cache: dict[str, tuple[float, TaskDefinition | None]] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_sources(
+        cls,
+        *,
+        directories: Iterable[Path] = (),
+        table: DefinitionsTable | None = None,
+        cache_seconds: float = 30.0,
+    ) -> DefinitionRegistry:
+        files: dict[str, TaskDefinition] = {}
+        for directory in directories:
+            files.update(load_directory(directory))
+        return cls(directory_definitions=files, table=table, cache_seconds=cache_seconds)
+
+    def get(self, name: str) -> TaskDefinition:
+        """The definition, or `NotFound` (a validation failure for the task)."""
+        found = self._from_table(name)
+        if found is None:
+            found = self._files.get(name)
+        if found is None:
+            raise NotFound("task definition", name)
+        return found
+
+    def names(self) -> list[str]:
+        names = set(self._files)
+        if self._table is not None:
+            names.update(d.name for d in self._table.all())
+        return sorted(names)
+
+    def _from_table(self, name: str) -> TaskDefinition | None:
+        if self._table is None:
+            return None
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cache.get(name)
+            if cached and now - cached[0] < self._cache_seconds:
+                return cached[1]
+        found = self._table.get(name)
+        with self._lock:
+            self._cache[name] = (now, found)
+        return found
