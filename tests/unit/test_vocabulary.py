@@ -40,9 +40,10 @@ def test_event_detail_carries_every_common_field() -> None:
 def test_terminal_events_never_expire() -> None:
     with pytest.raises(InvalidInput):
         task_event("Task Completed", request_id="r1", tenant="t", effective_until_ms=5)
-    assert task_event("Task Completed", request_id="r1", tenant="t").to_detail()[
-        "effectiveUntil"
-    ] is None
+    assert (
+        task_event("Task Completed", request_id="r1", tenant="t").to_detail()["effectiveUntil"]
+        is None
+    )
 
 
 def test_unknown_event_type_and_bad_request_id() -> None:
