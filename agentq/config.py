@@ -196,7 +196,28 @@ class Settings:
     persist_heartbeats: bool = _var(
         "PERSIST_HEARTBEATS", False, "Store `Task Heartbeat` events in the timeline.", "save-event"
     )
+    dlq_batch_size: int = _var(
+        "DLQ_BATCH_SIZE",
+        10,
+        "Messages per dlq-processor invocation (event source batch size; local host too).",
+        "dlq-processor, infra",
+        minimum=1,
+    )
     # -- health check ----------------------------------------------------------------
+    health_check_interval_s: int = _var(
+        "HEALTH_CHECK_INTERVAL",
+        300,
+        "Seconds between health checks run by the local Lambda host (0 = off).",
+        "local host",
+        minimum=0,
+    )
+    alert_dedupe_days: int = _var(
+        "ALERT_DEDUPE_DAYS",
+        14,
+        "Days an alert marker keeps the same task and condition from alerting again.",
+        "health",
+        minimum=1,
+    )
     pending_alert_after_s: int = _var(
         "PENDING_ALERT_AFTER", 900, "A PENDING task older than this (s) is starving.", "health"
     )

@@ -70,6 +70,20 @@ class EventStore:
             ),
         )
 
+    def latest(self, tenant: str, request_id: str) -> dict[str, Any] | None:
+        """A task's most recent event (one item read, newest first)."""
+        response = self._ddb.query(
+            TableName=self._table,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",
+            ExpressionAttributeValues=values(
+                pk=keys.task_pk(tenant, request_id), prefix=keys.EVENT_SK_PREFIX
+            ),
+            ScanIndexForward=False,
+            Limit=1,
+        )
+        items = response.get("Items", [])
+        return from_item(items[0]) if items else None
+
     def job_timeline(self, tenant: str, job_id: str) -> list[dict[str, Any]]:
         return self._query(
             KeyConditionExpression="PK = :pk AND begins_with(SK, :prefix)",

@@ -437,6 +437,50 @@ class TaskStore:
             raise
         return TaskRecord.from_item(response["Attributes"])
 
+    def reset_for_redrive(self, tenant: str, request_id: str) -> TaskRecord | None:
+        """Give a dead-lettered task a fresh attempt budget: back to PENDING, attempt 0.
+
+        Refused (None) for a COMPLETED or CANCELLED task, or while a lease is live:
+        replaying must never re-run finished work or race a running attempt.
+        """
+        now = now_ms()
+        resettable = (TaskState.PENDING, TaskState.RETRYING, TaskState.PROCESSING,
+                      TaskState.FAILED, TaskState.TIMEOUT)  # fmt: skip
+        attrs = values(
+            pending=TaskState.PENDING.value,
+            processing=TaskState.PROCESSING.value,
+            zero=0,
+            now=now,
+            spk=keys.status_pk(TaskState.PENDING.value, request_id),
+            ssk=keys.status_sk(now, tenant, request_id),
+        )
+        placeholders = []
+        for index, state in enumerate(resettable):
+            attrs[f":r{index}"] = serialize(state.value)
+            placeholders.append(f":r{index}")
+        try:
+            response = self._ddb.update_item(
+                TableName=self._table,
+                Key=self._key(tenant, request_id),
+                UpdateExpression=(
+                    "SET #state = :pending, #attempt = :zero, updatedAt = :now, "
+                    "redrivenAt = :now, statusPK = :spk, statusSK = :ssk "
+                    "REMOVE effectiveUntil, leaseToken, finishedAt, retryAt, deadlineAt"
+                ),
+                ConditionExpression=(
+                    f"attribute_exists(PK) AND #state IN ({', '.join(placeholders)}) "
+                    "AND NOT (#state = :processing AND effectiveUntil >= :now)"
+                ),
+                ExpressionAttributeNames={"#state": "state", "#attempt": "attempt"},
+                ExpressionAttributeValues=attrs,
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as error:
+            if condition_failed(error):
+                return None
+            raise
+        return TaskRecord.from_item(response["Attributes"])
+
     # -- queries ----------------------------------------------------------------------
     def tasks_of_job(self, tenant: str, job_id: str) -> list[TaskRecord]:
         """All tasks of a job, through the byJob index (ordered by request id)."""

@@ -1,0 +1,404 @@
+"""Dead letters: archive, close out, list and redrive messages from the task DLQ.
+
+SQS moves a message to the DLQ after `maxReceiveCount` receives; no code runs then.
+`DlqProcessor.process` (called by the dlq-processor Lambda for each record) archives
+the original body and attributes to S3 first, so nothing is lost whatever happens
+next, then marks the task FAILED unless it is terminal already or a live lease says a
+worker still runs it, and emits exactly one `Task Failed` (only when the transition
+happened). `redrive` replays an archived message onto the task queue with a fresh
+attempt budget.
+
+Archive keys: ``{DLQ_ARCHIVE_PREFIX}{tenant}/{requestId}/{messageId}.json``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Final, Literal
+
+from agentq.envelope import REQUEST_ID_PATTERN, TaskEnvelope, parse_message
+from agentq.errors import InvalidInput
+from agentq.events import now_ms, task_event
+from agentq.publisher import EventPublisher
+from agentq.resources import DLQ_ARCHIVE_PREFIX
+from agentq.states import LIVE_STATES, TaskState
+from agentq.store import TaskRecord, TaskStore
+
+DLQ_REASON: Final = "max retries exhausted, moved to DLQ"
+UNPARSED_TENANT: Final = "_unparsed"
+
+DlqOutcome = Literal["failed", "already-terminal", "lease-live", "malformed", "archived"]
+RedriveOutcome = Literal["redriven", "skipped"]
+
+# (name → SendMessage-shaped attribute); binary values travel base64-encoded in JSON.
+Attributes = dict[str, dict[str, str]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeadLetter:
+    """One message taken from the DLQ, independent of who received it."""
+
+    message_id: str
+    body: str
+    attributes: Attributes = field(default_factory=dict)
+    system_attributes: dict[str, str] = field(default_factory=dict)
+    source_arn: str | None = None
+
+    @classmethod
+    def from_lambda_record(cls, record: Mapping[str, Any]) -> DeadLetter:
+        """From a record of the Lambda SQS event (lower-camel attribute shape)."""
+        attributes: Attributes = {}
+        for name, value in (record.get("messageAttributes") or {}).items():
+            data_type = str(value.get("dataType", "String"))
+            if value.get("stringValue") is not None:
+                attributes[name] = {"DataType": data_type, "StringValue": value["stringValue"]}
+            elif value.get("binaryValue") is not None:
+                attributes[name] = {"DataType": data_type, "BinaryValue": value["binaryValue"]}
+        return cls(
+            message_id=str(record["messageId"]),
+            body=str(record.get("body") or ""),
+            attributes=attributes,
+            system_attributes={k: str(v) for k, v in (record.get("attributes") or {}).items()},
+            source_arn=record.get("eventSourceARN"),
+        )
+
+    @classmethod
+    def from_sqs_message(cls, message: Mapping[str, Any]) -> DeadLetter:
+        """From a `ReceiveMessage` result (upper-camel shape)."""
+        attributes: Attributes = {}
+        for name, value in (message.get("MessageAttributes") or {}).items():
+            data_type = str(value.get("DataType", "String"))
+            if "StringValue" in value:
+                attributes[name] = {"DataType": data_type, "StringValue": value["StringValue"]}
+            elif "BinaryValue" in value:
+                encoded = base64.b64encode(value["BinaryValue"]).decode()
+                attributes[name] = {"DataType": data_type, "BinaryValue": encoded}
+        return cls(
+            message_id=str(message["MessageId"]),
+            body=str(message.get("Body") or ""),
+            attributes=attributes,
+            system_attributes={k: str(v) for k, v in (message.get("Attributes") or {}).items()},
+        )
+
+    def request_id_hint(self) -> str | None:
+        """The request id from the attribute or body, if it looks valid (no full parse)."""
+        candidate = self.attributes.get("requestId", {}).get("StringValue")
+        if candidate is None:
+            try:
+                data = json.loads(self.body)
+            except ValueError:
+                return None
+            candidate = data.get("requestId") if isinstance(data, dict) else None
+        if isinstance(candidate, str) and REQUEST_ID_PATTERN.fullmatch(candidate):
+            return candidate
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchivedMessage:
+    """A dead letter as kept in S3, with what the processor did about it."""
+
+    key: str
+    message_id: str
+    request_id: str | None
+    tenant: str | None
+    body: str
+    attributes: Attributes
+    system_attributes: dict[str, str]
+    archived_at_ms: int
+    outcome: DlqOutcome = "archived"
+    detail: str | None = None
+    redriven_at_ms: int | None = None
+    redrive_count: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> ArchivedMessage:
+        return cls(**json.loads(raw))
+
+    def send_attributes(self) -> dict[str, dict[str, Any]]:
+        """The attributes in SendMessage's shape (binary values decoded)."""
+        result: dict[str, dict[str, Any]] = {}
+        for name, value in self.attributes.items():
+            if "BinaryValue" in value:
+                result[name] = {
+                    "DataType": value["DataType"],
+                    "BinaryValue": base64.b64decode(value["BinaryValue"]),
+                }
+            else:
+                result[name] = dict(value)
+        return result
+
+
+def archive_key(tenant: str, request_id: str, message_id: str) -> str:
+    return f"{DLQ_ARCHIVE_PREFIX}{tenant}/{request_id}/{message_id}.json"
+
+
+class DlqArchive:
+    """Archived dead letters in the artifacts bucket. The S3 client is passed in."""
+
+    def __init__(self, s3: Any, bucket: str) -> None:
+        self._s3 = s3
+        self.bucket = bucket
+
+    def put(self, message: ArchivedMessage) -> None:
+        self._s3.put_object(
+            Bucket=self.bucket,
+            Key=message.key,
+            Body=message.to_json().encode(),
+            ContentType="application/json",
+        )
+
+    def get(self, key: str) -> ArchivedMessage:
+        response = self._s3.get_object(Bucket=self.bucket, Key=key)
+        return ArchivedMessage.from_json(response["Body"].read())
+
+    def keys(self, *, request_id: str | None = None) -> Iterator[str]:
+        paginator = self._s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=DLQ_ARCHIVE_PREFIX):
+            for item in page.get("Contents", []):
+                key = str(item["Key"])
+                # {prefix}{tenant}/{requestId}/{messageId}.json: match the id segment exactly.
+                parts = key[len(DLQ_ARCHIVE_PREFIX) :].split("/")
+                if request_id is None or (len(parts) == 3 and parts[1] == request_id):
+                    yield key
+
+    def list(self, *, request_id: str | None = None) -> list[ArchivedMessage]:
+        messages = [self.get(key) for key in self.keys(request_id=request_id)]
+        return sorted(messages, key=lambda m: m.archived_at_ms)
+
+    def mark_redriven(self, message: ArchivedMessage) -> ArchivedMessage:
+        updated = replace(message, redriven_at_ms=now_ms(), redrive_count=message.redrive_count + 1)
+        self.put(updated)
+        return updated
+
+
+@dataclass(frozen=True, kw_only=True)
+class DlqResult:
+    message_id: str
+    request_id: str | None
+    outcome: DlqOutcome
+    archive_key: str
+    detail: str | None = None
+
+
+class DlqProcessor:
+    """Closes out dead letters. Clients and stores are passed in."""
+
+    def __init__(
+        self,
+        *,
+        tasks: TaskStore,
+        archive: DlqArchive,
+        publisher: EventPublisher,
+        default_tenant: str,
+    ) -> None:
+        self._tasks = tasks
+        self._archive = archive
+        self._publisher = publisher
+        self._default_tenant = default_tenant
+
+    def process(self, letter: DeadLetter) -> DlqResult:
+        try:
+            envelope: TaskEnvelope | None = parse_message(
+                letter.body, letter.attributes, default_tenant=self._default_tenant
+            )
+        except InvalidInput as exc:
+            envelope, problem = None, str(exc)
+        tenant = envelope.tenant if envelope else UNPARSED_TENANT
+        request_id = envelope.request_id if envelope else letter.request_id_hint()
+        archived = ArchivedMessage(
+            key=archive_key(tenant, request_id or "_unknown", letter.message_id),
+            message_id=letter.message_id,
+            request_id=request_id,
+            tenant=envelope.tenant if envelope else None,
+            body=letter.body,
+            attributes=letter.attributes,
+            system_attributes=letter.system_attributes,
+            archived_at_ms=now_ms(),
+        )
+        # Archive before anything else: if a later step fails, the message is safe.
+        self._archive.put(archived)
+        if envelope is None:
+            return self._record(archived, "malformed", problem)
+        outcome, detail = self._close_out(envelope)
+        return self._record(archived, outcome, detail)
+
+    def _close_out(self, envelope: TaskEnvelope) -> tuple[DlqOutcome, str | None]:
+        # A message can reach the DLQ before any worker wrote the STATE item (for
+        # example, every receive failed validation of the lock); create it so the
+        # conditional transition below decides exactly once.
+        self._tasks.create(envelope)
+        before = self._tasks.require(envelope.tenant, envelope.request_id)
+        error = {
+            "category": _last_category(before),
+            "retryable": False,
+            "message": DLQ_REASON,
+            "reason": "dlq",
+        }
+        record = self._tasks.transition(
+            envelope.tenant,
+            envelope.request_id,
+            from_states=LIVE_STATES,
+            to_state=TaskState.FAILED,
+            unless_lease_live=True,
+            fields={"error": error},
+        )
+        if record is None:
+            now = self._tasks.require(envelope.tenant, envelope.request_id)
+            if now.state.terminal:
+                return "already-terminal", f"task is {now.state.value}"
+            return "lease-live", f"left to its holder {now.owner}"
+        self._publisher.publish(
+            task_event(
+                "Task Failed",
+                request_id=record.request_id,
+                tenant=record.tenant,
+                job_id=record.job_id,
+                attempt=record.attempt,
+                definition=record.definition,
+                error=error,
+                reason=DLQ_REASON,
+            )
+        )
+        return "failed", DLQ_REASON
+
+    def _record(
+        self, archived: ArchivedMessage, outcome: DlqOutcome, detail: str | None
+    ) -> DlqResult:
+        self._archive.put(replace(archived, outcome=outcome, detail=detail))
+        return DlqResult(
+            message_id=archived.message_id,
+            request_id=archived.request_id,
+            outcome=outcome,
+            archive_key=archived.key,
+            detail=detail,
+        )
+
+
+def _last_category(record: TaskRecord) -> str:
+    previous = record.raw.get("error")
+    if isinstance(previous, Mapping) and isinstance(previous.get("category"), str):
+        return str(previous["category"])
+    return "server"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RedriveResult:
+    request_id: str | None
+    archive_key: str
+    outcome: RedriveOutcome
+    detail: str
+    message_id: str | None = None
+
+
+class Redriver:
+    """Replays archived dead letters onto the task queue with a fresh attempt budget."""
+
+    def __init__(
+        self,
+        *,
+        sqs: Any,
+        queue_url: str,
+        tasks: TaskStore,
+        archive: DlqArchive,
+        publisher: EventPublisher | None = None,
+    ) -> None:
+        self._sqs = sqs
+        self._queue_url = queue_url
+        self._tasks = tasks
+        self._archive = archive
+        self._publisher = publisher
+
+    def redrive(self, message: ArchivedMessage, *, again: bool = False) -> RedriveResult:
+        """Replay one message. Skips (with the reason) rather than raising."""
+
+        def skipped(detail: str) -> RedriveResult:
+            return RedriveResult(request_id=message.request_id, archive_key=message.key,
+                                 outcome="skipped", detail=detail)  # fmt: skip
+
+        if message.tenant is None or message.request_id is None:
+            return skipped("malformed message: nothing to replay (kept in the archive)")
+        if message.redriven_at_ms is not None and not again:
+            return skipped("already redriven")
+        record = self._tasks.get(message.tenant, message.request_id)
+        if record is not None:
+            if record.state in (TaskState.COMPLETED, TaskState.CANCELLED):
+                return skipped(f"task is {record.state.value}; not re-running finished work")
+            reset = self._tasks.reset_for_redrive(message.tenant, message.request_id)
+            if reset is None:
+                return skipped("task has a live lease; a worker is running it")
+        sent = self._sqs.send_message(
+            QueueUrl=self._queue_url,
+            MessageBody=message.body,
+            MessageAttributes=message.send_attributes(),
+        )
+        self._archive.mark_redriven(message)
+        if self._publisher is not None and record is not None:
+            self._publisher.publish(
+                task_event(
+                    "Task Pending",
+                    request_id=record.request_id,
+                    tenant=record.tenant,
+                    job_id=record.job_id,
+                    definition=record.definition,
+                    redriven=True,
+                    dlqMessageId=message.message_id,
+                )
+            )
+        return RedriveResult(
+            request_id=message.request_id,
+            archive_key=message.key,
+            outcome="redriven",
+            detail="replayed onto the task queue with a fresh attempt budget",
+            message_id=str(sent["MessageId"]),
+        )
+
+    def redrive_request(self, request_id: str) -> list[RedriveResult]:
+        """Replay the newest not-yet-redriven archived message of one task."""
+        return self._redrive_groups(self._archive.list(request_id=request_id))
+
+    def redrive_all(self) -> list[RedriveResult]:
+        """Replay every task that has archived messages not redriven yet."""
+        return self._redrive_groups(self._archive.list())
+
+    def _redrive_groups(self, messages: list[ArchivedMessage]) -> list[RedriveResult]:
+        # One replay per task: its newest message. Older copies of the same task are
+        # marked redriven with it, so a later `--all` does not run the task twice.
+        groups: dict[tuple[str, str], list[ArchivedMessage]] = {}
+        results: list[RedriveResult] = []
+        for message in messages:  # oldest first
+            if message.redriven_at_ms is not None:
+                continue
+            if message.request_id is None or message.tenant is None:
+                results.append(self.redrive(message))
+                continue
+            groups.setdefault((message.tenant, message.request_id), []).append(message)
+        for group in groups.values():
+            result = self.redrive(group[-1])
+            if result.outcome == "redriven":
+                for older in group[:-1]:
+                    self._archive.mark_redriven(older)
+            results.append(result)
+        return results
+
+
+def peek(sqs: Any, dlq_url: str, *, max_messages: int = 10) -> list[DeadLetter]:
+    """Messages waiting in the DLQ itself (not yet processed), without consuming them.
+
+    VisibilityTimeout=0 leaves them visible; the receive still counts as a receive.
+    """
+    response = sqs.receive_message(
+        QueueUrl=dlq_url,
+        MaxNumberOfMessages=min(max_messages, 10),
+        VisibilityTimeout=0,
+        WaitTimeSeconds=0,
+        MessageAttributeNames=["All"],
+        AttributeNames=["All"],
+    )
+    return [DeadLetter.from_sqs_message(m) for m in response.get("Messages", [])]

@@ -1,0 +1,79 @@
+"""dlq-processor: closes out tasks whose messages SQS moved to the dead-letter queue.
+
+SQS event source on the DLQ with partial batch responses: each record is archived to
+S3, its task marked FAILED (unless terminal, or a live lease says a worker still has
+it) and one `Task Failed` emitted. A malformed message is archived and reported, not
+failed, so it never cycles. Only infrastructure errors (S3, DynamoDB, EventBridge)
+fail a record; the Lambda service then retries just that record.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from agentq.dlq import DeadLetter, DlqArchive, DlqProcessor, DlqResult
+from agentq.publisher import EventPublisher
+from agentq.store import TaskStore
+from lambdas._common import powertools, runtime
+
+logger, metrics, tracer = powertools("dlq-processor")
+
+
+def _processor() -> DlqProcessor:
+    rt = runtime()
+    settings = rt.settings.require("table_name", "bucket", "bus_name")
+    clients = rt.clients
+    bucket = settings.required("bucket")
+    return DlqProcessor(
+        tasks=TaskStore(clients.dynamodb, settings.required("table_name")),
+        archive=DlqArchive(clients.s3, bucket),
+        publisher=EventPublisher(
+            clients.events,
+            bus_name=settings.required("bus_name"),
+            source=settings.app_name,
+            s3_client=clients.s3,
+            bucket=bucket,
+        ),
+        default_tenant=settings.tenant_id,
+    )
+
+
+@tracer.capture_method
+def record_handler(record: SQSRecord, processor: DlqProcessor) -> DlqResult:
+    result = processor.process(DeadLetter.from_lambda_record(record.raw_event))
+    metrics.add_metric(name=f"DeadLetters_{result.outcome}", unit=MetricUnit.Count, value=1)
+    log = logger.warning if result.outcome == "malformed" else logger.info
+    log(
+        "dead letter closed out",
+        extra={
+            "messageId": result.message_id,
+            "requestId": result.request_id,
+            "outcome": result.outcome,
+            "detail": result.detail,
+            "archiveKey": result.archive_key,
+        },
+    )
+    return result
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    processor = _processor()
+    return process_partial_response(
+        event=event,
+        record_handler=lambda record: record_handler(record, processor),
+        processor=BatchProcessor(event_type=EventType.SQS),
+        context=context,
+    )
