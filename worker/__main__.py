@@ -1,0 +1,5 @@
+import sys
+
+from worker.app import main
+
+sys.exit(main())

@@ -1,0 +1,162 @@
+"""Builds a worker from `Settings` and runs it: ``agentq worker`` / ``python -m worker``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentq.aws import AwsClients, CallCounter
+from agentq.config import Settings
+from agentq.definitions import DefinitionRegistry, DefinitionsTable
+from agentq.errors import ConfigError
+from agentq.publisher import EventPublisher
+from agentq.store.tasks import TaskStore
+from worker.batcher import SqsBatcher
+from worker.consumer import Consumer, ExitCode
+from worker.handler import MessageHandler
+from worker.heartbeat import Heartbeat
+from worker.inflight import InFlightRegistry
+from worker.protection import ScaleInProtection
+from worker.telemetry import MetricsMiddleware, Middleware, make_logger
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def registry_from(settings: Settings, clients: AwsClients) -> DefinitionRegistry:
+    directories = [Path(p) for p in (settings.definitions_dir or "").split(os.pathsep) if p]
+    for directory in directories:
+        if not directory.is_dir():
+            raise ConfigError("TASK_DEFINITIONS_DIR", f"{directory} is not a directory")
+    table = (
+        DefinitionsTable(clients.dynamodb, settings.definitions_table)
+        if settings.definitions_table
+        else None
+    )
+    return DefinitionRegistry.from_sources(directories=directories, table=table)
+
+
+@dataclass
+class Worker:
+    """A fully wired worker; `run()` blocks until drained and returns the exit code."""
+
+    settings: Settings
+    worker_id: str
+    counter: CallCounter
+    consumer: Consumer
+    metrics: MetricsMiddleware
+    home_dir: Path
+
+    def run(self) -> ExitCode:
+        try:
+            return self.consumer.run()
+        finally:
+            self.metrics.flush()
+            shutil.rmtree(self.home_dir, ignore_errors=True)
+
+    def stats(self) -> dict[str, Any]:
+        """AWS calls per operation, messages received and how they were settled."""
+        return {
+            "workerId": self.worker_id,
+            "received": self.consumer.received,
+            "verdicts": dict(self.consumer.verdicts),
+            "awsCalls": self.counter.snapshot(),
+            "awsCallsTotal": self.counter.total(),
+        }
+
+
+def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
+    settings.require("queue_url", "table_name", "bus_name", "bucket")
+    counter = CallCounter()
+    clients = clients or AwsClients(settings.region, counter=counter)
+    if clients.counter is not None:
+        counter = clients.counter
+    worker_id = settings.worker_id or default_worker_id()
+    store = TaskStore(clients.dynamodb, settings.required("table_name"))
+    publisher = EventPublisher(
+        clients.events,
+        bus_name=settings.required("bus_name"),
+        source=settings.app_name,
+        s3_client=clients.s3,
+        bucket=settings.bucket,
+    )
+    inflight = InFlightRegistry()
+    batcher = SqsBatcher(clients.sqs, settings.required("queue_url"))
+    work_root = Path(settings.work_dir or tempfile.gettempdir())
+    work_root.mkdir(parents=True, exist_ok=True)
+    home_dir = Path(tempfile.mkdtemp(prefix="agentq-home-", dir=work_root))
+    busy: list[Consumer] = []  # the consumer is built last; metrics read it later
+
+    def slots_busy() -> int:
+        return busy[0].slots.busy if busy else 0
+
+    metrics = MetricsMiddleware(slots_busy=slots_busy, counter=counter)
+    middleware: list[Middleware] = [metrics]
+    ticks = []
+    if settings.ecs_agent_uri:
+        protection = ScaleInProtection(settings.ecs_agent_uri)
+        middleware.append(protection)
+        ticks.append(protection.refresh)
+    handler = MessageHandler(
+        settings=settings,
+        store=store,
+        publisher=publisher,
+        batcher=batcher,
+        s3=clients.s3,
+        registry=registry_from(settings, clients),
+        inflight=inflight,
+        worker_id=worker_id,
+        home_dir=home_dir,
+        middleware=middleware,
+    )
+    heartbeat = Heartbeat(
+        settings=settings,
+        sqs=clients.sqs,
+        store=store,
+        publisher=publisher,
+        inflight=inflight,
+        worker_id=worker_id,
+    )
+    consumer = Consumer(
+        settings=settings,
+        sqs=clients.sqs,
+        handler=handler,
+        heartbeat=heartbeat,
+        batcher=batcher,
+        inflight=inflight,
+        on_tick=ticks,
+    )
+    busy.append(consumer)
+    return Worker(
+        settings=settings,
+        worker_id=worker_id,
+        counter=counter,
+        consumer=consumer,
+        metrics=metrics,
+        home_dir=home_dir,
+    )
+
+
+def main() -> int:
+    try:
+        settings = Settings.from_env()
+        logger = make_logger(settings.log_level)
+        worker = build(settings)
+    except ConfigError as exc:
+        sys.stderr.write(f"agentq worker: {exc}\n")
+        return ExitCode.CONFIG
+    code = worker.run()
+    stats = worker.stats()
+    logger.info("worker stopped", extra={"exitCode": int(code), "stats": stats})
+    # One plain line for scripts and the benchmark (calls per task).
+    sys.stdout.write("AGENTQ_WORKER_STATS " + json.dumps(stats, sort_keys=True) + "\n")
+    sys.stdout.flush()
+    return int(code)

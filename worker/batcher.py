@@ -1,0 +1,142 @@
+"""Batches message deletes and visibility changes: ≤ 10 per call, flushed on size or
+after a short delay, so a busy worker spends one request on many messages.
+
+Callers enqueue and move on; `flush()` blocks until everything enqueued so far is sent
+(used before exit). Entries a batch call rejects are logged; SQS redelivers such a
+message and the STATE item decides what happens to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+MAX_BATCH: Final = 10
+MAX_VISIBILITY_S: Final = 43_200
+
+Op = Literal["delete", "visibility"]
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Item:
+    op: Op
+    receipt_handle: str
+    visibility_s: int = 0
+    done: threading.Event = field(default_factory=threading.Event)
+    error: str | None = None
+
+
+def clamp_visibility(seconds: float) -> int:
+    return max(0, min(MAX_VISIBILITY_S, int(seconds + 0.999)))
+
+
+class SqsBatcher:
+    def __init__(
+        self,
+        sqs: Any,
+        queue_url: str,
+        *,
+        delay_s: float = 0.05,
+        on_error: Callable[[str, str, str], None] | None = None,
+    ) -> None:
+        self._sqs = sqs
+        self._queue_url = queue_url
+        self._delay = delay_s
+        self._on_error = on_error
+        self._pending: list[_Item] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="sqs-batcher", daemon=True)
+        self._thread.start()
+
+    def delete(self, receipt_handle: str) -> threading.Event:
+        return self._add(_Item("delete", receipt_handle))
+
+    def change_visibility(self, receipt_handle: str, seconds: float) -> threading.Event:
+        return self._add(_Item("visibility", receipt_handle, clamp_visibility(seconds)))
+
+    def _add(self, item: _Item) -> threading.Event:
+        with self._cond:
+            if self._closed:
+                # After close, send inline: nothing queued may be lost at shutdown.
+                self._send([item])
+                return item.done
+            self._pending.append(item)
+            self._cond.notify_all()
+        return item.done
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        with self._cond:
+            waiting = list(self._pending)
+            self._cond.notify_all()
+        deadline = time.monotonic() + timeout_s
+        for item in waiting:
+            item.done.wait(max(0.0, deadline - time.monotonic()))
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        self.flush(timeout_s)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=timeout_s)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if self._closed and not self._pending:
+                    return
+                first = time.monotonic()
+                # Give companions a moment to arrive, unless a full batch is ready.
+                while len(self._pending) < MAX_BATCH and not self._closed:
+                    left = self._delay - (time.monotonic() - first)
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            try:
+                self._send(batch)
+            except Exception:
+                logger.exception("sqs batch failed")
+                for item in batch:
+                    item.done.set()
+
+    def _send(self, items: list[_Item]) -> None:
+        for op in ("delete", "visibility"):
+            group = [i for i in items if i.op == op]
+            for start in range(0, len(group), MAX_BATCH):
+                self._send_group(op, group[start : start + MAX_BATCH])
+
+    def _send_group(self, op: str, group: list[_Item]) -> None:
+        if not group:
+            return
+        try:
+            if op == "delete":
+                response = self._sqs.delete_message_batch(
+                    QueueUrl=self._queue_url,
+                    Entries=[{"Id": str(n), "ReceiptHandle": i.receipt_handle}
+                             for n, i in enumerate(group)],
+                )  # fmt: skip
+            else:
+                response = self._sqs.change_message_visibility_batch(
+                    QueueUrl=self._queue_url,
+                    Entries=[{"Id": str(n), "ReceiptHandle": i.receipt_handle,
+                              "VisibilityTimeout": i.visibility_s}
+                             for n, i in enumerate(group)],
+                )  # fmt: skip
+            for failure in response.get("Failed", []):
+                item = group[int(failure["Id"])]
+                item.error = str(failure.get("Code", "Unknown"))
+                if self._on_error is not None:
+                    with contextlib.suppress(Exception):
+                        self._on_error(op, item.receipt_handle, item.error)
+        finally:
+            for item in group:
+                item.done.set()

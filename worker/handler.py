@@ -1,0 +1,427 @@
+"""One received message, from validation to settlement.
+
+validate → lock (conditional STATE update) → run the child → decide → upload →
+finalize the STATE item by lease token → event → delete or back off.
+Every path settles the message exactly one way: deleted, made visible later, or left
+to the live holder of the task's lease.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from agentq.config import Settings
+from agentq.definitions import DefinitionRegistry, TaskDefinition
+from agentq.envelope import REQUEST_ID_PATTERN, TENANT_PATTERN, TaskEnvelope, parse_message
+from agentq.errors import (
+    AttemptsExhausted,
+    InvalidInput,
+    LeaseLost,
+    LockNotAcquired,
+    NotFound,
+    TaskAlreadyTerminal,
+    TaskHeldElsewhere,
+    TaskNotReady,
+)
+from agentq.events import DetailType, now_ms, task_event
+from agentq.publisher import EventPublisher
+from agentq.states import TaskState
+from agentq.store.tasks import Lease, TaskStore
+from agentq.taxonomy import ErrorInfo, classify_exception, info
+from worker import artifacts
+from worker.batcher import SqsBatcher
+from worker.child import RESULT_FILE, TASK_FILE
+from worker.childenv import child_environment
+from worker.inflight import InFlight, InFlightRegistry
+from worker.outcome import Outcome, backoff_s, decide
+from worker.supervisor import run_child
+from worker.telemetry import Middleware, Result, TaskEnd, TaskStart
+
+logger = logging.getLogger(__name__)
+# A lock refused for an unclear reason (a concurrent change) is looked at again soon.
+CONTENTION_BACKOFF_S: Final = 5.0
+_LIVE: Final = (TaskState.PENDING, TaskState.RETRYING, TaskState.PROCESSING)
+
+
+class MessageHandler:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        store: TaskStore,
+        publisher: EventPublisher,
+        batcher: SqsBatcher,
+        s3: Any,
+        registry: DefinitionRegistry,
+        inflight: InFlightRegistry,
+        worker_id: str,
+        home_dir: Path,
+        middleware: Sequence[Middleware] = (),
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._publisher = publisher
+        self._batcher = batcher
+        self._s3 = s3
+        self._bucket = settings.required("bucket")
+        self._registry = registry
+        self._inflight = inflight
+        self._worker_id = worker_id
+        self._middleware = list(middleware)
+        self._child_env = child_environment(
+            os.environ if environ is None else environ, home=str(home_dir)
+        )
+
+    # -- entry point -------------------------------------------------------------------
+    def handle(self, message: Mapping[str, Any]) -> str:
+        """Settle one message; returns a short verdict for logs and tests."""
+        entry = InFlight(message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"])
+        self._inflight.add(entry)
+        try:
+            return self._handle(message, entry)
+        finally:
+            self._inflight.remove(entry)
+
+    def _handle(self, message: Mapping[str, Any], entry: InFlight) -> str:
+        attributes = message.get("Attributes", {})
+        try:
+            envelope = parse_message(
+                message.get("Body", ""),
+                message.get("MessageAttributes"),
+                default_tenant=self._settings.tenant_id,
+            )
+            definition = self._registry.get(envelope.definition)
+        except (InvalidInput, NotFound) as exc:
+            return self._reject(message, exc)
+        entry.envelope = envelope
+        receives = int(attributes.get("ApproximateReceiveCount", 1))
+        if receives > self._settings.max_message_retries:
+            verdict = self._too_many_receives(entry, envelope, receives)
+            if verdict is not None:
+                return verdict
+        max_attempts = definition.attempts(self._settings.max_message_retries)
+        timeout_ms = definition.timeout_ms(self._settings.task_timeout_ms)
+        try:
+            lease = self._store.acquire(
+                envelope,
+                worker_id=self._worker_id,
+                lease_seconds=self._settings.lease_seconds,
+                max_attempts=max_attempts,
+                timeout_ms=timeout_ms,
+            )
+        except LockNotAcquired as refusal:
+            return self._refused(entry, envelope, refusal)
+        entry.lease = lease
+        return self._run(entry, envelope, definition, lease, attributes, max_attempts, timeout_ms)
+
+    # -- before the lock -----------------------------------------------------------------
+    def _reject(self, message: Mapping[str, Any], exc: Exception) -> str:
+        """Bad input: `Task Failed` (validation) and delete; never a redelivery loop."""
+        request_id, tenant = self._best_identity(message)
+        error = classify_exception(exc)
+        if isinstance(exc, NotFound):
+            error = info("not_found", str(exc), type(exc).__name__)
+        logger.warning(
+            "message rejected",
+            extra={"requestId": request_id, "messageId": message["MessageId"],
+                   "error": error.message},
+        )  # fmt: skip
+        if request_id is not None:
+            # A producer may have written a PENDING STATE item: close it too.
+            self._store.transition(
+                tenant, request_id, from_states=(TaskState.PENDING, TaskState.RETRYING),
+                to_state=TaskState.FAILED, fields={"error": error.to_record()},
+                unless_lease_live=True,
+            )  # fmt: skip
+        self._emit(
+            "Task Failed",
+            request_id=request_id or _message_request_id(message["MessageId"]),
+            tenant=tenant,
+            error=error.to_record(),
+            reason="invalid message",
+            messageId=message["MessageId"],
+        )
+        self._batcher.delete(message["ReceiptHandle"])
+        return "rejected"
+
+    def _best_identity(self, message: Mapping[str, Any]) -> tuple[str | None, str]:
+        tenant = self._settings.tenant_id
+        candidates: list[object] = []
+        attribute = (message.get("MessageAttributes") or {}).get("requestId")
+        if isinstance(attribute, Mapping):
+            candidates.append(attribute.get("StringValue"))
+        try:
+            body = json.loads(message.get("Body", ""))
+        except ValueError:
+            body = None
+        if isinstance(body, dict):
+            candidates.append(body.get("requestId"))
+            body_tenant = body.get("tenant")
+            if isinstance(body_tenant, str) and TENANT_PATTERN.fullmatch(body_tenant):
+                tenant = body_tenant
+        # Only an unambiguous, valid id may touch a STATE item.
+        valid = {c for c in candidates if isinstance(c, str) and REQUEST_ID_PATTERN.fullmatch(c)}
+        if len(valid) == 1 and all(c in valid or c is None for c in candidates):
+            return valid.pop(), tenant
+        return None, tenant
+
+    def _too_many_receives(
+        self, entry: InFlight, envelope: TaskEnvelope, receives: int
+    ) -> str | None:
+        """SQS redelivered this message more often than attempts allow.
+
+        Receives are not attempts (contention counts too), so a task whose lease is live
+        is left to its holder; otherwise the task ends here instead of looping.
+        """
+        record = self._store.get(envelope.tenant, envelope.request_id)
+        if record is not None and record.lease_live():
+            return self._refused(
+                entry,
+                envelope,
+                TaskHeldElsewhere(
+                    envelope.request_id, record.owner, record.effective_until_ms or 0
+                ),
+            )
+        if record is not None and record.state.terminal:
+            self._batcher.delete(entry.receipt_handle)
+            return "duplicate"
+        error = info("validation", f"message received {receives} times", "MaxReceivesExceeded")
+        self._fail_without_lease(entry, envelope, error, attempt=record.attempt if record else 0)
+        return "failed"
+
+    def _refused(self, entry: InFlight, envelope: TaskEnvelope, refusal: LockNotAcquired) -> str:
+        log = {"requestId": envelope.request_id, "refusal": type(refusal).__name__}
+        if isinstance(refusal, TaskAlreadyTerminal):
+            logger.info("duplicate of a finished task; deleting", extra=log)
+            self._batcher.delete(entry.receipt_handle)
+            return "duplicate"
+        if isinstance(refusal, TaskHeldElsewhere):
+            # Never delete: this may be the holder's own message. Look again after its lease.
+            remaining = max(0.0, (refusal.effective_until_ms - now_ms()) / 1000)
+            delay = remaining + random.uniform(1.0, 3.0)
+            logger.info("task held elsewhere; backing off", extra={**log, "delay_s": delay})
+            self._batcher.change_visibility(entry.receipt_handle, delay)
+            return "held_elsewhere"
+        if isinstance(refusal, AttemptsExhausted):
+            error = info(
+                "validation", f"attempts exhausted ({refusal.attempts})", "AttemptsExhausted"
+            )
+            self._fail_without_lease(entry, envelope, error, attempt=refusal.attempts)
+            return "failed"
+        if isinstance(refusal, TaskNotReady):
+            delay = backoff_s(3, base_s=self._settings.retry_backoff_base_s,
+                              max_s=self._settings.retry_backoff_max_s)  # fmt: skip
+            self._batcher.change_visibility(entry.receipt_handle, delay)
+            return "not_ready"
+        self._batcher.change_visibility(
+            entry.receipt_handle, random.uniform(1, CONTENTION_BACKOFF_S)
+        )
+        return "contended"
+
+    def _fail_without_lease(
+        self, entry: InFlight, envelope: TaskEnvelope, error: ErrorInfo, *, attempt: int
+    ) -> None:
+        record = self._store.transition(
+            envelope.tenant, envelope.request_id, from_states=_LIVE, to_state=TaskState.FAILED,
+            fields={"error": error.to_record()}, unless_lease_live=True,
+        )  # fmt: skip
+        if record is None and self._store.get(envelope.tenant, envelope.request_id) is not None:
+            # Someone else moved it first (it is live or terminal now): leave it to them.
+            self._batcher.change_visibility(entry.receipt_handle, CONTENTION_BACKOFF_S)
+            return
+        self._emit("Task Failed", envelope=envelope, attempt=attempt, error=error.to_record())
+        self._batcher.delete(entry.receipt_handle)
+
+    # -- the attempt -----------------------------------------------------------------------
+    def _run(
+        self,
+        entry: InFlight,
+        envelope: TaskEnvelope,
+        definition: TaskDefinition,
+        lease: Lease,
+        attributes: Mapping[str, Any],
+        max_attempts: int,
+        timeout_ms: int,
+    ) -> str:
+        sent = attributes.get("SentTimestamp")
+        start = TaskStart(
+            request_id=envelope.request_id,
+            tenant=envelope.tenant,
+            definition=definition.name,
+            attempt=lease.attempt,
+            queue_wait_ms=max(0, now_ms() - int(sent)) if sent else None,
+        )
+        self._emit("Task Processing Started", envelope=envelope, attempt=lease.attempt,
+                   effective_until_ms=lease.effective_until_ms)  # fmt: skip
+        for middleware in self._middleware:
+            _safely(middleware.before_process, start)
+        began = time.monotonic()
+        task_dir = self._prepare(envelope, definition, lease)
+        result: Result = "failed"
+        try:
+            child = run_child(
+                task_dir,
+                env=self._child_env,
+                timeout_s=timeout_ms / 1000,
+                grace_s=self._settings.kill_grace_ms / 1000,
+                stop=entry.stop,
+                log_line=lambda stream, line: logger.info(
+                    f"[task:{envelope.request_id}] {line}",
+                    extra={"requestId": envelope.request_id, "stream": stream},
+                ),
+                on_start=lambda pid: setattr(entry, "child_pid", pid),
+            )
+            outcome = decide(child, task_dir, attempt=lease.attempt, max_attempts=max_attempts)
+            result = self._settle(entry, envelope, lease, task_dir, outcome, child.duration_ms)
+        finally:
+            if self._settings.delete_files_after_upload:
+                artifacts.remove(task_dir)
+            end = TaskEnd(start=start, result=result,
+                          duration_ms=int((time.monotonic() - began) * 1000))  # fmt: skip
+            for middleware in self._middleware:
+                _safely(middleware.after_process, end)
+        return result
+
+    def _prepare(self, envelope: TaskEnvelope, definition: TaskDefinition, lease: Lease) -> Path:
+        task_dir = Path(
+            tempfile.mkdtemp(prefix=f"agentq-{envelope.request_id[:40]}-",
+                             dir=self._settings.work_dir)
+        )  # fmt: skip
+        task = {
+            "requestId": envelope.request_id,
+            "tenant": envelope.tenant,
+            "attempt": lease.attempt,
+            "jobId": envelope.job_id,
+            "definition": definition.to_dict(),
+            "input": dict(envelope.input),
+        }
+        (task_dir / TASK_FILE).write_text(json.dumps(task))
+        return task_dir
+
+    def _settle(
+        self,
+        entry: InFlight,
+        envelope: TaskEnvelope,
+        lease: Lease,
+        task_dir: Path,
+        outcome: Outcome,
+        duration_ms: int,
+    ) -> Result:
+        if outcome.verdict == "lease_lost":
+            # A newer attempt owns the task and its message: touch neither.
+            logger.warning(
+                "lease lost mid-task; child stopped", extra={"requestId": lease.request_id}
+            )
+            return "lease_lost"
+        if outcome.verdict == "released":
+            return self._release(entry, envelope, lease)
+        try:
+            artifacts.upload_outputs(self._s3, self._bucket, envelope.request_id, task_dir)
+        except Exception:
+            logger.exception("artifact upload failed", extra={"requestId": lease.request_id})
+        usage = outcome.usage or {}
+        fields: dict[str, Any] = {"durationMs": duration_ms}
+        if usage:
+            fields.update(usage=usage.get("usage"), costUsd=usage.get("cost_usd"))
+        error = outcome.error.to_record() if outcome.error else None
+
+        def emit(detail_type: DetailType, **payload: Any) -> None:
+            self._emit(detail_type, envelope=envelope, attempt=lease.attempt,
+                       duration_ms=duration_ms, **payload)  # fmt: skip
+
+        try:
+            if outcome.verdict == "completed":
+                pointer = {"bucket": self._bucket,
+                           "key": artifacts.prefix_for(envelope.request_id) + RESULT_FILE}  # fmt: skip
+                self._store.finalize(
+                    lease, TaskState.COMPLETED, fields={**fields, "result": pointer}
+                )
+                emit("Task Completed", result=pointer, usage=usage.get("usage"),
+                           cost_usd=usage.get("cost_usd"))  # fmt: skip
+                self._batcher.delete(entry.receipt_handle)
+                return "completed"
+            if outcome.verdict == "retry":
+                delay = backoff_s(lease.attempt, base_s=self._settings.retry_backoff_base_s,
+                                  max_s=self._settings.retry_backoff_max_s)  # fmt: skip
+                retry_at = now_ms() + int(delay * 1000)
+                self._store.finalize(lease, TaskState.RETRYING, retry_at_ms=retry_at,
+                                     fields={**fields, "error": error})  # fmt: skip
+                emit("Task Processing Failed", error=error, retryAt=retry_at)
+                self._batcher.change_visibility(entry.receipt_handle, delay)
+                return "retrying"
+            timed_out = outcome.verdict == "timeout"
+            state = TaskState.TIMEOUT if timed_out else TaskState.FAILED
+            detail: DetailType = "Task Timeout" if timed_out else "Task Failed"
+            self._store.finalize(lease, state, fields={**fields, "error": error})
+            emit(detail, error=error)
+            self._batcher.delete(entry.receipt_handle)
+            return "timeout" if outcome.verdict == "timeout" else "failed"
+        except LeaseLost:
+            logger.warning("lease lost before finalize; leaving the task to its new holder",
+                           extra={"requestId": lease.request_id})  # fmt: skip
+            return "lease_lost"
+
+    def _release(self, entry: InFlight, envelope: TaskEnvelope, lease: Lease) -> Result:
+        """Shutdown stopped the child: give the attempt back and make the message visible."""
+        try:
+            self._store.finalize(
+                lease, TaskState.RETRYING, retry_at_ms=now_ms(),
+                # The attempt did not fail; it was interrupted: do not count it.
+                fields={"attempt": max(0, lease.attempt - 1), "releasedBy": self._worker_id},
+            )  # fmt: skip
+            error = info("timeout", "worker shut down before the task finished", "WorkerShutdown")
+            self._emit("Task Processing Failed", envelope=envelope, attempt=lease.attempt,
+                       error=error.to_record(), retryAt=now_ms())  # fmt: skip
+        except LeaseLost:
+            pass
+        self._batcher.change_visibility(entry.receipt_handle, 0)
+        return "released"
+
+    # -- events --------------------------------------------------------------------------
+    def _emit(
+        self,
+        detail_type: DetailType,
+        *,
+        envelope: TaskEnvelope | None = None,
+        request_id: str | None = None,
+        tenant: str | None = None,
+        attempt: int = 0,
+        effective_until_ms: int | None = None,
+        **payload: Any,
+    ) -> None:
+        event = task_event(
+            detail_type,
+            request_id=envelope.request_id if envelope else str(request_id),
+            tenant=envelope.tenant if envelope else str(tenant),
+            job_id=envelope.job_id if envelope else None,
+            attempt=attempt,
+            worker_id=self._worker_id,
+            definition=envelope.definition if envelope else None,
+            effective_until_ms=effective_until_ms,
+            **payload,
+        )
+        try:
+            self._publisher.publish(event)
+        except Exception:
+            # The STATE item already holds the truth; a lost event must not undo the work.
+            logger.exception("event not published", extra={"detailType": detail_type})
+
+
+def _message_request_id(message_id: str) -> str:
+    return "msg-" + "".join(c for c in message_id if c.isalnum() or c in "-_")[:250]
+
+
+def _safely(hook: Any, arg: Any) -> None:
+    try:
+        hook(arg)
+    except Exception:
+        logger.exception("middleware hook failed")

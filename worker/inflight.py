@@ -1,0 +1,54 @@
+"""Messages a worker holds: one entry per received message until it is settled."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from agentq.envelope import TaskEnvelope
+from agentq.store.tasks import Lease
+from worker.supervisor import StopSignal
+
+
+@dataclass
+class InFlight:
+    message_id: str
+    receipt_handle: str
+    received_at: float = field(default_factory=time.monotonic)
+    envelope: TaskEnvelope | None = None
+    lease: Lease | None = None
+    child_pid: int | None = None
+    stop: StopSignal = field(default_factory=StopSignal)
+    # Visibility extension gives up after consecutive failures (the seed's rule).
+    extension_failures: int = 0
+    extending: bool = True
+
+    @property
+    def request_id(self) -> str | None:
+        return self.envelope.request_id if self.envelope else None
+
+
+class InFlightRegistry:
+    """Thread-safe set of held messages; the heartbeat extends exactly these."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, InFlight] = {}
+
+    def add(self, entry: InFlight) -> None:
+        with self._lock:
+            self._entries[entry.message_id] = entry
+
+    def remove(self, entry: InFlight) -> None:
+        with self._lock:
+            if self._entries.get(entry.message_id) is entry:
+                del self._entries[entry.message_id]
+
+    def snapshot(self) -> list[InFlight]:
+        with self._lock:
+            return list(self._entries.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)

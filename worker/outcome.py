@@ -1,0 +1,83 @@
+"""What an attempt's end means for the task and its message (the seed's table).
+
+| how the child ended                        | STATE     | event                  | message |
+|--------------------------------------------|-----------|------------------------|---------|
+| exit 0                                     | COMPLETED | Task Completed         | delete  |
+| killed by the worker's timeout             | TIMEOUT   | Task Timeout           | delete  |
+| failed, retryable, attempts left           | RETRYING  | Task Processing Failed | kept, visible after a jittered backoff |
+| failed, retryable, last attempt            | FAILED    | Task Failed            | delete  |
+| failed, not retryable (programming, auth…) | FAILED    | Task Failed            | delete  |
+
+The worker reads the child's structured error record, never its stderr text.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from agentq.taxonomy import ErrorInfo, from_record, info
+from worker.child import ERROR_FILE, RESULT_FILE
+from worker.supervisor import ChildExit
+
+Verdict = Literal["completed", "timeout", "retry", "failed", "released", "lease_lost"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    verdict: Verdict
+    error: ErrorInfo | None = None
+    usage: dict[str, Any] | None = None
+
+
+def backoff_s(attempt: int, *, base_s: float, max_s: float) -> float:
+    """Full-jitter exponential backoff: uniform in [base, min(max, base * 2^(attempt-1))]."""
+    ceiling = min(max_s, base_s * 2 ** max(0, attempt - 1))
+    return random.uniform(min(base_s, ceiling), ceiling)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_usage(task_dir: Path) -> dict[str, Any] | None:
+    data = _read_json(task_dir / "usage.json")
+    return data if isinstance(data, dict) else None
+
+
+def decide(child: ChildExit, task_dir: Path, *, attempt: int, max_attempts: int) -> Outcome:
+    usage = read_usage(task_dir)
+    if child.stopped == "timeout":
+        return Outcome(
+            verdict="timeout",
+            error=info("timeout", f"killed after {child.duration_ms} ms", "TaskTimeout"),
+            usage=usage,
+        )
+    if child.stopped == "lease_lost":
+        return Outcome(verdict="lease_lost", usage=usage)
+    if child.stopped == "shutdown":
+        return Outcome(verdict="released", usage=usage)
+    if child.returncode == 0:
+        if (task_dir / RESULT_FILE).is_file():
+            return Outcome(verdict="completed", usage=usage)
+        error = info("parse", "child exited 0 without artifacts/task-result.json", "ChildProtocol")
+        return Outcome(verdict="failed", error=error, usage=usage)
+    record = _read_json(task_dir / ERROR_FILE)
+    if isinstance(record, dict):
+        error = from_record(record)
+    else:
+        how = (
+            f"killed by signal {-child.returncode}"
+            if child.returncode < 0
+            else f"exited {child.returncode}"
+        )
+        error = info("parse", f"child {how} without a readable error record", "ChildProtocol")
+    if error.retryable and attempt < max_attempts:
+        return Outcome(verdict="retry", error=error, usage=usage)
+    return Outcome(verdict="failed", error=error, usage=usage)

@@ -1,0 +1,195 @@
+"""Child supervision: start the runner in its own session, stream its output, enforce
+the timeout, and make sure nothing of it survives.
+
+The whole process group gets SIGTERM, then SIGKILL after the grace period. A task may
+start processes that leave the group (setsid, a CLI that daemonizes); they stay in the
+session or descend from the child, so those are hunted with psutil as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Final, Literal
+
+import psutil
+
+StopReason = Literal["timeout", "lease_lost", "shutdown"]
+POLL_S: Final = 0.05
+LogLine = Callable[[str, str], None]  # (stream name, line)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChildExit:
+    returncode: int
+    duration_ms: int
+    stopped: StopReason | None  # set when the worker ended the child, not the task itself
+    survivors_killed: int = 0
+
+
+class StopSignal:
+    """Why a running child must end early; the first reason wins."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason: StopReason | None = None
+
+    def set(self, reason: StopReason) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self._event.set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._event.wait(timeout)
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
+def _pump(stream: IO[bytes], name: str, log_line: LogLine) -> None:
+    with contextlib.suppress(ValueError, OSError):
+        for raw in iter(stream.readline, b""):
+            log_line(name, raw.decode("utf-8", "replace").rstrip("\n"))
+    with contextlib.suppress(OSError):
+        stream.close()
+
+
+def _members(session: int, known: set[int]) -> list[psutil.Process]:
+    """Live processes of the child's session or group, or descendants we saw."""
+    found: list[psutil.Process] = []
+    for proc in psutil.process_iter():
+        try:
+            member = (
+                proc.pid in known
+                or os.getsid(proc.pid) == session
+                or os.getpgid(proc.pid) == session
+            )
+            if member and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+    return found
+
+
+def _descendants(pid: int) -> set[int]:
+    try:
+        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+    except psutil.Error:
+        return set()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # Zombies answer signal 0; only a live member counts.
+    return bool(_members(pgid, set()))
+
+
+def terminate_tree(process: subprocess.Popen[bytes], *, grace_s: float, known: set[int]) -> int:
+    """SIGTERM the group, SIGKILL after `grace_s`, then kill anything that escaped.
+
+    Returns how many escaped processes had to be killed individually.
+    """
+    pgid = process.pid  # start_new_session: the child leads its own session and group
+    known |= _descendants(process.pid)
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and _group_alive(pgid):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=POLL_S)
+    _signal_group(pgid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=5)
+    return reap_leftovers(pgid, known)
+
+
+def reap_leftovers(session: int, known: set[int]) -> int:
+    """Kill whatever of the child's session, group or known descendants still lives."""
+    killed = 0
+    for _ in range(3):
+        survivors = _members(session, known)
+        if not survivors:
+            break
+        for proc in survivors:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+                killed += 1
+        psutil.wait_procs(survivors, timeout=2)
+    return killed
+
+
+def run_child(
+    task_dir: Path,
+    *,
+    env: dict[str, str],
+    timeout_s: float,
+    grace_s: float,
+    stop: StopSignal,
+    log_line: LogLine,
+    on_start: Callable[[int], None] | None = None,
+) -> ChildExit:
+    """Run ``python -m worker.child TASK_DIR`` to completion, timeout or stop."""
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "worker.child", str(task_dir)],
+        cwd=task_dir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    if on_start is not None:
+        on_start(process.pid)
+    assert process.stdout is not None and process.stderr is not None
+    pumps = [
+        threading.Thread(target=_pump, args=(process.stdout, "stdout", log_line), daemon=True),
+        threading.Thread(target=_pump, args=(process.stderr, "stderr", log_line), daemon=True),
+    ]
+    for pump in pumps:
+        pump.start()
+    deadline = started + timeout_s
+    known: set[int] = set()
+    reason: StopReason | None = None
+    while process.poll() is None:
+        now = time.monotonic()
+        if now >= deadline:
+            reason = "timeout"
+            break
+        if stop.wait(min(POLL_S * 4, deadline - now)):
+            reason = stop.reason
+            break
+        # Remember descendants while they are still attached, in case they leave the group.
+        known |= _descendants(process.pid)
+    killed = 0
+    if reason is not None:
+        killed = terminate_tree(process, grace_s=grace_s, known=known)
+    else:
+        # The task ended; a background process it left behind must not outlive it.
+        killed = reap_leftovers(process.pid, known)
+    for pump in pumps:
+        pump.join(timeout=5)
+    returncode = process.wait()
+    return ChildExit(
+        returncode=returncode,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        stopped=reason,
+        survivors_killed=killed,
+    )

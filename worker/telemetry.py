@@ -1,0 +1,108 @@
+"""Structured logs, EMF metrics and the middleware hooks around each task.
+
+Powertools Metrics is made for Lambda (flush at the end of an invocation); in this
+long-running process metrics are flushed after every task and on every heartbeat-free
+tick, as EMF JSON lines on stdout that the CloudWatch agent / awslogs driver ingests.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+from agentq.aws import CallCounter
+
+NAMESPACE: Final = "agentq"
+SERVICE: Final = "worker"
+
+Result = Literal["completed", "failed", "retrying", "timeout", "released", "lease_lost"]
+
+
+def make_logger(level: str) -> Logger:
+    logger = Logger(service=SERVICE, level=level.upper())
+    # Route the worker's module loggers (logging.getLogger("worker.*")) through the
+    # same JSON handler.
+    for name in ("worker", "agentq"):
+        std = logging.getLogger(name)
+        std.handlers = logger.handlers
+        std.setLevel(level.upper())
+        std.propagate = False
+    return logger
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskStart:
+    request_id: str
+    tenant: str
+    definition: str
+    attempt: int
+    queue_wait_ms: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskEnd:
+    start: TaskStart
+    result: Result
+    duration_ms: int
+
+
+class Middleware:
+    """Cross-cutting concerns around each task attempt (dramatiq-style hooks)."""
+
+    def before_process(self, start: TaskStart) -> None:
+        """Called in the slot thread once the lock is held, before the child starts."""
+
+    def after_process(self, end: TaskEnd) -> None:
+        """Called in the slot thread after the message is settled, whatever happened."""
+
+
+class MetricsMiddleware(Middleware):
+    """TasksStarted/Completed/Failed/TimedOut, TaskDuration, QueueWait, SlotsBusy, AwsCalls."""
+
+    def __init__(self, *, slots_busy: Any, counter: CallCounter | None) -> None:
+        self._metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+        self._slots_busy = slots_busy
+        self._counter = counter
+        self._lock = threading.Lock()
+        self._calls_reported = 0
+
+    def before_process(self, start: TaskStart) -> None:
+        with self._lock:
+            self._metrics.add_metric(name="TasksStarted", unit=MetricUnit.Count, value=1)
+            if start.queue_wait_ms is not None:
+                self._metrics.add_metric(
+                    name="QueueWait", unit=MetricUnit.Milliseconds, value=start.queue_wait_ms
+                )
+
+    def after_process(self, end: TaskEnd) -> None:
+        name = {
+            "completed": "TasksCompleted",
+            "failed": "TasksFailed",
+            "retrying": "TasksFailed",
+            "timeout": "TasksTimedOut",
+        }.get(end.result)
+        with self._lock:
+            if name is not None:
+                self._metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+            self._metrics.add_metric(
+                name="TaskDuration", unit=MetricUnit.Milliseconds, value=end.duration_ms
+            )
+        self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._metrics.add_metric(
+                name="SlotsBusy", unit=MetricUnit.Count, value=float(self._slots_busy())
+            )
+            if self._counter is not None:
+                total = self._counter.total()
+                self._metrics.add_metric(
+                    name="AwsCalls", unit=MetricUnit.Count, value=total - self._calls_reported
+                )
+                self._calls_reported = total
+            self._metrics.flush_metrics()
