@@ -46,7 +46,11 @@ def free_port() -> int:
 
 
 class MotoServer:
-    """moto's server in its own process (so it never competes with the caller's GIL)."""
+    """moto's server in its own process (so it never competes with the caller's GIL).
+
+    Started through agentq.local.moto_server, which makes DynamoDB conditional writes
+    atomic as they are on AWS.
+    """
 
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
@@ -59,7 +63,7 @@ class MotoServer:
     def start(self, timeout_s: float = 30.0) -> MotoServer:
         env = {**os.environ, **LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION": LOCAL_REGION}
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            [sys.executable, "-m", "agentq.local.moto_server", "--port", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=env,
