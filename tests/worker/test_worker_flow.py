@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import Stack
@@ -35,3 +36,101 @@ def test_worker_happy_path_completes_uploads_and_deletes(stack: Stack) -> None:
     stats = worker.stats()
     assert stats is not None and stats["verdicts"] == {"completed": 1}
     assert stats["awsCalls"]["sqs:ReceiveMessage"] >= 1
+
+
+def test_worker_deletes_a_duplicate_of_a_completed_task_without_running_it(
+    stack: Stack, tmp_path: Path
+) -> None:
+    events = EventLog(stack)
+    side_log = tmp_path / "runs.jsonl"
+    with running_worker(stack) as worker:
+        task = send(stack, "sample-echo", {"side_log": str(side_log)})
+        events.wait(task.request_id, "Task Completed")
+        send(stack, "sample-echo", {"side_log": str(side_log)}, request_id=task.request_id)
+        worker.wait_for_output('"verdict":"duplicate"')
+        wait_for(lambda: queue_counts(stack) == (0, 0), message="duplicate deleted")
+        worker.stop()
+    assert len(side_log.read_text().splitlines()) == 1
+    assert len(events.of(task.request_id, "Task Processing Started")) == 1
+    assert len(events.of(task.request_id, "Task Completed")) == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "attributes"),
+    [
+        pytest.param("{not json", {"requestId": "bad-body-1"}, id="malformed-body"),
+        pytest.param(
+            json.dumps({"definition": "sample-echo", "input": {}}),
+            {"requestId": "bad id with spaces"},
+            id="bad-request-id",
+        ),
+        pytest.param(
+            json.dumps({"definition": "sample-echo", "input": {}}),
+            {"requestId": "a" * 300},
+            id="oversized-attribute",
+        ),
+        pytest.param(
+            json.dumps({"requestId": "no-such-def-1", "definition": "no-such-definition"}),
+            {},
+            id="unknown-definition",
+        ),
+    ],
+)
+def test_worker_rejects_bad_messages_and_keeps_running(
+    stack: Stack, body: str, attributes: dict[str, str]
+) -> None:
+    events = EventLog(stack)
+    stack.sqs.send_message(
+        QueueUrl=stack.resources.queue_url,
+        MessageBody=body,
+        MessageAttributes={
+            name: {"DataType": "String", "StringValue": value} for name, value in attributes.items()
+        },
+    )
+    with running_worker(stack) as worker:
+        worker.wait_for_output('"verdict":"rejected"')
+        good = send(stack, "sample-noop")
+        events.wait(good.request_id, "Task Completed")
+        wait_for(lambda: queue_counts(stack) == (0, 0), message="bad message deleted")
+        assert worker.alive()
+        worker.stop()
+    failed = [e for e in events.poll() if e["detail-type"] == "Task Failed"]
+    assert len(failed) == 1
+    error = failed[0]["payload"]["error"]
+    assert error["category"] in ("validation", "parse", "not_found")
+    assert error["retryable"] is False
+    assert not [e for e in events.events if e["detail-type"] == "Task Processing Started"
+                and e["requestId"] != good.request_id]  # fmt: skip
+
+
+def test_worker_child_env_holds_no_aws_credentials(stack: Stack) -> None:
+    events = EventLog(stack)
+    with running_worker(stack, ANTHROPIC_API_KEY="sk-test-not-a-key", AGENTQ_MARKER="1") as worker:
+        task = send(stack, "sample-env")
+        completed = events.wait(task.request_id, "Task Completed")[0]
+        worker.stop()
+    pointer = completed["payload"]["result"]
+    names = json.loads(
+        stack.s3.get_object(Bucket=pointer["bucket"], Key=pointer["key"])["Body"].read()
+    )["names"]
+    assert not [n for n in names if n.startswith("AWS_")]
+    assert {"ANTHROPIC_API_KEY", "AGENTQ_MARKER", "HOME", "PATH"} <= set(names)
+    assert "SQS_QUEUE_URL" not in names and "S3_BUCKET" not in names
+
+
+def test_worker_streams_child_output_with_the_task_prefix(stack: Stack) -> None:
+    events = EventLog(stack)
+    with running_worker(stack) as worker:
+        task = send(stack, "sample-chatter", {"lines": 2000, "width": 100})
+        events.wait(task.request_id, "Task Completed")
+        worker.stop()
+    prefixed = [
+        r for r in worker.log_records()
+        if str(r.get("message", "")).startswith(f"[task:{task.request_id}] line ")
+    ]  # fmt: skip
+    assert len(prefixed) == 2000
+    assert {r["stream"] for r in prefixed} == {"stdout", "stderr"}
+    metrics = [r for r in worker.log_records() if "_aws" in r]
+    names = {m["Name"] for r in metrics for d in r["_aws"]["CloudWatchMetrics"]
+             for m in d["Metrics"]}  # fmt: skip
+    assert {"TasksStarted", "TasksCompleted", "TaskDuration", "QueueWait", "SlotsBusy"} <= names
