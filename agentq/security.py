@@ -65,3 +65,36 @@ def redact_values(text: str, secrets: list[str]) -> str:
         if secret and len(secret) >= 6:
             text = text.replace(secret, "[REDACTED]")
     return text
+
+
+# Bidirectional overrides and zero-width characters can hide text from a human reviewer
+# of a prompt while the model still reads it.
+_INVISIBLE: Final = re.compile(r"[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+
+
+def sanitize_prompt_input(
+    value: str,
+    *,
+    name: str = "input",
+    limit: int = MAX_PROMPT_VALUE,
+    delimiter: str = "input",
+) -> str:
+    """Make one input value safe to place between the template's delimiters.
+
+    The template wraps each value as ``<input name="...">VALUE</input>``. A value that
+    contains ``</input>`` (or forges a new ``<input ...>``) would close the data block and
+    speak as the template's author, so every tag of the delimiter's name is defused into
+    ``&lt;/input>``. Control and invisible characters go; newlines and tabs stay.
+    A value over `limit` characters is rejected (`InvalidInput`), never silently cut.
+    """
+    from agentq.errors import InvalidInput  # errors imports nothing; keep this module leaf
+
+    if not isinstance(value, str):
+        raise InvalidInput(name, f"must be text, got {type(value).__name__}")
+    if len(value) > limit:
+        raise InvalidInput(name, f"is {len(value)} characters; the limit is {limit}")
+    text = value.replace("\r\n", "\n").replace("\r", "\n")
+    text = _CONTROL.sub("", text)
+    text = _INVISIBLE.sub("", text)
+    tag = re.compile(rf"<(\s*/?\s*{re.escape(delimiter)})(?=[\s>/]|$)", re.IGNORECASE)
+    return tag.sub(r"&lt;\1", text)

@@ -1,0 +1,161 @@
+"""The agent kind's algorithm: render → retried CLI runs → validate → leave files behind.
+
+Whatever happens, the trace, usage and summary files are written: a failed task is
+where an operator most needs to see what the model did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+from claude_agent_sdk import ResultMessage
+from jsonschema import Draft202012Validator
+
+from agentq.taxonomy import ErrorInfo, classify_exception, info
+from worker.kinds import ChildContext
+from worker.kinds.agent import session
+from worker.kinds.agent.errors import classify_sdk_exception
+from worker.kinds.agent.retry import Failure, RetryPolicy, with_retry
+from worker.kinds.agent.spec import AgentSpec
+from worker.kinds.agent.summary import CliLog, SummaryLog, describe_tools, describe_totals
+from worker.kinds.agent.trace import TraceRecorder, cache_efficiency_pct
+
+RESULT_NAME = "task-result.json"
+TRACE_NAME = "session_trace.json"
+MAX_SCHEMA_ERRORS = 3
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(partial, path)
+
+
+def validate_output(output: Any, schema: dict[str, Any]) -> None:
+    """Structured output that breaks the schema is a parse failure, never a success."""
+    if output is None:
+        raise info("parse", "the model returned no structured output").to_exception()
+    errors = sorted(Draft202012Validator(schema).iter_errors(output), key=lambda e: e.path)
+    if errors:
+        shown = "; ".join(
+            f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
+            for e in errors[:MAX_SCHEMA_ERRORS]
+        )
+        more = (
+            f" (+{len(errors) - MAX_SCHEMA_ERRORS} more)" if len(errors) > MAX_SCHEMA_ERRORS else ""
+        )
+        # info() sanitizes: the offending values may be secrets echoed from the input.
+        raise info("parse", f"structured output violates the schema: {shown}{more}").to_exception()
+
+
+class AgentRun:
+    """One task attempt of the agent kind (the worker's attempt; it may try the CLI 3x)."""
+
+    def __init__(self, ctx: ChildContext) -> None:
+        self.ctx = ctx
+        self.started_unix = time.time()
+        self.recorder = TraceRecorder()
+        self.log = SummaryLog(ctx.logs_dir / "summary.log")
+        self.spec: AgentSpec | None = None
+        self.outcome = "failed"
+        self.error: ErrorInfo | None = None
+
+    def run(self) -> Any:
+        ctx = self.ctx
+        self.log.line(
+            f"agent task {ctx.request_id} (definition {ctx.definition.name}, tenant "
+            f"{ctx.tenant}, attempt {ctx.attempt}{', job ' + ctx.job_id if ctx.job_id else ''})"
+        )
+        try:
+            spec = self.spec = AgentSpec.from_settings(ctx.definition.settings, ctx.settings)
+            prompt = spec.template.render(ctx.input)
+            self.log.line(
+                f"model {spec.model}, max_turns {spec.max_turns}, tools "
+                f"{', '.join(spec.allowed_tools) or 'none'}, permission {spec.permission_mode}, "
+                f"step timeout {spec.step_timeout_s:g} s"
+                + (f", budget ${spec.max_budget_usd:g}" if spec.max_budget_usd else "")
+            )
+            result = anyio.run(self._run, spec, prompt)
+            output = result.structured_output
+            validate_output(output, dict(spec.output_schema))
+            write_json(ctx.artifacts_dir / RESULT_NAME, output)
+            self.outcome = "completed"
+            self.log.line(f"result: artifacts/{RESULT_NAME} (valid against the output schema)")
+            return output
+        except BaseException as exc:
+            self.error = classify_exception(exc)
+            self.log.line(f"failed: {self.error.category}: {self.error.message}")
+            raise
+        finally:
+            self._finish()
+
+    async def _run(self, spec: AgentSpec, prompt: str) -> ResultMessage:
+        workspace = self.ctx.task_dir / "workspace"
+        workspace.mkdir(parents=True, exist_ok=True)
+        cli_log = CliLog(self.ctx.logs_dir / "cli.log")
+        opts = session.options(spec, cwd=workspace, recorder=self.recorder, stderr=cli_log)
+        policy = RetryPolicy(
+            attempts=spec.retry_attempts,
+            base_s=spec.retry_backoff_s,
+            cap_s=spec.retry_backoff_max_s,
+            attempt_timeout_s=spec.step_timeout_s,
+        )
+
+        async def attempt(number: int) -> ResultMessage:
+            self.recorder.start_attempt(number)
+            result = await session.run_once(prompt, opts, self.recorder)
+            self.recorder.end_attempt("success")
+            return result
+
+        try:
+            return await with_retry(
+                attempt,
+                policy=policy,
+                classify=lambda exc: classify_sdk_exception(
+                    exc, self.recorder.last_assistant_error
+                ),
+                on_failure=self._on_failure,
+            )
+        finally:
+            cli_log.close()
+
+    def _on_failure(self, failure: Failure) -> None:
+        error = failure.error
+        self.recorder.end_attempt(error.category, error.to_record())
+        then = (
+            f"retrying in {failure.retry_in_s:.1f} s"
+            if failure.retry_in_s is not None
+            else ("giving up" if error.retryable else "not retryable")
+        )
+        self.log.line(f"attempt {failure.attempt}: {error.category}: {error.message} ({then})")
+
+    def _finish(self) -> None:
+        ctx, spec = self.ctx, self.spec
+        totals = self.recorder.totals()
+        trace = self.recorder.to_dict(
+            request_id=ctx.request_id,
+            tenant=ctx.tenant,
+            job_id=ctx.job_id,
+            task_attempt=ctx.attempt,
+            definition=ctx.definition.name,
+            model=spec.model if spec else None,
+            outcome=self.outcome,
+            error=self.error.to_record() if self.error else None,
+            started_unix=self.started_unix,
+        )
+        try:
+            write_json(ctx.traces_dir / "session_trace.json", trace)
+            write_json(ctx.usage_file, totals)
+            if self.recorder.attempts:
+                for line in describe_totals(totals, cache_efficiency_pct(totals["usage"])):
+                    self.log.line(line)
+                self.log.line(describe_tools(trace["tool_summary"]))
+            self.log.line(f"outcome: {self.outcome}")
+        finally:
+            self.log.close()

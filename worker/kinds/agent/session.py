@@ -1,0 +1,68 @@
+"""One attempt: one `claude_agent_sdk.query()` run of the bundled CLI, to its result."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
+from pathlib import Path
+from typing import cast
+
+from claude_agent_sdk import ClaudeAgentOptions, Message, ResultMessage, query
+
+from agentq.errors import TaskError
+from worker.kinds.agent.errors import classify_result
+from worker.kinds.agent.spec import AgentSpec
+from worker.kinds.agent.trace import TraceRecorder
+
+
+def options(
+    spec: AgentSpec, *, cwd: Path, recorder: TraceRecorder, stderr: Callable[[str], None]
+) -> ClaudeAgentOptions:
+    env = {
+        # agentq's own retry (classified, jittered, traced) replaces the CLI's ten silent
+        # ones; a definition may hand some back with cli_max_retries.
+        "CLAUDE_CODE_MAX_RETRIES": str(spec.cli_max_retries),
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": os.environ.get(
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"
+        ),
+    }
+    return ClaudeAgentOptions(
+        model=spec.model,
+        system_prompt=spec.system_prompt,
+        max_turns=spec.max_turns,
+        max_budget_usd=spec.max_budget_usd,
+        # `tools` is what exists at all, `allowed_tools` what runs without asking:
+        # both are the definition's list, so an empty list means no tools.
+        tools=list(spec.allowed_tools),
+        allowed_tools=list(spec.allowed_tools),
+        permission_mode=spec.permission_mode,
+        output_format={"type": "json_schema", "schema": dict(spec.output_schema)},
+        hooks=recorder.hooks(),
+        cwd=str(cwd),
+        env=env,
+        # Settings files of the machine or a repo must not change what a task may do.
+        setting_sources=[],
+        stderr=stderr,
+    )
+
+
+async def run_once(prompt: str, opts: ClaudeAgentOptions, recorder: TraceRecorder) -> ResultMessage:
+    """Run the CLI to its result; an error result raises a classified `TaskError`."""
+    result: ResultMessage | None = None
+    # aclosing: when a timeout cancels us mid-stream, the SDK's generator is closed
+    # here, which terminates the CLI process instead of leaving it to the reaper.
+    stream = cast(AsyncGenerator[Message, None], query(prompt=prompt, options=opts))
+    async with aclosing(stream) as messages:
+        async for message in messages:
+            recorder.observe(message)
+            if isinstance(message, ResultMessage):
+                result = message
+                if result.is_error:
+                    # The SDK would raise a vaguer ResultError once the CLI exits.
+                    break
+    if result is None:
+        raise TaskError("server", "the CLI ended without a result", retryable=True)
+    if result.is_error:
+        raise classify_result(result, recorder.last_assistant_error).to_exception()
+    return result
