@@ -1,0 +1,112 @@
+"""Failures, retries, timeouts and the DLQ, with real worker and child processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import Stack
+from support import wait_for
+from worker_support import EventLog, queue_counts, running_worker, send, state
+
+from agentq.states import TaskState
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_worker_retries_a_retryable_failure_after_backoff(stack: Stack) -> None:
+    events = EventLog(stack)
+    with running_worker(stack) as worker:
+        task = send(stack, "sample-fail", {"category": "rate_limit", "times": 1})
+        completed = events.wait(task.request_id, "Task Completed")[0]
+        wait_for(lambda: queue_counts(stack) == (0, 0), message="message deleted")
+        worker.stop()
+    assert completed["attempt"] == 2
+    failed = events.of(task.request_id, "Task Processing Failed")
+    assert len(failed) == 1 and failed[0]["attempt"] == 1
+    assert failed[0]["payload"]["error"]["category"] == "rate_limit"
+    assert failed[0]["payload"]["retryAt"] > failed[0]["timestampMs"]
+    record = state(stack, task)
+    assert record is not None and record.state is TaskState.COMPLETED and record.attempt == 2
+
+
+def test_worker_fails_the_task_on_its_last_attempt(stack: Stack) -> None:
+    events = EventLog(stack)
+    with running_worker(stack) as worker:
+        task = send(stack, "sample-fail", {"category": "server"})
+        failed = events.wait(task.request_id, "Task Failed")[0]
+        wait_for(lambda: queue_counts(stack) == (0, 0), message="message deleted")
+        worker.stop()
+    assert failed["attempt"] == 3
+    assert len(events.of(task.request_id, "Task Processing Failed")) == 2
+    record = state(stack, task)
+    assert record is not None and record.state is TaskState.FAILED
+    assert record.raw["error"]["category"] == "server"
+    assert queue_counts(stack, stack.resources.dlq_url) == (0, 0)
+
+
+def test_worker_third_failure_goes_to_the_dlq_when_attempts_outlast_receives(
+    stack: Stack,
+) -> None:
+    # sample-fail-patient allows 5 attempts; the queue redrives after 3 receives.
+    events = EventLog(stack)
+    with running_worker(stack) as worker:
+        task = send(stack, "sample-fail-patient", {"category": "network"})
+        events.wait(task.request_id, "Task Processing Failed", count=3)
+        wait_for(
+            lambda: queue_counts(stack, stack.resources.dlq_url)[0] == 1,
+            timeout=30,
+            message="message in the DLQ",
+        )
+        worker.stop()
+    assert queue_counts(stack) == (0, 0)
+    assert not events.of(task.request_id, "Task Failed")
+    record = state(stack, task)
+    # The DLQ processor (not the worker) closes the task out.
+    assert record is not None and record.state is TaskState.RETRYING and record.attempt == 3
+
+
+def test_worker_fails_a_programming_error_at_once(stack: Stack) -> None:
+    events = EventLog(stack)
+    with running_worker(stack) as worker:
+        task = send(stack, "sample-fail", {"category": "programming", "message": "bug"})
+        failed = events.wait(task.request_id, "Task Failed")[0]
+        broken = send(stack, "sample-broken")
+        broken_failed = events.wait(broken.request_id, "Task Failed")[0]
+        wait_for(lambda: queue_counts(stack) == (0, 0), message="messages deleted")
+        worker.stop()
+    assert failed["attempt"] == 1
+    assert failed["payload"]["error"] == {
+        "category": "programming",
+        "retryable": False,
+        "message": "bug",
+        "exception_type": "TypeError",
+    }
+    assert broken_failed["payload"]["error"]["category"] == "not_found"
+    assert not events.of(task.request_id, "Task Processing Failed")
+
+
+def test_worker_timeout_kills_the_whole_process_group(stack: Stack, tmp_path: Path) -> None:
+    events = EventLog(stack)
+    pid_file = tmp_path / "grandchild.pid"
+    with running_worker(stack, CLAUDE_TIMEOUT="2000", CLAUDE_KILL_GRACE="500") as worker:
+        task = send(stack, "sample-grandchild", {"pid_file": str(pid_file), "seconds": 60})
+        wait_for(lambda: pid_file.exists() and pid_file.read_text(), message="grandchild pid")
+        grandchild = int(pid_file.read_text())
+        assert psutil.pid_exists(grandchild)
+        timeout = events.wait(task.request_id, "Task Timeout")[0]
+        wait_for(lambda: queue_counts(stack) == (0, 0), message="message deleted")
+        worker.stop()
+
+    def gone() -> bool:
+        try:
+            return psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    assert wait_for(gone, timeout=5, message="grandchild killed")
+    assert timeout["payload"]["error"]["category"] == "timeout"
+    record = state(stack, task)
+    assert record is not None and record.state is TaskState.TIMEOUT
+    assert not events.of(task.request_id, "Task Completed")
