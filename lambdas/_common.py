@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
-from dataclasses import dataclass, field
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Final
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
@@ -55,29 +54,3 @@ def runtime() -> Runtime:
             _cached.clear()  # one stage per container; do not grow across test stages
             _cached[key] = found
         return found
-
-
-@dataclass
-class LocalContext:
-    """The Lambda context the Lambda service passes, for the local host and tests."""
-
-    function_name: str
-    memory_limit_in_mb: int = 256
-    timeout_ms: int = 30_000
-    aws_request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    invoked_function_arn: str = ""
-    log_group_name: str = ""
-    log_stream_name: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.invoked_function_arn:
-            self.invoked_function_arn = (
-                f"arn:aws:lambda:local:000000000000:function:{self.function_name}"
-            )
-
-    def get_remaining_time_in_millis(self) -> int:
-        return self.timeout_ms
-
-
-def local_context(function_name: str, **kwargs: Any) -> LocalContext:
-    return LocalContext(function_name=function_name, **kwargs)

@@ -7,9 +7,9 @@ from conftest import Stack
 from lambda_support import eventbridge_envelope
 
 from agentq.events import task_event
+from agentq.local.lambda_host import local_context
 from agentq.store import EventStore
 from lambdas import save_event
-from lambdas._common import local_context
 
 pytestmark = pytest.mark.timeout(120)
 CTX = local_context("save-event")

@@ -1,0 +1,230 @@
+"""dlq-processor and redrive: dead letters are archived, closed out once, and replayable."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+from conftest import Stack
+from support import wait_for
+
+from agentq.cli import main as cli
+from agentq.config import Settings
+from agentq.dlq import DLQ_REASON, DlqArchive
+from agentq.envelope import TaskEnvelope
+from agentq.events import now_ms
+from agentq.local.lambda_host import LambdaHost, local_context, sqs_lambda_record
+from agentq.states import TaskState
+from agentq.store import EventStore, TaskStore
+from lambdas import dlq_processor
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _envelope(request_id: str) -> TaskEnvelope:
+    return TaskEnvelope(request_id=request_id, tenant="acme", definition="echo",
+                        input={"text": "hi"})  # fmt: skip
+
+
+def _tasks(stack: Stack) -> TaskStore:
+    return TaskStore(stack.dynamodb, stack.resources.table_name)
+
+
+def _send(stack: Stack, envelope: TaskEnvelope) -> None:
+    stack.sqs.send_message(
+        QueueUrl=stack.resources.queue_url,
+        MessageBody=envelope.to_body(),
+        MessageAttributes=envelope.message_attributes(),
+    )
+
+
+def _crashed_attempt(tasks: TaskStore, envelope: TaskEnvelope) -> None:
+    """A worker locks the task and dies: its short lease simply runs out."""
+    lease = tasks.acquire(envelope, worker_id="w-dead", lease_seconds=0.05, max_attempts=5)
+    wait_for(lambda: now_ms() > lease.effective_until_ms, timeout=5, message="lease expiry")
+
+
+def _dead_letter(stack: Stack, envelope: TaskEnvelope, *, crash: bool = True) -> None:
+    """Receive the message three times without deleting it; SQS then moves it to the DLQ."""
+    tasks = _tasks(stack)
+    tasks.create(envelope)
+    _send(stack, envelope)
+    for _ in range(3):
+        got = stack.sqs.receive_message(
+            QueueUrl=stack.resources.queue_url, VisibilityTimeout=0, WaitTimeSeconds=5
+        ).get("Messages", [])
+        assert len(got) == 1
+        if crash:
+            _crashed_attempt(tasks, envelope)
+
+    def moved() -> bool:
+        # The receive past maxReceiveCount is what makes SQS move the message.
+        stack.sqs.receive_message(QueueUrl=stack.resources.queue_url, WaitTimeSeconds=0)
+        attributes = stack.sqs.get_queue_attributes(
+            QueueUrl=stack.resources.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"]) == 1
+
+    wait_for(moved, timeout=20, message="the message in the DLQ")
+
+
+def _dlq_event(stack: Stack) -> dict[str, Any]:
+    messages = stack.sqs.receive_message(
+        QueueUrl=stack.resources.dlq_url, MaxNumberOfMessages=10, WaitTimeSeconds=2,
+        AttributeNames=["All"], MessageAttributeNames=["All"],
+    )["Messages"]  # fmt: skip
+    return {"Records": [sqs_lambda_record(m, queue_arn=stack.resources.dlq_arn) for m in messages]}
+
+
+def test_a_message_that_failed_three_times_ends_failed_with_one_event(stack: Stack) -> None:
+    envelope = _envelope("r-dlq-1")
+    _dead_letter(stack, envelope)
+    events = EventStore(stack.dynamodb, stack.resources.table_name, app_name="agentq")
+
+    # The Lambda host plays the Lambda service: DLQ → dlq-processor, bus → save-event.
+    with LambdaHost(stack.resources, Settings.from_env(), sqs=stack.sqs, health_interval_s=0):
+        record = wait_for(
+            lambda: (r := _tasks(stack).get("acme", "r-dlq-1")) and r.state.terminal and r,
+            timeout=60, message="the task closed out",
+        )  # fmt: skip
+        failed = wait_for(
+            lambda: [e for e in events.timeline("acme", "r-dlq-1")
+                     if e["detailType"] == "Task Failed"],
+            timeout=60, message="Task Failed in the table",
+        )  # fmt: skip
+
+    assert record.state is TaskState.FAILED
+    assert record.raw["error"]["message"] == DLQ_REASON
+    assert record.attempt == 3
+    assert len(failed) == 1
+    assert failed[0]["payload"]["error"]["message"] == DLQ_REASON
+    assert failed[0]["attempt"] == 3
+    (archived,) = DlqArchive(stack.s3, stack.resources.bucket).list()
+    assert archived.outcome == "failed"
+    assert json.loads(archived.body) == envelope.to_dict()
+    assert archived.attributes["requestId"]["StringValue"] == "r-dlq-1"
+    assert int(archived.system_attributes["ApproximateReceiveCount"]) >= 3
+
+
+def test_redelivered_dead_letter_emits_nothing_new(stack: Stack) -> None:
+    _dead_letter(stack, _envelope("r-dlq-twice"))
+    event = _dlq_event(stack)
+    ctx = local_context("dlq-processor")
+
+    first = dlq_processor.handler(event, ctx)
+    second = dlq_processor.handler(event, ctx)  # the same batch delivered again
+
+    assert first == second == {"batchItemFailures": []}
+    (archived,) = DlqArchive(stack.s3, stack.resources.bucket).list()
+    assert archived.outcome == "already-terminal"  # the second pass found it FAILED
+    assert _tasks(stack).require("acme", "r-dlq-twice").state is TaskState.FAILED
+
+
+def test_an_already_completed_task_is_not_overwritten(stack: Stack) -> None:
+    envelope = _envelope("r-dlq-done")
+    _dead_letter(stack, envelope, crash=False)
+    tasks = _tasks(stack)
+    lease = tasks.acquire(envelope, worker_id="w-1", lease_seconds=30, max_attempts=3)
+    tasks.finalize(lease, TaskState.COMPLETED, fields={"result": {"ok": True}})
+
+    assert dlq_processor.handler(_dlq_event(stack), local_context("dlq")) == {
+        "batchItemFailures": []
+    }
+
+    record = tasks.require("acme", "r-dlq-done")
+    assert record.state is TaskState.COMPLETED
+    assert "error" not in record.raw
+    (archived,) = DlqArchive(stack.s3, stack.resources.bucket).list()
+    assert archived.outcome == "already-terminal"
+
+
+def test_a_live_lease_is_left_to_its_holder(stack: Stack) -> None:
+    envelope = _envelope("r-dlq-live")
+    _dead_letter(stack, envelope, crash=False)
+    _tasks(stack).acquire(envelope, worker_id="w-live", lease_seconds=60, max_attempts=3)
+
+    dlq_processor.handler(_dlq_event(stack), local_context("dlq"))
+
+    assert _tasks(stack).require("acme", "r-dlq-live").state is TaskState.PROCESSING
+    (archived,) = DlqArchive(stack.s3, stack.resources.bucket).list()
+    assert archived.outcome == "lease-live"
+
+
+def test_malformed_dead_letter_is_archived_and_not_retried(stack: Stack) -> None:
+    stack.sqs.send_message(QueueUrl=stack.resources.dlq_url, MessageBody="{not json")
+
+    response = dlq_processor.handler(_dlq_event(stack), local_context("dlq"))
+
+    assert response == {"batchItemFailures": []}
+    (archived,) = DlqArchive(stack.s3, stack.resources.bucket).list()
+    assert (archived.outcome, archived.body) == ("malformed", "{not json")
+
+
+def test_nothing_is_closed_out_unless_archived(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _dead_letter(stack, _envelope("r-dlq-infra"))
+    event = _dlq_event(stack)
+    monkeypatch.setenv("S3_BUCKET", "no-such-bucket")  # archiving is the first step
+
+    # Every record failed: Powertools raises so the Lambda service retries the batch.
+    with pytest.raises(BatchProcessingError):
+        dlq_processor.handler(event, local_context("dlq"))
+
+    record = _tasks(stack).require("acme", "r-dlq-infra")
+    assert record.state is TaskState.PROCESSING  # untouched until it can be archived
+
+
+def test_redrive_replays_the_message_with_a_fresh_attempt_budget(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    envelope = _envelope("r-dlq-redrive")
+    _dead_letter(stack, envelope)
+    dlq_processor.handler(_dlq_event(stack), local_context("dlq"))
+    assert _tasks(stack).require("acme", "r-dlq-redrive").state is TaskState.FAILED
+    capsys.readouterr()  # the handler's log and metric lines
+
+    assert cli(["dlq", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["archived"]
+    assert [(m["request_id"], m["outcome"]) for m in listed] == [("r-dlq-redrive", "failed")]
+
+    assert cli(["dlq", "redrive", "r-dlq-redrive", "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    assert result["outcome"] == "redriven"
+
+    record = _tasks(stack).require("acme", "r-dlq-redrive")
+    assert (record.state, record.attempt) == (TaskState.PENDING, 0)
+    got = stack.sqs.receive_message(
+        QueueUrl=stack.resources.queue_url, WaitTimeSeconds=5, MessageAttributeNames=["All"]
+    )["Messages"]
+    assert json.loads(got[0]["Body"]) == envelope.to_dict()
+    assert got[0]["MessageAttributes"]["requestId"]["StringValue"] == "r-dlq-redrive"
+    # The replay's attempt budget is fresh: a worker may lock it again.
+    tasks = _tasks(stack)
+    lease = tasks.acquire(envelope, worker_id="w-2", lease_seconds=30, max_attempts=3)
+    assert lease.attempt == 1
+
+    # A second redrive finds nothing left to replay.
+    assert cli(["dlq", "redrive", "r-dlq-redrive"]) == 3
+    assert cli(["dlq", "redrive", "--all", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"] == []
+
+
+def test_redrive_never_reruns_a_completed_task(stack: Stack) -> None:
+    envelope = _envelope("r-dlq-norerun")
+    _dead_letter(stack, envelope)
+    dlq_processor.handler(_dlq_event(stack), local_context("dlq"))
+    # Someone completed it meanwhile (e.g. a late worker): the archive stays, no replay.
+    stack.dynamodb.update_item(
+        TableName=stack.resources.table_name,
+        Key={"PK": {"S": "TASK#acme#r-dlq-norerun"}, "SK": {"S": "STATE"}},
+        UpdateExpression="SET #s = :c", ExpressionAttributeNames={"#s": "state"},
+        ExpressionAttributeValues={":c": {"S": "COMPLETED"}},
+    )  # fmt: skip
+
+    assert cli(["dlq", "redrive", "r-dlq-norerun"]) == 1
+    assert "Messages" not in stack.sqs.receive_message(
+        QueueUrl=stack.resources.queue_url, WaitTimeSeconds=1
+    )
