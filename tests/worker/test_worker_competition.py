@@ -1,0 +1,136 @@
+"""Competing workers, crashes, long tasks and shutdown, with real processes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from conftest import Stack
+from support import wait_for
+from worker_support import (
+    EventLog,
+    queue_counts,
+    running_worker,
+    send,
+    set_visibility_timeout,
+    state,
+    store,
+)
+
+from agentq.events import now_ms
+from agentq.states import TaskState
+
+pytestmark = pytest.mark.timeout(150)
+
+
+def _runs(side_log: Path) -> list[dict[str, object]]:
+    if not side_log.exists():
+        return []
+    return [json.loads(line) for line in side_log.read_text().splitlines()]
+
+
+def test_worker_two_workers_one_task_runs_once(stack: Stack, tmp_path: Path) -> None:
+    events = EventLog(stack)
+    side_log = tmp_path / "runs.jsonl"
+    with running_worker(stack, "a") as first, running_worker(stack, "b") as second:
+        task = send(stack, "sample-sleep", {"seconds": 2, "side_log": str(side_log)})
+        # A second copy of the same task (SQS at-least-once, or a producer retry).
+        send(stack, "sample-sleep", {"seconds": 2, "side_log": str(side_log)},
+             request_id=task.request_id)  # fmt: skip
+        events.wait(task.request_id, "Task Completed")
+        wait_for(lambda: queue_counts(stack) == (0, 0), timeout=60, message="both copies gone")
+        first.stop()
+        second.stop()
+    assert len(_runs(side_log)) == 1
+    assert len(events.of(task.request_id, "Task Processing Started")) == 1
+    assert len(events.of(task.request_id, "Task Completed")) == 1
+    verdicts: dict[str, int] = {}
+    for worker in (first, second):
+        stats = worker.stats()
+        assert stats is not None
+        for verdict, count in stats["verdicts"].items():
+            verdicts[verdict] = verdicts.get(verdict, 0) + count
+    assert verdicts.get("completed") == 1
+    assert verdicts.get("duplicate", 0) + verdicts.get("held_elsewhere", 0) >= 1
+
+
+def test_worker_killed_mid_task_is_taken_over_after_the_lease_expires(
+    stack: Stack, tmp_path: Path
+) -> None:
+    set_visibility_timeout(stack, 3)
+    events = EventLog(stack)
+    side_log = tmp_path / "runs.jsonl"
+    with running_worker(stack, "doomed") as doomed:
+        task = send(stack, "sample-sleep", {"seconds": 3, "side_log": str(side_log)})
+        events.wait(task.request_id, "Task Processing Started")
+        doomed.kill()
+    record = state(stack, task)
+    assert record is not None and record.state is TaskState.PROCESSING
+    wait_for(
+        lambda: (r := state(stack, task)) is not None and not r.lease_live(now_ms()),
+        timeout=20,
+        message="the dead worker's lease expires",
+    )
+    with running_worker(stack, "heir") as heir:
+        events.wait(task.request_id, "Task Completed")
+        wait_for(lambda: queue_counts(stack) == (0, 0), timeout=30, message="message deleted")
+        heir.stop()
+    runs = _runs(side_log)
+    assert len(runs) == 1 and runs[0]["attempt"] == 2
+    assert len(events.of(task.request_id, "Task Completed")) == 1
+    final = state(stack, task)
+    assert final is not None and final.state is TaskState.COMPLETED and final.attempt == 2
+
+
+def test_worker_heartbeat_keeps_a_long_task_invisible(stack: Stack) -> None:
+    # Visibility 2 s, task 6 s: without extensions SQS would redeliver it twice.
+    set_visibility_timeout(stack, 2)
+    events = EventLog(stack)
+    with running_worker(stack, VISIBILITY_EXTENSION_AMOUNT="2") as worker:
+        task = send(stack, "sample-sleep", {"seconds": 6})
+        events.wait(task.request_id, "Task Processing Started")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            assert queue_counts(stack)[0] == 0, "the running task's message became visible"
+            time.sleep(0.25)
+        events.wait(task.request_id, "Task Completed", timeout=30)
+        worker.stop()
+    stats = worker.stats()
+    assert stats is not None
+    assert stats["received"] == 1 and stats["verdicts"] == {"completed": 1}
+    beats = events.of(task.request_id, "Task Heartbeat")
+    assert len(beats) >= 10
+    assert all(b["effectiveUntil"] > b["timestampMs"] for b in beats)
+    # One visibility call per heartbeat interval, not one per message per interval.
+    assert stats["awsCalls"]["sqs:ChangeMessageVisibilityBatch"] <= len(beats) + 2
+
+
+def test_worker_sigterm_drains_a_running_task_and_exits_0(stack: Stack) -> None:
+    events = EventLog(stack)
+    with running_worker(stack) as worker:
+        task = send(stack, "sample-sleep", {"seconds": 2})
+        events.wait(task.request_id, "Task Processing Started")
+        worker.send(signal.SIGTERM)
+        code = worker.wait(timeout=60)
+    assert code == 0
+    assert events.of(task.request_id, "Task Completed")
+    assert queue_counts(stack) == (0, 0)
+
+
+def test_worker_drain_timeout_releases_the_task_and_exits_3(stack: Stack) -> None:
+    events = EventLog(stack)
+    with running_worker(stack, DRAIN_TIMEOUT="500") as worker:
+        task = send(stack, "sample-sleep", {"seconds": 30})
+        events.wait(task.request_id, "Task Processing Started")
+        worker.send(signal.SIGTERM)
+        code = worker.wait(timeout=60)
+    assert code == 3
+    record = state(stack, task)
+    assert record is not None and record.state is TaskState.RETRYING
+    assert record.attempt == 0, "an interrupted attempt is given back"
+    wait_for(lambda: queue_counts(stack)[0] == 1, timeout=10, message="message visible again")
+    assert not events.of(task.request_id, "Task Failed")
+    assert store(stack).get(task.tenant, task.request_id) is not None
