@@ -1,0 +1,362 @@
+"""The producer client: submit tasks, create jobs, read them back, wait, cancel.
+
+    client = AgentqClient.from_env()
+    task = client.submit("summarize", {"document": "..."}, idempotency_key="doc-42")
+    job = client.create_job(load_spec_file(Path("report.yaml")))
+    final = client.wait(job_id=job.job_id, timeout_s=600)
+
+boto3 clients are passed in (or built by `from_env` from `Settings`); nothing talks
+to AWS at import. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any, Final
+
+from agentq.aws import AwsClients
+from agentq.config import Settings
+from agentq.definitions import DefinitionRegistry, DefinitionsTable, load_directory
+from agentq.envelope import TaskEnvelope, validate_request_id
+from agentq.errors import AgentqError, InvalidInput, NotFound
+from agentq.events import now_ms, task_event
+from agentq.jobs import (
+    JobDispatcher,
+    JobRecord,
+    JobSpec,
+    JobStore,
+    ResultReader,
+    TaskSubmitter,
+    check_definitions,
+    parse_spec,
+    request_id_for,
+    task_request_id,
+)
+from agentq.jobs.spec import validate_job_id
+from agentq.publisher import EventPublisher
+from agentq.states import TaskState
+from agentq.store import EventStore, TaskRecord, TaskStore
+
+_CANCELLABLE: Final = frozenset({TaskState.BLOCKED, TaskState.PENDING, TaskState.RETRYING})
+
+
+class WaitTimeout(AgentqError):
+    """`wait` gave up; the task or job is still running (`state` says where it is)."""
+
+    def __init__(self, what: str, state: str, timeout_s: float) -> None:
+        self.what = what
+        self.state = state
+        self.timeout_s = timeout_s
+        super().__init__(f"{what} still {state} after {timeout_s:g}s")
+
+
+class AgentqClient:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        sqs: Any,
+        dynamodb: Any,
+        events: Any,
+        s3: Any,
+        definitions: DefinitionRegistry | None = None,
+    ) -> None:
+        settings.require("table_name", "bus_name", "bucket")
+        self.settings = settings
+        table = settings.required("table_name")
+        self.tasks = TaskStore(dynamodb, table)
+        self.jobs = JobStore(dynamodb, table)
+        self.event_store = EventStore(dynamodb, table, app_name=settings.app_name)
+        self.publisher = EventPublisher(
+            events,
+            bus_name=settings.required("bus_name"),
+            source=settings.app_name,
+            s3_client=s3,
+            bucket=settings.bucket,
+        )
+        self.results = ResultReader(s3, settings.required("bucket"))
+        self.definitions = definitions
+        self._sqs = sqs
+        self._ddb = dynamodb
+        self._table = table
+
+    @classmethod
+    def from_env(
+        cls, settings: Settings | None = None, *, aws: AwsClients | None = None
+    ) -> AgentqClient:
+        settings = settings or Settings.from_env()
+        aws = aws or AwsClients(settings.region)
+        return cls(
+            settings=settings,
+            sqs=aws.sqs,
+            dynamodb=aws.dynamodb,
+            events=aws.events,
+            s3=aws.s3,
+            definitions=default_registry(settings, aws.dynamodb),
+        )
+
+    # -- parts other components reuse -----------------------------------------------
+    @property
+    def submitter(self) -> TaskSubmitter:
+        return TaskSubmitter(
+            tasks=self.tasks,
+            publisher=self.publisher,
+            sqs=self._sqs,
+            queue_url=self.settings.required("queue_url"),
+            dynamodb=self._ddb,
+            table_name=self._table,
+        )
+
+    @property
+    def dispatcher(self) -> JobDispatcher:
+        return JobDispatcher(
+            jobs=self.jobs,
+            tasks=self.tasks,
+            submitter=self.submitter,
+            results=self.results,
+            publisher=self.publisher,
+            dynamodb=self._ddb,
+            table_name=self._table,
+        )
+
+    # -- submitting -------------------------------------------------------------------
+    def submit(
+        self,
+        definition: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        job_id: str | None = None,
+        idempotency_key: str | None = None,
+        tenant: str | None = None,
+    ) -> TaskRecord:
+        """Queue one task. The same idempotency key twice returns the existing task.
+
+        With `job_id`, the task joins that (running) job as a root task.
+        """
+        tenant = tenant or self.settings.tenant_id
+        self._check_definition(definition, "definition")
+        if job_id is not None:
+            # The key, like a request id, is derived from the idempotency key if any.
+            key = "t-" + request_id_for(tenant, idempotency_key).removeprefix("idem-")[:16]
+            job = self.add_tasks(
+                job_id, {key: {"definition": definition, "input": dict(input or {})}},
+                tenant=tenant, tolerate_existing=True,
+            )  # fmt: skip
+            return self.tasks.require(tenant, task_request_id(job.job_id, key))
+        envelope = TaskEnvelope(
+            request_id=request_id_for(tenant, idempotency_key),
+            tenant=tenant,
+            definition=definition,
+            input=dict(input or {}),
+            submitted_at_ms=now_ms(),
+        )
+        record, _ = self.submitter.submit(envelope, idempotency_key=idempotency_key)
+        return record
+
+    def create_job(
+        self,
+        spec: Mapping[str, Any] | JobSpec,
+        *,
+        job_id: str | None = None,
+        tenant: str | None = None,
+    ) -> JobRecord:
+        """Validate the spec (nothing is written if it is bad), then create and start it.
+
+        Re-running with the same `job_id` finishes an interrupted creation and changes
+        nothing else.
+        """
+        raw = spec.to_dict() if isinstance(spec, JobSpec) else dict(spec)
+        tenant = tenant or raw.pop("tenant", None) or self.settings.tenant_id
+        job_id = validate_job_id(job_id or raw.pop("job_id", None) or uuid.uuid4().hex)
+        raw.pop("tenant", None)
+        raw.pop("job_id", None)
+        parsed = parse_spec(raw)
+        for task in parsed.tasks:
+            task_request_id(job_id, task.key)
+        if self.definitions is not None:
+            check_definitions(parsed.tasks, self.definitions.get)
+        job, _ = self.jobs.create(tenant, job_id, parsed)
+        self._create_tasks(job, parsed)
+        self.dispatcher.reconcile(tenant, job_id, trigger=f"create-{job_id}")
+        return self.jobs.require(tenant, job_id)
+
+    def add_tasks(
+        self,
+        job_id: str,
+        tasks: Mapping[str, Any],
+        *,
+        tenant: str | None = None,
+        tolerate_existing: bool = False,
+    ) -> JobRecord:
+        """Add tasks to a running job; they may depend on its existing tasks."""
+        tenant = tenant or self.settings.tenant_id
+        job = self.jobs.require(tenant, job_id)
+        if tolerate_existing:
+            tasks = {k: v for k, v in tasks.items() if k not in job.spec.keys}
+        if tasks:
+            extended = parse_spec({"tasks": tasks}, existing=job.spec)
+            added = [t for t in extended.tasks if t.key not in job.spec.keys]
+            for task in added:
+                task_request_id(job_id, task.key)
+            if self.definitions is not None:
+                check_definitions(added, self.definitions.get)
+            job = self.jobs.add_tasks(job, extended)
+            self._create_tasks(job, extended)
+        self.dispatcher.reconcile(tenant, job_id, trigger=f"add-{uuid.uuid4().hex}")
+        return self.jobs.require(tenant, job_id)
+
+    def _create_tasks(self, job: JobRecord, spec: JobSpec) -> None:
+        # Every task starts BLOCKED; the reconcile that follows enqueues the ready ones
+        # through the same conditional BLOCKED → PENDING as the dispatcher. Tasks that
+        # exist already (an interrupted creation being finished) are left alone.
+        existing = self.dispatcher.task_states(job.tenant, job.job_id, spec.keys)
+        for task in spec.tasks:
+            if existing.get(task.key) is not None:
+                continue
+            envelope = TaskEnvelope(
+                request_id=task_request_id(job.job_id, task.key),
+                tenant=job.tenant,
+                definition=task.definition,
+                input=task.input,
+                job_id=job.job_id,
+                task_key=task.key,
+            )
+            self.tasks.create(envelope, state=TaskState.BLOCKED, extra={"taskKey": task.key})
+
+    # -- reading ----------------------------------------------------------------------
+    def get_task(self, request_id: str, *, tenant: str | None = None) -> TaskRecord:
+        validate_request_id(request_id)
+        return self.tasks.require(tenant or self.settings.tenant_id, request_id)
+
+    def get_job(self, job_id: str, *, tenant: str | None = None) -> JobRecord:
+        return self.jobs.require(tenant or self.settings.tenant_id, validate_job_id(job_id))
+
+    def job_tasks(self, job: JobRecord) -> dict[str, TaskRecord | None]:
+        """Each task of the job by key, read strongly consistent (None: not created yet)."""
+        return self.dispatcher.task_states(job.tenant, job.job_id, job.spec.keys)
+
+    def list_jobs(self, *, tenant: str | None = None, limit: int = 50) -> list[JobRecord]:
+        return self.jobs.list(tenant or self.settings.tenant_id, limit=limit)
+
+    def events(self, request_id: str, *, tenant: str | None = None) -> list[dict[str, Any]]:
+        """A task's stored events, oldest first."""
+        validate_request_id(request_id)
+        return self.event_store.timeline(tenant or self.settings.tenant_id, request_id)
+
+    def result(self, request_id: str, *, tenant: str | None = None) -> Any:
+        record = self.get_task(request_id, tenant=tenant)
+        if record.state is not TaskState.COMPLETED:
+            raise InvalidInput("requestId", f"task {request_id} is {record.state}, no result")
+        return self.results.load(record)
+
+    # -- waiting --------------------------------------------------------------------------
+    def wait(
+        self,
+        request_id: str | None = None,
+        *,
+        job_id: str | None = None,
+        tenant: str | None = None,
+        timeout_s: float = 300.0,
+        poll_s: float = 1.0,
+    ) -> TaskRecord | JobRecord:
+        """Poll the STATE item (or job item) until terminal; `WaitTimeout` after timeout_s."""
+        if (request_id is None) == (job_id is None):
+            raise InvalidInput("wait", "give exactly one of request_id or job_id")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            current: TaskRecord | JobRecord
+            state: str
+            if job_id is not None:
+                current = self.get_job(job_id, tenant=tenant)
+                done, state = current.state != "RUNNING", current.state
+            else:
+                assert request_id is not None
+                current = self.get_task(request_id, tenant=tenant)
+                done, state = current.state.terminal, current.state.value
+            if done:
+                return current
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                what = f"job {job_id}" if job_id else f"task {request_id}"
+                raise WaitTimeout(what, state, timeout_s)
+            time.sleep(min(poll_s, remaining))
+
+    # -- cancelling -----------------------------------------------------------------------
+    def cancel(
+        self,
+        request_id: str | None = None,
+        *,
+        job_id: str | None = None,
+        tenant: str | None = None,
+        reason: str = "cancelled by request",
+    ) -> list[str]:
+        """Cancel a task, or every task of a job that has not started (running ones finish).
+
+        Returns the request ids cancelled now. A job task's cancellation also cancels
+        its dependents, and a job whose tasks are all terminal is closed.
+        """
+        if (request_id is None) == (job_id is None):
+            raise InvalidInput("cancel", "give exactly one of request_id or job_id")
+        tenant = tenant or self.settings.tenant_id
+        if job_id is not None:
+            job = self.get_job(job_id, tenant=tenant)
+            targets = [
+                record
+                for record in self.job_tasks(job).values()
+                if record is not None and record.state in _CANCELLABLE
+            ]
+        else:
+            assert request_id is not None
+            targets = [self.get_task(request_id, tenant=tenant)]
+        cancelled = [r.request_id for r in targets if self._cancel_one(r, reason)]
+        for affected in {r.job_id for r in targets if r.job_id}:
+            self.dispatcher.reconcile(tenant, affected, trigger=f"cancel-{uuid.uuid4().hex}")
+        return cancelled
+
+    def _cancel_one(self, record: TaskRecord, reason: str) -> bool:
+        moved = self.tasks.transition(
+            record.tenant,
+            record.request_id,
+            from_states=_CANCELLABLE,
+            to_state=TaskState.CANCELLED,
+            fields={"cancelReason": reason},
+        )
+        if moved is None:
+            return False
+        self.publisher.publish(
+            task_event(
+                "Task Cancelled",
+                request_id=record.request_id,
+                tenant=record.tenant,
+                job_id=record.job_id,
+                definition=record.definition,
+                reason=reason,
+            )
+        )
+        return True
+
+    def _check_definition(self, name: str, field: str) -> None:
+        if self.definitions is None:
+            return
+        try:
+            self.definitions.get(name)
+        except NotFound:
+            raise InvalidInput(field, f"unknown task definition {name!r}") from None
+
+
+def default_registry(settings: Settings, dynamodb: Any) -> DefinitionRegistry | None:
+    """Definitions from the table and/or directory the settings name (None: no checks)."""
+    if not settings.definitions_table and not settings.definitions_dir:
+        return None
+    from pathlib import Path
+
+    files = load_directory(Path(settings.definitions_dir)) if settings.definitions_dir else {}
+    table = (
+        DefinitionsTable(dynamodb, settings.definitions_table)
+        if settings.definitions_table
+        else None
+    )
+    # Producers validate against what is stored now: no cache.
+    return DefinitionRegistry(directory_definitions=files, table=table, cache_seconds=0)

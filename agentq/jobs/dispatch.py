@@ -1,0 +1,399 @@
+"""The job dispatcher: from a terminal task event to the job's next step.
+
+An event is only a trigger. Each call reconciles the job from what the table says —
+the job item and every task's STATE item, read strongly consistent — so duplicate,
+late or reordered events are harmless:
+
+1. failure policy: `fail_fast` cancels every task not started once one failed or
+   timed out; `continue` cancels only what (transitively) depends on a failure; a
+   cancelled task's dependents are cancelled under either policy;
+2. readiness: a BLOCKED task whose dependencies all COMPLETED gets its references
+   resolved (from S3) and moves BLOCKED → PENDING conditionally, recording the
+   trigger (`enqueuedBy`); only the caller whose transition succeeded sends it — or
+   the same trigger retried after a crash between transition and send;
+3. counting and closing: see agentq.jobs.store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from agentq.envelope import TaskEnvelope
+from agentq.errors import AgentqError, InvalidInput, NotFound
+from agentq.events import Event, job_event, now_ms, task_event
+from agentq.jobs import refs
+from agentq.jobs.refs import Ref
+from agentq.jobs.results import ResultReader
+from agentq.jobs.spec import JobSpec, TaskSpec, task_request_id
+from agentq.jobs.store import JobRecord, JobState, JobStore
+from agentq.jobs.submitter import TaskSubmitter
+from agentq.publisher import EventPublisher
+from agentq.security import sanitize_error_message
+from agentq.states import TaskState
+from agentq.store import TaskRecord, TaskStore, keys
+
+logger = logging.getLogger(__name__)
+
+_BATCH_GET_LIMIT: Final = 100
+_BATCH_GET_ATTEMPTS: Final = 8
+_FAILURES: Final = frozenset({TaskState.FAILED, TaskState.TIMEOUT})
+_NOT_STARTED: Final = frozenset({TaskState.BLOCKED, TaskState.PENDING})
+
+
+@dataclass
+class DispatchOutcome:
+    job_id: str
+    enqueued: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    counted: list[str] = field(default_factory=list)
+    closed: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "jobId": self.job_id,
+            "enqueued": self.enqueued,
+            "cancelled": self.cancelled,
+            "failed": self.failed,
+            "counted": self.counted,
+            "closed": self.closed,
+        }
+
+
+class JobDispatcher:
+    def __init__(
+        self,
+        *,
+        jobs: JobStore,
+        tasks: TaskStore,
+        submitter: TaskSubmitter,
+        results: ResultReader,
+        publisher: EventPublisher,
+        dynamodb: Any,
+        table_name: str,
+    ) -> None:
+        self._jobs = jobs
+        self._tasks = tasks
+        self._submitter = submitter
+        self._results = results
+        self._publisher = publisher
+        self._ddb = dynamodb
+        self._table = table_name
+
+    def on_task_event(self, event: Event) -> DispatchOutcome:
+        if not event.job_id:
+            raise InvalidInput("jobId", "the dispatcher only handles events of job tasks")
+        return self.reconcile(event.tenant, event.job_id, trigger=event.event_id)
+
+    def reconcile(self, tenant: str, job_id: str, *, trigger: str) -> DispatchOutcome:
+        """Bring the job forward from its stored state; safe to repeat with any trigger."""
+        outcome = DispatchOutcome(job_id=job_id)
+        job = self._jobs.get(tenant, job_id)
+        if job is None:
+            raise NotFound("job", job_id)
+        spec = job.spec
+        states = self.task_states(tenant, job_id, spec.keys)
+        # Each pass can unlock the next (a cancellation cascades, a failed resolution
+        # fails a task); a DAG of n tasks settles within n passes.
+        for _ in range(len(spec.tasks) + 1):
+            changed = self._apply_policy(job, states, trigger, outcome)
+            changed |= self._enqueue_ready(job, states, trigger, outcome)
+            if not changed:
+                break
+        self._count_and_close(job, states, trigger, outcome)
+        return outcome
+
+    # -- failure policy ---------------------------------------------------------------
+    def _apply_policy(
+        self,
+        job: JobRecord,
+        states: dict[str, TaskRecord | None],
+        trigger: str,
+        outcome: DispatchOutcome,
+    ) -> bool:
+        spec = job.spec
+        failed = [k for k, r in states.items() if r and r.state in _FAILURES]
+        doomed: dict[str, str] = {}
+        if failed and spec.failure_policy == "fail_fast":
+            first = states[failed[0]]
+            assert first is not None
+            reason = f"fail_fast: task {failed[0]} {first.state.value.lower()}"
+            for key, record in states.items():
+                if record and record.state in _NOT_STARTED:
+                    doomed[key] = reason
+        for task in spec.tasks:
+            record = states.get(task.key)
+            if not record or record.state is not TaskState.BLOCKED or task.key in doomed:
+                continue
+            for dep in task.depends_on:
+                dep_record = states.get(dep)
+                if (
+                    dep_record
+                    and dep_record.state.terminal
+                    and dep_record.state is not (TaskState.COMPLETED)
+                ):
+                    doomed[task.key] = f"dependency {dep} {dep_record.state.value.lower()}"
+                    break
+        changed = False
+        for key, reason in doomed.items():
+            changed |= self._cancel(job, key, reason, states, trigger, outcome)
+        return changed
+
+    def _cancel(
+        self,
+        job: JobRecord,
+        key: str,
+        reason: str,
+        states: dict[str, TaskRecord | None],
+        trigger: str,
+        outcome: DispatchOutcome,
+    ) -> bool:
+        request_id = task_request_id(job.job_id, key)
+        moved = self._tasks.transition(
+            job.tenant,
+            request_id,
+            from_states=_NOT_STARTED,
+            to_state=TaskState.CANCELLED,
+            fields={"cancelReason": reason, "cancelledBy": trigger},
+        )
+        if moved is None:
+            states[key] = self._tasks.get(job.tenant, request_id)
+            return False
+        states[key] = moved
+        outcome.cancelled.append(key)
+        self._publisher.publish(
+            task_event(
+                "Task Cancelled",
+                request_id=request_id,
+                tenant=job.tenant,
+                job_id=job.job_id,
+                definition=moved.definition,
+                reason=reason,
+                task_key=key,
+            )
+        )
+        return True
+
+    # -- readiness ----------------------------------------------------------------------
+    def _enqueue_ready(
+        self,
+        job: JobRecord,
+        states: dict[str, TaskRecord | None],
+        trigger: str,
+        outcome: DispatchOutcome,
+    ) -> bool:
+        changed = False
+        for task in job.spec.tasks:
+            record = states.get(task.key)
+            if record is None:
+                continue
+            if record.state is TaskState.BLOCKED and all(
+                (dep := states.get(d)) is not None and dep.state is TaskState.COMPLETED
+                for d in task.depends_on
+            ):
+                changed |= self._enqueue(job, task, states, trigger, outcome)
+            elif (
+                task.key not in outcome.enqueued
+                and record.state is TaskState.PENDING
+                and record.raw.get("enqueuedBy") == trigger
+                and TaskSubmitter.interrupted(record)
+            ):
+                # This very trigger moved it and then stopped before sending: finish.
+                envelope = TaskEnvelope.from_dict(record.envelope or {}, default_tenant=job.tenant)
+                self._submitter.enqueue(envelope)
+                outcome.enqueued.append(task.key)
+        return changed
+
+    def _enqueue(
+        self,
+        job: JobRecord,
+        task: TaskSpec,
+        states: dict[str, TaskRecord | None],
+        trigger: str,
+        outcome: DispatchOutcome,
+    ) -> bool:
+        request_id = task_request_id(job.job_id, task.key)
+        try:
+            envelope = TaskEnvelope(
+                request_id=request_id,
+                tenant=job.tenant,
+                definition=task.definition,
+                input=self.resolve_input(job.spec, task, states),
+                job_id=job.job_id,
+                task_key=task.key,
+                submitted_at_ms=now_ms(),
+            )
+            envelope.to_body()  # the size check, before the state moves
+        except (InvalidInput, NotFound) as error:
+            return self._fail_unresolvable(job, task, error, states, trigger, outcome)
+        moved = self._tasks.transition(
+            job.tenant,
+            request_id,
+            from_states=[TaskState.BLOCKED],
+            to_state=TaskState.PENDING,
+            fields={"envelope": envelope.to_dict(), "enqueuedBy": trigger},
+        )
+        if moved is None:
+            # Another invocation got there first; it sends the message, not us.
+            states[task.key] = self._tasks.get(job.tenant, request_id)
+            return False
+        states[task.key] = moved
+        self._submitter.enqueue(envelope)
+        outcome.enqueued.append(task.key)
+        return True
+
+    def resolve_input(
+        self, spec: JobSpec, task: TaskSpec, states: Mapping[str, TaskRecord | None]
+    ) -> dict[str, Any]:
+        groups = spec.groups
+        cache: dict[str, Any] = {}
+
+        def result_of(key: str) -> Any:
+            if key not in cache:
+                record = states.get(key)
+                if record is None or record.state is not TaskState.COMPLETED:
+                    raise InvalidInput(f"tasks.{task.key}.input", f"task {key} has no result")
+                cache[key] = self._results.load(record)
+            return cache[key]
+
+        def lookup(ref: Ref, where: str) -> Any:
+            if ref.kind == "task":
+                return refs.select(result_of(ref.name), ref.path, where)
+            if ref.kind == "group":
+                return [result_of(key) for key in groups.get(ref.name, [])]
+            raise InvalidInput(where, f"{ref} cannot be resolved here")
+
+        resolved = refs.substitute(dict(task.input), f"tasks.{task.key}.input", lookup)
+        return dict(refs.unescape(resolved))
+
+    def _fail_unresolvable(
+        self,
+        job: JobRecord,
+        task: TaskSpec,
+        error: AgentqError,
+        states: dict[str, TaskRecord | None],
+        trigger: str,
+        outcome: DispatchOutcome,
+    ) -> bool:
+        request_id = task_request_id(job.job_id, task.key)
+        category = "not_found" if isinstance(error, NotFound) else "validation"
+        message = sanitize_error_message(f"cannot build the task's input: {error}")
+        # A task that can never get its input fails where it stands (BLOCKED), so the
+        # failure policy and the job's close see it like any other failure.
+        moved = self._tasks.transition(
+            job.tenant,
+            request_id,
+            from_states=[TaskState.BLOCKED],
+            to_state=TaskState.FAILED,
+            fields={"error": {"category": category, "retryable": False, "message": message},
+                    "failedBy": trigger},
+        )  # fmt: skip
+        if moved is None:
+            states[task.key] = self._tasks.get(job.tenant, request_id)
+            return False
+        states[task.key] = moved
+        outcome.failed.append(task.key)
+        self._publisher.publish(
+            task_event(
+                "Task Failed",
+                request_id=request_id,
+                tenant=job.tenant,
+                job_id=job.job_id,
+                definition=task.definition,
+                error={"category": category, "retryable": False, "message": message},
+                task_key=task.key,
+            )
+        )
+        return True
+
+    # -- counting and closing ----------------------------------------------------------
+    def _count_and_close(
+        self,
+        job: JobRecord,
+        states: Mapping[str, TaskRecord | None],
+        trigger: str,
+        outcome: DispatchOutcome,
+    ) -> None:
+        for key, record in states.items():
+            if record is None or not record.state.terminal or key in job.counted:
+                continue
+            counted = self._jobs.count(
+                job.tenant, job.job_id, key, record.state, cost_usd=_cost(record)
+            )
+            if counted is not None:
+                job = counted
+                outcome.counted.append(key)
+        if job.state != "RUNNING":
+            if job.closed_by == trigger and not job.raw.get("closePublished"):
+                self._publish_close(job)  # a retry of the invocation that closed it
+            return
+        if not job.finished:
+            return
+        final: JobState = "COMPLETED" if job.counts.get("completed", 0) == job.total else "FAILED"
+        closed = self._jobs.close(job.tenant, job.job_id, final, closed_by=trigger)
+        if closed is None:
+            latest = self._jobs.get(job.tenant, job.job_id)
+            if latest is None or latest.closed_by != trigger or latest.raw.get("closePublished"):
+                return
+            closed = latest
+        outcome.closed = closed.state
+        self._publish_close(closed)
+
+    def _publish_close(self, job: JobRecord) -> None:
+        kind: Any = "Job Completed" if job.state == "COMPLETED" else "Job Failed"
+        summary = {k: v for k, v in job.to_dict().items() if k not in ("jobId", "tenant")}
+        event = job_event(kind, job_id=job.job_id, tenant=job.tenant, **summary)
+        # A re-published close keeps its id and time, so the events table stores it once.
+        self._publisher.publish(
+            replace(
+                event,
+                event_id=f"job-closed-{job.job_id}",
+                timestamp_ms=int(job.closed_at_ms or event.timestamp_ms),
+            )
+        )
+        self._jobs.mark_close_published(job.tenant, job.job_id)
+
+    # -- reading ----------------------------------------------------------------------------
+    def task_states(
+        self, tenant: str, job_id: str, task_keys: Iterable[str]
+    ) -> dict[str, TaskRecord | None]:
+        """Every task's STATE item, strongly consistent (never the byJob index)."""
+        ordered = list(task_keys)
+        by_request = {task_request_id(job_id, key): key for key in ordered}
+        found: dict[str, TaskRecord | None] = dict.fromkeys(ordered)
+        request_ids = list(by_request)
+        for start in range(0, len(request_ids), _BATCH_GET_LIMIT):
+            pending: dict[str, Any] = {
+                self._table: {
+                    "Keys": [
+                        {"PK": {"S": keys.task_pk(tenant, rid)}, "SK": {"S": keys.STATE_SK}}
+                        for rid in request_ids[start : start + _BATCH_GET_LIMIT]
+                    ],
+                    "ConsistentRead": True,
+                }
+            }
+            for attempt in range(_BATCH_GET_ATTEMPTS):
+                if not pending:
+                    break
+                if attempt:
+                    time.sleep(min(2.0, 0.05 * 2**attempt))
+                response = self._ddb.batch_get_item(RequestItems=pending)
+                for item in response.get("Responses", {}).get(self._table, []):
+                    record = TaskRecord.from_item(item)
+                    found[by_request[record.request_id]] = record
+                pending = response.get("UnprocessedKeys") or {}
+            if pending:
+                raise RuntimeError(f"job {job_id}: task states unreadable (throttled)")
+        return found
+
+
+def _cost(record: TaskRecord) -> float:
+    for name in ("costUsd", "cost_usd"):
+        value = record.raw.get(name)
+        if isinstance(value, int | float):
+            return float(value)
+    return 0.0

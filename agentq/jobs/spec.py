@@ -1,0 +1,323 @@
+"""Job specs: parse, expand fan-outs, validate (references, cycles, definitions).
+
+A spec (YAML or JSON; see docs/jobs.md)::
+
+    name: quarterly-report
+    failure_policy: fail_fast        # or: continue
+    tasks:
+      summarize:
+        definition: summarize
+        for_each: ["doc one", "doc two"]     # fan-out: summarize_0, summarize_1 (group "summarize")
+        input: {document: "${item}"}
+      report:
+        definition: write-report
+        input: {summaries: "${groups.summarize.results}"}
+
+A task depends on every task its input references plus those in `depends_on` (task
+keys or group names). Every problem is an `InvalidInput` naming the task, raised
+before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal, get_args
+
+import yaml
+
+from agentq.envelope import DEFINITION_PATTERN, REQUEST_ID_PATTERN
+from agentq.errors import InvalidInput, NotFound
+from agentq.jobs import refs
+from agentq.jobs.refs import Ref
+
+FailurePolicy = Literal["fail_fast", "continue"]
+FAILURE_POLICIES: Final[tuple[FailurePolicy, ...]] = get_args(FailurePolicy)
+MAX_TASKS: Final = 1000
+MAX_FAN_OUT: Final = 500
+MAX_JOB_ID_LENGTH: Final = 128
+_TASK_FIELDS: Final = frozenset({"definition", "input", "depends_on", "group", "for_each"})
+_SPEC_FIELDS: Final = frozenset({"name", "failure_policy", "tasks", "tenant", "job_id"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSpec:
+    key: str
+    definition: str
+    input: Mapping[str, Any] = field(default_factory=dict)
+    depends_on: tuple[str, ...] = ()  # task keys, explicit and implied by references
+    group: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"definition": self.definition, "input": dict(self.input)}
+        if self.depends_on:
+            data["depends_on"] = list(self.depends_on)
+        if self.group:
+            data["group"] = self.group
+        return data
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    tasks: tuple[TaskSpec, ...]  # in dependency order: every task after its dependencies
+    failure_policy: FailurePolicy = "fail_fast"
+    name: str | None = None
+
+    def task(self, key: str) -> TaskSpec:
+        for task in self.tasks:
+            if task.key == key:
+                return task
+        raise NotFound("job task", key)
+
+    @property
+    def keys(self) -> list[str]:
+        return [task.key for task in self.tasks]
+
+    @property
+    def groups(self) -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        for task in self.tasks:
+            if task.group:
+                groups.setdefault(task.group, []).append(task.key)
+        return groups
+
+    @property
+    def roots(self) -> list[TaskSpec]:
+        return [task for task in self.tasks if not task.depends_on]
+
+    def dependents(self, key: str) -> list[str]:
+        return [task.key for task in self.tasks if key in task.depends_on]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The expanded spec; parsing it again gives an equal spec (stored on the job)."""
+        data: dict[str, Any] = {
+            "failure_policy": self.failure_policy,
+            "tasks": {task.key: task.to_dict() for task in self.tasks},
+        }
+        if self.name:
+            data["name"] = self.name
+        return data
+
+
+def load_spec_file(path: Path) -> dict[str, Any]:
+    """The raw spec from a YAML or JSON file (parse it with `parse_spec`)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InvalidInput(str(path), f"cannot read: {exc.strerror}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise InvalidInput(str(path), f"not valid {path.suffix or 'YAML'}: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidInput(str(path), "a job spec must be a mapping with `tasks`")
+    return data
+
+
+def parse_spec(data: Mapping[str, Any], *, existing: JobSpec | None = None) -> JobSpec:
+    """Validate and expand a raw spec.
+
+    With `existing`, `data["tasks"]` are tasks added to that job: they may depend on its
+    tasks but not reuse their keys.
+    """
+    if not isinstance(data, Mapping):
+        raise InvalidInput("spec", "must be a mapping with `tasks`")
+    unknown = sorted(set(data) - _SPEC_FIELDS)
+    if unknown:
+        raise InvalidInput("spec", f"unknown field(s): {', '.join(unknown)}")
+    policy = data.get("failure_policy", existing.failure_policy if existing else "fail_fast")
+    if policy not in FAILURE_POLICIES:
+        raise InvalidInput("failure_policy", f"must be one of {', '.join(FAILURE_POLICIES)}")
+    name = data.get("name", existing.name if existing else None)
+    if name is not None and not isinstance(name, str):
+        raise InvalidInput("name", "must be a string")
+    raw_tasks = _task_entries(data.get("tasks"))
+    new = [task for key, raw in raw_tasks for task in _expand(key, raw)]
+    old = list(existing.tasks) if existing else []
+    _check_keys(old, new)
+    groups: dict[str, list[str]] = {}
+    for task in [*old, *new]:
+        if task.group:
+            groups.setdefault(task.group, []).append(task.key)
+    keys = {task.key for task in [*old, *new]}
+    clash = sorted(set(groups) & keys)
+    if clash:
+        raise InvalidInput(f"tasks.{clash[0]}", "a group and a task share this name")
+    resolved = [_with_dependencies(task, keys, groups) for task in new]
+    ordered = _topological([*old, *resolved])
+    if len(ordered) > MAX_TASKS:
+        raise InvalidInput("tasks", f"a job holds at most {MAX_TASKS} tasks, got {len(ordered)}")
+    return JobSpec(tasks=tuple(ordered), failure_policy=policy, name=name)
+
+
+def check_definitions(tasks: Iterable[TaskSpec], lookup: Callable[[str], object]) -> None:
+    """`lookup(name)` raises NotFound for an unknown definition; name the task then."""
+    seen: dict[str, str] = {}
+    for task in tasks:
+        if task.definition in seen:
+            continue
+        try:
+            lookup(task.definition)
+        except NotFound:
+            raise InvalidInput(
+                f"tasks.{task.key}.definition", f"unknown task definition {task.definition!r}"
+            ) from None
+        seen[task.definition] = task.key
+
+
+def validate_job_id(job_id: object) -> str:
+    if (
+        not isinstance(job_id, str)
+        or not REQUEST_ID_PATTERN.fullmatch(job_id)
+        or len(job_id) > MAX_JOB_ID_LENGTH
+    ):
+        raise InvalidInput("jobId", f"must match ^[a-zA-Z0-9_-]{{1,{MAX_JOB_ID_LENGTH}}}$")
+    return job_id
+
+
+def task_request_id(job_id: str, key: str) -> str:
+    request_id = f"{job_id}-{key}"
+    if not REQUEST_ID_PATTERN.fullmatch(request_id):
+        raise InvalidInput(f"tasks.{key}", f"request id {request_id!r} is not valid")
+    return request_id
+
+
+# -- parsing helpers ------------------------------------------------------------------
+def _task_entries(tasks: object) -> list[tuple[str, Mapping[str, Any]]]:
+    if isinstance(tasks, Mapping):
+        entries = list(tasks.items())
+    elif isinstance(tasks, list):
+        entries = []
+        for index, item in enumerate(tasks):
+            if not isinstance(item, Mapping) or "key" not in item:
+                raise InvalidInput(f"tasks[{index}]", "a task in a list needs a `key`")
+            entries.append((item["key"], {k: v for k, v in item.items() if k != "key"}))
+    else:
+        raise InvalidInput("tasks", "must be a mapping of task key → task (or a list)")
+    if not entries:
+        raise InvalidInput("tasks", "a job needs at least one task")
+    for key, raw in entries:
+        if not isinstance(key, str) or not refs.NAME.fullmatch(key):
+            raise InvalidInput(f"tasks.{key}", "task keys must match ^[a-zA-Z0-9_-]{1,64}$")
+        if not isinstance(raw, Mapping):
+            raise InvalidInput(f"tasks.{key}", "must be a mapping with `definition`")
+    return entries
+
+
+def _expand(key: str, raw: Mapping[str, Any]) -> list[TaskSpec]:
+    where = f"tasks.{key}"
+    unknown = sorted(set(raw) - _TASK_FIELDS)
+    if unknown:
+        raise InvalidInput(where, f"unknown field(s): {', '.join(unknown)}")
+    definition = raw.get("definition")
+    if not isinstance(definition, str) or not DEFINITION_PATTERN.fullmatch(definition):
+        raise InvalidInput(f"{where}.definition", f"must match {DEFINITION_PATTERN.pattern}")
+    task_input = raw.get("input") or {}
+    if not isinstance(task_input, Mapping):
+        raise InvalidInput(f"{where}.input", "must be a JSON object")
+    depends = raw.get("depends_on") or []
+    if isinstance(depends, str):
+        depends = [depends]
+    if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
+        raise InvalidInput(f"{where}.depends_on", "must be a list of task keys or groups")
+    group = raw.get("group")
+    if group is not None and (not isinstance(group, str) or not refs.NAME.fullmatch(group)):
+        raise InvalidInput(f"{where}.group", "must match ^[a-zA-Z0-9_-]{1,64}$")
+    if "for_each" not in raw:
+        for ref in refs.find_refs(task_input, f"{where}.input"):
+            if ref.kind in ("item", "index"):
+                raise InvalidInput(f"{where}.input", f"{ref} is only allowed in a for_each task")
+        return [TaskSpec(key=key, definition=definition, input=dict(task_input),
+                         depends_on=tuple(depends), group=group)]  # fmt: skip
+    items = raw["for_each"]
+    if not isinstance(items, list) or not items:
+        raise InvalidInput(f"{where}.for_each", "must be a non-empty list")
+    if len(items) > MAX_FAN_OUT:
+        raise InvalidInput(f"{where}.for_each", f"at most {MAX_FAN_OUT} elements")
+    if group is not None and group != key:
+        raise InvalidInput(f"{where}.group", "a for_each task is its own group (its key)")
+    expanded = []
+    for index, item in enumerate(items):
+
+        def element(ref: Ref, field: str, item: Any = item, index: int = index) -> Any:
+            if ref.kind == "index":
+                return index
+            if ref.kind == "item":
+                return refs.escape(refs.select(item, ref.path, field))
+            return refs.KEEP
+
+        expanded.append(
+            TaskSpec(
+                key=f"{key}_{index}",
+                definition=definition,
+                input=refs.substitute(dict(task_input), f"{where}.input", element),
+                depends_on=tuple(depends),
+                group=key,
+            )
+        )
+    return expanded
+
+
+def _check_keys(old: list[TaskSpec], new: list[TaskSpec]) -> None:
+    seen = {task.key for task in old}
+    for task in new:
+        if task.key in seen:
+            raise InvalidInput(f"tasks.{task.key}", "duplicate task key")
+        seen.add(task.key)
+
+
+def _with_dependencies(task: TaskSpec, keys: set[str], groups: Mapping[str, list[str]]) -> TaskSpec:
+    where = f"tasks.{task.key}"
+    needed: list[str] = []
+    for name in task.depends_on:
+        if name in keys:
+            needed.append(name)
+        elif name in groups:
+            needed.extend(groups[name])
+        else:
+            raise InvalidInput(f"{where}.depends_on", f"no task or group named {name!r}")
+    for ref in refs.find_refs(task.input, f"{where}.input"):
+        if ref.kind == "task":
+            if ref.name not in keys:
+                raise InvalidInput(f"{where}.input", f"{ref} names no task of this job")
+            needed.append(ref.name)
+        elif ref.kind == "group":
+            if ref.name not in groups:
+                raise InvalidInput(f"{where}.input", f"{ref} names no group of this job")
+            needed.extend(groups[ref.name])
+        else:
+            raise InvalidInput(f"{where}.input", f"{ref} is only allowed in a for_each task")
+    if task.key in needed:
+        raise InvalidInput(where, "a task cannot depend on itself")
+    return TaskSpec(key=task.key, definition=task.definition, input=task.input,
+                    depends_on=tuple(dict.fromkeys(needed)), group=task.group)  # fmt: skip
+
+
+def _topological(tasks: list[TaskSpec]) -> list[TaskSpec]:
+    """Kahn's algorithm in declaration order; a leftover means a cycle, which we name."""
+    by_key = {task.key: task for task in tasks}
+    placed: set[str] = set()
+    ordered: list[TaskSpec] = []
+    remaining = list(tasks)
+    while remaining:
+        ready = [t for t in remaining if all(d in placed for d in t.depends_on)]
+        if not ready:
+            raise InvalidInput("tasks", f"dependency cycle: {_cycle(remaining, by_key)}")
+        for task in ready:
+            placed.add(task.key)
+            ordered.append(task)
+        remaining = [t for t in remaining if t.key not in placed]
+    return ordered
+
+
+def _cycle(remaining: list[TaskSpec], by_key: Mapping[str, TaskSpec]) -> str:
+    # Every leftover task waits on another leftover; walking first edges must loop.
+    left = {t.key for t in remaining}
+    path: list[str] = []
+    key = remaining[0].key
+    while key not in path:
+        path.append(key)
+        key = next(d for d in by_key[key].depends_on if d in left)
+    return " → ".join([*path[path.index(key) :], key])
