@@ -22,6 +22,7 @@ class RecordedRequest:
     status: int  # what the stand-in answered
     headers: dict[str, str]
     payload: dict[str, Any]
+    ok: bool  # Slack's own verdict ("ok" in the answer)
     at: float = field(default_factory=time.monotonic)
 
 
@@ -49,8 +50,7 @@ class SlackStandIn:
 
     def messages(self) -> list[dict[str, Any]]:
         """Payloads of chat.postMessage calls that were accepted."""
-        return [r.payload for r in self.requests
-                if r.method == "chat.postMessage" and r.status == 200]  # fmt: skip
+        return [r.payload for r in self.requests if r.method == "chat.postMessage" and r.ok]
 
     @property
     def base_url(self) -> str:
@@ -90,13 +90,13 @@ class SlackStandIn:
             if self._rate_limited > 0:
                 self._rate_limited -= 1
                 retry = {"Retry-After": str(self._retry_after_s)}
-                self._record(method, 429, headers, payload)
+                self._record(method, 429, headers, payload, ok=False)
                 return 429, retry, {"ok": False, "error": "ratelimited"}
         token = headers.get("authorization", "").removeprefix("Bearer ").strip()
         token = token or str(payload.get("token") or "")
         accepted = token in self._valid if self._valid is not None else token.startswith("xoxb-")
         if not accepted:
-            self._record(method, 200, headers, payload)
+            self._record(method, 200, headers, payload, ok=False)
             return 200, {}, {"ok": False, "error": "invalid_auth"}
         if method == "auth.test":
             body: dict[str, Any] = {"ok": True, "team": "local", "user": "agentq", "bot_id": "B1"}
@@ -109,13 +109,19 @@ class SlackStandIn:
         else:
             body = {"ok": False, "error": "unknown_method"}
         with self._lock:
-            self._record(method, 200, headers, payload)
+            self._record(method, 200, headers, payload, ok=bool(body["ok"]))
         return 200, {}, body
 
     def _record(
-        self, method: str, status: int, headers: dict[str, str], payload: dict[str, Any]
+        self,
+        method: str,
+        status: int,
+        headers: dict[str, str],
+        payload: dict[str, Any],
+        *,
+        ok: bool,
     ) -> None:
-        self._requests.append(RecordedRequest(method, status, headers, payload))
+        self._requests.append(RecordedRequest(method, status, headers, payload, ok))
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         standin = self
