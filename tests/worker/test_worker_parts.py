@@ -1,0 +1,157 @@
+"""The worker's parts on their own: child runner, outcome table, env allowlist, batcher."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Stack
+from support import wait_for
+
+from agentq.definitions import TaskDefinition
+from worker.batcher import SqsBatcher, clamp_visibility
+from worker.childenv import child_environment
+from worker.outcome import backoff_s, decide
+from worker.supervisor import ChildExit, StopSignal, run_child
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _task_dir(tmp_path: Path, callable_: str, payload: dict[str, Any], **extra: Any) -> Path:
+    definition = TaskDefinition(name="t", kind="python", settings={"callable": callable_}, **extra)
+    task = {"requestId": "r-1", "tenant": "acme", "attempt": 1, "jobId": None,
+            "definition": definition.to_dict(), "input": payload}  # fmt: skip
+    (tmp_path / "task.json").write_text(json.dumps(task))
+    return tmp_path
+
+
+def _child(task_dir: Path) -> int:
+    return subprocess.run(
+        [sys.executable, "-m", "worker.child", str(task_dir)],
+        check=False,
+        capture_output=True,
+        timeout=30,
+    ).returncode
+
+
+def test_worker_child_writes_the_result_and_exits_0(tmp_path: Path) -> None:
+    task_dir = _task_dir(tmp_path, "agentq.samples:echo", {"a": 1})
+    assert _child(task_dir) == 0
+    assert json.loads((task_dir / "artifacts/task-result.json").read_text()) == {"a": 1}
+    assert not (task_dir / "error.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("callable_", "payload", "category", "retryable"),
+    [
+        ("agentq.samples:fail", {"category": "network"}, "network", True),
+        ("agentq.samples:fail", {"category": "auth"}, "auth", False),
+        ("agentq.samples:fail", {"category": "programming"}, "programming", False),
+        ("agentq.samples:missing", {}, "not_found", False),
+        ("agentq.no_such_module:run", {}, "not_found", False),
+        ("not-a-callable-spec", {}, "validation", False),
+    ],
+)
+def test_worker_child_writes_a_structured_error_record(
+    tmp_path: Path, callable_: str, payload: dict[str, Any], category: str, retryable: bool
+) -> None:
+    task_dir = _task_dir(tmp_path, callable_, payload)
+    assert _child(task_dir) == 1
+    record = json.loads((task_dir / "error.json").read_text())
+    assert record["category"] == category and record["retryable"] is retryable
+    assert set(record) == {"category", "retryable", "message", "exception_type"}
+
+
+def test_worker_outcome_follows_the_seed_table(tmp_path: Path) -> None:
+    def child(code: int, stopped: Any = None) -> ChildExit:
+        return ChildExit(returncode=code, duration_ms=5, stopped=stopped)
+
+    assert decide(child(-9, "timeout"), tmp_path, attempt=1, max_attempts=3).verdict == "timeout"
+    assert decide(child(1), tmp_path, attempt=1, max_attempts=3).error.category == "parse"  # type: ignore[union-attr]
+    (tmp_path / "error.json").write_text(json.dumps({"category": "server", "message": "x"}))
+    assert decide(child(1), tmp_path, attempt=1, max_attempts=3).verdict == "retry"
+    assert decide(child(1), tmp_path, attempt=3, max_attempts=3).verdict == "failed"
+    # Exit 0 without a result breaks the protocol: not a success.
+    assert decide(child(0), tmp_path, attempt=1, max_attempts=3).verdict == "failed"
+    (tmp_path / "artifacts").mkdir()
+    (tmp_path / "artifacts/task-result.json").write_text("{}")
+    assert decide(child(0), tmp_path, attempt=1, max_attempts=3).verdict == "completed"
+
+
+def test_worker_backoff_grows_with_jitter_and_a_cap() -> None:
+    for attempt in range(1, 12):
+        delay = backoff_s(attempt, base_s=1, max_s=30)
+        assert 1 <= delay <= min(30, 2 ** (attempt - 1))
+    assert clamp_visibility(0.2) == 1 and clamp_visibility(10**6) == 43_200
+
+
+def test_worker_child_env_is_an_allowlist() -> None:
+    parent = {
+        "PATH": "/bin", "LANG": "C.UTF-8", "LC_ALL": "C", "TERM": "xterm",
+        "AWS_ACCESS_KEY_ID": "AKIA...", "AWS_SECRET_ACCESS_KEY": "s", "AWS_SESSION_TOKEN": "t",
+        "AWS_ENDPOINT_URL": "http://moto", "AWS_REGION": "eu-west-1",
+        "ANTHROPIC_API_KEY": "k", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "AGENTQ_LOCAL": "1", "TENANT_ID": "acme", "SQS_QUEUE_URL": "q", "SLACK_BOT_TOKEN": "x",
+        "HOME": "/root",
+    }  # fmt: skip
+    env = child_environment(parent, home="/tmp/home")
+    assert not [name for name in env if name.startswith("AWS_")]
+    assert env["HOME"] == "/tmp/home"
+    assert {"PATH", "LANG", "LC_ALL", "TERM", "ANTHROPIC_API_KEY", "AGENTQ_LOCAL",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "TENANT_ID"} <= set(env)  # fmt: skip
+    assert "SQS_QUEUE_URL" not in env and "SLACK_BOT_TOKEN" not in env
+
+
+def test_worker_supervisor_stop_signal_ends_the_child(tmp_path: Path) -> None:
+    task_dir = _task_dir(tmp_path, "agentq.samples:sleep", {"seconds": 30})
+    stop = StopSignal()
+    lines: list[str] = []
+    started = threading.Event()
+
+    def on_start(pid: int) -> None:
+        started.set()
+
+    result: list[ChildExit] = []
+    runner = threading.Thread(
+        target=lambda: result.append(
+            run_child(task_dir, env=child_environment({"PATH": "/usr/bin:/bin"}, home=str(tmp_path)),
+                      timeout_s=60, grace_s=0.5, stop=stop,
+                      log_line=lambda s, line: lines.append(line), on_start=on_start)
+        )
+    )  # fmt: skip
+    runner.start()
+    assert started.wait(10)
+    stop.set("lease_lost")
+    runner.join(timeout=30)
+    assert result and result[0].stopped == "lease_lost" and result[0].returncode != 0
+
+
+def test_worker_batcher_deletes_and_changes_visibility_in_batches(inproc_stack: Stack) -> None:
+    sqs, url = inproc_stack.sqs, inproc_stack.resources.queue_url
+    for n in range(15):
+        sqs.send_message(QueueUrl=url, MessageBody=str(n))
+    handles: list[str] = []
+    wait_for(
+        lambda: handles.extend(
+            m["ReceiptHandle"]
+            for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        ) or len(handles) >= 15,
+        message="15 messages received",
+    )  # fmt: skip
+    calls: list[str] = []
+    sqs.meta.events.register("before-call.sqs", lambda model, **_: calls.append(model.name))
+    batcher = SqsBatcher(sqs, url, delay_s=0.2)
+    for handle in handles[:12]:
+        batcher.delete(handle)
+    for handle in handles[12:]:
+        batcher.change_visibility(handle, 0)
+    batcher.close()
+    assert calls.count("DeleteMessageBatch") == 2
+    assert calls.count("ChangeMessageVisibilityBatch") == 1
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attributes["ApproximateNumberOfMessages"] == "3"
