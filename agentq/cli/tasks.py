@@ -1,0 +1,122 @@
+"""`agentq submit`, `agentq status`, `agentq events`, `agentq cancel`: single tasks."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from agentq.cli import _views as views
+from agentq.cli.common import EXIT_INVALID, EXIT_OK, EXIT_WAIT_TIMEOUT, emit_json, fail
+
+
+def register(subparsers: Any) -> None:
+    submit = subparsers.add_parser("submit", help="queue one task")
+    submit.add_argument("definition", help="task definition name")
+    submit.add_argument("--input", dest="input_json", help="task input as a JSON object")
+    submit.add_argument("--input-file", type=Path, help="task input from a JSON file")
+    submit.add_argument(
+        "--idempotency-key", help="same key twice → the same task (nothing sent twice)"
+    )
+    submit.add_argument("--job", dest="job_id", help="add the task to this running job")
+    submit.add_argument("--wait", action="store_true", help="wait until the task is terminal")
+    submit.add_argument("--timeout", type=float, default=600.0, help="--wait limit (s)")
+    views.add_tenant_flag(submit)
+    views.add_json_flag(submit)
+    submit.set_defaults(func=_submit)
+
+    status = subparsers.add_parser("status", help="a task's state (exit 0 completed, 4 failed)")
+    status.add_argument("request_id")
+    status.add_argument("--result", action="store_true", help="include the task's result")
+    views.add_tenant_flag(status)
+    views.add_json_flag(status)
+    status.set_defaults(func=_status)
+
+    events = subparsers.add_parser("events", help="a task's event timeline")
+    events.add_argument("request_id")
+    views.add_tenant_flag(events)
+    views.add_json_flag(events)
+    events.set_defaults(func=_events)
+
+    cancel = subparsers.add_parser("cancel", help="cancel a task that has not started")
+    cancel.add_argument("request_id")
+    views.add_tenant_flag(cancel)
+    views.add_json_flag(cancel)
+    cancel.set_defaults(func=_cancel)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from agentq.client import WaitTimeout
+
+    client = views.client()
+    task_input = views.read_json_argument(args.input_json, args.input_file, "--input")
+    record = client.submit(
+        args.definition,
+        task_input,
+        job_id=args.job_id,
+        idempotency_key=args.idempotency_key,
+        tenant=args.tenant,
+    )
+    if args.wait:
+        try:
+            record = client.wait(record.request_id, tenant=record.tenant, timeout_s=args.timeout)
+        except WaitTimeout as exc:
+            _show_task(args, client.get_task(record.request_id, tenant=record.tenant))
+            return fail(str(exc), EXIT_WAIT_TIMEOUT)
+        _show_task(args, record)
+        return views.task_exit_code(record.state)
+    if args.json:
+        emit_json(views.task_dict(record))
+    else:
+        print(record.request_id)
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    client = views.client()
+    record = client.get_task(args.request_id, tenant=args.tenant)
+    data = views.task_dict(record)
+    if args.result and record.state.value == "COMPLETED":
+        data["output"] = client.results.load(record)
+    if args.json:
+        emit_json(data)
+    else:
+        views.print_task(record)
+        if "output" in data:
+            views.console.print_json(data=data["output"])
+    if not record.state.terminal:
+        return EXIT_OK
+    return views.task_exit_code(record.state)
+
+
+def _events(args: argparse.Namespace) -> int:
+    client = views.client()
+    items = client.events(args.request_id, tenant=args.tenant)
+    if not items:
+        client.get_task(args.request_id, tenant=args.tenant)  # NotFound → exit 3
+    if args.json:
+        emit_json(items)
+    else:
+        views.print_events(items)
+    return EXIT_OK
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    client = views.client()
+    cancelled = client.cancel(args.request_id, tenant=args.tenant)
+    record = client.get_task(args.request_id, tenant=args.tenant)
+    if args.json:
+        emit_json({"cancelled": cancelled, "task": views.task_dict(record)})
+    elif cancelled:
+        print(f"cancelled {args.request_id}")
+    if cancelled or record.state.value == "CANCELLED":
+        return EXIT_OK
+    return fail(f"{args.request_id} is {record.state.value}: only a task not started "
+                "can be cancelled", EXIT_INVALID)  # fmt: skip
+
+
+def _show_task(args: argparse.Namespace, record: Any) -> None:
+    if args.json:
+        emit_json(views.task_dict(record))
+    else:
+        views.print_task(record)

@@ -1,0 +1,138 @@
+"""The `agentq` CLI as scripts use it: subprocesses against the local stack, `--json` parsed,
+exit codes checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Stack
+from jobs_support import drain, eventbridge, finish
+
+from agentq.events import Event
+from agentq.store import EventStore
+from lambdas import dispatcher
+
+pytestmark = pytest.mark.timeout(240)
+
+AGENTQ = shutil.which("agentq", path=str(Path(sys.executable).parent)) or "agentq"
+
+DEFINITIONS_YAML = """\
+- name: summarize
+  kind: python
+  description: Summarize one document
+- name: write-report
+  kind: agent
+  timeout_s: 120
+"""
+
+JOB_YAML = """\
+name: report
+tasks:
+  summarize:
+    definition: summarize
+    for_each: ["first", "second"]
+    input: {document: "${item}"}
+  report:
+    definition: write-report
+    input: {summaries: "${groups.summarize.results}"}
+"""
+
+
+def agentq(stack: Stack, *args: str, code: int = 0) -> Any:
+    env = {**os.environ, **stack.env(), "TENANT_ID": "acme"}
+    done = subprocess.run(
+        [AGENTQ, *args], env=env, capture_output=True, text=True, timeout=90, check=False
+    )
+    assert done.returncode == code, (args, done.returncode, done.stdout, done.stderr)
+    if "--json" in args and code == 0:
+        return json.loads(done.stdout)
+    return done.stderr
+
+
+def persist_events(stack: Stack) -> None:
+    """Play the save-event Lambda: store what reached the bus."""
+    store = EventStore(stack.dynamodb, stack.resources.table_name, app_name="agentq")
+    for body in drain(stack, stack.resources.target_queues["save-event"]):
+        store.append(Event.from_detail(body["detail"], body["detail-type"]))
+
+
+def test_jobs_cli_definitions_and_single_tasks(stack: Stack, tmp_path: Path) -> None:
+    defs = tmp_path / "defs.yaml"
+    defs.write_text(DEFINITIONS_YAML)
+    stored = agentq(stack, "definitions", "put", str(defs), "--json")
+    assert [d["name"] for d in stored] == ["summarize", "write-report"]
+    listed = agentq(stack, "definitions", "list", "--json")
+    assert {d["name"] for d in listed} == {"summarize", "write-report"}
+    assert agentq(stack, "definitions", "show", "write-report", "--json")["timeout_s"] == 120
+    assert "not found" in agentq(stack, "definitions", "show", "nope", "--json", code=3)
+
+    args = ["submit", "summarize", "--input", '{"document": "x"}', "--idempotency-key", "doc-1"]
+    first = agentq(stack, *args, "--json")
+    again = agentq(stack, *args, "--json")
+    assert first["requestId"] == again["requestId"] and first["tenant"] == "acme"
+    sent = drain(stack)
+    assert [m["requestId"] for m in sent] == [first["requestId"]]  # one message, not two
+    assert sent[0]["input"] == {"document": "x"}
+
+    status = agentq(stack, "status", first["requestId"], "--json")
+    assert (status["state"], status["definition"]) == ("PENDING", "summarize")
+    persist_events(stack)
+    timeline = agentq(stack, "events", first["requestId"], "--json")
+    assert [e["detailType"] for e in timeline] == ["Task Pending"]
+
+    assert "unknown task definition" in agentq(stack, "submit", "nope", "--json", code=6)
+    assert "not JSON" in agentq(stack, "submit", "summarize", "--input", "{x", code=6)
+    assert "not found" in agentq(stack, "status", "no-such-task", "--json", code=3)
+    assert agentq(stack, "cancel", first["requestId"], "--json")["task"]["state"] == "CANCELLED"
+    assert agentq(stack, "status", first["requestId"], "--json", code=4) == ""
+    assert agentq(stack, "definitions", "delete", "summarize", "--json") == {"deleted": "summarize"}
+
+
+def test_jobs_cli_job_lifecycle(stack: Stack, tmp_path: Path) -> None:
+    defs = tmp_path / "defs.yaml"
+    defs.write_text(DEFINITIONS_YAML)
+    agentq(stack, "definitions", "put", str(defs))
+    spec = tmp_path / "job.yaml"
+    spec.write_text(JOB_YAML)
+    bad = tmp_path / "cycle.yaml"
+    bad.write_text(
+        "tasks:\n  a: {definition: summarize, depends_on: [b]}\n"
+        "  b: {definition: summarize, depends_on: [a]}\n"
+    )
+    assert "cycle: a → b → a" in agentq(stack, "job", "create", str(bad), "--json", code=6)
+    assert agentq(stack, "job", "list", "--json") == []  # nothing was created
+
+    created = agentq(stack, "job", "create", str(spec), "--job-id", "cli-job", "--json")
+    assert (created["jobId"], created["total"], created["state"]) == ("cli-job", 3, "RUNNING")
+    status = agentq(stack, "job", "status", "cli-job", "--json")
+    states = {t["key"]: t["state"] for t in status["tasks"]}
+    assert states == {"summarize_0": "PENDING", "summarize_1": "PENDING", "report": "BLOCKED"}
+    assert [j["jobId"] for j in agentq(stack, "job", "list", "--json")] == ["cli-job"]
+
+    for key in ("summarize_0", "summarize_1", "report"):
+        dispatcher.handler(eventbridge(finish(stack, "cli-job", key, tenant="acme")), None)
+    frame = agentq(stack, "watch", "cli-job", "--json")
+    assert (frame["state"], frame["done"], frame["completed"]) == ("COMPLETED", 3, 3)
+    agentq(stack, "watch", "cli-job", "--once")  # the rich frame renders
+    assert agentq(stack, "job", "status", "cli-job", "--json")["state"] == "COMPLETED"
+
+    agentq(stack, "job", "create", str(spec), "--job-id", "doomed")
+    cancelled = agentq(stack, "job", "cancel", "doomed", "--json")
+    assert len(cancelled["cancelled"]) == 3 and cancelled["job"]["state"] == "FAILED"
+    agentq(stack, "job", "status", "doomed", code=4)
+    agentq(stack, "job", "status", "missing-job", code=3)
+
+
+def test_jobs_cli_wait_gives_up_with_its_own_exit_code(stack: Stack, tmp_path: Path) -> None:
+    defs = tmp_path / "defs.yaml"
+    defs.write_text(DEFINITIONS_YAML)
+    agentq(stack, "definitions", "put", str(defs))
+    err = agentq(stack, "submit", "summarize", "--wait", "--timeout", "1", code=7)
+    assert "still PENDING" in err
