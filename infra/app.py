@@ -1,11 +1,91 @@
-"""Builds every stack of the stage named by the `stage` context value."""
+"""Builds every stack of the stage named by the `stage` context value.
+
+`cdk synth -c stage=prod` (optionally `-c app_name=...`) selects the stage; its typed
+settings live in infra/stages.py. cdk-nag's AwsSolutions checks run as a validation
+plugin on every synth, so a finding without an acknowledgment fails the build.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
+
+from infra.assets import lambda_code
+from infra.stacks.dispatcher import DispatcherStack
+from infra.stacks.events import EventsStack
+from infra.stacks.health_check import HealthCheckStack
+from infra.stacks.infrastructure import InfrastructureStack
+from infra.stacks.monitoring import MonitoringStack
+from infra.stacks.producer_api import ProducerApiStack
+from infra.stacks.worker import WorkerStack
+from infra.stages import StageSettings, stage_settings
 
 
-def build_app(app: cdk.App) -> None:
-    """Placeholder until the infrastructure stacks land (issue: Infrastructure)."""
+@dataclass(frozen=True)
+class StageStacks:
+    settings: StageSettings
+    infrastructure: InfrastructureStack
+    events: EventsStack
+    health_check: HealthCheckStack
+    dispatcher: DispatcherStack
+    producer_api: ProducerApiStack
+    worker: WorkerStack
+    monitoring: MonitoringStack
+
+    def all(self) -> list[cdk.Stack]:
+        return [
+            self.infrastructure,
+            self.events,
+            self.health_check,
+            self.dispatcher,
+            self.producer_api,
+            self.worker,
+            self.monitoring,
+        ]
+
+
+def build_stage(app: cdk.App, settings: StageSettings) -> StageStacks:
+    """The stacks of one stage."""
+    prefix = settings.names.prefix
+    core = InfrastructureStack(app, f"{prefix}-infrastructure", settings=settings)
+    events = EventsStack(app, f"{prefix}-events", settings=settings, core=core, code=lambda_code())
+    health = HealthCheckStack(
+        app, f"{prefix}-health-check", settings=settings, core=core, code=lambda_code()
+    )
+    dispatcher = DispatcherStack(
+        app, f"{prefix}-dispatcher", settings=settings, core=core, code=lambda_code()
+    )
+    api = ProducerApiStack(
+        app, f"{prefix}-producer-api", settings=settings, core=core, code=lambda_code()
+    )
+    worker = WorkerStack(app, f"{prefix}-worker", settings=settings, core=core)
+    monitoring = MonitoringStack(
+        app,
+        f"{prefix}-monitoring",
+        core=core,
+        worker=worker,
+        functions={
+            **events.functions,
+            **health.functions,
+            **dispatcher.functions,
+            **api.functions,
+        },
+        settings=settings,
+    )
+    stacks = StageStacks(settings, core, events, health, dispatcher, api, worker, monitoring)
+    for stack in stacks.all():
+        cdk.Tags.of(stack).add("app", settings.app_name)
+        cdk.Tags.of(stack).add("stage", settings.name)
+    return stacks
+
+
+def build_app(app: cdk.App, *, nag: bool = True) -> StageStacks:
+    """Every stack of the context's stage, checked by cdk-nag unless `nag` is False."""
     stage = str(app.node.try_get_context("stage") or "dev")
-    cdk.Stack(app, f"agentq-{stage}-placeholder")
+    app_name = app.node.try_get_context("app_name")
+    settings = stage_settings(stage, app_name=str(app_name) if app_name else None)
+    if nag:
+        cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return build_stage(app, settings)

@@ -1,0 +1,29 @@
+# agentq worker image: `agentq worker` on CPython 3.13. claude-agent-sdk's wheel brings
+# the Claude Code CLI, so no Node.js or npm step is needed.
+FROM python:3.13-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HOME=/home/agentq
+
+# The CLI needs a writable HOME; the worker runs as an unprivileged user.
+RUN useradd --create-home --home-dir /home/agentq --uid 10001 agentq
+
+WORKDIR /opt/agentq
+COPY requirements.txt ./
+RUN pip install -r requirements.txt
+
+COPY pyproject.toml README.md ./
+COPY agentq ./agentq
+COPY worker ./worker
+COPY lambdas ./lambdas
+COPY infra/__init__.py ./infra/__init__.py
+RUN pip install --no-deps . && python -c "import agentq, worker"
+
+USER agentq
+# ECS sends SIGTERM on stop (stopTimeout later SIGKILL); the worker drains in between.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["agentq"]
+CMD ["worker"]

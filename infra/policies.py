@@ -1,0 +1,72 @@
+"""IAM statements scoped to specific ARNs (tables with named indexes, bucket prefixes).
+
+CDK's `grant_*` helpers give `table/index/*` and whole-bucket object access; agentq
+knows its index names and key prefixes, so its roles name them instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+import aws_cdk as cdk
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from agentq.resources import TableSpec
+from infra.nag import acknowledge
+
+
+def table_statement(
+    table: dynamodb.ITable, spec: TableSpec, actions: Sequence[str], *, indexes: bool = False
+) -> iam.PolicyStatement:
+    """`dynamodb:<action>` on the table (and each of its named indexes when `indexes`)."""
+    resources = [table.table_arn]
+    if indexes:
+        resources += [f"{table.table_arn}/index/{index.name}" for index in spec.indexes]
+    return iam.PolicyStatement(
+        actions=[f"dynamodb:{action}" for action in actions], resources=resources
+    )
+
+
+def grant_objects(
+    role: iam.Role, bucket: s3.Bucket, prefixes: Sequence[str], actions: Sequence[str]
+) -> iam.Policy:
+    """`s3:<action>` on objects under the given key prefixes only, as a policy of its own.
+
+    Object keys are per task, so each resource ends in a wildcard, which cdk-nag flags
+    by the rendered ARN. Each finding is acknowledged by exactly that ARN (so a new,
+    broader wildcard still fails the build); across stacks the ARN renders as the
+    export name, which `export_value` returns before synthesis.
+    """
+    role_stack, bucket_stack = cdk.Stack.of(role), cdk.Stack.of(bucket)
+    if role_stack is bucket_stack:
+        bucket_arn = bucket.bucket_arn
+        logical_id = bucket_stack.get_logical_id(cast(cdk.CfnElement, bucket.node.default_child))
+        rendered = f"<{logical_id}.Arn>"
+    else:
+        bucket_arn = bucket_stack.export_value(bucket.bucket_arn)
+        rendered = str(role_stack.resolve(bucket_arn)["Fn::ImportValue"])
+    scope = role.node.scope or role
+    policy = iam.Policy(
+        cast(Construct, scope),
+        "ObjectPrefixes",
+        statements=[
+            iam.PolicyStatement(
+                actions=[f"s3:{action}" for action in actions],
+                resources=[f"{bucket_arn}/{prefix}*" for prefix in prefixes],
+            )
+        ],
+    )
+    policy.attach_to_role(role)
+    for prefix in prefixes:
+        acknowledge(
+            policy,
+            "IAM5",
+            f"Only s3:{'/'.join(actions)} on objects under {prefix} of the agentq bucket; "
+            "object keys are per task, so the key part must be a wildcard",
+            applies_to=f"Resource::{rendered}/{prefix}*",
+        )
+    return policy

@@ -1,0 +1,1 @@
+"""One stack per deployable unit of a stage."""

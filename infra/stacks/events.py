@@ -1,0 +1,111 @@
+"""Event persistence: the save-event Lambda behind the bus rule, and the DLQ processor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import Duration
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from constructs import Construct
+
+from agentq.config import env_name
+from agentq.resources import (
+    DLQ_ARCHIVE_PREFIX,
+    EVENT_OVERFLOW_PREFIX,
+    EVENTS_TABLE,
+    SAVE_EVENT_RULE,
+)
+from infra.function import AgentqFunction
+from infra.policies import grant_objects, table_statement
+from infra.stacks.infrastructure import (
+    DLQ_PROCESSOR_TIMEOUT_S,
+    InfrastructureStack,
+    event_pattern,
+)
+from infra.stages import StageSettings
+
+
+class EventsStack(cdk.Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: StageSettings,
+        core: InfrastructureStack,
+        code: lambda_.Code,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        names = settings.names
+
+        self.save_event = AgentqFunction(
+            self,
+            "SaveEvent",
+            settings=settings,
+            code=code,
+            handler="lambdas.save_event.handler",
+            description="Appends every agentq event to the events table (idempotent)",
+            environment={
+                **core.runtime_environment("table_name", "bus_name", "bucket"),
+                env_name("event_ttl_days"): str(settings.event_ttl_days),
+            },
+            statements=[
+                # Conditional put of the event item, update of the STATE item's summary.
+                table_statement(core.events_table, EVENTS_TABLE, ["PutItem", "UpdateItem"]),
+            ],
+        )
+        # Oversized events arrive as a pointer into the overflow prefix.
+        grant_objects(self.save_event.role, core.bucket, [EVENT_OVERFLOW_PREFIX], ["GetObject"])
+        events.Rule(
+            self,
+            "SaveEventRule",
+            rule_name=f"{names.prefix}-{SAVE_EVENT_RULE.name}",
+            description=SAVE_EVENT_RULE.description,
+            event_bus=core.bus,
+            event_pattern=event_pattern(SAVE_EVENT_RULE, settings.app_name),
+            targets=[
+                targets.LambdaFunction(
+                    self.save_event.function,
+                    retry_attempts=185,
+                    max_event_age=Duration.hours(24),
+                )
+            ],
+        )
+
+        self.dlq_processor = AgentqFunction(
+            self,
+            "DlqProcessor",
+            settings=settings,
+            code=code,
+            handler="lambdas.dlq_processor.handler",
+            description="Archives dead-lettered task messages and closes out their tasks",
+            environment=core.runtime_environment(
+                "queue_url", "dlq_url", "table_name", "bus_name", "bucket"
+            ),
+            statements=[
+                table_statement(core.events_table, EVENTS_TABLE, ["GetItem", "UpdateItem"]),
+                iam.PolicyStatement(
+                    actions=["events:PutEvents"], resources=[core.bus.event_bus_arn]
+                ),
+            ],
+            timeout=Duration.seconds(DLQ_PROCESSOR_TIMEOUT_S),
+        )
+        grant_objects(self.dlq_processor.role, core.bucket, [DLQ_ARCHIVE_PREFIX], ["PutObject"])
+        # The event source grants receive/delete/change-visibility on the DLQ's ARN only.
+        self.dlq_processor.function.add_event_source(
+            sources.SqsEventSource(
+                core.dead_letter_queue,
+                batch_size=settings.dlq_batch_size,
+                report_batch_item_failures=True,
+            )
+        )
+        self.functions = {
+            "save-event": self.save_event.function,
+            "dlq-processor": self.dlq_processor.function,
+        }

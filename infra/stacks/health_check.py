@@ -1,0 +1,92 @@
+"""The health check: a scheduled Lambda that reports stuck, overtime and starving tasks
+and DLQ depth to Slack. Its schedule and whether it runs at all are stage settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import Duration
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
+
+from agentq.config import env_name
+from agentq.resources import EVENTS_TABLE
+from infra.function import AgentqFunction
+from infra.nag import acknowledge
+from infra.policies import table_statement
+from infra.stacks.infrastructure import InfrastructureStack
+from infra.stages import StageSettings
+
+
+class HealthCheckStack(cdk.Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: StageSettings,
+        core: InfrastructureStack,
+        code: lambda_.Code,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        health = settings.health_check
+        # Created empty-ish; operators put the bot token in (docs/operations.md).
+        self.slack_token = secretsmanager.Secret(
+            self,
+            "SlackToken",
+            secret_name=f"{settings.names.prefix}/slack-bot-token",
+            description="Slack bot token (xoxb-...) the health check posts alerts with",
+        )
+        acknowledge(
+            self.slack_token,
+            "SMG4",
+            "A Slack bot token is issued by Slack, not AWS; no rotation Lambda can mint "
+            "a new one, so it is rotated by hand (docs/operations.md)",
+        )
+        self.handler = AgentqFunction(
+            self,
+            "HealthCheck",
+            settings=settings,
+            code=code,
+            handler="lambdas.health_check.handler",
+            description="Alerts Slack about stuck, overtime and starving tasks and the DLQ",
+            environment={
+                **core.runtime_environment(
+                    "queue_url", "dlq_url", "table_name", "bus_name", "bucket"
+                ),
+                env_name("slack_token_secret_arn"): self.slack_token.secret_arn,
+                env_name("alert_channel"): health.alert_channel,
+                env_name("pending_alert_after_s"): str(health.pending_alert_after_s),
+                env_name("overtime_grace_s"): str(health.overtime_grace_s),
+            },
+            statements=[
+                # Status-index queries find the tasks; UpdateItem records "alerted once".
+                table_statement(
+                    core.events_table,
+                    EVENTS_TABLE,
+                    ["Query", "GetItem", "UpdateItem"],
+                    indexes=True,
+                ),
+                iam.PolicyStatement(
+                    actions=["sqs:GetQueueAttributes"],
+                    resources=[core.task_queue.queue_arn, core.dead_letter_queue.queue_arn],
+                ),
+            ],
+            timeout=Duration.seconds(120),
+        )
+        self.slack_token.grant_read(self.handler.role)
+        self.schedule = events.Rule(
+            self,
+            "Schedule",
+            description=f"health check every {health.rate_minutes} min",
+            schedule=events.Schedule.rate(Duration.minutes(health.rate_minutes)),
+            enabled=health.enabled,
+            targets=[targets.LambdaFunction(self.handler.function, retry_attempts=0)],
+        )
+        self.functions = {"health-check": self.handler.function}

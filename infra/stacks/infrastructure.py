@@ -1,0 +1,197 @@
+"""The stateful core of a stage: task queue + DLQ, events and definitions tables, the bus
+with its queue-bound rule, and the artifacts bucket (with its access-log bucket).
+
+Other stacks receive these constructs as Python objects; CDK turns each reference into
+a CloudFormation export/import pair, so no stack hard-codes another's names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import aws_cdk as cdk
+from aws_cdk import Duration
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from agentq.config import env_name
+from agentq.resources import (
+    ARTIFACTS_PREFIX,
+    DEFINITIONS_TABLE,
+    EVENT_OVERFLOW_PREFIX,
+    EVENTS_TABLE,
+    RULES,
+    TASK_QUEUE,
+    RuleSpec,
+    TableSpec,
+)
+from infra.nag import acknowledge
+from infra.stages import StageSettings
+
+DLQ_PROCESSOR_TIMEOUT_S: Final = 60
+DLQ_VISIBILITY_TIMEOUT_S: Final = 6 * DLQ_PROCESSOR_TIMEOUT_S
+
+
+def event_pattern(rule: RuleSpec, app_name: str) -> events.EventPattern:
+    """The shared rule pattern as a CDK EventPattern (the local stack uses the same dict)."""
+    pattern = rule.pattern(app_name)
+    return events.EventPattern(
+        source=pattern["source"],
+        detail_type=pattern.get("detail-type"),
+        detail=pattern.get("detail"),
+    )
+
+
+def _attribute(name: str) -> dynamodb.Attribute:
+    # Every agentq key attribute is a string (see agentq.local.aws.table_definition).
+    return dynamodb.Attribute(name=name, type=dynamodb.AttributeType.STRING)
+
+
+class InfrastructureStack(cdk.Stack):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, settings: StageSettings, **kwargs: Any
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        names = settings.names
+        self.settings = settings
+
+        self.dead_letter_queue = sqs.Queue(
+            self,
+            "DeadLetterQueue",
+            queue_name=names.dead_letter_queue,
+            retention_period=Duration.days(TASK_QUEUE.dlq_retention_days),
+            # AWS asks for 6x the consuming Lambda's timeout (the DLQ processor's is 60 s).
+            visibility_timeout=Duration.seconds(DLQ_VISIBILITY_TIMEOUT_S),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            removal_policy=settings.removal_policy,
+        )
+        acknowledge(
+            self.dead_letter_queue,
+            "SQS3",
+            "This queue is itself the task queue's dead-letter queue; the DLQ-processor "
+            "Lambda archives and closes out whatever lands here",
+        )
+        self.task_queue = sqs.Queue(
+            self,
+            "TaskQueue",
+            queue_name=names.task_queue,
+            visibility_timeout=Duration.seconds(TASK_QUEUE.visibility_timeout_s),
+            receive_message_wait_time=Duration.seconds(TASK_QUEUE.receive_wait_s),
+            retention_period=Duration.days(TASK_QUEUE.retention_days),
+            dead_letter_queue=sqs.DeadLetterQueue(
+                queue=self.dead_letter_queue, max_receive_count=TASK_QUEUE.max_receive_count
+            ),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            removal_policy=settings.removal_policy,
+        )
+
+        self.events_table = self._table("EventsTable", names.events_table, EVENTS_TABLE)
+        self.definitions_table = self._table(
+            "DefinitionsTable", names.definitions_table, DEFINITIONS_TABLE
+        )
+
+        self.bus = events.EventBus(self, "Bus", event_bus_name=names.event_bus)
+        for rule in RULES:
+            if rule.target == "task-queue":
+                events.Rule(
+                    self,
+                    f"Rule-{rule.name}",
+                    rule_name=f"{names.prefix}-{rule.name}",
+                    description=rule.description,
+                    event_bus=self.bus,
+                    event_pattern=event_pattern(rule, settings.app_name),
+                    targets=[targets.SqsQueue(self.task_queue)],
+                )
+
+        self.access_logs_bucket = s3.Bucket(
+            self,
+            "AccessLogs",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="expire-access-logs",
+                    expiration=Duration.days(settings.access_log_expiry_days),
+                )
+            ],
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+        )
+        acknowledge(
+            self.access_logs_bucket,
+            "S1",
+            "This bucket receives the artifacts bucket's server access logs; logging it "
+            "into itself would loop, and a third bucket only moves the problem",
+        )
+        # Buckets are retained in every stage: deleting one needs an auto-delete custom
+        # resource (an extra Lambda with broad S3 rights) for little benefit.
+        self.bucket = s3.Bucket(
+            self,
+            "Artifacts",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            versioned=False,
+            server_access_logs_bucket=self.access_logs_bucket,
+            server_access_logs_prefix="artifacts/",
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="expire-task-logs",
+                    prefix=ARTIFACTS_PREFIX,
+                    expiration=Duration.days(settings.artifact_expiry_days),
+                ),
+                s3.LifecycleRule(
+                    id="expire-event-overflow",
+                    prefix=EVENT_OVERFLOW_PREFIX,
+                    expiration=Duration.days(settings.overflow_expiry_days),
+                ),
+                s3.LifecycleRule(
+                    id="abort-incomplete-uploads",
+                    abort_incomplete_multipart_upload_after=Duration.days(1),
+                ),
+            ],
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+        )
+
+    def _table(self, construct_id: str, name: str, spec: TableSpec) -> dynamodb.Table:
+        table = dynamodb.Table(
+            self,
+            construct_id,
+            table_name=name,
+            partition_key=_attribute(spec.partition_key),
+            sort_key=_attribute(spec.sort_key) if spec.sort_key else None,
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            time_to_live_attribute=spec.ttl_attribute,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            removal_policy=self.settings.removal_policy,
+            deletion_protection=self.settings.is_production,
+        )
+        for index in spec.indexes:
+            table.add_global_secondary_index(
+                index_name=index.name,
+                partition_key=_attribute(index.partition_key),
+                sort_key=_attribute(index.sort_key),
+                projection_type=dynamodb.ProjectionType.ALL,
+            )
+        return table
+
+    def runtime_environment(self, *attributes: str) -> dict[str, str]:
+        """Environment variables (names from agentq.config) pointing at these resources."""
+        values = {
+            "queue_url": self.task_queue.queue_url,
+            "dlq_url": self.dead_letter_queue.queue_url,
+            "table_name": self.events_table.table_name,
+            "definitions_table": self.definitions_table.table_name,
+            "bus_name": self.bus.event_bus_name,
+            "bucket": self.bucket.bucket_name,
+        }
+        return {env_name(attribute): values[attribute] for attribute in attributes}

@@ -1,0 +1,157 @@
+"""Typed settings of one deployment stage (`cdk synth -c stage=prod`).
+
+Everything that differs between stages lives here, validated when the stage is built,
+so a bad combination (a drain longer than ECS waits, more minimum than maximum tasks)
+fails at synth time instead of in production.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Final
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_logs as logs
+
+from agentq.resources import APP_NAME_DEFAULT, ResourceNames
+
+# Fargate waits at most 120 s between SIGTERM and SIGKILL; a longer stopTimeout is rejected.
+FARGATE_MAX_STOP_TIMEOUT_S: Final = 120
+
+
+class StageError(ValueError):
+    """A stage's settings contradict each other or name an unknown stage."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerSettings:
+    cpu: int = 1024
+    memory_mib: int = 2048
+    slots: int = 3  # MAX_CONCURRENT_CLAUDE: task slots per worker task
+    min_tasks: int = 0
+    max_tasks: int = 4
+    # Target of the backlog-per-task policy: visible messages each running task may leave waiting.
+    backlog_per_task: int = 3
+    drain_timeout_s: int = 100
+    # Between SIGTERM and SIGKILL; must exceed the drain so ECS never kills a draining worker.
+    stop_timeout_s: int = FARGATE_MAX_STOP_TIMEOUT_S
+    task_timeout_s: int = 200
+    scale_out_cooldown_s: int = 60
+    scale_in_cooldown_s: int = 300
+    nat_gateways: int = 1
+
+    def check(self) -> None:
+        if not 0 < self.stop_timeout_s <= FARGATE_MAX_STOP_TIMEOUT_S:
+            raise StageError(
+                f"worker stop_timeout_s must be 1..{FARGATE_MAX_STOP_TIMEOUT_S} "
+                f"(Fargate's limit), got {self.stop_timeout_s}"
+            )
+        if self.drain_timeout_s >= self.stop_timeout_s:
+            raise StageError(
+                f"worker drain_timeout_s ({self.drain_timeout_s}) must be shorter than "
+                f"stop_timeout_s ({self.stop_timeout_s}), or ECS kills workers mid-drain"
+            )
+        if not 0 <= self.min_tasks <= self.max_tasks or self.max_tasks < 1:
+            raise StageError(
+                f"worker tasks need 0 <= min ({self.min_tasks}) <= max ({self.max_tasks}), max >= 1"
+            )
+        if self.slots < 1 or self.backlog_per_task < 1:
+            raise StageError("worker slots and backlog_per_task must be at least 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HealthCheckSettings:
+    enabled: bool = False
+    rate_minutes: int = 5
+    pending_alert_after_s: int = 900
+    overtime_grace_s: int = 60
+    alert_channel: str = "#agentq-alerts"
+
+    def check(self) -> None:
+        if self.rate_minutes < 1:
+            raise StageError(f"health check rate_minutes must be >= 1, got {self.rate_minutes}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlarmSettings:
+    period_minutes: int = 5
+    oldest_message_age_s: int = 1800
+    dlq_messages: int = 1
+    lambda_errors: int = 1
+    task_failures: int = 5
+    task_timeouts: int = 1
+    email: str | None = None  # subscribed to the alarm topic when set
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageSettings:
+    name: str
+    app_name: str = APP_NAME_DEFAULT
+    log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH
+    event_ttl_days: int = 30
+    artifact_expiry_days: int = 90
+    overflow_expiry_days: int = 30
+    access_log_expiry_days: int = 90
+    dlq_batch_size: int = 1
+    api_rate_limit: int = 50
+    api_burst_limit: int = 100
+    lambda_memory_mib: int = 512
+    # Stateful resources (tables, queues) go with the stack in dev; prod keeps them.
+    removal_policy: RemovalPolicy = RemovalPolicy.DESTROY
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
+    health_check: HealthCheckSettings = field(default_factory=HealthCheckSettings)
+    alarms: AlarmSettings = field(default_factory=AlarmSettings)
+
+    def __post_init__(self) -> None:
+        if not self.name.isalnum() or not self.name.islower():
+            raise StageError(f"stage name must be lowercase letters/digits, got {self.name!r}")
+        self.worker.check()
+        self.health_check.check()
+
+    @property
+    def names(self) -> ResourceNames:
+        return ResourceNames(stage=self.name, app_name=self.app_name)
+
+    @property
+    def is_production(self) -> bool:
+        return self.removal_policy is RemovalPolicy.RETAIN
+
+
+STAGES: Final[dict[str, StageSettings]] = {
+    "dev": StageSettings(
+        name="dev",
+        log_retention=logs.RetentionDays.TWO_WEEKS,
+        event_ttl_days=14,
+        worker=WorkerSettings(min_tasks=0, max_tasks=2, slots=2, nat_gateways=1),
+        # Off in dev like the seed's `enabled: false`: nobody wants pages from a sandbox.
+        health_check=HealthCheckSettings(
+            enabled=False, rate_minutes=60, alert_channel="#agentq-dev"
+        ),
+        alarms=AlarmSettings(task_failures=20, oldest_message_age_s=3600),
+    ),
+    "prod": StageSettings(
+        name="prod",
+        log_retention=logs.RetentionDays.THREE_MONTHS,
+        event_ttl_days=90,
+        removal_policy=RemovalPolicy.RETAIN,
+        api_rate_limit=200,
+        api_burst_limit=400,
+        worker=WorkerSettings(
+            min_tasks=1, max_tasks=10, slots=3, backlog_per_task=3, nat_gateways=2
+        ),
+        health_check=HealthCheckSettings(
+            enabled=True, rate_minutes=5, alert_channel="#agentq-alerts"
+        ),
+        alarms=AlarmSettings(task_failures=5, oldest_message_age_s=1800),
+    ),
+}
+
+
+def stage_settings(name: str, *, app_name: str | None = None) -> StageSettings:
+    """The settings of a known stage; `app_name` renames every resource of it."""
+    try:
+        settings = STAGES[name]
+    except KeyError:
+        known = ", ".join(sorted(STAGES))
+        raise StageError(f"unknown stage {name!r}; known stages: {known}") from None
+    return replace(settings, app_name=app_name) if app_name else settings
