@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from agentq.dlq import DLQ_REASON, DlqArchive
 from agentq.envelope import TaskEnvelope
 from agentq.events import now_ms
 from agentq.local.lambda_host import LambdaHost, local_context, sqs_lambda_record
+from agentq.local.workers import WorkerProcess, fast_env
 from agentq.states import TaskState
 from agentq.store import EventStore, TaskStore
 from lambdas import dlq_processor
@@ -228,3 +230,37 @@ def test_redrive_never_reruns_a_completed_task(stack: Stack) -> None:
     assert "Messages" not in stack.sqs.receive_message(
         QueueUrl=stack.resources.queue_url, WaitTimeSeconds=1
     )
+
+
+@pytest.mark.slow
+def test_a_redriven_task_runs_again_to_completion_on_a_worker(stack: Stack, tmp_path: Path) -> None:
+    envelope = TaskEnvelope(request_id="r-dlq-rerun", tenant="acme", definition="sample-echo",
+                            input={"text": "again"})  # fmt: skip
+    _dead_letter(stack, envelope)
+    events = EventStore(stack.dynamodb, stack.resources.table_name, app_name="agentq")
+    worker = WorkerProcess("redrive-worker", log_dir=tmp_path)
+    with LambdaHost(stack.resources, Settings.from_env(), sqs=stack.sqs, health_interval_s=0):
+        wait_for(
+            lambda: _tasks(stack).require("acme", "r-dlq-rerun").state is TaskState.FAILED,
+            timeout=60, message="the dead letter closed out",
+        )  # fmt: skip
+        assert cli(["dlq", "redrive", "r-dlq-rerun"]) == 0
+        worker.start({**stack.env(), **fast_env()})
+        try:
+            record = wait_for(
+                lambda: (r := _tasks(stack).require("acme", "r-dlq-rerun")).state.terminal and r,
+                timeout=90, message="the redriven task finished",
+            )  # fmt: skip
+            completed = wait_for(
+                lambda: [e for e in events.timeline("acme", "r-dlq-rerun")
+                         if e["detailType"] == "Task Completed"],
+                timeout=60, message="Task Completed in the table",
+            )  # fmt: skip
+        finally:
+            worker.stop(timeout=30)
+
+    assert record.state is TaskState.COMPLETED, worker.output()[-3000:]
+    assert record.attempt == 1  # the fresh budget: first attempt after the replay
+    assert len(completed) == 1
+    kinds = [e["detailType"] for e in events.timeline("acme", "r-dlq-rerun")]
+    assert kinds.index("Task Failed") < kinds.index("Task Completed")
