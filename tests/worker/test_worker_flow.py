@@ -55,52 +55,48 @@ def test_worker_deletes_a_duplicate_of_a_completed_task_without_running_it(
     assert len(events.of(task.request_id, "Task Completed")) == 1
 
 
-@pytest.mark.parametrize(
-    ("body", "attributes"),
-    [
-        pytest.param("{not json", {"requestId": "bad-body-1"}, id="malformed-body"),
-        pytest.param(
-            json.dumps({"definition": "sample-echo", "input": {}}),
-            {"requestId": "bad id with spaces"},
-            id="bad-request-id",
-        ),
-        pytest.param(
-            json.dumps({"definition": "sample-echo", "input": {}}),
-            {"requestId": "a" * 300},
-            id="oversized-attribute",
-        ),
-        pytest.param(
-            json.dumps({"requestId": "no-such-def-1", "definition": "no-such-definition"}),
-            {},
-            id="unknown-definition",
-        ),
-    ],
-)
-def test_worker_rejects_bad_messages_and_keeps_running(
-    stack: Stack, body: str, attributes: dict[str, str]
-) -> None:
+BAD_MESSAGES: list[tuple[str, dict[str, str]]] = [
+    ("{not json", {"requestId": "bad-body-1"}),  # malformed body
+    (json.dumps({"definition": "sample-echo"}), {"requestId": "bad id with spaces"}),
+    (json.dumps({"definition": "sample-echo"}), {"requestId": "a" * 300}),  # oversized
+    (json.dumps({"definition": "sample-echo"}), {}),  # no request id at all
+    (json.dumps({"requestId": "no-such-def-1", "definition": "no-such-definition"}), {}),
+    (json.dumps(["not", "an", "object"]), {"requestId": "bad-shape-1"}),
+]
+
+
+def test_worker_rejects_bad_messages_and_keeps_running(stack: Stack) -> None:
     events = EventLog(stack)
-    stack.sqs.send_message(
-        QueueUrl=stack.resources.queue_url,
-        MessageBody=body,
-        MessageAttributes={
-            name: {"DataType": "String", "StringValue": value} for name, value in attributes.items()
-        },
-    )
+    for body, attributes in BAD_MESSAGES:
+        stack.sqs.send_message(
+            QueueUrl=stack.resources.queue_url,
+            MessageBody=body,
+            MessageAttributes={
+                name: {"DataType": "String", "StringValue": value}
+                for name, value in attributes.items()
+            },
+        )
     with running_worker(stack) as worker:
-        worker.wait_for_output('"verdict":"rejected"')
+        wait_for(
+            lambda: worker.output().count('"verdict":"rejected"') == len(BAD_MESSAGES),
+            timeout=60,
+            message="every bad message rejected",
+        )
         good = send(stack, "sample-noop")
         events.wait(good.request_id, "Task Completed")
-        wait_for(lambda: queue_counts(stack) == (0, 0), message="bad message deleted")
+        wait_for(lambda: queue_counts(stack) == (0, 0), message="bad messages deleted")
         assert worker.alive()
         worker.stop()
     failed = [e for e in events.poll() if e["detail-type"] == "Task Failed"]
-    assert len(failed) == 1
-    error = failed[0]["payload"]["error"]
-    assert error["category"] in ("validation", "parse", "not_found")
-    assert error["retryable"] is False
-    assert not [e for e in events.events if e["detail-type"] == "Task Processing Started"
-                and e["requestId"] != good.request_id]  # fmt: skip
+    assert len(failed) == len(BAD_MESSAGES)
+    for event in failed:
+        error = event["payload"]["error"]
+        assert error["category"] in ("validation", "parse", "not_found"), error
+        assert error["retryable"] is False
+    assert {e["requestId"] for e in failed} >= {"bad-body-1", "no-such-def-1", "bad-shape-1"}
+    started = [e for e in events.events if e["detail-type"] == "Task Processing Started"]
+    assert [e["requestId"] for e in started] == [good.request_id]
+    assert queue_counts(stack, stack.resources.dlq_url) == (0, 0)
 
 
 def test_worker_child_env_holds_no_aws_credentials(stack: Stack) -> None:
