@@ -78,6 +78,7 @@ class AgentqClient:
         )
         self.results = ResultReader(s3, settings.required("bucket"))
         self.definitions = definitions
+        self.dynamodb = dynamodb
         self._sqs = sqs
         self._ddb = dynamodb
         self._table = table

@@ -18,10 +18,14 @@ from rich.table import Table
 
 from agentq.cli.common import EXIT_OK, EXIT_TASK_FAILED
 from agentq.errors import InvalidInput
-from agentq.events import iso_ms, now_ms
+from agentq.events import iso_ms
 from agentq.jobs import JobRecord
+from agentq.jobs.summary import cost_of, duration_ms, job_dict, task_dict
 from agentq.states import TaskState
 from agentq.store import TaskRecord
+
+# Summaries live in agentq.jobs.summary (the API uses them too); commands reach them here.
+__all__ = ["cost_of", "duration_ms", "job_dict", "task_dict"]
 
 console = Console(highlight=False, soft_wrap=True)
 
@@ -60,45 +64,6 @@ def read_json_argument(text: str | None, path: Path | None, what: str) -> dict[s
 
 
 # -- tasks ---------------------------------------------------------------------------------
-def task_dict(record: TaskRecord) -> dict[str, Any]:
-    raw = record.raw
-    started, finished = raw.get("startedAt"), raw.get("finishedAt")
-    return {
-        "requestId": record.request_id,
-        "tenant": record.tenant,
-        "state": record.state.value,
-        "definition": record.definition,
-        "jobId": record.job_id,
-        "taskKey": raw.get("taskKey") or (record.envelope or {}).get("taskKey"),
-        "attempt": record.attempt,
-        "owner": record.owner,
-        "createdAt": _iso(record.created_at_ms),
-        "startedAt": _iso(started),
-        "finishedAt": _iso(finished),
-        "durationMs": duration_ms(record),
-        "costUsd": cost_of(record),
-        "error": raw.get("error"),
-        "result": raw.get("result"),
-    }
-
-
-def duration_ms(record: TaskRecord) -> int | None:
-    started = record.raw.get("startedAt")
-    if not isinstance(started, int):
-        return None
-    finished = record.raw.get("finishedAt")
-    end = finished if isinstance(finished, int) else now_ms()
-    return max(0, end - started)
-
-
-def cost_of(record: TaskRecord) -> float:
-    for name in ("costUsd", "cost_usd"):
-        value = record.raw.get(name)
-        if isinstance(value, int | float):
-            return float(value)
-    return 0.0
-
-
 def task_exit_code(state: TaskState) -> int:
     return EXIT_OK if state is TaskState.COMPLETED else EXIT_TASK_FAILED
 
@@ -128,17 +93,6 @@ def print_events(items: Iterable[Mapping[str, Any]]) -> None:
 
 
 # -- jobs ----------------------------------------------------------------------------------
-def job_dict(
-    job: JobRecord, tasks: Mapping[str, TaskRecord | None] | None = None
-) -> dict[str, Any]:
-    data = job.to_dict()
-    if tasks is not None:
-        data["tasks"] = [
-            {"key": key, **(task_dict(r) if r else {"state": None})} for key, r in tasks.items()
-        ]
-    return data
-
-
 def job_exit_code(job: JobRecord) -> int:
     return EXIT_OK if job.state == "COMPLETED" else EXIT_TASK_FAILED
 

@@ -1,0 +1,231 @@
+"""Producer API Lambda (API Gateway REST, proxy integration, IAM auth by default).
+
+Routes (OpenAPI document at `GET /openapi.json`):
+
+    POST   /jobs                       create a job from a spec (docs/jobs.md)
+    POST   /jobs/{job_id}/tasks        add tasks to a running job
+    GET    /jobs                       the caller's jobs, newest first
+    GET    /jobs/{job_id}              a job and its tasks
+    POST   /tasks                      submit one task
+    GET    /tasks/{request_id}         a task
+    GET    /task-definitions           definitions
+    GET    /task-definitions/{name}
+    PUT    /task-definitions/{name}
+    DELETE /task-definitions/{name}
+
+The tenant comes from the request context, never from the body: the authorizer's
+`tenant` (a Lambda authorizer puts it in its context) or else the IAM caller's
+account id. Every read is keyed by that tenant, so another tenant's job or task is
+simply not found (404). Bad input is 400 (spec problems) or 422 (shape problems),
+each with a message that names the field.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler.exceptions import ForbiddenError
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentq import __version__
+from agentq.client import AgentqClient
+from agentq.config import Settings
+from agentq.definitions import DefinitionsTable, TaskDefinition
+from agentq.envelope import TENANT_PATTERN
+from agentq.errors import InvalidInput, NotFound
+from agentq.jobs import summary as views
+
+app = APIGatewayRestResolver(enable_validation=True)
+
+_ID = r"^[a-zA-Z0-9_-]{1,128}$"
+
+
+# -- request models ------------------------------------------------------------------------
+class TaskIn(BaseModel):
+    """One task of a job spec (see docs/jobs.md for references and fan-out)."""
+
+    model_config = ConfigDict(extra="forbid")
+    definition: str = Field(min_length=1, max_length=128)
+    input: dict[str, Any] = Field(default_factory=dict)
+    depends_on: list[str] | str | None = None
+    group: str | None = None
+    for_each: list[Any] | None = None
+
+
+class JobIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    job_id: str | None = Field(default=None, pattern=_ID)
+    name: str | None = Field(default=None, max_length=256)
+    failure_policy: Literal["fail_fast", "continue"] = "fail_fast"
+    tasks: dict[str, TaskIn] = Field(min_length=1)
+
+
+class TasksIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tasks: dict[str, TaskIn] = Field(min_length=1)
+
+
+class SubmitIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    definition: str = Field(min_length=1, max_length=128)
+    input: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: str | None = Field(default=None, max_length=512)
+
+
+class DefinitionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["python", "agent"]
+    description: str = ""
+    timeout_s: float | None = Field(default=None, gt=0)
+    max_attempts: int | None = Field(default=None, ge=1)
+    settings: dict[str, Any] = Field(default_factory=dict)
+
+
+# -- context -------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=4)
+def _client_for(settings: Settings) -> AgentqClient:
+    # Built on the first request (never at import) and kept for the warm container.
+    return AgentqClient.from_env(settings)
+
+
+def _client() -> AgentqClient:
+    return _client_for(Settings.from_env())
+
+
+def tenant_of(event: Mapping[str, Any]) -> str:
+    """The caller's tenant: the authorizer's `tenant`, else the IAM caller's account."""
+    context = event.get("requestContext") or {}
+    authorizer = context.get("authorizer") or {}
+    tenant = authorizer.get("tenant") or (authorizer.get("lambda") or {}).get("tenant")
+    if not tenant:
+        tenant = (context.get("identity") or {}).get("accountId")
+    if not isinstance(tenant, str) or not TENANT_PATTERN.fullmatch(tenant):
+        raise ForbiddenError("no tenant: call with IAM credentials or through the authorizer")
+    return tenant
+
+
+def _tenant() -> str:
+    return tenant_of(app.current_event.raw_event)
+
+
+def _definitions() -> DefinitionsTable:
+    client = _client()
+    return DefinitionsTable(client.dynamodb, client.settings.required("definitions_table"))
+
+
+# -- jobs ----------------------------------------------------------------------------------
+@app.post("/jobs", summary="Create a job", responses={201: {"description": "job created"}})
+def create_job(body: JobIn) -> tuple[dict[str, Any], int]:
+    spec = body.model_dump(exclude_none=True, exclude={"job_id"})
+    job = _client().create_job(spec, job_id=body.job_id, tenant=_tenant())
+    return views.job_dict(job), 201
+
+
+@app.post("/jobs/<job_id>/tasks", summary="Add tasks to a running job")
+def add_tasks(
+    job_id: Annotated[str, Path(pattern=_ID)], body: TasksIn
+) -> tuple[dict[str, Any], int]:
+    tasks = {k: v.model_dump(exclude_none=True) for k, v in body.tasks.items()}
+    job = _client().add_tasks(job_id, tasks, tenant=_tenant())
+    return views.job_dict(job), 201
+
+
+@app.get("/jobs", summary="The caller's jobs, newest first")
+def list_jobs(limit: Annotated[int, Query(ge=1, le=100)] = 20) -> dict[str, Any]:
+    jobs = _client().list_jobs(tenant=_tenant(), limit=limit)
+    return {"jobs": [views.job_dict(job) for job in jobs]}
+
+
+@app.get("/jobs/<job_id>", summary="A job and its tasks")
+def get_job(job_id: Annotated[str, Path(pattern=_ID)]) -> dict[str, Any]:
+    client = _client()
+    job = client.get_job(job_id, tenant=_tenant())
+    return views.job_dict(job, client.job_tasks(job))
+
+
+# -- tasks ---------------------------------------------------------------------------------
+@app.post("/tasks", summary="Submit one task")
+def submit_task(body: SubmitIn) -> tuple[dict[str, Any], int]:
+    record = _client().submit(
+        body.definition, body.input, idempotency_key=body.idempotency_key, tenant=_tenant()
+    )
+    return views.task_dict(record), 201
+
+
+@app.get("/tasks/<request_id>", summary="A task")
+def get_task(request_id: Annotated[str, Path(pattern=r"^[a-zA-Z0-9_-]{1,256}$")]) -> dict[str, Any]:
+    return views.task_dict(_client().get_task(request_id, tenant=_tenant()))
+
+
+# -- task definitions ----------------------------------------------------------------------
+@app.get("/task-definitions", summary="Task definitions")
+def list_definitions() -> dict[str, Any]:
+    return {"definitions": [d.to_dict() for d in _definitions().all()]}
+
+
+@app.get("/task-definitions/<name>", summary="A task definition")
+def get_definition(name: str) -> dict[str, Any]:
+    found = _definitions().get(name)
+    if found is None:
+        raise NotFound("task definition", name)
+    return found.to_dict()
+
+
+@app.put("/task-definitions/<name>", summary="Create or replace a task definition")
+def put_definition(name: str, body: DefinitionIn) -> dict[str, Any]:
+    definition = TaskDefinition.from_dict({"name": name, **body.model_dump(exclude_none=True)})
+    _definitions().put(definition)
+    return definition.to_dict()
+
+
+@app.delete("/task-definitions/<name>", summary="Delete a task definition")
+def delete_definition(name: str) -> dict[str, Any]:
+    if not _definitions().delete(name):
+        raise NotFound("task definition", name)
+    return {"deleted": name}
+
+
+@app.get("/openapi.json", include_in_schema=False)
+def openapi() -> Response[str]:
+    return Response(
+        status_code=200,
+        content_type=content_types.APPLICATION_JSON,
+        body=app.get_openapi_json_schema(title="agentq producer API", version=__version__),
+    )
+
+
+# -- errors --------------------------------------------------------------------------------
+def _error(status: int, message: str, **extra: Any) -> Response[str]:
+    return Response(
+        status_code=status,
+        content_type=content_types.APPLICATION_JSON,
+        body=json.dumps({"message": message, **extra}),
+    )
+
+
+@app.exception_handler(NotFound)  # type: ignore[untyped-decorator]
+def _not_found(error: NotFound) -> Response[str]:
+    return _error(404, str(error))
+
+
+@app.exception_handler(InvalidInput)  # type: ignore[untyped-decorator]
+def _invalid(error: InvalidInput) -> Response[str]:
+    return _error(400, str(error), field=error.field)
+
+
+@app.exception_handler(RequestValidationError)  # type: ignore[untyped-decorator]
+def _malformed(error: RequestValidationError) -> Response[str]:
+    # Pydantic's own messages name the field and the rule; no code or file names leak.
+    problems = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()]
+    return _error(422, "; ".join(problems), errors=problems)
+
+
+def handler(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+    result: dict[str, Any] = app.resolve(dict(event), context)
+    return result

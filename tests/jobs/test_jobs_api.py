@@ -1,0 +1,163 @@
+"""The producer API handler with API Gateway REST proxy events against moto's server:
+tenancy from the request context, 4xx with clear messages, OpenAPI served."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from conftest import Stack
+from jobs_support import client_for, drain, eventbridge, finish
+
+from lambdas import dispatcher, producer_api
+
+pytestmark = pytest.mark.timeout(120)
+
+SPEC: dict[str, Any] = {
+    "name": "api job",
+    "tasks": {
+        "A": {"definition": "noop"},
+        "B": {"definition": "summarize", "input": {"a": "${tasks.A.result}"}},
+    },
+}
+
+
+def call(
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    tenant: str | None = "acme",
+    account: str | None = None,
+    query: dict[str, str] | None = None,
+) -> tuple[int, Any]:
+    context: dict[str, Any] = {
+        "accountId": "123456789012",
+        "stage": "prod",
+        "requestId": str(uuid.uuid4()),
+        "httpMethod": method,
+        "resourcePath": path,
+        "path": f"/prod{path}",
+        "identity": {"sourceIp": "127.0.0.1"},
+    }
+    if tenant is not None:
+        context["authorizer"] = {"tenant": tenant, "principalId": "user"}
+    if account is not None:
+        context["identity"].update(accountId=account, userArn=f"arn:aws:iam::{account}:user/alice")
+    event = {
+        "resource": path,
+        "path": path,
+        "httpMethod": method,
+        "headers": {"Content-Type": "application/json"},
+        "multiValueHeaders": {"Content-Type": ["application/json"]},
+        "queryStringParameters": query,
+        "multiValueQueryStringParameters": {k: [v] for k, v in (query or {}).items()} or None,
+        "pathParameters": None,
+        "stageVariables": None,
+        "requestContext": context,
+        "body": json.dumps(body) if body is not None else None,
+        "isBase64Encoded": False,
+    }
+    response = producer_api.handler(event, None)
+    text = response.get("body") or "null"
+    return response["statusCode"], json.loads(text)
+
+
+def test_jobs_api_jobs_and_tasks_are_per_tenant(stack: Stack) -> None:
+    client_for(stack)
+    status, job = call("POST", "/jobs", {**SPEC, "job_id": "api-1"})
+    assert status == 201, job
+    assert (job["jobId"], job["tenant"], job["total"]) == ("api-1", "acme", 2)
+    assert [m["taskKey"] for m in drain(stack)] == ["A"]
+
+    status, seen = call("GET", "/jobs/api-1")
+    assert status == 200
+    assert {t["key"]: t["state"] for t in seen["tasks"]} == {"A": "PENDING", "B": "BLOCKED"}
+    assert call("GET", "/tasks/api-1-A")[1]["state"] == "PENDING"
+    assert [j["jobId"] for j in call("GET", "/jobs", query={"limit": "5"})[1]["jobs"]] == ["api-1"]
+
+    # Another tenant: nothing of acme's exists for it.
+    status, body = call("GET", "/jobs/api-1", tenant="globex")
+    assert status == 404 and "api-1" in body["message"]
+    assert call("GET", "/tasks/api-1-A", tenant="globex")[0] == 404
+    assert call("GET", "/jobs", tenant="globex")[1] == {"jobs": []}
+    assert call("POST", "/jobs/api-1/tasks", {"tasks": {"X": {"definition": "noop"}}},
+                tenant="globex")[0] == 404  # fmt: skip
+
+    # IAM callers without an authorizer tenant are their account's tenant.
+    status, mine = call("POST", "/tasks", {"definition": "noop", "idempotency_key": "k"},
+                        tenant=None, account="111122223333")  # fmt: skip
+    assert status == 201 and mine["tenant"] == "111122223333"
+    again = call("POST", "/tasks", {"definition": "noop", "idempotency_key": "k"},
+                 tenant=None, account="111122223333")[1]  # fmt: skip
+    assert again["requestId"] == mine["requestId"]
+    assert call("GET", f"/tasks/{mine['requestId']}")[0] == 404  # not acme's
+    assert call("GET", "/jobs", tenant=None)[0] == 403
+
+
+def test_jobs_api_adds_tasks_to_a_running_job(stack: Stack) -> None:
+    client_for(stack)
+    call("POST", "/jobs", {**SPEC, "job_id": "api-2"})
+    drain(stack)
+    dispatcher.handler(eventbridge(finish(stack, "api-2", "A", tenant="acme", result=7)), None)
+    assert [m["taskKey"] for m in drain(stack)] == ["B"]
+    status, job = call(
+        "POST",
+        "/jobs/api-2/tasks",
+        {"tasks": {"C": {"definition": "noop", "input": {"a": "${tasks.A.result}"}}}},
+    )
+    assert status == 201 and job["total"] == 3
+    [c] = drain(stack)  # its dependency had completed already: enqueued at once
+    assert (c["taskKey"], c["input"]) == ("C", {"a": 7})
+    status, body = call("POST", "/jobs/api-2/tasks", {"tasks": {"C": {"definition": "noop"}}})
+    assert status == 400 and "duplicate task key" in body["message"]
+
+
+def test_jobs_api_rejects_bad_input_with_clear_4xx(stack: Stack) -> None:
+    client_for(stack)
+    cases: list[tuple[dict[str, Any], int, str]] = [
+        ({"name": "x"}, 422, "body.tasks: Field required"),
+        ({"tasks": {"a": {"definition": "noop"}}, "failure_policy": "sometimes"}, 422,
+         "failure_policy"),
+        ({"tasks": {"a": {"definition": "noop", "extra": 1}}}, 422, "extra"),
+        ({"tasks": {"a": {"definition": "noop", "depends_on": ["b"]},
+                    "b": {"definition": "noop", "depends_on": ["a"]}}}, 400,
+         "dependency cycle: a → b → a"),
+        ({"tasks": {"a": {"definition": "noop", "input": {"x": "${tasks.zz.result}"}}}}, 400,
+         "${tasks.zz.result} names no task"),
+        ({"tasks": {"a": {"definition": "no-such-definition"}}}, 400,
+         "tasks.a.definition: unknown task definition"),
+    ]  # fmt: skip
+    for body, expected, words in cases:
+        status, answer = call("POST", "/jobs", body)
+        assert status == expected, (body, answer)
+        assert words in answer["message"], (body, answer)
+    assert call("GET", "/jobs")[1] == {"jobs": []}  # nothing was created
+    assert drain(stack) == []
+    assert call("GET", "/jobs", query={"limit": "0"})[0] == 422
+    assert call("GET", "/tasks/not%20valid")[0] in (404, 422)
+    assert call("GET", "/nowhere")[0] == 404
+
+
+def test_jobs_api_task_definitions_crud(stack: Stack) -> None:
+    status, stored = call("PUT", "/task-definitions/summarize",
+                          {"kind": "agent", "timeout_s": 60, "description": "sum"})  # fmt: skip
+    assert status == 200 and stored["name"] == "summarize"
+    assert call("GET", "/task-definitions/summarize")[1]["timeout_s"] == 60
+    assert [d["name"] for d in call("GET", "/task-definitions")[1]["definitions"]] == ["summarize"]
+    assert call("PUT", "/task-definitions/bad", {"kind": "shell"})[0] == 422
+    assert call("DELETE", "/task-definitions/summarize")[0] == 200
+    assert call("GET", "/task-definitions/summarize")[0] == 404
+    assert call("DELETE", "/task-definitions/summarize")[0] == 404
+
+
+def test_jobs_api_serves_its_openapi_document(stack: Stack) -> None:
+    status, document = call("GET", "/openapi.json")
+    assert status == 200
+    assert document["info"]["title"] == "agentq producer API"
+    assert {"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/tasks", "/tasks/{request_id}"} <= set(
+        document["paths"]
+    )
+    assert "JobIn" in document["components"]["schemas"]
