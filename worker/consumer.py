@@ -102,6 +102,7 @@ class Consumer:
         self._receiver = threading.Thread(target=self._receive_loop, name="receiver", daemon=True)
         self.received = 0
         self.verdicts: dict[str, int] = {}
+        self._verdict_lock = threading.Lock()
 
     # -- running -----------------------------------------------------------------------
     def run(self) -> ExitCode:
@@ -139,17 +140,18 @@ class Consumer:
 
     def drain(self) -> ExitCode:
         self._stopping.set()
-        drain_s = self._settings.drain_timeout_ms / 1000
+        deadline = time.monotonic() + self._settings.drain_timeout_ms / 1000
+        # First let the receiver leave its long poll (whatever it brings back is
+        # released), so no message starts once draining has begun.
+        self._receiver.join(timeout=self._settings.wait_time_seconds + 10)
         code = ExitCode.OK
-        if not self.slots.wait_idle(drain_s):
+        if not self.slots.wait_idle(max(0.0, deadline - time.monotonic())):
             code = ExitCode.DRAIN_TIMEOUT
             running = self._inflight.snapshot()
             logger.warning("drain timed out; stopping running tasks", extra={"tasks": len(running)})
             for entry in running:
                 entry.stop.set("shutdown")
             self.slots.wait_idle(self._settings.kill_grace_ms / 1000 + 30)
-        # The receiver may be inside a long poll; whatever it brings back is released.
-        self._receiver.join(timeout=self._settings.wait_time_seconds + 10)
         self._pool.shutdown(wait=True)
         self._heartbeat.stop()
         self._batcher.close()
@@ -198,7 +200,8 @@ class Consumer:
             verdict = "error"
         finally:
             self.slots.give()
-        self.verdicts[verdict] = self.verdicts.get(verdict, 0) + 1
+        with self._verdict_lock:
+            self.verdicts[verdict] = self.verdicts.get(verdict, 0) + 1
         logger.info(
             "message settled",
             extra={"messageId": message.get("MessageId"), "verdict": verdict,
