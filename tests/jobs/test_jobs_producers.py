@@ -1,0 +1,77 @@
+"""Producers other than the client: a `Task Requested` event on the bus and a bare SQS
+message in the documented wire format both reach the queue as a valid task envelope."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import Stack
+from jobs_support import client_for, drain
+
+from agentq.envelope import parse_message
+from agentq.states import TaskState
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _received(stack: Stack) -> list[dict[str, object]]:
+    response = stack.sqs.receive_message(
+        QueueUrl=stack.resources.queue_url,
+        MaxNumberOfMessages=10,
+        WaitTimeSeconds=1,
+        MessageAttributeNames=["All"],
+    )
+    return list(response.get("Messages", []))
+
+
+def test_jobs_task_requested_event_is_routed_to_the_task_queue(stack: Stack) -> None:
+    detail = {"requestId": "from-bus-1", "tenant": "acme", "definition": "summarize",
+              "input": {"document": "hello"}}  # fmt: skip
+    stack.events.put_events(
+        Entries=[{"Source": "agentq", "DetailType": "Task Requested",
+                  "Detail": json.dumps(detail), "EventBusName": stack.resources.bus_name}]
+    )  # fmt: skip
+    [message] = _received(stack)
+    envelope = parse_message(
+        message["Body"], message.get("MessageAttributes"), default_tenant="default"
+    )
+    assert (envelope.request_id, envelope.tenant, envelope.definition) == (
+        "from-bus-1", "acme", "summarize",
+    )  # fmt: skip
+    assert envelope.input == {"document": "hello"}
+
+
+def test_jobs_bare_sqs_message_in_the_wire_format_parses(stack: Stack) -> None:
+    stack.sqs.send_message(
+        QueueUrl=stack.resources.queue_url,
+        MessageBody=json.dumps({"definition": "summarize", "input": {"n": 1}}),
+        MessageAttributes={"requestId": {"DataType": "String", "StringValue": "boto3-only-1"}},
+    )
+    [message] = _received(stack)
+    envelope = parse_message(
+        message["Body"], message.get("MessageAttributes"), default_tenant="default"
+    )
+    assert (envelope.request_id, envelope.tenant, envelope.input) == (
+        "boto3-only-1", "default", {"n": 1},
+    )  # fmt: skip
+
+
+def test_jobs_client_submit_idempotency_and_joining_a_job(stack: Stack) -> None:
+    client = client_for(stack)
+    first = client.submit("summarize", {"document": "a"}, idempotency_key="same")
+    second = client.submit("summarize", {"document": "other"}, idempotency_key="same")
+    assert first.request_id == second.request_id
+    other_tenant = client.submit("summarize", {}, idempotency_key="same", tenant="globex")
+    assert other_tenant.request_id != first.request_id  # keys are per tenant
+    assert [m["requestId"] for m in drain(stack)] == [first.request_id, other_tenant.request_id]
+
+    client.create_job({"tasks": {"A": {"definition": "noop"}}}, job_id="joinable")
+    drain(stack)
+    joined = client.submit("summarize", {"x": 1}, job_id="joinable", idempotency_key="late")
+    assert joined.job_id == "joinable" and joined.state is TaskState.PENDING
+    assert client.submit("summarize", {}, job_id="joinable", idempotency_key="late") == joined
+    assert [m["requestId"] for m in drain(stack)] == [joined.request_id]
+    assert client.get_job("joinable").total == 2
+    assert client.cancel(job_id="joinable") == ["joinable-A", joined.request_id]
+    assert client.get_job("joinable").state == "FAILED"
