@@ -8,6 +8,7 @@ plugin on every synth, so a finding without an acknowledgment fails the build.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
@@ -81,8 +82,20 @@ def build_stage(app: cdk.App, settings: StageSettings) -> StageStacks:
     return stacks
 
 
+# Behaviour switches that must hold before any construct exists (cdk.json may not set them).
+FEATURE_FLAGS: Final = {
+    # Access logs are delivered under a bucket policy instead of the legacy ACL.
+    "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
+    # An import keeps its exporting resource alive (the current default, made explicit).
+    "@aws-cdk/core:defaultCrossStackReferences": "strong",
+}
+
+
 def build_app(app: cdk.App, *, nag: bool = True) -> StageStacks:
     """Every stack of the context's stage, checked by cdk-nag unless `nag` is False."""
+    for flag, value in FEATURE_FLAGS.items():
+        if app.node.try_get_context(flag) is None:
+            app.node.set_context(flag, value)
     stage = str(app.node.try_get_context("stage") or "dev")
     app_name = app.node.try_get_context("app_name")
     settings = stage_settings(stage, app_name=str(app_name) if app_name else None)

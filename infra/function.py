@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import aws_cdk as cdk
 from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -74,6 +75,15 @@ class AgentqFunction(Construct):
                 "POWERTOOLS_SERVICE_NAME": service,
                 **environment,
             },
+        )
+        # CDK makes the function depend on the role it already references by GetAtt;
+        # cfn-lint (W3005) flags the duplicate, so keep only the policy dependency.
+        default_policy = self.role.node.find_child("DefaultPolicy").node.default_child
+        function_resource = self.function.node.default_child
+        assert isinstance(default_policy, cdk.CfnElement)
+        assert isinstance(function_resource, cdk.CfnResource)
+        function_resource.add_override(
+            "DependsOn", [cdk.Stack.of(self).get_logical_id(default_policy)]
         )
         acknowledge(
             self.role,

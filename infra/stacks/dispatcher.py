@@ -51,7 +51,7 @@ class DispatcherStack(cdk.Stack):
                 table_statement(
                     core.events_table,
                     EVENTS_TABLE,
-                    ["GetItem", "PutItem", "UpdateItem", "Query", "TransactWriteItems"],
+                    ["GetItem", "PutItem", "UpdateItem", "Query", "ConditionCheckItem"],
                     indexes=True,
                 ),
                 table_statement(core.definitions_table, DEFINITIONS_TABLE, ["GetItem"]),

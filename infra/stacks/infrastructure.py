@@ -115,7 +115,8 @@ class InfrastructureStack(cdk.Stack):
             encryption=s3.BucketEncryption.S3_MANAGED,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
+            # Log delivery is granted by bucket policy (context flag set in infra.app), not ACLs.
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             lifecycle_rules=[
                 s3.LifecycleRule(
                     id="expire-access-logs",

@@ -50,7 +50,7 @@ class ProducerApiStack(cdk.Stack):
                 table_statement(
                     core.events_table,
                     EVENTS_TABLE,
-                    ["GetItem", "PutItem", "UpdateItem", "Query", "TransactWriteItems"],
+                    ["GetItem", "PutItem", "UpdateItem", "Query", "ConditionCheckItem"],
                     indexes=True,
                 ),
                 table_statement(
