@@ -230,11 +230,11 @@ class DlqProcessor:
         return self._record(archived, outcome, detail)
 
     def _close_out(self, envelope: TaskEnvelope) -> tuple[DlqOutcome, str | None]:
-        # A message can reach the DLQ before any worker wrote the STATE item (for
-        # example, every receive failed validation of the lock); create it so the
-        # conditional transition below decides exactly once.
-        self._tasks.create(envelope)
-        before = self._tasks.require(envelope.tenant, envelope.request_id)
+        before = self._tasks.get(envelope.tenant, envelope.request_id)
+        if before is None:
+            # A producer that sent without writing the STATE item: create it (rare, the
+            # only PutItem here) so the conditional transition below decides once.
+            before, _ = self._tasks.create(envelope)
         error = {
             "category": _last_category(before),
             "retryable": False,

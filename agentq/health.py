@@ -14,6 +14,7 @@ The marker is a conditional put, so two overlapping runs alert once.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -25,10 +26,11 @@ from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store import EventStore, TaskRecord, TaskStore
 from agentq.store._dynamo import condition_failed
-from agentq.store.codec import to_item
+from agentq.store.codec import values
 
 Condition = Literal["stuck", "overtime", "starving", "dlq"]
 ALERT_PK_PREFIX: Final = "ALERT#"
+logger = logging.getLogger(__name__)
 _DAY_S: Final = 86_400
 
 
@@ -82,13 +84,24 @@ class AlertLedger:
     def claim(self, finding: Finding, *, at_ms: int) -> bool:
         """Record that this finding is being alerted; False if it already was."""
         pk, sk = finding.dedupe_key
+        # UpdateItem creates the marker (one conditional write, like PutItem) and can
+        # re-claim a released one; the function's role needs no PutItem/DeleteItem.
         try:
-            self._ddb.put_item(
+            self._ddb.update_item(
                 TableName=self._table,
-                Item=to_item({"PK": pk, "SK": sk, "condition": finding.condition,
-                              "alertedAt": at_ms, "ttl": at_ms // 1000 + self._keep_s}),
-                ConditionExpression="attribute_not_exists(PK)",
-            )  # fmt: skip
+                Key={"PK": {"S": pk}, "SK": {"S": sk}},
+                UpdateExpression=(
+                    "SET #condition = :condition, alertedAt = :at, #ttl = :ttl REMOVE released"
+                ),
+                ConditionExpression="attribute_not_exists(PK) OR released = :true",
+                ExpressionAttributeNames={"#condition": "condition", "#ttl": "ttl"},
+                ExpressionAttributeValues=values(
+                    condition=finding.condition,
+                    at=at_ms,
+                    ttl=at_ms // 1000 + self._keep_s,
+                    true=True,
+                ),
+            )
         except ClientError as error:
             if condition_failed(error):
                 return False
@@ -96,9 +109,14 @@ class AlertLedger:
         return True
 
     def release(self, finding: Finding) -> None:
-        """Forget a claim whose alert could not be delivered, so the next run retries."""
+        """Give a claim back when its alert could not be delivered: the next run retries."""
         pk, sk = finding.dedupe_key
-        self._ddb.delete_item(TableName=self._table, Key={"PK": {"S": pk}, "SK": {"S": sk}})
+        self._ddb.update_item(
+            TableName=self._table,
+            Key={"PK": {"S": pk}, "SK": {"S": sk}},
+            UpdateExpression="SET released = :true",
+            ExpressionAttributeValues=values(true=True),
+        )
 
 
 class HealthChecker:
@@ -222,13 +240,18 @@ class HealthChecker:
         return QueueHealth(depth=depth, in_flight=in_flight, oldest_age_s=age, age_source=source)
 
     def _oldest_age(self, url: str) -> tuple[float | None, str]:
-        # On AWS the metric is authoritative and reading it consumes nothing. moto has
-        # no SQS metrics, so locally we peek (visibility 0) at SentTimestamp instead;
-        # a peek counts as a receive, which is harmless for a DLQ with no redrive.
-        if not self._settings.local and self._cloudwatch is not None:
-            age = self._cloudwatch_age(url)
-            if age is not None:
-                return age, "cloudwatch"
+        # On AWS the metric is authoritative and reading it consumes nothing (and the
+        # DLQ's receives belong to the dlq-processor). moto has no SQS metrics, so
+        # locally we peek (visibility 0) at SentTimestamp instead.
+        if not self._settings.local:
+            if self._cloudwatch is None:
+                return None, "none"
+            try:
+                age = self._cloudwatch_age(url)
+            except ClientError as error:
+                logger.warning("DLQ age unavailable from CloudWatch: %s", error)
+                return None, "none"
+            return (age, "cloudwatch") if age is not None else (None, "none")
         response = self._sqs.receive_message(
             QueueUrl=url,
             MaxNumberOfMessages=10,

@@ -48,10 +48,13 @@ def _crashed_attempt(tasks: TaskStore, envelope: TaskEnvelope) -> None:
     wait_for(lambda: now_ms() > lease.effective_until_ms, timeout=5, message="lease expiry")
 
 
-def _dead_letter(stack: Stack, envelope: TaskEnvelope, *, crash: bool = True) -> None:
+def _dead_letter(
+    stack: Stack, envelope: TaskEnvelope, *, crash: bool = True, create: bool = True
+) -> None:
     """Receive the message three times without deleting it; SQS then moves it to the DLQ."""
     tasks = _tasks(stack)
-    tasks.create(envelope)
+    if create:
+        tasks.create(envelope)
     _send(stack, envelope)
     for _ in range(3):
         got = stack.sqs.receive_message(
@@ -264,3 +267,17 @@ def test_a_redriven_task_runs_again_to_completion_on_a_worker(stack: Stack, tmp_
     assert len(completed) == 1
     kinds = [e["detailType"] for e in events.timeline("acme", "r-dlq-rerun")]
     assert kinds.index("Task Failed") < kinds.index("Task Completed")
+
+
+def test_a_dead_letter_without_a_state_item_still_fails_once(stack: Stack) -> None:
+    # A producer that skipped writing the STATE item.
+    _dead_letter(stack, _envelope("r-dlq-nostate"), crash=False, create=False)
+    event = _dlq_event(stack)
+
+    dlq_processor.handler(event, local_context("dlq"))
+    dlq_processor.handler(event, local_context("dlq"))
+
+    record = _tasks(stack).require("acme", "r-dlq-nostate")
+    assert record.state is TaskState.FAILED
+    outcomes = sorted(m.outcome for m in DlqArchive(stack.s3, stack.resources.bucket).list())
+    assert outcomes == ["already-terminal"]  # same message id: the second pass overwrote it
