@@ -1,0 +1,138 @@
+"""Job spec parsing and validation, without AWS: expansion, references, cycles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentq.errors import InvalidInput, NotFound
+from agentq.jobs import check_definitions, load_spec_file, parse_spec
+from agentq.jobs.refs import KEEP, Ref, substitute, unescape
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_jobs_docs_example_expands_fan_out_and_infers_dependencies(tmp_path: Path) -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "jobs.md").read_text()
+    example = docs.split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "report.yaml").write_text(example)
+    spec = parse_spec(load_spec_file(tmp_path / "report.yaml"))
+    assert spec.keys == ["summarize_0", "summarize_1", "summarize_2", "report", "publish"]
+    first = spec.task("summarize_1")
+    assert first.input == {"document": "...", "label": "part 1: Q2"}
+    assert first.group == "summarize"
+    assert spec.task("report").depends_on == ("summarize_0", "summarize_1", "summarize_2")
+    assert spec.task("publish").depends_on == ("report",)
+    assert [t.key for t in spec.roots] == ["summarize_0", "summarize_1", "summarize_2"]
+    assert parse_spec(spec.to_dict()) == spec  # the stored form round-trips
+
+
+def test_jobs_references_substitute_whole_values_and_splice_text() -> None:
+    results = {"a": {"n": 1, "items": ["x", "y"]}}
+
+    def lookup(ref: Ref, where: str) -> Any:
+        return results[ref.name] if ref.kind == "task" else KEEP
+
+    value = {
+        "whole": "${tasks.a.result}",
+        "field": "${tasks.a.result.items.1}",
+        "text": "n=${tasks.a.result.n} all=${tasks.a.result}",
+        "kept": "${groups.g.results}",
+        "literal": "$${tasks.a.result}",
+        "nested": [{"deep": "${tasks.a.result.n}"}],
+    }
+    out = unescape(substitute(value, "input", lambda r, w: _select(lookup, r, w)))
+    assert out == {
+        "whole": {"n": 1, "items": ["x", "y"]},
+        "field": "y",
+        "text": 'n=1 all={"n":1,"items":["x","y"]}',
+        "kept": "${groups.g.results}",
+        "literal": "${tasks.a.result}",
+        "nested": [{"deep": 1}],
+    }
+
+
+def _select(lookup: Any, ref: Ref, where: str) -> Any:
+    from agentq.jobs.refs import select
+
+    found = lookup(ref, where)
+    return found if found is KEEP else select(found, ref.path, where)
+
+
+def test_jobs_for_each_elements_are_data_not_references() -> None:
+    spec = parse_spec(
+        {
+            "tasks": {
+                "f": {"definition": "d", "for_each": ["${tasks.x.result}"],
+                      "input": {"v": "${item}"}},
+            }
+        }
+    )  # fmt: skip
+    assert spec.task("f_0").input == {"v": "$${tasks.x.result}"}
+    assert spec.task("f_0").depends_on == ()
+
+
+@pytest.mark.parametrize(
+    ("tasks", "words"),
+    [
+        ({"a": {"definition": "d", "depends_on": ["c"]}, "b": {"definition": "d",
+          "depends_on": ["a"]}, "c": {"definition": "d", "input": {"x": "${tasks.b.result}"}}},
+         "dependency cycle: a → c → b → a"),
+        ({"a": {"definition": "d", "input": {"x": "${tasks.a.result}"}}}, "depend on itself"),
+        ({"a": {"definition": "d", "input": {"x": "${tasks.nope.result}"}}},
+         "tasks.a.input: ${tasks.nope.result} names no task"),
+        ({"a": {"definition": "d", "input": {"x": "${groups.g.results}"}}}, "names no group"),
+        ({"a": {"definition": "d", "input": {"x": "${task.b}"}}}, "bad reference ${task.b}"),
+        ({"a": {"definition": "d", "input": {"x": "${item}"}}}, "only allowed in a for_each"),
+        ({"a": {"definition": "d", "depends_on": ["ghost"]}}, "no task or group named 'ghost'"),
+        ({"a b": {"definition": "d"}}, "task keys must match"),
+        ({"a": {"definition": "d", "retries": 3}}, "unknown field(s): retries"),
+        ({"a": {"input": {}}}, "tasks.a.definition"),
+        ({"a": {"definition": "d", "for_each": []}}, "non-empty list"),
+        ({"a": {"definition": "d", "for_each": [1]}, "a_0": {"definition": "d"}},
+         "duplicate task key"),
+        ({"g": {"definition": "d"}, "x": {"definition": "d", "group": "g"}},
+         "a group and a task share this name"),
+        ({}, "at least one task"),
+    ],
+)  # fmt: skip
+def test_jobs_bad_specs_are_rejected_naming_the_problem(tasks: Any, words: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_spec({"tasks": tasks})
+    assert words in str(caught.value)
+
+
+def test_jobs_unknown_definitions_and_policies_are_rejected() -> None:
+    spec = parse_spec({"tasks": {"a": {"definition": "known"}, "b": {"definition": "nope"}}})
+
+    def lookup(name: str) -> object:
+        if name != "known":
+            raise NotFound("task definition", name)
+        return name
+
+    with pytest.raises(InvalidInput, match=r"tasks\.b\.definition: unknown task definition"):
+        check_definitions(spec.tasks, lookup)
+    with pytest.raises(InvalidInput, match="failure_policy"):
+        parse_spec({"failure_policy": "yolo", "tasks": {"a": {"definition": "d"}}})
+
+
+def test_jobs_added_tasks_may_depend_on_existing_ones_but_not_reuse_keys() -> None:
+    base = parse_spec({"tasks": {"a": {"definition": "d"}}})
+    extended = parse_spec(
+        {"tasks": {"b": {"definition": "d", "input": {"x": "${tasks.a.result}"}}}},
+        existing=base,
+    )
+    assert extended.keys == ["a", "b"] and extended.task("b").depends_on == ("a",)
+    with pytest.raises(InvalidInput, match="duplicate task key"):
+        parse_spec({"tasks": {"a": {"definition": "d"}}}, existing=base)
+
+
+def test_jobs_spec_files_report_unreadable_input(tmp_path: Path) -> None:
+    broken = tmp_path / "job.json"
+    broken.write_text("{not json")
+    with pytest.raises(InvalidInput, match=r"not valid \.json"):
+        load_spec_file(broken)
+    with pytest.raises(InvalidInput, match="cannot read"):
+        load_spec_file(tmp_path / "missing.yaml")
