@@ -1,9 +1,10 @@
 """One heartbeat loop for every message a worker holds.
 
-Per interval: one `ChangeMessageVisibilityBatch` per 10 held messages, one conditional
-lease renewal per running task, and one `PutEvents` for all `Task Heartbeat` events.
-A renewal that finds another lease token means a newer attempt owns the task: that
-child is stopped. After three consecutive failed extensions a message is no longer
+Per interval: one `ChangeMessageVisibilityBatch` per 10 held messages, one
+`TransactWriteItems` renewing every running task's lease (`TaskStore.renew_many`,
+conditional on each lease token), and one `PutEvents` for all `Task Heartbeat` events:
+three requests for ten tasks. A renewal that finds another lease token means a newer
+attempt owns the task: that child is stopped. After three consecutive failed extensions a message is no longer
 extended (it becomes visible again and the STATE item arbitrates).
 """
 
@@ -14,7 +15,6 @@ import threading
 from typing import Any, Final
 
 from agentq.config import Settings
-from agentq.errors import LeaseLost
 from agentq.events import Event, task_event
 from agentq.publisher import EventPublisher
 from agentq.store.tasks import TaskStore
@@ -68,11 +68,7 @@ class Heartbeat:
             return
         self.beats += 1
         self._extend([e for e in entries if e.extending])
-        events: list[Event] = []
-        for entry in entries:
-            event = self._renew(entry)
-            if event is not None:
-                events.append(event)
+        events = self._renew([e for e in entries if e.lease is not None])
         if events:
             self._publisher.publish_all(events, raise_on_failure=False)
 
@@ -102,27 +98,36 @@ class Heartbeat:
                         extra={"requestId": entry.request_id, "messageId": entry.message_id},
                     )
 
-    def _renew(self, entry: InFlight) -> Event | None:
-        lease = entry.lease
-        if lease is None or entry.envelope is None:
-            return None
+    def _renew(self, entries: list[InFlight]) -> list[Event]:
+        held = {entry.lease.token: entry for entry in entries if entry.lease is not None}
+        if not held:
+            return []
         try:
-            renewed = self._store.renew(lease, lease_seconds=self._settings.lease_seconds)
-        except LeaseLost:
-            logger.warning("lease lost; stopping the task", extra={"requestId": lease.request_id})
-            entry.stop.set("lease_lost")
-            return None
+            renewed, lost = self._store.renew_many(
+                [entry.lease for entry in held.values() if entry.lease is not None],
+                lease_seconds=self._settings.lease_seconds,
+            )
         except Exception:
-            logger.exception("lease renewal failed", extra={"requestId": lease.request_id})
-            return None
-        entry.lease = renewed
-        return task_event(
-            "Task Heartbeat",
-            request_id=lease.request_id,
-            tenant=lease.tenant,
-            job_id=entry.envelope.job_id,
-            attempt=lease.attempt,
-            worker_id=self._worker_id,
-            definition=entry.envelope.definition,
-            effective_until_ms=renewed.effective_until_ms,
-        )
+            logger.exception("lease renewal failed; trying again next interval")
+            return []
+        for lease in lost:
+            logger.warning("lease lost; stopping the task", extra={"requestId": lease.request_id})
+            held[lease.token].stop.set("lease_lost")
+        events = []
+        for lease in renewed:
+            entry = held[lease.token]
+            entry.lease = lease
+            envelope = entry.envelope
+            events.append(
+                task_event(
+                    "Task Heartbeat",
+                    request_id=lease.request_id,
+                    tenant=lease.tenant,
+                    job_id=envelope.job_id if envelope else None,
+                    attempt=lease.attempt,
+                    worker_id=self._worker_id,
+                    definition=envelope.definition if envelope else None,
+                    effective_until_ms=lease.effective_until_ms,
+                )
+            )
+        return events

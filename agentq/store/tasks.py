@@ -31,6 +31,7 @@ from agentq.store._dynamo import condition_failed, query_all
 from agentq.store.codec import from_item, serialize, to_item, values
 
 _TERMINAL_VALUES: Final = tuple(sorted(s.value for s in TERMINAL_STATES))
+MAX_TRANSACTION_ITEMS: Final = 100
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -317,6 +318,83 @@ class TaskStore:
             attempt=lease.attempt,
             effective_until_ms=effective_until,
         )
+
+    def renew_many(
+        self, leases: Iterable[Lease], *, lease_seconds: float
+    ) -> tuple[list[Lease], list[Lease]]:
+        """Renew many leases with one `TransactWriteItems` per 100: (renewed, lost).
+
+        One request per heartbeat instead of one per task keeps heartbeats cheap. A
+        transaction is all-or-nothing, so lost leases (condition failures) are dropped
+        and the rest retried; any other cancellation falls back to `renew` one by one.
+        """
+        renewed: list[Lease] = []
+        lost: list[Lease] = []
+        todo = list(leases)
+        for start in range(0, len(todo), MAX_TRANSACTION_ITEMS):
+            pending = todo[start : start + MAX_TRANSACTION_ITEMS]
+            while pending:
+                now = now_ms()
+                effective_until = now + int(lease_seconds * 1000)
+                try:
+                    self._ddb.transact_write_items(
+                        TransactItems=[
+                            {"Update": self._renewal(lease, now, effective_until)}
+                            for lease in pending
+                        ]
+                    )
+                except ClientError as error:
+                    if (
+                        error.response.get("Error", {}).get("Code")
+                        != "TransactionCanceledException"
+                    ):
+                        raise
+                    reasons = error.response.get("CancellationReasons") or []
+                    failed = {
+                        index
+                        for index, reason in enumerate(reasons)
+                        if reason.get("Code") == "ConditionalCheckFailed"
+                    }
+                    if not failed:
+                        for lease in pending:
+                            try:
+                                renewed.append(self.renew(lease, lease_seconds=lease_seconds))
+                            except LeaseLost:
+                                lost.append(lease)
+                        pending = []
+                        continue
+                    lost.extend(pending[i] for i in sorted(failed))
+                    pending = [lease for i, lease in enumerate(pending) if i not in failed]
+                    continue
+                renewed.extend(
+                    Lease(
+                        request_id=lease.request_id,
+                        tenant=lease.tenant,
+                        token=lease.token,
+                        worker_id=lease.worker_id,
+                        attempt=lease.attempt,
+                        effective_until_ms=effective_until,
+                    )
+                    for lease in pending
+                )
+                pending = []
+        return renewed, lost
+
+    def _renewal(self, lease: Lease, now: int, effective_until: int) -> dict[str, Any]:
+        return {
+            "TableName": self._table,
+            "Key": self._key(lease.tenant, lease.request_id),
+            "UpdateExpression": "SET effectiveUntil = :eu, lastHeartbeatAt = :now, statusSK = :ssk",
+            "ConditionExpression": "leaseToken = :token AND #state = :processing",
+            "ExpressionAttributeNames": {"#state": "state"},
+            "ExpressionAttributeValues": values(
+                eu=effective_until,
+                now=now,
+                ssk=keys.status_sk(effective_until, lease.tenant, lease.request_id),
+                token=lease.token,
+                processing=TaskState.PROCESSING.value,
+            ),
+        }
 
     def finalize(
         self,

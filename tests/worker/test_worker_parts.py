@@ -155,3 +155,39 @@ def test_worker_batcher_deletes_and_changes_visibility_in_batches(inproc_stack: 
     assert calls.count("ChangeMessageVisibilityBatch") == 1
     attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attributes["ApproximateNumberOfMessages"] == "3"
+
+
+def test_worker_renews_many_leases_in_one_transaction(inproc_stack: Stack) -> None:
+    from agentq.envelope import TaskEnvelope
+    from agentq.store.tasks import TaskStore
+
+    tasks = TaskStore(inproc_stack.dynamodb, inproc_stack.resources.table_name)
+    leases = [
+        tasks.acquire(
+            TaskEnvelope(request_id=f"r-{n}", tenant="acme", definition="sample-echo"),
+            worker_id="w",
+            lease_seconds=3,
+            max_attempts=3,
+        )
+        for n in range(12)
+    ]
+    # r-3 was taken over by another worker: its token changed.
+    inproc_stack.dynamodb.update_item(
+        TableName=inproc_stack.resources.table_name,
+        Key={"PK": {"S": "TASK#acme#r-3"}, "SK": {"S": "STATE"}},
+        UpdateExpression="SET leaseToken = :t",
+        ExpressionAttributeValues={":t": {"S": "other"}},
+    )
+    calls: list[str] = []
+    inproc_stack.dynamodb.meta.events.register(
+        "before-call.dynamodb", lambda model, **_: calls.append(model.name)
+    )
+    renewed, lost = tasks.renew_many(leases, lease_seconds=60)
+    assert [lease.request_id for lease in lost] == ["r-3"]
+    assert sorted(lease.request_id for lease in renewed) == sorted(
+        f"r-{n}" for n in range(12) if n != 3
+    )
+    assert calls == ["TransactWriteItems", "TransactWriteItems"]
+    record = tasks.get("acme", "r-5")
+    assert record is not None and record.effective_until_ms == renewed[0].effective_until_ms
+    assert all(lease.effective_until_ms > leases[0].effective_until_ms for lease in renewed)
