@@ -222,7 +222,7 @@ class HealthChecker:
             version=version,
             summary=summary,
             last_event=last_event,
-            inspect=f"agentq status {record.request_id}",
+            inspect=f"agentq status {record.request_id} --tenant {record.tenant}",
         )
 
     # -- the DLQ -------------------------------------------------------------------

@@ -69,7 +69,7 @@ def test_a_stuck_task_alerts_exactly_once_across_two_runs(
     assert fields["*Age*"].endswith(("s", "m"))
     assert "Stuck" in section["text"]["text"]
     commands = [e["text"] for b in blocks if b["type"] == "context" for e in b["elements"]]
-    assert "Inspect: `agentq status r-stuck`" in commands
+    assert "Inspect: `agentq status r-stuck --tenant acme`" in commands
     (post,) = [r for r in slack.requests if r.method == "chat.postMessage"]
     assert post.headers["authorization"] == "Bearer xoxb-local-test"
 
