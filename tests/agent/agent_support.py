@@ -1,0 +1,213 @@
+"""Helpers of the agent tests: a real worker + the offline model server + agent definitions."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+from conftest import Stack
+from support import wait_for
+
+from agentq.envelope import TaskEnvelope
+from agentq.local.model_server import ModelServer
+from agentq.local.workers import WorkerProcess, fast_env
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "definitions" / "samples"
+
+# A small schema: quick for the fake model to fill, strict enough to violate on purpose.
+NOTE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["title", "points", "score"],
+    "properties": {
+        "title": {"type": "string", "maxLength": 200},
+        "points": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        "score": {"type": "integer", "minimum": 0, "maximum": 10},
+    },
+}
+
+
+def agent_definition(name: str, **overrides: Any) -> dict[str, Any]:
+    settings: dict[str, Any] = {
+        "prompt": "Write a note about the text below.\n\n{text}",
+        "output_schema": NOTE_SCHEMA,
+        "max_turns": 6,
+        "step_timeout_s": 90,
+        "retry_backoff_s": 0.2,
+        "retry_backoff_max_s": 1,
+    }
+    settings.update(overrides.pop("settings", {}))
+    return {"name": name, "kind": "agent", "timeout_s": 150, "settings": settings, **overrides}
+
+
+def write_definitions(directory: Path, definitions: list[dict[str, Any]]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "agent-tests.yaml").write_text(yaml.safe_dump(definitions, sort_keys=False))
+    return directory
+
+
+def claude_env(base_url: str, home: Path) -> dict[str, str]:
+    """What a worker needs to run the bundled CLI against the offline model server."""
+    try:
+        from agentq.local.claude_env import offline_claude_env
+    except ImportError:  # the shared helper has not landed in this checkout
+        return {
+            "ANTHROPIC_BASE_URL": base_url,
+            "ANTHROPIC_API_KEY": "sk-ant-offline-model-server",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+        }
+    return offline_claude_env(base_url, home)
+
+
+@dataclass
+class AgentRig:
+    stack: Stack
+    model: ModelServer
+    worker: WorkerProcess
+    events: EventLog
+
+    def send(self, definition: str, payload: Mapping[str, Any]) -> TaskEnvelope:
+        envelope = TaskEnvelope(
+            request_id=f"ag-{uuid.uuid4().hex[:12]}",
+            tenant="acme",
+            definition=definition,
+            input=dict(payload),
+        )
+        self.stack.sqs.send_message(
+            QueueUrl=self.stack.resources.queue_url,
+            MessageBody=envelope.to_body(),
+            MessageAttributes=envelope.message_attributes(),
+        )
+        return envelope
+
+    def s3_json(self, key: str) -> Any:
+        return json.loads(self.s3_text(key))
+
+    def s3_text(self, key: str) -> str:
+        body = self.stack.s3.get_object(Bucket=self.stack.resources.bucket, Key=key)["Body"]
+        return str(body.read().decode())
+
+    def s3_files(self, request_id: str) -> dict[str, str]:
+        prefix = f"task/logs/{request_id}/"
+        listing = self.stack.s3.list_objects_v2(Bucket=self.stack.resources.bucket, Prefix=prefix)
+        return {
+            obj["Key"][len(prefix) :]: self.s3_text(obj["Key"])
+            for obj in listing.get("Contents", [])
+        }
+
+    def queue_counts(self, url: str | None = None) -> tuple[int, int]:
+        attributes = self.stack.sqs.get_queue_attributes(
+            QueueUrl=url or self.stack.resources.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return (
+            int(attributes["ApproximateNumberOfMessages"]),
+            int(attributes["ApproximateNumberOfMessagesNotVisible"]),
+        )
+
+
+class EventLog:
+    """Every event the bus delivered to the save-event rule's target queue."""
+
+    def __init__(self, stack: Stack) -> None:
+        self._sqs = stack.sqs
+        self._url = stack.resources.target_queues["save-event"]
+        self.events: list[dict[str, Any]] = []
+        self.raw: list[str] = []
+
+    def poll(self) -> list[dict[str, Any]]:
+        while True:
+            messages = self._sqs.receive_message(
+                QueueUrl=self._url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+            ).get("Messages", [])
+            if not messages:
+                return self.events
+            for message in messages:
+                self.raw.append(message["Body"])
+                body = json.loads(message["Body"])
+                self.events.append({"detail-type": body["detail-type"], **body["detail"]})
+            self._sqs.delete_message_batch(
+                QueueUrl=self._url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                    for i, m in enumerate(messages)
+                ],
+            )
+
+    def of(self, request_id: str, detail_type: str | None = None) -> list[dict[str, Any]]:
+        self.poll()
+        return [
+            e
+            for e in self.events
+            if e.get("requestId") == request_id
+            and (detail_type is None or e["detail-type"] == detail_type)
+        ]
+
+    def wait(
+        self, request_id: str, detail_type: str, *, count: int = 1, timeout: float = 90.0
+    ) -> list[dict[str, Any]]:
+        return wait_for(
+            lambda: (found := self.of(request_id, detail_type)) and len(found) >= count and found,
+            timeout=timeout,
+            interval=0.2,
+            message=f"{count}x {detail_type} for {request_id}",
+        )
+
+
+@contextlib.contextmanager
+def agent_rig(
+    stack: Stack,
+    definitions: list[dict[str, Any]],
+    *,
+    extra_env: Mapping[str, str] | None = None,
+    **worker_env: str,
+) -> Iterator[AgentRig]:
+    """A real worker with agent definitions, its CLI pointed at a fresh model server."""
+    scratch = Path(tempfile.mkdtemp(prefix="agentq-agent-test-"))
+    definitions_dir = write_definitions(scratch / "definitions", definitions)
+    home = scratch / "home"
+    home.mkdir()
+    model = ModelServer().start()
+    worker = WorkerProcess("agent-worker", log_dir=scratch)
+    env = {
+        **stack.env(),
+        **fast_env(TASK_DEFINITIONS_DIR=str(definitions_dir), **worker_env),
+        **claude_env(model.url, home),
+        "HOME": str(home),
+        "AGENTQ_WORK_DIR": str(scratch / "work"),
+        **(extra_env or {}),
+    }
+    worker.start(env)
+    try:
+        yield AgentRig(stack=stack, model=model, worker=worker, events=EventLog(stack))
+    except BaseException:
+        print(f"--- worker output ---\n{worker.output()[-8000:]}")
+        raise
+    finally:
+        if worker.alive():
+            worker.stop(timeout=30)
+        model.stop()
+
+
+def processes_using(base_url: str, *, besides: int) -> list[psutil.Process]:
+    """Live processes (but `besides`, the worker) pointed at this model server: the CLI,
+    its tools, a task child."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid in (os.getpid(), besides):
+            continue
+        with contextlib.suppress(psutil.Error, OSError):
+            if proc.environ().get("ANTHROPIC_BASE_URL") == base_url:
+                found.append(proc)
+    return found
