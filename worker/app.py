@@ -20,6 +20,7 @@ from agentq.publisher import EventPublisher
 from agentq.store.tasks import TaskStore
 from worker.batcher import SqsBatcher
 from worker.consumer import Consumer, ExitCode
+from worker.eventbatch import EventBatcher
 from worker.handler import MessageHandler
 from worker.heartbeat import Heartbeat
 from worker.inflight import InFlightRegistry
@@ -105,10 +106,11 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
         protection = ScaleInProtection(settings.ecs_agent_uri)
         middleware.append(protection)
         ticks.append(protection.refresh)
+    events = EventBatcher(publisher)
     handler = MessageHandler(
         settings=settings,
         store=store,
-        publisher=publisher,
+        publisher=events,
         batcher=batcher,
         s3=clients.s3,
         registry=registry_from(settings, clients),
@@ -131,6 +133,7 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
         handler=handler,
         heartbeat=heartbeat,
         batcher=batcher,
+        events=events,
         inflight=inflight,
         on_tick=ticks,
     )

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from agentq.config import Settings
 from worker.batcher import SqsBatcher
+from worker.eventbatch import EventBatcher
 from worker.handler import MessageHandler
 from worker.heartbeat import Heartbeat
 from worker.inflight import InFlightRegistry
@@ -83,6 +84,7 @@ class Consumer:
         handler: MessageHandler,
         heartbeat: Heartbeat,
         batcher: SqsBatcher,
+        events: EventBatcher,
         inflight: InFlightRegistry,
         on_tick: Sequence[Any] = (),
     ) -> None:
@@ -92,6 +94,7 @@ class Consumer:
         self._handler = handler
         self._heartbeat = heartbeat
         self._batcher = batcher
+        self._events = events
         self._inflight = inflight
         self._on_tick = list(on_tick)
         self.slots = Slots(settings.max_concurrent)
@@ -154,6 +157,7 @@ class Consumer:
             self.slots.wait_idle(self._settings.kill_grace_ms / 1000 + 30)
         self._pool.shutdown(wait=True)
         self._heartbeat.stop()
+        self._events.close()
         self._batcher.close()
         return code
 

@@ -16,7 +16,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from agentq.config import Settings
 from agentq.definitions import DefinitionRegistry, TaskDefinition
@@ -31,8 +31,7 @@ from agentq.errors import (
     TaskHeldElsewhere,
     TaskNotReady,
 )
-from agentq.events import DetailType, now_ms, task_event
-from agentq.publisher import EventPublisher
+from agentq.events import DetailType, Event, now_ms, task_event
 from agentq.states import TaskState
 from agentq.store.tasks import Lease, TaskStore
 from agentq.taxonomy import ErrorInfo, classify_exception, info
@@ -46,6 +45,14 @@ from worker.supervisor import run_child
 from worker.telemetry import Middleware, Result, TaskEnd, TaskStart
 
 logger = logging.getLogger(__name__)
+
+
+class EventSink(Protocol):
+    """Where task events go: an `EventBatcher` (shared calls) or an `EventPublisher`."""
+
+    def publish(self, event: Event, /) -> None: ...
+
+
 # A lock refused for an unclear reason (a concurrent change) is looked at again soon.
 CONTENTION_BACKOFF_S: Final = 5.0
 _LIVE: Final = (TaskState.PENDING, TaskState.RETRYING, TaskState.PROCESSING)
@@ -57,7 +64,7 @@ class MessageHandler:
         *,
         settings: Settings,
         store: TaskStore,
-        publisher: EventPublisher,
+        publisher: EventSink,
         batcher: SqsBatcher,
         s3: Any,
         registry: DefinitionRegistry,
