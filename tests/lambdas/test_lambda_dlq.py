@@ -281,3 +281,18 @@ def test_a_dead_letter_without_a_state_item_still_fails_once(stack: Stack) -> No
     assert record.state is TaskState.FAILED
     outcomes = sorted(m.outcome for m in DlqArchive(stack.s3, stack.resources.bucket).list())
     assert outcomes == ["already-terminal"]  # same message id: the second pass overwrote it
+
+
+def test_dlq_list_peeks_at_messages_not_yet_processed(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    envelope = _envelope("r-dlq-peek")
+    stack.sqs.send_message(QueueUrl=stack.resources.dlq_url, MessageBody=envelope.to_body(),
+                           MessageAttributes=envelope.message_attributes())  # fmt: skip
+
+    assert cli(["dlq", "list", "--peek"]) == 0
+    out = capsys.readouterr().out
+    assert "no archived dead letters" in out
+    assert "1 message(s) waiting in the DLQ" in out
+    assert "requestId=r-dlq-peek" in out
+    assert cli(["dlq", "redrive", "bad id!"]) == 6  # invalid input, nothing touched
