@@ -18,6 +18,9 @@ _REDACTIONS: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"), "[REDACTED_API_KEY]"),
     (re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"), "[REDACTED_API_KEY]"),
     (re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{8,}"), "[REDACTED_SLACK_TOKEN]"),
+    # GitHub tokens (classic and fine-grained), GitLab and npm tokens.
+    (re.compile(r"\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"), "[REDACTED_TOKEN]"),
+    (re.compile(r"\b(glpat-[A-Za-z0-9_\-]{20,}|npm_[A-Za-z0-9]{30,})"), "[REDACTED_TOKEN]"),
     # AWS access key ids and secrets.
     (re.compile(r"\b(AKIA|ASIA|AROA|AIDA)[A-Z0-9]{16}\b"), "[REDACTED_AWS_KEY_ID]"),
     (
