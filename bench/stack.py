@@ -1,0 +1,199 @@
+"""The local stack every benchmark runs against: moto's server on loopback, a freshly
+provisioned stage per benchmark, real worker processes, and helpers to feed and read it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from agentq.envelope import TaskEnvelope
+from agentq.local.aws import LocalResources, MotoServer, local_session_clients, provision
+from agentq.local.workers import REPO_ROOT, SAMPLE_DEFINITIONS, WorkerProcess, fast_env
+from agentq.resources import ResourceNames
+
+BENCH_DEFINITIONS: Final = Path(__file__).resolve().parent / "definitions"
+TENANT: Final = "bench"
+
+
+@dataclass
+class Stage:
+    """One provisioned stage and clients pointed at it."""
+
+    resources: LocalResources
+    clients: dict[str, Any]
+
+    @property
+    def sqs(self) -> Any:
+        return self.clients["sqs"]
+
+    @property
+    def queue_url(self) -> str:
+        return self.resources.queue_url
+
+    def env(self) -> dict[str, str]:
+        return self.resources.env()
+
+    def set_visibility_timeout(self, seconds: int) -> None:
+        self.sqs.set_queue_attributes(
+            QueueUrl=self.queue_url, Attributes={"VisibilityTimeout": str(seconds)}
+        )
+
+    def queue_counts(self, url: str | None = None) -> tuple[int, int]:
+        """(visible, in flight) messages of the task queue (or another queue)."""
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=url or self.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return (
+            int(attributes["ApproximateNumberOfMessages"]),
+            int(attributes["ApproximateNumberOfMessagesNotVisible"]),
+        )
+
+    def send(self, envelopes: Sequence[TaskEnvelope]) -> None:
+        """Send as a producer would, ten per SendMessageBatch."""
+        for start in range(0, len(envelopes), 10):
+            chunk = envelopes[start : start + 10]
+            response = self.sqs.send_message_batch(
+                QueueUrl=self.queue_url,
+                Entries=[
+                    {"Id": str(n), "MessageBody": e.to_body(),
+                     "MessageAttributes": e.message_attributes()}
+                    for n, e in enumerate(chunk)
+                ],
+            )  # fmt: skip
+            if response.get("Failed"):
+                raise RuntimeError(f"send failed: {response['Failed']}")
+
+    def send_raw(self, body: str, attributes: Mapping[str, str] | None = None) -> None:
+        self.sqs.send_message(
+            QueueUrl=self.queue_url,
+            MessageBody=body,
+            MessageAttributes={
+                k: {"DataType": "String", "StringValue": v} for k, v in (attributes or {}).items()
+            },
+        )
+
+    def wait_drained(self, timeout_s: float, url: str | None = None) -> float:
+        """Wait until the queue holds nothing (visible or in flight); returns when."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.queue_counts(url) == (0, 0):
+                return time.time()
+            time.sleep(0.05)
+        raise TimeoutError(f"queue not drained after {timeout_s}s: {self.queue_counts(url)}")
+
+
+@contextmanager
+def moto_server() -> Iterator[MotoServer]:
+    with MotoServer() as server:
+        yield server
+
+
+def new_stage(server: MotoServer, *, prefix: str = "b") -> Stage:
+    clients = local_session_clients(server.url)
+    names = ResourceNames(stage=prefix + uuid.uuid4().hex[:9])
+    return Stage(resources=provision(clients, names, endpoint_url=server.url), clients=clients)
+
+
+def worker_env(stage: Stage, **overrides: str) -> dict[str, str]:
+    """Short test intervals, the bench and sample definitions, bench.tasks importable."""
+    pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {
+        **stage.env(),
+        **fast_env(),
+        "TASK_DEFINITIONS_DIR": os.pathsep.join([str(BENCH_DEFINITIONS), str(SAMPLE_DEFINITIONS)]),
+        "PYTHONPATH": pythonpath,
+        "LOG_LEVEL": "INFO",
+    }
+    env.update(overrides)
+    return env
+
+
+def envelope(definition: str, payload: Mapping[str, Any], *, request_id: str = "") -> TaskEnvelope:
+    return TaskEnvelope(
+        request_id=request_id or f"b-{uuid.uuid4().hex[:16]}",
+        tenant=TENANT,
+        definition=definition,
+        input=dict(payload),
+    )
+
+
+@contextmanager
+def workers(
+    count: int, env: Mapping[str, str], *, log_dir: Path, name: str = "w"
+) -> Iterator[list[WorkerProcess]]:
+    """`count` worker processes; whatever is still alive at exit is killed."""
+    fleet = [WorkerProcess(f"{name}{i}", log_dir=log_dir) for i in range(count)]
+    try:
+        for worker in fleet:
+            worker.start(env)
+        yield fleet
+    finally:
+        for worker in fleet:
+            if worker.alive():
+                worker.kill()
+
+
+def wait_started(fleet: Iterable[WorkerProcess], timeout_s: float = 60.0) -> None:
+    for worker in fleet:
+        worker.wait_for_output("worker started", timeout=timeout_s)
+
+
+def stop_all(fleet: Iterable[WorkerProcess], timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    """SIGTERM every worker (drain in parallel) and collect their exit stats lines."""
+    fleet = list(fleet)
+    for worker in fleet:
+        worker.send(15)
+    stats = []
+    for worker in fleet:
+        worker.stop(timeout=timeout_s)
+        found = worker.stats()
+        if found is not None:
+            stats.append(found)
+    return stats
+
+
+def merge_calls(stats: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for entry in stats:
+        for op, n in entry.get("awsCalls", {}).items():
+            total[op] = total.get(op, 0) + int(n)
+    return dict(sorted(total.items()))
+
+
+def read_side_log(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            records.append(json.loads(line))
+    return records
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return float(values[0])
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return float(cuts[max(0, min(98, round(q) - 1))])
+
+
+def timed_calls(call: Any, repeat: int) -> float:
+    """Median seconds of `repeat` calls of `call()`."""
+    samples = []
+    for _ in range(repeat):
+        began = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - began)
+    return statistics.median(samples)

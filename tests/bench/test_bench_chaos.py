@@ -1,0 +1,32 @@
+"""The chaos harness, small: 60 tasks, 3 workers, SIGKILLs every few seconds.
+
+Exactly one terminal state per task (the expected one, or FAILED when kills used up
+its attempts), no overlapping executions, nothing run again after completing, every
+closed-out dead letter with its `Task Failed`, queues empty, no orphan process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentq.local.aws import MotoServer
+from bench.chaos import ChaosConfig, run
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def test_bench_chaos_small_run_keeps_the_exactly_once_promise(
+    moto_server: MotoServer, tmp_path: Path
+) -> None:
+    config = ChaosConfig(tasks=60, workers=3, slots=3, kill_interval_s=(2.0, 4.0), timeout_s=150)
+    report = run(config, server=moto_server, work_dir=tmp_path)
+    summary = report.summary()
+    print(summary)
+    for finding in report.findings:
+        print("finding:", finding)
+    assert report.violations == [], "\n".join(report.violations)
+    assert report.worker_kills >= 3, summary  # the killer really struck
+    assert report.executions >= 40, summary
+    assert report.duplicates_suppressed >= 1, summary
