@@ -69,9 +69,10 @@ def test_jobs_cli_definitions_and_single_tasks(stack: Stack, tmp_path: Path) -> 
     stored = agentq(stack, "definitions", "put", str(defs), "--json")
     assert [d["name"] for d in stored] == ["summarize", "write-report"]
     listed = agentq(stack, "definitions", "list", "--json")
-    assert {d["name"] for d in listed} == {"summarize", "write-report"}
-    assert agentq(stack, "definitions", "show", "write-report", "--json")["timeout_s"] == 120
-    assert "not found" in agentq(stack, "definitions", "show", "nope", "--json", code=3)
+    assert {d["name"]: d.get("timeout_s") for d in listed} == {
+        "summarize": None,
+        "write-report": 120,
+    }
 
     args = ["submit", "summarize", "--input", '{"document": "x"}', "--idempotency-key", "doc-1"]
     first = agentq(stack, *args, "--json")
@@ -88,10 +89,10 @@ def test_jobs_cli_definitions_and_single_tasks(stack: Stack, tmp_path: Path) -> 
     assert [e["detailType"] for e in timeline] == ["Task Pending"]
 
     assert "unknown task definition" in agentq(stack, "submit", "nope", "--json", code=6)
-    assert "not JSON" in agentq(stack, "submit", "summarize", "--input", "{x", code=6)
     assert "not found" in agentq(stack, "status", "no-such-task", "--json", code=3)
     assert agentq(stack, "cancel", first["requestId"], "--json")["task"]["state"] == "CANCELLED"
-    assert agentq(stack, "status", first["requestId"], "--json", code=4) == ""
+    err = agentq(stack, "submit", "write-report", "--wait", "--timeout", "1", code=7)
+    assert "still PENDING" in err
     assert agentq(stack, "definitions", "delete", "summarize", "--json") == {"deleted": "summarize"}
 
 
@@ -114,25 +115,14 @@ def test_jobs_cli_job_lifecycle(stack: Stack, tmp_path: Path) -> None:
     status = agentq(stack, "job", "status", "cli-job", "--json")
     states = {t["key"]: t["state"] for t in status["tasks"]}
     assert states == {"summarize_0": "PENDING", "summarize_1": "PENDING", "report": "BLOCKED"}
-    assert [j["jobId"] for j in agentq(stack, "job", "list", "--json")] == ["cli-job"]
 
     for key in ("summarize_0", "summarize_1", "report"):
         dispatcher.handler(eventbridge(finish(stack, "cli-job", key, tenant="acme")), None)
     frame = agentq(stack, "watch", "cli-job", "--json")
     assert (frame["state"], frame["done"], frame["completed"]) == ("COMPLETED", 3, 3)
     agentq(stack, "watch", "cli-job", "--once")  # the rich frame renders
-    assert agentq(stack, "job", "status", "cli-job", "--json")["state"] == "COMPLETED"
 
     agentq(stack, "job", "create", str(spec), "--job-id", "doomed")
     cancelled = agentq(stack, "job", "cancel", "doomed", "--json")
     assert len(cancelled["cancelled"]) == 3 and cancelled["job"]["state"] == "FAILED"
     agentq(stack, "job", "status", "doomed", code=4)
-    agentq(stack, "job", "status", "missing-job", code=3)
-
-
-def test_jobs_cli_wait_gives_up_with_its_own_exit_code(stack: Stack, tmp_path: Path) -> None:
-    defs = tmp_path / "defs.yaml"
-    defs.write_text(DEFINITIONS_YAML)
-    agentq(stack, "definitions", "put", str(defs))
-    err = agentq(stack, "submit", "summarize", "--wait", "--timeout", "1", code=7)
-    assert "still PENDING" in err
