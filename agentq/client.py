@@ -178,7 +178,9 @@ class AgentqClient:
             task_request_id(job_id, task.key)
         if self.definitions is not None:
             check_definitions(parsed.tasks, self.definitions.get)
-        job, _ = self.jobs.create(tenant, job_id, parsed)
+        job, created = self.jobs.create(tenant, job_id, parsed)
+        if not created and job.spec != parsed:
+            raise InvalidInput("jobId", f"job {job_id} already exists with a different spec")
         self._create_tasks(job, parsed)
         self.dispatcher.reconcile(tenant, job_id, trigger=f"create-{job_id}")
         return self.jobs.require(tenant, job_id)

@@ -10,6 +10,7 @@ from conftest import Stack
 from jobs_support import client_for, drain
 
 from agentq.envelope import parse_message
+from agentq.errors import InvalidInput
 from agentq.states import TaskState
 
 pytestmark = pytest.mark.timeout(120)
@@ -75,3 +76,14 @@ def test_jobs_client_submit_idempotency_and_joining_a_job(stack: Stack) -> None:
     assert client.get_job("joinable").total == 2
     assert client.cancel(job_id="joinable") == ["joinable-A", joined.request_id]
     assert client.get_job("joinable").state == "FAILED"
+
+
+def test_jobs_creating_a_job_again_resumes_it_and_changes_nothing(stack: Stack) -> None:
+    client = client_for(stack)
+    spec = {"tasks": {"A": {"definition": "noop"}, "B": {"definition": "noop", "depends_on": "A"}}}
+    first = client.create_job(spec, job_id="again")
+    assert client.create_job(spec, job_id="again").created_at_ms == first.created_at_ms
+    assert [m["taskKey"] for m in drain(stack)] == ["A"]  # sent once
+    with pytest.raises(InvalidInput, match="already exists with a different spec"):
+        client.create_job({"tasks": {"Z": {"definition": "noop"}}}, job_id="again")
+    assert client.get_job("again").spec.keys == ["A", "B"]
