@@ -1,0 +1,129 @@
+"""The real `cdk` CLI (pinned npm aws-cdk) synthesizes both stages with cdk-nag on, and
+cfn-lint accepts every template. This is what `make synth` runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.timeout(900)
+
+REPO = Path(__file__).resolve().parents[2]
+CDK = REPO / "node_modules" / ".bin" / "cdk"
+CFN_LINT = Path(sys.executable).with_name("cfn-lint")
+STAGES = ("dev", "prod")
+
+
+@pytest.fixture(scope="module")
+def cloud_assemblies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    if not CDK.exists():
+        pytest.fail("node_modules/.bin/cdk is missing: run `npm ci` (the Makefile does)")
+    env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
+    outputs = {stage: tmp_path_factory.mktemp(f"cdk-{stage}") for stage in STAGES}
+    # Both stages at once: each synth is mostly single-threaded node + python.
+    running = {
+        stage: subprocess.Popen(
+            [str(CDK), "synth", "--quiet", "-c", f"stage={stage}", "--output", str(out)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for stage, out in outputs.items()
+    }
+    try:
+        for stage, process in running.items():
+            _, stderr = process.communicate(timeout=600)
+            assert process.returncode == 0, f"cdk synth {stage} failed:\n{stderr[-4000:]}"
+    finally:
+        for process in running.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=30)
+    yield outputs
+    for out in outputs.values():
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _templates(out: Path) -> list[Path]:
+    return sorted(out.glob("*.template.json"))
+
+
+def test_infra_cli_synthesizes_every_stack_of_both_stages(
+    cloud_assemblies: dict[str, Path],
+) -> None:
+    for stage, out in cloud_assemblies.items():
+        names = {p.name.removesuffix(".template.json") for p in _templates(out)}
+        assert names == {
+            f"agentq-{stage}-{unit}"
+            for unit in (
+                "infrastructure",
+                "events",
+                "health-check",
+                "dispatcher",
+                "producer-api",
+                "worker",
+                "monitoring",
+            )
+        }
+
+
+def test_infra_cfn_lint_passes_on_every_template(cloud_assemblies: dict[str, Path]) -> None:
+    templates = [str(p) for out in cloud_assemblies.values() for p in _templates(out)]
+    result = subprocess.run(
+        [str(CFN_LINT), *templates],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+
+
+def _nag_report(out: Path) -> dict[str, Any]:
+    report = json.loads((out / "validation-report.json").read_text())
+    (nag,) = [r for r in report["pluginReports"] if r["pluginName"] == "AwsSolutions"]
+    return dict(nag)
+
+
+def test_infra_cdk_nag_has_no_unacknowledged_findings(cloud_assemblies: dict[str, Path]) -> None:
+    for stage, out in cloud_assemblies.items():
+        nag = _nag_report(out)
+        assert nag["conclusion"] == "success", (stage, nag["violations"])
+        assert nag["violations"] == []
+        suppressed = nag.get("suppressedViolations", [])
+        assert suppressed, "expected the documented acknowledgments to show up"
+        for finding in suppressed:
+            # Each acknowledgment names one rule (and, for wildcards, one exact resource)
+            # and says why, specifically.
+            assert finding["acknowledgedId"] == f"AwsSolutions::{finding['ruleName']}"
+            assert len(finding["reason"]) >= 40, finding
+        # A blanket wildcard acknowledgment would hide new ones: none is allowed.
+        assert "AwsSolutions::AwsSolutions-IAM5" not in {f["acknowledgedId"] for f in suppressed}
+
+
+def test_infra_worker_image_asset_holds_only_what_the_image_needs(
+    cloud_assemblies: dict[str, Path],
+) -> None:
+    out = cloud_assemblies["dev"]
+    manifest = json.loads((out / "agentq-dev-worker.assets.json").read_text())
+    (image,) = manifest["dockerImages"].values()
+    assert image["source"]["dockerFile"] == "Dockerfile"
+    context = out / image["source"]["directory"]
+    top = {p.name for p in context.iterdir()}
+    assert {"Dockerfile", "requirements.txt", "pyproject.toml", "agentq", "worker"} <= top
+    assert not top & {".venv", "node_modules", "cdk.out", "tests", ".git"}, top
+    dockerfile = (context / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["agentq"]' in dockerfile
+    assert 'CMD ["worker"]' in dockerfile
+    assert "USER agentq" in dockerfile
