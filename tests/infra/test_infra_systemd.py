@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentq.config import Settings, env_name
+from agentq.config import Settings
 from infra.stages import STAGES
 
 pytestmark = pytest.mark.timeout(120)
@@ -54,10 +54,9 @@ def test_infra_unit_restarts_limits_memory_and_outlasts_the_drain() -> None:
     assert stop_s * 1000 > defaults.drain_timeout_ms + defaults.kill_grace_ms
     # The same unit must also outlast the drain any stage configures for its workers.
     assert all(stop_s > stage.worker.drain_timeout_s for stage in STAGES.values())
-    assert (
-        service["Environment"].startswith(f"{env_name('worker_id')}=")
-        or "HOME=" in service["Environment"]
-    )
+    # The Claude CLI needs a writable HOME of its own per instance.
+    assert service["Environment"] == "HOME=/var/lib/agentq/%i"
+    assert service["StateDirectory"] == "agentq/%i"
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze missing")
