@@ -15,56 +15,51 @@ from agentq.states import TaskState
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_worker_retries_a_retryable_failure_after_backoff(stack: Stack) -> None:
+def test_worker_retry_paths(stack: Stack) -> None:
+    """Three tasks in one worker run (they share its slots, and the test's time):
+
+    - fails once with a retryable error → back after the backoff, completes on attempt 2;
+    - fails every time → `Task Failed` on attempt 3, message deleted (no DLQ wait);
+    - allows 5 attempts, more than the queue's 3 receives → the third failure's message
+      goes to the DLQ, for the DLQ processor to close out.
+    """
     events = EventLog(stack)
     with running_worker(stack) as worker:
-        task = send(stack, "sample-fail", {"category": "rate_limit", "times": 1})
-        completed = events.wait(task.request_id, "Task Completed")[0]
-        wait_for(lambda: queue_counts(stack) == (0, 0), message="message deleted")
-        worker.stop()
-    assert completed["attempt"] == 2
-    failed = events.of(task.request_id, "Task Processing Failed")
-    assert len(failed) == 1 and failed[0]["attempt"] == 1
-    assert failed[0]["payload"]["error"]["category"] == "rate_limit"
-    assert failed[0]["payload"]["retryAt"] > failed[0]["timestampMs"]
-    record = state(stack, task)
-    assert record is not None and record.state is TaskState.COMPLETED and record.attempt == 2
-
-
-def test_worker_fails_the_task_on_its_last_attempt(stack: Stack) -> None:
-    events = EventLog(stack)
-    with running_worker(stack) as worker:
-        task = send(stack, "sample-fail", {"category": "server"})
-        failed = events.wait(task.request_id, "Task Failed")[0]
-        wait_for(lambda: queue_counts(stack) == (0, 0), message="message deleted")
-        worker.stop()
-    assert failed["attempt"] == 3
-    assert len(events.of(task.request_id, "Task Processing Failed")) == 2
-    record = state(stack, task)
-    assert record is not None and record.state is TaskState.FAILED
-    assert record.raw["error"]["category"] == "server"
-    assert queue_counts(stack, stack.resources.dlq_url) == (0, 0)
-
-
-def test_worker_third_failure_goes_to_the_dlq_when_attempts_outlast_receives(
-    stack: Stack,
-) -> None:
-    # sample-fail-patient allows 5 attempts; the queue redrives after 3 receives.
-    events = EventLog(stack)
-    with running_worker(stack) as worker:
-        task = send(stack, "sample-fail-patient", {"category": "network"})
-        events.wait(task.request_id, "Task Processing Failed", count=3)
+        once = send(stack, "sample-fail", {"category": "rate_limit", "times": 1})
+        always = send(stack, "sample-fail", {"category": "server"})
+        patient = send(stack, "sample-fail-patient", {"category": "network"})
+        completed = events.wait(once.request_id, "Task Completed")[0]
+        failed = events.wait(always.request_id, "Task Failed")[0]
+        events.wait(patient.request_id, "Task Processing Failed", count=3)
         wait_for(
             lambda: queue_counts(stack, stack.resources.dlq_url)[0] == 1,
             timeout=30,
-            message="message in the DLQ",
+            message="the patient task's message in the DLQ",
         )
+        wait_for(lambda: queue_counts(stack) == (0, 0), message="task queue empty")
         worker.stop()
-    assert queue_counts(stack) == (0, 0)
-    assert not events.of(task.request_id, "Task Failed")
-    record = state(stack, task)
-    # The DLQ processor (not the worker) closes the task out.
+
+    assert completed["attempt"] == 2
+    retried = events.of(once.request_id, "Task Processing Failed")
+    assert len(retried) == 1 and retried[0]["attempt"] == 1
+    assert retried[0]["payload"]["error"]["category"] == "rate_limit"
+    assert retried[0]["payload"]["retryAt"] > retried[0]["timestampMs"]
+    record = state(stack, once)
+    assert record is not None and record.state is TaskState.COMPLETED and record.attempt == 2
+
+    assert failed["attempt"] == 3
+    assert len(events.of(always.request_id, "Task Processing Failed")) == 2
+    record = state(stack, always)
+    assert record is not None and record.state is TaskState.FAILED
+    assert record.raw["error"]["category"] == "server"
+
+    assert not events.of(patient.request_id, "Task Failed")
+    record = state(stack, patient)
     assert record is not None and record.state is TaskState.RETRYING and record.attempt == 3
+    dead = stack.sqs.receive_message(
+        QueueUrl=stack.resources.dlq_url, MessageAttributeNames=["All"]
+    )["Messages"][0]
+    assert dead["MessageAttributes"]["requestId"]["StringValue"] == patient.request_id
 
 
 def test_worker_fails_a_programming_error_at_once(stack: Stack) -> None:
