@@ -100,7 +100,7 @@ def job_exit_code(job: JobRecord) -> int:
 def print_job(job: JobRecord, tasks: Mapping[str, TaskRecord | None]) -> None:
     summary = job.to_dict()
     console.print(
-        f"[bold]job {job.job_id}[/bold] {summary['name'] or ''}  state={job.state}  "
+        f"[bold]job {job.job_id}[/bold] {escape(summary['name'] or '')}  state={job.state}  "
         f"{job.done}/{job.total} done  policy={job.spec.failure_policy}  "
         f"cost=${job.cost_usd:.4f}"
     )
@@ -131,7 +131,7 @@ def jobs_table(jobs: Iterable[JobRecord]) -> Table:
         failed = job.counts.get("failed", 0) + job.counts.get("timedOut", 0)
         table.add_row(
             job.job_id,
-            job.spec.name or "",
+            escape(job.spec.name or ""),
             job.state,
             f"{job.done}/{job.total}",
             str(failed),

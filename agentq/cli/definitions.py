@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from agentq.cli import _views as views
@@ -54,7 +55,7 @@ def _list(args: argparse.Namespace) -> int:
     table = Table("name", "kind", "timeout", "attempts", "description")
     for d in found:
         table.add_row(d.name, d.kind, f"{d.timeout_s:g}s" if d.timeout_s else "default",
-                      str(d.max_attempts or "default"), d.description)  # fmt: skip
+                      str(d.max_attempts or "default"), escape(d.description))  # fmt: skip
     views.console.print(table)
     return EXIT_OK
 

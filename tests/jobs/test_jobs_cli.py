@@ -120,7 +120,7 @@ def test_jobs_cli_job_lifecycle(stack: Stack, tmp_path: Path) -> None:
         dispatcher.handler(eventbridge(finish(stack, "cli-job", key, tenant="acme")), None)
     frame = agentq(stack, "watch", "cli-job", "--json")
     assert (frame["state"], frame["done"], frame["completed"]) == ("COMPLETED", 3, 3)
-    agentq(stack, "watch", "cli-job", "--once")  # the rich frame renders
+    agentq(stack, "watch", "cli-job", "--interval", "0.1")  # live view; ends as the job closed
 
     agentq(stack, "job", "create", str(spec), "--job-id", "doomed")
     cancelled = agentq(stack, "job", "cancel", "doomed", "--json")
