@@ -15,12 +15,19 @@ from agentq.states import TaskState
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_worker_happy_path_completes_uploads_and_deletes(stack: Stack) -> None:
+def test_worker_happy_path_completes_uploads_and_deletes(stack: Stack, tmp_path: Path) -> None:
     events = EventLog(stack)
-    with running_worker(stack) as worker:
+    work_dir = tmp_path / "work"
+    with running_worker(stack, AGENTQ_WORK_DIR=str(work_dir)) as worker:
         task = send(stack, "sample-echo", {"hello": "world"})
+        files = send(
+            stack,
+            "sample-artifacts",
+            {"files": {"artifacts/extra.txt": "x", "logs/summary.log": "done", "junk.tmp": "no"}},
+        )
         completed = events.wait(task.request_id, "Task Completed")[0]
-        wait_for(lambda: queue_counts(stack) == (0, 0), message="message deleted")
+        events.wait(files.request_id, "Task Completed")
+        wait_for(lambda: queue_counts(stack) == (0, 0), message="messages deleted")
         worker.stop()
     assert worker.process is not None and worker.process.returncode == 0
     kinds = [t for t in events.types(task.request_id) if t != "Task Heartbeat"]
@@ -30,11 +37,19 @@ def test_worker_happy_path_completes_uploads_and_deletes(stack: Stack) -> None:
     assert record.attempt == 1 and record.lease_token is None
     pointer = completed["payload"]["result"]
     assert record.raw["result"] == pointer
+    assert record.raw["durationMs"] == completed["payload"]["duration_ms"] > 0
     body = stack.s3.get_object(Bucket=pointer["bucket"], Key=pointer["key"])["Body"].read()
     assert json.loads(body) == {"hello": "world"}
     assert pointer["key"] == f"task/logs/{task.request_id}/artifacts/task-result.json"
+    listed = stack.s3.list_objects_v2(
+        Bucket=stack.resources.bucket, Prefix=f"task/logs/{files.request_id}/"
+    )
+    keys = {o["Key"].removeprefix(f"task/logs/{files.request_id}/") for o in listed["Contents"]}
+    assert keys == {"artifacts/task-result.json", "artifacts/extra.txt", "logs/summary.log"}
+    # DELETE_FILES_AFTER_UPLOAD (default on): nothing of the tasks is left locally.
+    assert not [p for p in work_dir.iterdir() if p.name.startswith("agentq-r-")]
     stats = worker.stats()
-    assert stats is not None and stats["verdicts"] == {"completed": 1}
+    assert stats is not None and stats["verdicts"] == {"completed": 2}
     assert stats["awsCalls"]["sqs:ReceiveMessage"] >= 1
 
 
