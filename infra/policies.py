@@ -32,7 +32,11 @@ def table_statement(
 
 
 def grant_objects(
-    role: iam.Role, bucket: s3.Bucket, prefixes: Sequence[str], actions: Sequence[str]
+    role: iam.Role,
+    bucket: s3.Bucket,
+    prefixes: Sequence[str],
+    actions: Sequence[str],
+    construct_id: str = "ObjectPrefixes",
 ) -> iam.Policy:
     """`s3:<action>` on objects under the given key prefixes only, as a policy of its own.
 
@@ -52,7 +56,7 @@ def grant_objects(
     scope = role.node.scope or role
     policy = iam.Policy(
         cast(Construct, scope),
-        "ObjectPrefixes",
+        construct_id,
         statements=[
             iam.PolicyStatement(
                 actions=[f"s3:{action}" for action in actions],

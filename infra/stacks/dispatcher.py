@@ -16,6 +16,7 @@ from agentq.resources import (
     ARTIFACTS_PREFIX,
     DEFINITIONS_TABLE,
     DISPATCHER_RULE,
+    EVENT_OVERFLOW_PREFIX,
     EVENTS_TABLE,
 )
 from infra.function import AgentqFunction
@@ -51,7 +52,14 @@ class DispatcherStack(cdk.Stack):
                 table_statement(
                     core.events_table,
                     EVENTS_TABLE,
-                    ["GetItem", "PutItem", "UpdateItem", "Query", "ConditionCheckItem"],
+                    [
+                        "GetItem",
+                        "BatchGetItem",
+                        "PutItem",
+                        "UpdateItem",
+                        "Query",
+                        "ConditionCheckItem",
+                    ],
                     indexes=True,
                 ),
                 table_statement(core.definitions_table, DEFINITIONS_TABLE, ["GetItem"]),
@@ -64,8 +72,11 @@ class DispatcherStack(cdk.Stack):
             ],
             timeout=Duration.seconds(60),
         )
-        # Upstream results are passed on to successors.
+        # Upstream results are passed on to successors; oversized events overflow to S3.
         grant_objects(self.handler.role, core.bucket, [ARTIFACTS_PREFIX], ["GetObject"])
+        grant_objects(
+            self.handler.role, core.bucket, [EVENT_OVERFLOW_PREFIX], ["PutObject"], "Overflow"
+        )
         events.Rule(
             self,
             "Rule",

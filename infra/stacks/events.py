@@ -96,7 +96,13 @@ class EventsStack(cdk.Stack):
             ],
             timeout=Duration.seconds(DLQ_PROCESSOR_TIMEOUT_S),
         )
-        grant_objects(self.dlq_processor.role, core.bucket, [DLQ_ARCHIVE_PREFIX], ["PutObject"])
+        # The archive keeps each dead letter for redrive; oversized events overflow to S3.
+        grant_objects(
+            self.dlq_processor.role,
+            core.bucket,
+            [DLQ_ARCHIVE_PREFIX, EVENT_OVERFLOW_PREFIX],
+            ["PutObject"],
+        )
         # The event source grants receive/delete/change-visibility on the DLQ's ARN only.
         self.dlq_processor.function.add_event_source(
             sources.SqsEventSource(

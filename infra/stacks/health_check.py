@@ -81,6 +81,24 @@ class HealthCheckStack(cdk.Stack):
             timeout=Duration.seconds(120),
         )
         self.slack_token.grant_read(self.handler.role)
+        # The DLQ's oldest-message age exists only as a CloudWatch metric, and metric
+        # reads support no resource-level permissions: a policy of its own, so this
+        # acknowledgment covers nothing else.
+        metric_reads = iam.Policy(
+            self,
+            "MetricReads",
+            statements=[
+                iam.PolicyStatement(actions=["cloudwatch:GetMetricStatistics"], resources=["*"])
+            ],
+        )
+        metric_reads.attach_to_role(self.handler.role)
+        acknowledge(
+            metric_reads,
+            "IAM5",
+            "cloudwatch:GetMetricStatistics (the DLQ's oldest-message age) supports no "
+            "resource-level permissions; AWS allows only Resource '*'",
+            applies_to="Resource::*",
+        )
         self.schedule = events.Rule(
             self,
             "Schedule",

@@ -16,10 +16,15 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from agentq.resources import DEFINITIONS_TABLE, EVENTS_TABLE
+from agentq.resources import (
+    ARTIFACTS_PREFIX,
+    DEFINITIONS_TABLE,
+    EVENT_OVERFLOW_PREFIX,
+    EVENTS_TABLE,
+)
 from infra.function import AgentqFunction
 from infra.nag import acknowledge
-from infra.policies import table_statement
+from infra.policies import grant_objects, table_statement
 from infra.stacks.infrastructure import InfrastructureStack
 from infra.stages import StageSettings
 
@@ -50,7 +55,14 @@ class ProducerApiStack(cdk.Stack):
                 table_statement(
                     core.events_table,
                     EVENTS_TABLE,
-                    ["GetItem", "PutItem", "UpdateItem", "Query", "ConditionCheckItem"],
+                    [
+                        "GetItem",
+                        "BatchGetItem",
+                        "PutItem",
+                        "UpdateItem",
+                        "Query",
+                        "ConditionCheckItem",
+                    ],
                     indexes=True,
                 ),
                 table_statement(
@@ -65,6 +77,11 @@ class ProducerApiStack(cdk.Stack):
                     actions=["events:PutEvents"], resources=[core.bus.event_bus_arn]
                 ),
             ],
+        )
+        # Task results for readers; oversized events overflow to S3.
+        grant_objects(self.handler.role, core.bucket, [ARTIFACTS_PREFIX], ["GetObject"])
+        grant_objects(
+            self.handler.role, core.bucket, [EVENT_OVERFLOW_PREFIX], ["PutObject"], "Overflow"
         )
         access_logs = logs.LogGroup(
             self,

@@ -13,6 +13,7 @@ from agentq.config import env_name
 from agentq.resources import (
     ARTIFACTS_PREFIX,
     DISPATCHER_RULE,
+    DLQ_ARCHIVE_PREFIX,
     EVENT_OVERFLOW_PREFIX,
     EVENTS_TABLE,
     SAVE_EVENT_RULE,
@@ -31,6 +32,7 @@ HANDLERS = {
 }
 # Actions AWS authorizes only on Resource "*" (no resource-level permissions exist).
 STAR_ONLY_ACTIONS = {
+    "cloudwatch:GetMetricStatistics",
     "xray:PutTraceSegments",
     "xray:PutTelemetryRecords",
     "ecr:GetAuthorizationToken",
@@ -324,7 +326,7 @@ def test_infra_no_wildcard_resource_except_where_aws_allows_nothing_else(
             if "*" in text and resource != "*":
                 assert any(
                     f"/{prefix}*" in text
-                    for prefix in (ARTIFACTS_PREFIX, EVENT_OVERFLOW_PREFIX, "dlq/archive/")
+                    for prefix in (ARTIFACTS_PREFIX, EVENT_OVERFLOW_PREFIX, DLQ_ARCHIVE_PREFIX)
                 ), (stack, statement)
 
 
