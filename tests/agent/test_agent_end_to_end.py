@@ -6,6 +6,8 @@ chosen so every "must show" item of agent execution is covered by few runs.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from agent_support import NOTE_SCHEMA, agent_definition, agent_rig, processes_using
 from conftest import Stack
@@ -112,6 +114,7 @@ def test_agent_task_completes_with_valid_output_usage_cost_and_a_faithful_trace(
 
     summary = files["logs/summary.log"]
     assert "outcome: completed" in summary and "Bash x1" in summary
+    assert "todos: 1, 1 completed" in summary
 
 
 def test_agent_retries_inside_the_child_and_then_through_sqs_to_the_dlq(stack: Stack) -> None:
@@ -189,3 +192,8 @@ def test_agent_auth_parse_and_stall_end_the_task_for_good(stack: Stack) -> None:
 
     # A stalled model: the worker's timeout, and the CLI died with the child.
     assert _state(stack, stuck.request_id).state is TaskState.TIMEOUT  # type: ignore[attr-defined]
+    # The child used the kill grace to leave its trace and summary for the operator.
+    stuck_files = rig.s3_files(stuck.request_id)
+    assert "stopped by the worker" in stuck_files["logs/summary.log"]
+    stuck_trace = json.loads(stuck_files["traces/session_trace.json"])
+    assert stuck_trace["outcome"] == "stopped" and stuck_trace["error"]["category"] == "timeout"

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import anyio
@@ -65,9 +68,12 @@ class AgentRun:
         self.spec: AgentSpec | None = None
         self.outcome = "failed"
         self.error: ErrorInfo | None = None
+        self._finished = False
 
     def run(self) -> Any:
         ctx = self.ctx
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
         self.log.line(
             f"agent task {ctx.request_id} (definition {ctx.definition.name}, tenant "
             f"{ctx.tenant}, attempt {ctx.attempt}{', job ' + ctx.job_id if ctx.job_id else ''})"
@@ -135,7 +141,21 @@ class AgentRun:
         )
         self.log.line(f"attempt {failure.attempt}: {error.category}: {error.message} ({then})")
 
+    def _on_sigterm(self, signum: int, _frame: FrameType | None) -> None:
+        # The worker's timeout (or drain) stops us with SIGTERM, then SIGKILL after a
+        # grace period: leave the trace and summary of a stalled run for the operator,
+        # then die of the signal as if no handler were installed.
+        self.outcome = "stopped"
+        self.error = info("timeout", "stopped by the worker (SIGTERM) before a result")
+        self.log.line(f"failed: {self.error.category}: {self.error.message}")
+        self._finish()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
     def _finish(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
         ctx, spec = self.ctx, self.spec
         totals = self.recorder.totals()
         trace = self.recorder.to_dict(
@@ -156,6 +176,10 @@ class AgentRun:
                 for line in describe_totals(totals, cache_efficiency_pct(totals["usage"])):
                     self.log.line(line)
                 self.log.line(describe_tools(trace["tool_summary"]))
+                todos = trace["todos"]
+                if todos:
+                    done = sum(t["state"] == "completed" for t in todos)
+                    self.log.line(f"todos: {len(todos)}, {done} completed")
             self.log.line(f"outcome: {self.outcome}")
         finally:
             self.log.close()
