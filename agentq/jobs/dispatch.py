@@ -187,6 +187,8 @@ class JobDispatcher:
         outcome: DispatchOutcome,
     ) -> bool:
         changed = False
+        failed_before = len(outcome.failed)
+        ready: list[TaskEnvelope] = []
         for task in job.spec.tasks:
             record = states.get(task.key)
             if record is None:
@@ -195,7 +197,10 @@ class JobDispatcher:
                 (dep := states.get(d)) is not None and dep.state is TaskState.COMPLETED
                 for d in task.depends_on
             ):
-                changed |= self._enqueue(job, task, states, trigger, outcome)
+                moved = self._move_to_pending(job, task, states, trigger, outcome)
+                if moved is not None:
+                    ready.append(moved)
+                    changed = True
             elif (
                 task.key not in outcome.enqueued
                 and record.state is TaskState.PENDING
@@ -204,18 +209,21 @@ class JobDispatcher:
             ):
                 # This very trigger moved it and then stopped before sending: finish.
                 envelope = TaskEnvelope.from_dict(record.envelope or {}, default_tenant=job.tenant)
-                self._submitter.enqueue(envelope)
+                ready.append(envelope)
                 outcome.enqueued.append(task.key)
-        return changed
+        self._submitter.enqueue_many(ready)
+        # A task that failed to resolve its input is a failure the policy must see.
+        return changed or len(outcome.failed) > failed_before
 
-    def _enqueue(
+    def _move_to_pending(
         self,
         job: JobRecord,
         task: TaskSpec,
         states: dict[str, TaskRecord | None],
         trigger: str,
         outcome: DispatchOutcome,
-    ) -> bool:
+    ) -> TaskEnvelope | None:
+        """BLOCKED → PENDING with the resolved envelope; the envelope if this call moved it."""
         request_id = task_request_id(job.job_id, task.key)
         try:
             envelope = TaskEnvelope(
@@ -229,7 +237,8 @@ class JobDispatcher:
             )
             envelope.to_body()  # the size check, before the state moves
         except (InvalidInput, NotFound) as error:
-            return self._fail_unresolvable(job, task, error, states, trigger, outcome)
+            self._fail_unresolvable(job, task, error, states, trigger, outcome)
+            return None
         moved = self._tasks.transition(
             job.tenant,
             request_id,
@@ -240,11 +249,10 @@ class JobDispatcher:
         if moved is None:
             # Another invocation got there first; it sends the message, not us.
             states[task.key] = self._tasks.get(job.tenant, request_id)
-            return False
+            return None
         states[task.key] = moved
-        self._submitter.enqueue(envelope)
         outcome.enqueued.append(task.key)
-        return True
+        return envelope
 
     def resolve_input(
         self, spec: JobSpec, task: TaskSpec, states: Mapping[str, TaskRecord | None]

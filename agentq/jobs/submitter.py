@@ -12,11 +12,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
-from agentq.envelope import TaskEnvelope
+from agentq.envelope import MAX_BODY_BYTES, TaskEnvelope
+from agentq.errors import InvalidInput
 from agentq.events import now_ms, task_event
 from agentq.publisher import EventPublisher
 from agentq.states import TaskState
@@ -25,6 +27,10 @@ from agentq.store._dynamo import condition_failed
 from agentq.store.codec import values
 
 logger = logging.getLogger(__name__)
+
+_MAX_BATCH: Final = 10
+# Message attributes count towards the batch size; ours are small.
+_ATTRIBUTE_ALLOWANCE: Final = 512
 
 
 def request_id_for(tenant: str, idempotency_key: str | None) -> str:
@@ -78,9 +84,15 @@ class TaskSubmitter:
         """PENDING, never sent: a submit or dispatch crashed between its writes."""
         return record.state is TaskState.PENDING and "sentAt" not in record.raw
 
-    def enqueue(self, envelope: TaskEnvelope) -> str:
-        """`Task Pending`, then the message; returns the SQS message id."""
-        self._publisher.publish(
+    def enqueue(self, envelope: TaskEnvelope) -> None:
+        """`Task Pending`, then the message, then `sentAt`."""
+        self.enqueue_many([envelope])
+
+    def enqueue_many(self, envelopes: Sequence[TaskEnvelope]) -> None:
+        """Like `enqueue` for many tasks, in batched calls (a fan-out sends hundreds)."""
+        if not envelopes:
+            return
+        self._publisher.publish_all(
             task_event(
                 "Task Pending",
                 request_id=envelope.request_id,
@@ -89,14 +101,35 @@ class TaskSubmitter:
                 definition=envelope.definition,
                 task_key=envelope.task_key,
             )
+            for envelope in envelopes
         )
-        response = self._sqs.send_message(
+        for batch in _message_batches(envelopes):
+            self._send_batch(batch)
+        for envelope in envelopes:
+            self._mark_sent(envelope)
+
+    def _send_batch(self, batch: Sequence[TaskEnvelope]) -> None:
+        response = self._sqs.send_message_batch(
             QueueUrl=self._queue_url,
-            MessageBody=envelope.to_body(),
-            MessageAttributes=envelope.message_attributes(),
+            Entries=[
+                {
+                    "Id": str(index),
+                    "MessageBody": envelope.to_body(),
+                    "MessageAttributes": envelope.message_attributes(),
+                }
+                for index, envelope in enumerate(batch)
+            ],
         )
-        self._mark_sent(envelope)
-        return str(response["MessageId"])
+        for failed in response.get("Failed", []):
+            if failed.get("SenderFault"):
+                raise InvalidInput("message", f"SQS refused it: {failed.get('Message')}")
+            # A throttled or internal failure of one entry: send it alone (boto3 retries).
+            envelope = batch[int(failed["Id"])]
+            self._sqs.send_message(
+                QueueUrl=self._queue_url,
+                MessageBody=envelope.to_body(),
+                MessageAttributes=envelope.message_attributes(),
+            )
 
     def _mark_sent(self, envelope: TaskEnvelope) -> None:
         try:
@@ -113,3 +146,20 @@ class TaskSubmitter:
         except ClientError as error:
             if not condition_failed(error):
                 raise
+
+
+def _message_batches(envelopes: Sequence[TaskEnvelope]) -> list[list[TaskEnvelope]]:
+    """SendMessageBatch takes at most 10 entries and 256 KB in all."""
+    batches: list[list[TaskEnvelope]] = []
+    batch: list[TaskEnvelope] = []
+    size = 0
+    for envelope in envelopes:
+        body = len(envelope.to_body().encode()) + _ATTRIBUTE_ALLOWANCE
+        if batch and (len(batch) == _MAX_BATCH or size + body > MAX_BODY_BYTES):
+            batches.append(batch)
+            batch, size = [], 0
+        batch.append(envelope)
+        size += body
+    if batch:
+        batches.append(batch)
+    return batches
