@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import pytest
 from claude_agent_sdk import (
+    AssistantMessage,
     CLIConnectionError,
     CLINotFoundError,
     ProcessError,
@@ -24,7 +25,7 @@ from worker.kinds.agent.prompt import Template
 from worker.kinds.agent.retry import Failure, RetryPolicy, with_retry
 from worker.kinds.agent.runner import validate_output
 from worker.kinds.agent.spec import AgentSpec
-from worker.kinds.agent.trace import cache_efficiency_pct
+from worker.kinds.agent.trace import TraceRecorder, cache_efficiency_pct
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -272,3 +273,59 @@ def test_agent_cache_efficiency_is_the_share_of_prompt_tokens_read_from_cache() 
     }
     assert cache_efficiency_pct(usage) == 60.0
     assert cache_efficiency_pct(dict.fromkeys(usage, 0)) == 0.0
+
+
+# -- the trace -----------------------------------------------------------------------------
+
+
+def _usage(n: int) -> dict[str, int]:
+    return {
+        "input_tokens": n,
+        "output_tokens": 1,
+        "cache_read_input_tokens": 2 * n,
+        "cache_creation_input_tokens": 0,
+    }
+
+
+def test_agent_trace_totals_pay_for_every_attempt() -> None:
+    recorder = TraceRecorder()
+    recorder.start_attempt(1)
+    recorder.observe(AssistantMessage(content=[], model="m", usage=_usage(10), message_id="a"))
+    recorder.end_attempt("timeout")  # stopped: no result, its turns count
+    recorder.start_attempt(2)
+    recorder.observe(AssistantMessage(content=[], model="m", usage=_usage(99), message_id="b"))
+    done = _result(usage=_usage(100), total_cost_usd=0.25)
+    done.is_error = False
+    recorder.observe(done)
+    totals = recorder.totals()
+    assert totals["usage"]["input_tokens"] == 110  # the result's figure wins for attempt 2
+    assert totals["usage"]["cache_read_input_tokens"] == 220
+    assert (totals["cost_usd"], totals["num_turns"]) == (0.25, 2)
+
+
+def test_agent_trace_hooks_time_tools_and_follow_todos() -> None:
+    recorder = TraceRecorder()
+    recorder.start_attempt(1)
+    hooks = recorder.hooks()
+    pre, post = hooks["PreToolUse"][0].hooks[0], hooks["PostToolUse"][0].hooks[0]
+    context: Any = {"signal": None}
+
+    async def main() -> None:
+        create = {"tool_name": "TaskCreate", "tool_input": {"subject": "plan"}}
+        await pre(create, "t1", context)  # type: ignore[arg-type]
+        await post({**create, "tool_response": {"task": {"id": "7", "subject": "plan"}}},  # type: ignore[arg-type]
+                   "t1", context)  # fmt: skip
+        update = {"tool_name": "TaskUpdate", "tool_input": {"taskId": "7", "status": "in_progress"}}
+        await pre(update, "t2", context)  # type: ignore[arg-type]
+        await post({**update, "tool_response": "ok"}, "t2", context)  # type: ignore[arg-type]
+
+    anyio.run(main)
+    trace = recorder.to_dict()
+    assert [(c["name"], c["status"]) for c in trace["tool_calls"]] == [
+        ("TaskCreate", "ok"),
+        ("TaskUpdate", "ok"),
+    ]
+    assert trace["tool_calls"][0]["input_bytes"] == len('{"subject": "plan"}')
+    (todo,) = trace["todos"]
+    assert todo["content"] == "plan" and todo["state"] == "in_progress"
+    assert todo["waited_ms"] is not None and todo["worked_ms"] is None

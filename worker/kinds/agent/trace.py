@@ -115,7 +115,8 @@ class TraceRecorder:
         self._task_ids: dict[str, str] = {}  # TaskCreate id → subject
         self.turns: dict[str, Turn] = {}
         self.attempts: list[dict[str, Any]] = []
-        self.result: ResultMessage | None = None
+        self.result: ResultMessage | None = None  # the last one
+        self.results: dict[int, ResultMessage] = {}  # by attempt
         self.first_message_ms: float | None = None
         self.result_ms: float | None = None
         self.last_assistant_error: str | None = None
@@ -235,23 +236,37 @@ class TraceRecorder:
                 if isinstance(block, ToolUseBlock):
                     turn.tools.append(block.name)
         elif isinstance(message, ResultMessage):
-            self.result = message
+            self.result = self.results[self.attempt] = message
             self.result_ms = self.now_ms()
 
     # -- output ------------------------------------------------------------------------
 
     def totals(self) -> dict[str, Any]:
-        """What usage.json and the `Task Completed` event carry."""
-        result = self.result
-        usage = usage_of(result.usage if result else None)
-        if result is None or not any(usage.values()):
-            # No result (killed, failed early): add up what the turns reported.
-            usage = {k: sum(t.usage[k] for t in self.turns.values()) for k in TOKEN_FIELDS}
+        """What usage.json and the `Task Completed` event carry: every attempt is paid for."""
+        usage = dict.fromkeys(TOKEN_FIELDS, 0)
+        cost, turns, duration = 0.0, 0, 0
+        for attempt in {t.attempt for t in self.turns.values()} | set(self.results):
+            result = self.results.get(attempt)
+            counted = usage_of(result.usage if result else None)
+            if result is None or not any(counted.values()):
+                # No result (stopped, failed early): add up what its turns reported.
+                counted = {
+                    k: sum(t.usage[k] for t in self.turns.values() if t.attempt == attempt)
+                    for k in TOKEN_FIELDS
+                }
+            for name in TOKEN_FIELDS:
+                usage[name] += counted[name]
+            if result is not None:
+                cost += float(result.total_cost_usd or 0.0)
+                turns += int(result.num_turns)
+                duration += int(result.duration_ms)
+            else:
+                turns += sum(1 for t in self.turns.values() if t.attempt == attempt)
         return {
             "usage": usage,
-            "cost_usd": float(result.total_cost_usd or 0.0) if result else 0.0,
-            "num_turns": int(result.num_turns) if result else len(self.turns),
-            "duration_ms": int(result.duration_ms) if result else int(self.now_ms()),
+            "cost_usd": cost,
+            "num_turns": turns,
+            "duration_ms": duration or int(self.now_ms()),
         }
 
     def to_dict(self, **header: Any) -> dict[str, Any]:
