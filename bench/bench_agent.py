@@ -12,7 +12,7 @@ and *SDK result → child exit* (minus the same spans of the bare run), and comp
 the target of at most 15% of a minimal CLI run's wall time. The child's peak RSS (the
 Python process alone, and with the CLI it starts) is sampled every 10 ms.
 
-    python -m bench.bench_agent [--runs N]
+    python -m bench.bench_agent [--runs N] [--json bench/results/agent.json]
 """
 
 from __future__ import annotations
@@ -253,12 +253,15 @@ def _print(f: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH")
     parser.add_argument("--bare-once", metavar="CWD", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.bare_once:
         print(json.dumps(_bare_run(dict(os.environ), Path(args.bare_once))))
         return 0
-    run(args.runs)
+    figures = run(args.runs)
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
     return 0
 
 
