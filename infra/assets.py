@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Final
 
@@ -113,7 +114,26 @@ def lambda_asset_dir(repo_root: Path = REPO_ROOT) -> tuple[Path, str]:
         scratch.rename(asset)
     except OSError:
         shutil.rmtree(scratch, ignore_errors=True)
+    _prune(cache, keep=asset)
     return asset, key
+
+
+def _prune(cache: Path, *, keep: Path, spare: int = 3, min_age_s: float = 3600.0) -> None:
+    """Drop staged assets of old sources (each edit of agentq/ or lambdas/ makes one).
+
+    The newest few and anything touched in the last hour stay: a synth running in
+    parallel on an older checkout may still be copying one.
+    """
+    ages: dict[Path, float] = {}
+    now = time.time()
+    for path in cache.glob("asset-*"):
+        try:
+            ages[path] = now - path.stat().st_mtime
+        except OSError:  # pruned by a parallel synth
+            continue
+    for old in sorted(ages, key=ages.__getitem__)[spare:]:
+        if old != keep and ages[old] > min_age_s:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _link_or_copy(source: str, destination: str) -> None:
