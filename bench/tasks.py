@@ -20,9 +20,21 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
-import psutil
-
 from agentq.errors import TaskError
+
+
+def spawned_at() -> float:
+    """Wall-clock time this process was created (10 ms resolution).
+
+    psutil's create_time adds a boot time rounded to whole seconds; computing the age
+    from /proc/uptime and the process's start tick keeps sub-second precision.
+    """
+    with open("/proc/self/stat") as stat:
+        start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as uptime:
+        now_since_boot = float(uptime.read().split()[0])
+    age = now_since_boot - start_ticks / os.sysconf("SC_CLK_TCK")
+    return time.time() - age
 
 
 def _append(side_log: object, record: Mapping[str, Any]) -> None:
@@ -43,8 +55,7 @@ class _Execution:
         self.start = time.time()
         _append(
             self.side_log,
-            {**self.base, "event": "start", "t": self.start,
-             "spawned": psutil.Process().create_time()},
+            {**self.base, "event": "start", "t": self.start, "spawned": spawned_at()},
         )  # fmt: skip
         # The worker ends a timed-out child with SIGTERM: record the end, then die of it.
         signal.signal(signal.SIGTERM, self._terminated)

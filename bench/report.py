@@ -1,0 +1,160 @@
+"""Rich tables for the benchmark results (one per benchmark) and the targets' verdicts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rich.table import Table
+
+Data = Mapping[str, Any]
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for n, column in enumerate(columns):
+        table.add_column(column, justify="left" if n == 0 else "right")
+    return table
+
+
+def _requests(d: Data) -> Table:
+    t = _table(
+        f"AWS requests per task ({d['tasks']} no-op tasks, concurrency {d['concurrency']})",
+        "operation", "per task", "per task per heartbeat",
+    )  # fmt: skip
+    for row in d["operations"]:
+        t.add_row(row["operation"], f"{row['per_task']:.3f}", f"{row['per_heartbeat']:.3f}")
+    t.add_row("agentq total (without S3)", f"{d['per_task']:.2f} ({d['per_task_without_s3']:.2f})",
+              f"{d['per_heartbeat']:.3f}")  # fmt: skip
+    t.add_row("seed design", f"{d['seed_per_task']}", f"{d['seed_per_heartbeat']}")
+    t.add_row("agentq ÷ seed (target ≤ 0.5 / ≤ 0.3 abs.)", f"{d['ratio_per_task']:.2f}",
+              f"{d['ratio_per_heartbeat']:.2f}")  # fmt: skip
+    return t
+
+
+def _saturation(d: Data) -> Table:
+    t = _table(
+        f"slot saturation ({d['tasks']} tasks, {d['slots']} slots, 1 worker)",
+        "durations / loop", "makespan s", "ideal s (measured)", "ratio", "ideal s (declared)",
+        "ratio declared", "child start-up s",
+    )  # fmt: skip
+    for shape in ("even", "uneven"):
+        for loop in ("agentq", "batch_then_wait"):
+            r = d[shape][loop]
+            t.add_row(f"{shape} / {loop}", f"{r['makespan_s']:.2f}", f"{r['ideal_measured_s']:.2f}",
+                      f"{r['ratio']:.3f}", f"{r['ideal_declared_s']:.2f}",
+                      f"{r['ratio_declared']:.2f}", f"{r['child_overhead_s']:.3f}")  # fmt: skip
+    return t
+
+
+def _latency(d: Data) -> Table:
+    t = _table("dispatch latency (ms)", "path", "p50", "p95", "p99", "floor (raw AWS calls)")
+    floor = d["floor_ms"]
+    for concurrency in (1, 10):
+        r = d.get(f"concurrency_{concurrency}")
+        if r is None:
+            continue
+        for key, label, floor_key in (
+            ("visible_to_child_started", "visible → child started", "dispatch_floor"),
+            ("child_exit_to_deleted", "child exit → deleted", "settle_floor"),
+        ):
+            p = r[key]
+            t.add_row(f"c={concurrency} {label}", f"{p['p50_ms']:.0f}", f"{p['p95_ms']:.0f}",
+                      f"{p['p99_ms']:.0f}", f"{floor[floor_key]:.0f}")  # fmt: skip
+    return t
+
+
+def _throughput(d: Data) -> Table:
+    t = _table(
+        f"throughput ({d['tasks']} no-op tasks; raw receive→delete loop "
+        f"{d['raw_tasks_per_s']} msg/s)",
+        "workers", "slots", "tasks/s", "÷ raw loop",
+    )  # fmt: skip
+    for row in d["workers"]:
+        t.add_row(str(row["workers"]), str(row["slots"]), f"{row['tasks_per_s']:.2f}",
+                  f"{row['ratio_to_raw']:.3f}")  # fmt: skip
+    return t
+
+
+def _memory(d: Data) -> Table:
+    t = _table(f"memory (RSS MB, {d['slots']} slots)", "process", "MB")
+    t.add_row("worker idle", f"{d['worker_idle_mb']}")
+    t.add_row("worker, all slots busy (children excluded)", f"{d['worker_busy_mb']}")
+    t.add_row("python task child", f"{d['python_child_mb']}")
+    agent = d.get("agent_child_mb")
+    t.add_row("agent task child + Claude CLI", "skipped" if agent is None else f"{agent:.0f}")
+    return t
+
+
+def _lambda_import(d: Data) -> Table:
+    t = _table(f"Lambda cold import (target ≤ {d['target_ms']:.0f} ms)", "module", "ms",
+               "heaviest direct imports")  # fmt: skip
+    for row in d["modules"]:
+        if "error" in row:
+            t.add_row(row["module"], "error", row["error"][:60])
+        else:
+            t.add_row(row["module"], f"{row['import_ms']:.0f}", ", ".join(row["heaviest"]))
+    return t
+
+
+def _agent(d: Data) -> Table:
+    t = _table("agent task overhead (offline model server)", "measure", "value")
+    for key in ("bare_wall_ms", "child_wall_ms", "overhead_ms", "overhead_pct",
+                "overhead_beyond_isolation_pct", "child_peak_rss_mb",
+                "child_with_cli_peak_rss_mb"):  # fmt: skip
+        if key in d:
+            t.add_row(key, f"{float(d[key]):.1f}")
+    return t
+
+
+def _chaos(d: Data) -> Table:
+    t = _table("chaos: exactly-once under SIGKILL", "measure", "value")
+    for key, value in d["summary"].items():
+        t.add_row(key, str(value))
+    return t
+
+
+RENDERERS: dict[str, Callable[[Data], Table]] = {
+    "requests_per_task": _requests,
+    "saturation": _saturation,
+    "latency": _latency,
+    "throughput": _throughput,
+    "memory": _memory,
+    "lambda_import": _lambda_import,
+    "agent": _agent,
+    "chaos": _chaos,
+}
+
+
+def table(name: str, data: Data) -> Table | str:
+    if "skipped" in data:
+        return f"{name}: skipped: {data['skipped']}"
+    try:
+        return RENDERERS[name](data)
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"{name}: no table ({type(exc).__name__}: {exc})"
+
+
+def verdicts(results: Mapping[str, Data]) -> Table:
+    """The issue's targets, met or not."""
+    t = _table("targets", "target", "measured", "met")
+    checks: list[tuple[str, str, bool]] = []
+    if "ratio_per_task" in results.get("requests_per_task", {}):
+        r = results["requests_per_task"]
+        checks.append(("requests/task ≤ 0.5 x seed", f"{r['ratio_per_task']:.2f}",
+                       r["ratio_per_task"] <= 0.5))  # fmt: skip
+        checks.append(("heartbeat requests/task/interval ≤ 0.3", f"{r['per_heartbeat']:.3f}",
+                       r["per_heartbeat"] <= 0.3))  # fmt: skip
+    if "even" in results.get("saturation", {}):
+        ratio = results["saturation"]["even"]["agentq"]["ratio"]
+        checks.append(("saturation makespan ÷ ideal ≤ 1.10", f"{ratio:.3f}", ratio <= 1.10))
+    for row in results.get("lambda_import", {}).get("modules", []):
+        if "import_ms" in row:
+            checks.append((f"{row['module']} import ≤ 300 ms", f"{row['import_ms']:.0f} ms",
+                           row["within_target"]))  # fmt: skip
+    if "summary" in results.get("chaos", {}):
+        n = results["chaos"]["summary"]["violations"]
+        checks.append(("chaos violations = 0", str(n), n == 0))
+    for label, measured, met in checks:
+        t.add_row(label, measured, "yes" if met else "[red]no[/red]")
+    return t
