@@ -123,7 +123,7 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
         settings=settings,
         sqs=clients.sqs,
         store=store,
-        publisher=publisher,
+        publisher=events,
         inflight=inflight,
         worker_id=worker_id,
     )

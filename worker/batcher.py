@@ -42,7 +42,7 @@ class SqsBatcher:
         sqs: Any,
         queue_url: str,
         *,
-        delay_s: float = 0.05,
+        delay_s: float = 0.2,
         on_error: Callable[[str, str, str], None] | None = None,
     ) -> None:
         self._sqs = sqs
@@ -134,6 +134,10 @@ class SqsBatcher:
             for failure in response.get("Failed", []):
                 item = group[int(failure["Id"])]
                 item.error = str(failure.get("Code", "Unknown"))
+                logger.warning(
+                    "sqs batch entry failed",
+                    extra={"op": op, "code": item.error, "detail": failure.get("Message")},
+                )
                 if self._on_error is not None:
                     with contextlib.suppress(Exception):
                         self._on_error(op, item.receipt_handle, item.error)

@@ -92,7 +92,9 @@ class MessageHandler:
     def handle(self, message: Mapping[str, Any]) -> str:
         """Settle one message; returns a short verdict for logs and tests."""
         entry = InFlight(message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"])
-        self._inflight.add(entry)
+        if self._inflight.add(entry) is not None:
+            # Our own message, back after a lapse: the running slot now uses this handle.
+            return "held_here"
         try:
             return self._handle(message, entry)
         finally:
@@ -287,6 +289,7 @@ class MessageHandler:
                 ),
                 on_start=lambda pid: setattr(entry, "child_pid", pid),
             )
+            entry.lease = None  # the heartbeat stops renewing: the attempt is over
             outcome = decide(child, task_dir, attempt=lease.attempt, max_attempts=max_attempts)
             result = self._settle(entry, envelope, lease, task_dir, outcome, child.duration_ms)
         finally:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Final
 
 from agentq.config import Settings
 from agentq.events import Event, task_event
-from agentq.publisher import EventPublisher
 from agentq.store.tasks import TaskStore
 from worker.batcher import MAX_BATCH
+from worker.eventbatch import EventBatcher
 from worker.inflight import InFlight, InFlightRegistry
 
 MAX_EXTENSION_FAILURES: Final = 3
@@ -32,7 +33,7 @@ class Heartbeat:
         settings: Settings,
         sqs: Any,
         store: TaskStore,
-        publisher: EventPublisher,
+        publisher: EventBatcher,
         inflight: InFlightRegistry,
         worker_id: str,
     ) -> None:
@@ -56,7 +57,10 @@ class Heartbeat:
 
     def _loop(self) -> None:
         interval = self._settings.extension_interval_ms / 1000
-        while not self._stopped.wait(interval):
+        due = time.monotonic() + interval
+        # Fixed rate, not fixed delay: a slow beat must not push the next one later.
+        while not self._stopped.wait(max(0.0, due - time.monotonic())):
+            due = max(due + interval, time.monotonic() + interval / 2)
             try:
                 self.beat()
             except Exception:
@@ -70,7 +74,8 @@ class Heartbeat:
         self._extend([e for e in entries if e.extending])
         events = self._renew([e for e in entries if e.lease is not None])
         if events:
-            self._publisher.publish_all(events, raise_on_failure=False)
+            # Into the shared batcher: heartbeats ride along with other task events.
+            self._publisher.publish_many(events)
 
     def _extend(self, entries: list[InFlight]) -> None:
         amount = self._settings.extension_amount_s
@@ -111,11 +116,16 @@ class Heartbeat:
             logger.exception("lease renewal failed; trying again next interval")
             return []
         for lease in lost:
+            entry = held[lease.token]
+            if entry.lease is None or not self._inflight.holds(entry):
+                continue  # its child ended meanwhile: finalize ends the lease, not us
             logger.warning("lease lost; stopping the task", extra={"requestId": lease.request_id})
-            held[lease.token].stop.set("lease_lost")
+            entry.stop.set("lease_lost")
         events = []
         for lease in renewed:
             entry = held[lease.token]
+            if entry.lease is None:
+                continue  # the child ended meanwhile; no heartbeat for a finished attempt
             entry.lease = lease
             envelope = entry.envelope
             events.append(

@@ -36,9 +36,25 @@ class InFlightRegistry:
         self._lock = threading.Lock()
         self._entries: dict[str, InFlight] = {}
 
-    def add(self, entry: InFlight) -> None:
+    def add(self, entry: InFlight) -> InFlight | None:
+        """Register a received message; returns the entry already holding it, if any.
+
+        A worker can receive a message it already runs when its visibility lapsed (a
+        slow heartbeat). The newest receipt handle is the one SQS honours for deletes.
+        """
         with self._lock:
+            held = self._entries.get(entry.message_id)
+            if held is not None:
+                held.receipt_handle = entry.receipt_handle
+                held.extension_failures = 0
+                held.extending = True
+                return held
             self._entries[entry.message_id] = entry
+            return None
+
+    def holds(self, entry: InFlight) -> bool:
+        with self._lock:
+            return self._entries.get(entry.message_id) is entry
 
     def remove(self, entry: InFlight) -> None:
         with self._lock:
