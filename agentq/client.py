@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from agentq.aws import AwsClients
 from agentq.config import Settings
-from agentq.definitions import DefinitionRegistry, DefinitionsTable, load_directory
+from agentq.definitions import DefinitionRegistry
 from agentq.envelope import TaskEnvelope, validate_request_id
 from agentq.errors import AgentqError, InvalidInput, NotFound
 from agentq.events import now_ms, task_event
@@ -350,16 +350,8 @@ class AgentqClient:
 
 
 def default_registry(settings: Settings, dynamodb: Any) -> DefinitionRegistry | None:
-    """Definitions from the table and/or directory the settings name (None: no checks)."""
+    """Definitions from the table and/or directories the settings name (None: no checks)."""
     if not settings.definitions_table and not settings.definitions_dir:
         return None
-    from pathlib import Path
-
-    files = load_directory(Path(settings.definitions_dir)) if settings.definitions_dir else {}
-    table = (
-        DefinitionsTable(dynamodb, settings.definitions_table)
-        if settings.definitions_table
-        else None
-    )
     # Producers validate against what is stored now: no cache.
-    return DefinitionRegistry(directory_definitions=files, table=table, cache_seconds=0)
+    return DefinitionRegistry.from_settings(settings, dynamodb, cache_seconds=0)

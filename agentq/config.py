@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from agentq.errors import ConfigError
@@ -110,7 +111,7 @@ class Settings:
     definitions_dir: str | None = _var(
         "TASK_DEFINITIONS_DIR",
         None,
-        "Directory of task definition files (*.yaml, *.json).",
+        "Directories of task definition files (*.yaml, *.json), separated like PATH.",
         "worker, client",
     )
     bus_name: str | None = _var(
@@ -277,6 +278,11 @@ class Settings:
         value = getattr(self.require(attribute), attribute)
         assert isinstance(value, str)
         return value
+
+    @property
+    def definitions_dirs(self) -> list[Path]:
+        """TASK_DEFINITIONS_DIR may list several directories, separated like PATH."""
+        return [Path(p) for p in (self.definitions_dir or "").split(os.pathsep) if p]
 
     @property
     def lease_seconds(self) -> float:

@@ -28,6 +28,7 @@ from typing import Any, Final, Literal, get_args
 
 import yaml
 
+from agentq.config import Settings
 from agentq.envelope import DEFINITION_PATTERN
 from agentq.errors import InvalidInput, NotFound
 from agentq.store.codec import from_item, to_item
@@ -179,6 +180,20 @@ class DefinitionRegistry:
         for directory in directories:
             files.update(load_directory(directory))
         return cls(directory_definitions=files, table=table, cache_seconds=cache_seconds)
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, dynamodb: Any, *, cache_seconds: float = 30.0
+    ) -> DefinitionRegistry:
+        """The directories and table that TASK_DEFINITIONS_DIR / TASK_DEFINITIONS_TABLE name."""
+        table = (
+            DefinitionsTable(dynamodb, settings.definitions_table)
+            if settings.definitions_table
+            else None
+        )
+        return cls.from_sources(
+            directories=settings.definitions_dirs, table=table, cache_seconds=cache_seconds
+        )
 
     def get(self, name: str) -> TaskDefinition:
         """The definition, or `NotFound` (a validation failure for the task)."""

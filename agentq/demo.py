@@ -1,23 +1,251 @@
-"""`make demo`: the whole system on the embedded local stack, in one command."""
+"""`make demo`: the whole of agentq on this machine, one job, in one command.
+
+Starts the local stack (moto, the offline model server unless Claude credentials are
+set, the Lambda host with its health-check timer) and two worker processes, then runs
+a job that shows the product: a fan-out of `summarize` agent tasks over the bundled
+sample documents, a fan-in `report`, one task scripted to fail and succeed on its SQS
+retry, and one scripted to stall until the worker's timeout kills it. It shows live
+progress, then the report, where the artifacts are and one task's event timeline,
+stops everything and exits 0 only if the job ended as designed.
+"""
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
-from agentq.local.aws import MotoServer, local_session_clients, provision
-from agentq.resources import ResourceNames
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.panel import Panel
+from rich.pretty import Pretty
+from rich.table import Table
+
+from agentq.local.stack import REPO_ROOT, LocalStack, LocalStackOptions, real_claude_configured
+
+SAMPLES: Final = REPO_ROOT / "definitions" / "samples"
+DEMO_DEFINITIONS: Final = REPO_ROOT / "definitions" / "demo"
+# Short leases and backoffs so a newcomer sees retries and takeovers within minutes.
+DEMO_WORKER_ENV: Final = {
+    "MAX_CONCURRENT_CLAUDE": "2",
+    "WAIT_TIME_SECONDS": "2",
+    "VISIBILITY_EXTENSION_INTERVAL": "2000",
+    "VISIBILITY_EXTENSION_AMOUNT": "6",
+    "RETRY_BACKOFF_BASE": "1",
+    "RETRY_BACKOFF_MAX": "3",
+    "CLAUDE_KILL_GRACE": "2000",
+    "DRAIN_TIMEOUT": "20000",
+}
+FLAKY_MARKER: Final = "[[model: key demo-flaky; fail 500 x3 no-retry]]"
+STALL_MARKER: Final = "[[model: key demo-stall; stall]]"
 
 
-def main() -> int:
-    with MotoServer() as server:
-        resources = provision(
-            local_session_clients(server.url), ResourceNames(stage="demo"), endpoint_url=server.url
+@dataclass(frozen=True)
+class Expectation:
+    key: str
+    state: str
+    min_attempts: int = 1
+
+
+def demo_spec(*, offline: bool) -> tuple[dict[str, Any], list[Expectation]]:
+    """The demo job and what each of its tasks must end as."""
+    documents = sorted((SAMPLES / "inputs").glob("*.md"))
+    items = [{"name": doc.stem, "text": doc.read_text()} for doc in documents]
+    flaky_doc = items[0]["text"]
+    stalled_doc = items[-1]["text"]
+    if offline:
+        # Scenario markers script the offline model server; the real API never sees them.
+        flaky_doc += "\n\n" + FLAKY_MARKER
+        stalled_doc += "\n\n" + STALL_MARKER
+    spec: dict[str, Any] = {
+        "name": "agentq demo: briefing from sample documents",
+        # One timed-out side task must not cancel the report: run what does not depend on it.
+        "failure_policy": "continue",
+        "tasks": {
+            "summarize": {
+                "definition": "summarize",
+                "for_each": items[1:],
+                "input": {"document": "${item.text}"},
+            },
+            "flaky": {
+                "definition": "summarize",
+                "group": "summarize",
+                "input": {"document": flaky_doc},
+            },
+            "report": {
+                "definition": "report",
+                "input": {"summaries": "${groups.summarize.results}"},
+            },
+            "deadline": {
+                "definition": "summarize-with-deadline",
+                "input": {"document": stalled_doc},
+            },
+        },
+    }
+    expected = [Expectation(f"summarize_{i}", "COMPLETED") for i in range(len(items) - 1)]
+    expected += [
+        Expectation("flaky", "COMPLETED", min_attempts=2 if offline else 1),
+        Expectation("report", "COMPLETED"),
+        Expectation("deadline", "TIMEOUT" if offline else "COMPLETED"),
+    ]
+    return spec, expected
+
+
+def _frame(job: Any, tasks: dict[str, Any], elapsed: float) -> RenderableType:
+    from agentq.cli.watch import _job_frame as job_frame
+
+    return Group(job_frame(job, tasks), f"[dim]{elapsed:5.1f} s[/dim]")
+
+
+def _timeline(events: Sequence[dict[str, Any]]) -> Table:
+    table = Table(title="event timeline", title_justify="left")
+    for column in ("time", "event", "attempt", "worker", "detail"):
+        table.add_column(column)
+    for event in events:
+        payload = event.get("payload") or {}
+        error = payload.get("error") or {}
+        detail = error.get("category", "") and f"{error['category']}: {error.get('message', '')}"
+        if not detail and "cost_usd" in payload:
+            detail = f"cost ${payload['cost_usd']:.4f}"
+        table.add_row(
+            str(event.get("timestamp", ""))[11:23],
+            str(event.get("detailType")),
+            str(event.get("attempt", "")),
+            str(event.get("workerId") or ""),
+            str(detail)[:70],
         )
-        print(f"local AWS on {server.url}")
-        for key, value in sorted(resources.env().items()):
-            if not key.startswith("AWS_SECRET"):
-                print(f"  {key}={value}")
-    return 0
+    return table
+
+
+def run(console: Console, *, timeout_s: float, live: bool) -> int:
+    from agentq.client import AgentqClient
+
+    offline = not real_claude_configured()
+    # The Lambda host runs in this process: keep its JSON logs and EMF off the screen.
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+    console.rule("[bold]agentq demo")
+    if offline:
+        console.print(
+            "Claude: [bold]offline model server[/bold] (a local stand-in for the Anthropic "
+            "API; set ANTHROPIC_API_KEY to use real Claude)"
+        )
+    else:
+        console.print(
+            "Claude: [bold yellow]the real Anthropic API[/bold yellow] (credentials found)"
+        )
+    options = LocalStackOptions(
+        stage="demo",
+        workers=2,
+        definitions_dirs=(SAMPLES, DEMO_DEFINITIONS),
+        health_interval_s=5.0,
+        use_real_claude=not offline,
+        worker_env=dict(DEMO_WORKER_ENV),
+    )
+    started = time.monotonic()
+    with LocalStack(options) as stack:
+        env = stack.env()
+        console.print(
+            f"local AWS (moto) {env.get('AWS_ENDPOINT_URL')}, workers: "
+            + ", ".join(w.name for w in stack.workers)
+        )
+        client = AgentqClient.from_env()
+        spec, expected = demo_spec(offline=offline)
+        job = client.create_job(spec)
+        console.print(f"job [bold]{job.job_id}[/bold]: {job.total} tasks\n")
+        job, tasks = _follow(console, client, job, started, timeout_s, live)
+        outcome = _report(console, client, stack, job, tasks, expected)
+    stray = stack.stray_processes()
+    if stray:
+        console.print(f"[red]processes left behind: {[p.pid for p in stray]}[/red]")
+        return 1
+    console.print(f"\nall stopped cleanly after {time.monotonic() - started:.0f} s")
+    return outcome
+
+
+def _follow(
+    console: Console, client: Any, job: Any, started: float, timeout_s: float, live: bool
+) -> tuple[Any, dict[str, Any]]:
+    deadline = started + timeout_s
+    tasks = client.job_tasks(job)
+    if not live:
+        last = ""
+        while job.state == "RUNNING" and time.monotonic() < deadline:
+            time.sleep(1.0)
+            job, tasks = client.get_job(job.job_id), client.job_tasks(job)
+            line = " ".join(
+                f"{key}={rec.state.value if rec else '-'}" for key, rec in sorted(tasks.items())
+            )
+            if line != last:
+                console.print(f"[{time.monotonic() - started:5.1f}s] {line}")
+                last = line
+        return job, tasks
+    with Live(console=console, auto_refresh=False) as view:
+        while True:
+            view.update(_frame(job, tasks, time.monotonic() - started), refresh=True)
+            if job.state != "RUNNING" or time.monotonic() >= deadline:
+                return job, tasks
+            time.sleep(1.0)
+            job, tasks = client.get_job(job.job_id), client.job_tasks(job)
+
+
+def _report(
+    console: Console,
+    client: Any,
+    stack: LocalStack,
+    job: Any,
+    tasks: dict[str, Any],
+    expected: list[Expectation],
+) -> int:
+    from agentq.jobs.spec import task_request_id
+
+    report_id = task_request_id(job.job_id, "report")
+    if tasks.get("report") is not None and tasks["report"].state.value == "COMPLETED":
+        console.print(Panel(Pretty(client.result(report_id)), title="the report (fan-in)"))
+    bucket = stack.env()["S3_BUCKET"]
+    console.print(
+        f"artifacts: s3://{bucket}/task/logs/<requestId>/ (artifacts/, logs/summary.log, "
+        f"traces/session_trace.json), e.g. s3://{bucket}/task/logs/{report_id}/"
+    )
+    flaky_id = task_request_id(job.job_id, "flaky")
+    console.print(f"\ntimeline of {flaky_id} (failed, then succeeded on its retry):")
+    console.print(_timeline(client.events(flaky_id)))
+
+    checks = Table(title="did the job end as designed?", title_justify="left")
+    for column in ("task", "expected", "got", "attempts", "ok"):
+        checks.add_column(column)
+    ok = job.state in ("COMPLETED", "FAILED")
+    for expectation in expected:
+        record = tasks.get(expectation.key)
+        state = record.state.value if record else "missing"
+        attempts = record.attempt if record else 0
+        good = state == expectation.state and attempts >= expectation.min_attempts
+        ok = ok and good
+        checks.add_row(
+            expectation.key,
+            f"{expectation.state} (≥{expectation.min_attempts} attempt)",
+            state,
+            str(attempts),
+            "[green]yes[/green]" if good else "[red]NO[/red]",
+        )
+    console.print(checks)
+    console.print(f"job {job.job_id}: [bold]{job.state}[/bold]")
+    return 0 if ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="agentq demo", description=__doc__)
+    parser.add_argument("--timeout", type=float, default=170.0, help="give up after N seconds")
+    parser.add_argument(
+        "--plain", action="store_true", help="line-by-line progress instead of a live table"
+    )
+    args = parser.parse_args(argv)
+    console = Console(highlight=False)
+    return run(console, timeout_s=args.timeout, live=not args.plain and console.is_terminal)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ PENDING → PROCESSING → COMPLETED | FAILED | TIMEOUT
 PROCESSING → RETRYING → PROCESSING      (retryable failure, attempt-level)
 BLOCKED → PENDING                       (job task waiting on dependencies)
 BLOCKED | PENDING | RETRYING → CANCELLED
+BLOCKED → FAILED                        (its input cannot be resolved)
 
 A task's state is read from its STATE item. `effectiveUntil` is set only while a lease
 is live (PROCESSING); terminal states never expire.
@@ -43,7 +44,9 @@ TERMINAL_STATES: Final = frozenset(
 LIVE_STATES: Final = frozenset(set(TaskState) - TERMINAL_STATES)
 
 TRANSITIONS: Final[dict[TaskState, frozenset[TaskState]]] = {
-    TaskState.BLOCKED: frozenset({TaskState.PENDING, TaskState.CANCELLED}),
+    # BLOCKED → FAILED: the dispatcher cannot build the task's input (a missing upstream
+    # result), so the task fails without ever running.
+    TaskState.BLOCKED: frozenset({TaskState.PENDING, TaskState.CANCELLED, TaskState.FAILED}),
     TaskState.PENDING: frozenset({TaskState.PROCESSING, TaskState.CANCELLED, TaskState.FAILED}),
     TaskState.PROCESSING: frozenset(
         {

@@ -92,7 +92,7 @@ import time
 import uuid
 import warnings
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -264,6 +264,7 @@ class RequestRecord:
     response_content: list[dict[str, Any]] = field(default_factory=list)
     retry_count: str | None = None  # the client's x-stainless-retry-count header
     user_agent: str | None = None
+    auth: str = "none"  # "x-api-key", "bearer" or "none" (which credential the client sent)
     received_at: float = 0.0
 
 
@@ -488,9 +489,18 @@ def parse_markers(text: str) -> tuple[Scenario | None, str]:
 
 def _rule_from_mapping(raw: Mapping[str, Any], index: int) -> Rule:
     known = {
-        "match", "key", "do", "fail", "stall", "delay_ms", "output", "output_times", "tools",
-        "text", "usage",
-    }  # fmt: skip
+        "match",
+        "key",
+        "do",
+        "fail",
+        "stall",
+        "delay_ms",
+        "output",
+        "output_times",
+        "tools",
+        "text",
+        "usage",
+    }
     unknown = set(raw) - known
     if unknown:
         raise ScriptError(f"rule {index}: unknown field(s) {sorted(unknown)}")
@@ -1102,6 +1112,13 @@ class _Handler(BaseHTTPRequestHandler):
             path=self.path,
             retry_count=self.headers.get("x-stainless-retry-count"),
             user_agent=self.headers.get("User-Agent"),
+            auth=(
+                "x-api-key"
+                if self.headers.get("x-api-key")
+                else "bearer"
+                if (self.headers.get("Authorization") or "").lower().startswith("bearer ")
+                else "none"
+            ),
             **kwargs,
         )
 
@@ -1125,9 +1142,14 @@ class _Handler(BaseHTTPRequestHandler):
                 "created_at": "2024-01-01T00:00:00Z",
             }
             self._send_json(
-                200, {"data": [model], "has_more": False, "first_id": model["id"],
-                      "last_id": model["id"]}
-            )  # fmt: skip
+                200,
+                {
+                    "data": [model],
+                    "has_more": False,
+                    "first_id": model["id"],
+                    "last_id": model["id"],
+                },
+            )
         else:
             self._record(status=404, outcome="not-found")
             self._send_error_json(404, f"no route for GET {path} (offline model server)")
@@ -1147,10 +1169,16 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/v1/messages" and isinstance(body, dict):
             try:
                 self._messages(body, len(raw))
-            except _Stopped:
+            except (_Stopped, BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
-            except (BrokenPipeError, ConnectionResetError):
+            except Exception as exc:  # a bug or an unsupported schema: tell the client, once
                 self.close_connection = True
+                with contextlib.suppress(OSError):
+                    self._send_error_json(
+                        500,
+                        f"offline model server failed: {type(exc).__name__}: {exc}",
+                        {"x-should-retry": "false"},
+                    )
         else:
             self._record(status=404, outcome="not-found")
             self._send_error_json(404, f"no route for POST {path} (offline model server)")
@@ -1202,8 +1230,15 @@ class _Handler(BaseHTTPRequestHandler):
             )
             if st.midstream and stream:
                 self._start_sse()
-                self._sse("message_start", {"type": "message_start", "message": self._message(
-                    body, [], None, {"input_tokens": 1, "output_tokens": 1})})  # fmt: skip
+                self._sse(
+                    "message_start",
+                    {
+                        "type": "message_start",
+                        "message": self._message(
+                            body, [], None, {"input_tokens": 1, "output_tokens": 1}
+                        ),
+                    },
+                )
             owner._sleep(None)
             raise _Stopped
 
@@ -1497,7 +1532,13 @@ class ModelServer:
                 r for r in self.request_log if r.key is not None and (key is None or r.key == key)
             ]
 
-    def wait_for(self, predicate: Any = None, *, count: int = 1, timeout: float = 10.0) -> bool:
+    def wait_for(
+        self,
+        predicate: Callable[[RequestRecord], bool] | None = None,
+        *,
+        count: int = 1,
+        timeout: float = 10.0,
+    ) -> bool:
         """Block until ``count`` records satisfy ``predicate`` (default: any /v1/messages
         request). Returns False on timeout."""
         check = predicate or (lambda r: r.key is not None)

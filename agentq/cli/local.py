@@ -1,0 +1,72 @@
+"""`agentq local up`: the embedded local stack in the foreground, for experimenting."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from agentq.cli.common import EXIT_OK, emit_json
+
+
+def register(subparsers: Any) -> None:
+    local = subparsers.add_parser("local", help="run agentq's local stack (moto, model, Lambdas)")
+    commands = local.add_subparsers(dest="local_command", metavar="COMMAND", required=True)
+    up = commands.add_parser("up", help="start the local stack and keep it running until Ctrl-C")
+    up.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    up.add_argument(
+        "--env-file",
+        type=Path,
+        default=Path(".agentq/local.env"),
+        help="where to write the variables to source (default .agentq/local.env)",
+    )
+    up.add_argument(
+        "--definitions",
+        type=Path,
+        action="append",
+        default=[],
+        help="task definitions directory (repeatable; default definitions/samples)",
+    )
+    up.add_argument("--json", action="store_true", help="print the endpoints as JSON")
+    up.set_defaults(func=_up)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from agentq.local.stack import LocalStack, LocalStackOptions
+
+    stopping = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    options = LocalStackOptions(workers=args.workers, definitions_dirs=tuple(args.definitions))
+    with LocalStack(options) as stack:
+        env_file = stack.write_env_file(args.env_file.resolve())
+        env = stack.env()
+        summary = {
+            "aws_endpoint": env.get("AWS_ENDPOINT_URL"),
+            "model_server": stack.model_server.url if stack.model_server else "real Claude API",
+            "queue_url": env["SQS_QUEUE_URL"],
+            "table": env["DYNAMODB_EVENTS_TABLE_NAME"],
+            "bus": env["EVENTBRIDGE_BUS_NAME"],
+            "bucket": env["S3_BUCKET"],
+            "workers": [w.name for w in stack.workers],
+            "env_file": str(env_file),
+        }
+        if args.json:
+            emit_json(summary)
+        else:
+            print("agentq local stack is up")
+            for key, value in summary.items():
+                print(f"  {key:<13} {value}")
+            print(f"\nIn another shell:  source {env_file}")
+            print("  agentq submit <definition> --input '{...}'   agentq watch   agentq job list")
+            print("Ctrl-C stops everything.")
+        stopping.wait()
+        print("stopping: draining workers, stopping Lambda host, model server and moto")
+    return EXIT_OK

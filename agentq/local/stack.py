@@ -1,0 +1,193 @@
+"""The whole of agentq on one machine: what `make demo` and `agentq local up` run.
+
+moto's server stands in for AWS, the offline model server for the Anthropic API
+(unless Claude credentials are set), the Lambda host runs the real handlers for the
+rule-target queues and the DLQ plus a health-check timer, and workers run as
+separate processes. `LocalStack.stop()` ends all of it, and checks nothing is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import psutil
+
+from agentq.config import Settings
+from agentq.local.aws import LocalResources, MotoServer, local_session_clients, provision
+from agentq.resources import ResourceNames
+
+REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+CREDENTIAL_VARIABLES: Final = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")
+
+
+def real_claude_configured(environ: Mapping[str, str] | None = None) -> bool:
+    """Claude credentials are set and nothing asks for the offline model server."""
+    env = os.environ if environ is None else environ
+    if env.get("AGENTQ_OFFLINE_MODEL", "").lower() in ("1", "true", "yes"):
+        return False
+    return any(env.get(name) for name in CREDENTIAL_VARIABLES)
+
+
+@dataclass(kw_only=True)
+class LocalStackOptions:
+    stage: str = "local"
+    workers: int = 2
+    definitions_dirs: tuple[Path, ...] = ()
+    health_interval_s: float = 5.0
+    model_script: Path | None = None
+    use_real_claude: bool | None = None  # None: decide from the environment
+    worker_env: dict[str, str] = field(default_factory=dict)
+    work_dir: Path | None = None
+
+
+class LocalStack:
+    """Start with `start()` (or `with`); every component is stopped by `stop()`."""
+
+    def __init__(self, options: LocalStackOptions | None = None) -> None:
+        self.options = options or LocalStackOptions()
+        self.moto: MotoServer | None = None
+        self.resources: LocalResources | None = None
+        self.model_server: Any = None
+        self.lambda_host: Any = None
+        self.workers: list[Any] = []
+        self._clients: dict[str, Any] | None = None
+        self._own_work_dir = self.options.work_dir is None
+        self.work_dir = self.options.work_dir or Path(tempfile.mkdtemp(prefix="agentq-local-"))
+        self.real_claude = (
+            real_claude_configured()
+            if self.options.use_real_claude is None
+            else self.options.use_real_claude
+        )
+        self._saved_environ: dict[str, str | None] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> LocalStack:
+        try:
+            self._start_aws()
+            self._start_model()
+            self._apply_environment()
+            self._start_lambda_host()
+            for index in range(self.options.workers):
+                self.add_worker(f"worker-{index + 1}")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_aws(self) -> None:
+        self.moto = MotoServer().start()
+        self._clients = local_session_clients(self.moto.url)
+        self.resources = provision(
+            self._clients, ResourceNames(stage=self.options.stage), endpoint_url=self.moto.url
+        )
+
+    def _start_model(self) -> None:
+        if self.real_claude:
+            return
+        from agentq.local.model_server import ModelServer
+
+        script = str(self.options.model_script) if self.options.model_script else None
+        self.model_server = ModelServer(script=script).start()
+
+    def _start_lambda_host(self) -> None:
+        from agentq.local.lambda_host import LambdaHost
+
+        assert self.resources is not None
+        self.lambda_host = LambdaHost(
+            self.resources,
+            Settings.from_env(),
+            health_interval_s=self.options.health_interval_s,
+        ).start()
+
+    def add_worker(self, name: str, **extra_env: str) -> Any:
+        from agentq.local.workers import WorkerProcess
+
+        log_dir = self.work_dir / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        worker = WorkerProcess(name, log_dir=log_dir)
+        worker.start({**self.env(), "WORKER_ID": name, **extra_env})
+        self.workers.append(worker)
+        return worker
+
+    def stop(self) -> None:
+        """Drain workers, then stop the Lambda host, model server and moto. Idempotent."""
+        for worker in self.workers:
+            with contextlib.suppress(Exception):
+                worker.stop(signal.SIGTERM, timeout=60)
+            with contextlib.suppress(Exception):
+                worker.kill()
+        self.workers.clear()
+        if self.lambda_host is not None:
+            with contextlib.suppress(Exception):
+                self.lambda_host.stop()
+            self.lambda_host = None
+        if self.model_server is not None:
+            with contextlib.suppress(Exception):
+                self.model_server.stop()
+            self.model_server = None
+        if self.moto is not None:
+            self.moto.stop()
+            self.moto = None
+        self._restore_environment()
+        if self._own_work_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- environment ---------------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        """What a process needs to use this stack: AWS endpoints, names, Claude, definitions."""
+        assert self.resources is not None, "start() first"
+        env = dict(self.resources.env())
+        dirs = self.options.definitions_dirs or (REPO_ROOT / "definitions" / "samples",)
+        env["TASK_DEFINITIONS_DIR"] = os.pathsep.join(str(d) for d in dirs)
+        if self.model_server is not None:
+            from agentq.local.claude_env import offline_claude_env
+
+            home = self.work_dir / "claude-home"
+            home.mkdir(parents=True, exist_ok=True)
+            env.update(offline_claude_env(self.model_server.url, home))
+        env.update(self.options.worker_env)
+        return env
+
+    def _apply_environment(self) -> None:
+        # The Lambda host and in-process clients read the same variables as workers do.
+        for key, value in self.env().items():
+            self._saved_environ.setdefault(key, os.environ.get(key))
+            os.environ[key] = value
+
+    def _restore_environment(self) -> None:
+        for key, value in self._saved_environ.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_environ.clear()
+
+    def write_env_file(self, path: Path) -> Path:
+        """A file to `source` in another shell, so `agentq` and boto3 reach this stack."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = [f"export {key}={_shell_quote(value)}" for key, value in sorted(self.env().items())]
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def stray_processes(self) -> list[psutil.Process]:
+        """Processes started by this stack that are still alive (should be none after stop)."""
+        me = psutil.Process()
+        return [p for p in me.children(recursive=True) if p.is_running()]
+
+
+def _shell_quote(value: str) -> str:
+    return "'" + value.replace("'", "'\"'\"'") + "'"
