@@ -204,7 +204,10 @@ class MessageHandler:
             self._batcher.delete(entry.receipt_handle)
             return "duplicate"
         error = info("validation", f"message received {receives} times", "MaxReceivesExceeded")
-        self._fail_without_lease(entry, envelope, error, attempt=record.attempt if record else 0)
+        self._fail_without_lease(
+            entry, envelope, error, attempt=record.attempt if record else 0,
+            reason="max receives exceeded",
+        )  # fmt: skip
         return "failed"
 
     def _refused(self, entry: InFlight, envelope: TaskEnvelope, refusal: LockNotAcquired) -> str:
@@ -224,7 +227,9 @@ class MessageHandler:
             error = info(
                 "validation", f"attempts exhausted ({refusal.attempts})", "AttemptsExhausted"
             )
-            self._fail_without_lease(entry, envelope, error, attempt=refusal.attempts)
+            self._fail_without_lease(
+                entry, envelope, error, attempt=refusal.attempts, reason="attempts exhausted"
+            )
             return "failed"
         if isinstance(refusal, TaskNotReady):
             delay = backoff_s(3, base_s=self._settings.retry_backoff_base_s,
@@ -237,17 +242,24 @@ class MessageHandler:
         return "contended"
 
     def _fail_without_lease(
-        self, entry: InFlight, envelope: TaskEnvelope, error: ErrorInfo, *, attempt: int
+        self,
+        entry: InFlight,
+        envelope: TaskEnvelope,
+        error: ErrorInfo,
+        *,
+        attempt: int,
+        reason: str,
     ) -> None:
         record = self._store.transition(
             envelope.tenant, envelope.request_id, from_states=_LIVE, to_state=TaskState.FAILED,
-            fields={"error": error.to_record()}, unless_lease_live=True,
+            fields={"error": error.to_record(), "reason": reason}, unless_lease_live=True,
         )  # fmt: skip
         if record is None and self._store.get(envelope.tenant, envelope.request_id) is not None:
             # Someone else moved it first (it is live or terminal now): leave it to them.
             self._batcher.change_visibility(entry.receipt_handle, CONTENTION_BACKOFF_S)
             return
-        self._emit("Task Failed", envelope=envelope, attempt=attempt, error=error.to_record())
+        self._emit("Task Failed", envelope=envelope, attempt=attempt, error=error.to_record(),
+                   reason=reason)  # fmt: skip
         self._batcher.delete(entry.receipt_handle)
 
     # -- the attempt -----------------------------------------------------------------------

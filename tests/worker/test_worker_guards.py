@@ -110,3 +110,24 @@ def test_worker_protects_its_ecs_task_while_busy(
     assert calls[0]["body"]["ProtectionEnabled"] is True
     assert calls[0]["body"]["ExpiresInMinutes"] > 0
     assert calls[1]["body"] == {"ProtectionEnabled": False}
+
+
+def test_worker_fails_a_task_whose_attempts_are_used_up(stack: Stack) -> None:
+    events = EventLog(stack)
+    task = send(stack, "sample-echo")
+    store(stack).create(task)
+    stack.dynamodb.update_item(
+        TableName=stack.resources.table_name,
+        Key={"PK": {"S": f"TASK#{task.tenant}#{task.request_id}"}, "SK": {"S": "STATE"}},
+        UpdateExpression="SET #s = :s, attempt = :a",
+        ExpressionAttributeNames={"#s": "state"},
+        ExpressionAttributeValues={":s": {"S": "RETRYING"}, ":a": {"N": "3"}},
+    )
+    with running_worker(stack) as worker:
+        failed = events.wait(task.request_id, "Task Failed")[0]
+        wait_for(lambda: queue_counts(stack) == (0, 0), message="message deleted")
+        worker.stop()
+    assert failed["payload"]["reason"] == "attempts exhausted"
+    assert not events.of(task.request_id, "Task Processing Started")
+    record = state(stack, task)
+    assert record is not None and record.state is TaskState.FAILED and record.attempt == 3

@@ -191,3 +191,41 @@ def test_worker_renews_many_leases_in_one_transaction(inproc_stack: Stack) -> No
     record = tasks.get("acme", "r-5")
     assert record is not None and record.effective_until_ms == renewed[0].effective_until_ms
     assert all(lease.effective_until_ms > leases[0].effective_until_ms for lease in renewed)
+
+
+def test_worker_heartbeat_gives_up_extending_after_three_failures(inproc_stack: Stack) -> None:
+    from agentq.config import Settings
+    from agentq.envelope import TaskEnvelope
+    from agentq.publisher import EventPublisher
+    from agentq.store.tasks import TaskStore
+    from worker.eventbatch import EventBatcher
+    from worker.heartbeat import Heartbeat
+    from worker.inflight import InFlight, InFlightRegistry
+
+    sqs, url = inproc_stack.sqs, inproc_stack.resources.queue_url
+    sqs.send_message(QueueUrl=url, MessageBody="{}")
+    message = sqs.receive_message(QueueUrl=url)["Messages"][0]
+    tasks = TaskStore(inproc_stack.dynamodb, inproc_stack.resources.table_name)
+    envelope = TaskEnvelope(request_id="r-hb", tenant="acme", definition="sample-echo")
+    good = InFlight(message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"],
+                    envelope=envelope)  # fmt: skip
+    good.lease = tasks.acquire(envelope, worker_id="w", lease_seconds=3, max_attempts=3)
+    bad = InFlight(message_id="gone", receipt_handle="not-a-receipt-handle")
+    registry = InFlightRegistry()
+    registry.add(good)
+    registry.add(bad)
+    publisher = EventPublisher(
+        inproc_stack.events, bus_name=inproc_stack.resources.bus_name, source="agentq"
+    )
+    events = EventBatcher(publisher, delay_s=0)
+    heartbeat = Heartbeat(
+        settings=Settings.from_env(), sqs=sqs, store=tasks, publisher=events,
+        inflight=registry, worker_id="w",
+    )  # fmt: skip
+    for _ in range(4):
+        heartbeat.beat()
+    events.close()
+    assert bad.extending is False and bad.extension_failures == 3
+    assert good.extending is True and good.extension_failures == 0
+    assert good.lease is not None and good.lease.effective_until_ms > 0
+    assert publisher.stats.entries == 4  # one heartbeat event per beat for the leased task
