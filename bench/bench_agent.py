@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -86,7 +87,11 @@ def _bare_run(env: dict[str, str], cwd: Path) -> dict[str, float]:
                 marks["result"] = time.perf_counter() - start
         marks["wall"] = time.perf_counter() - start
 
+    cpu, reaped = time.process_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
     anyio.run(main)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    marks["cpu"] = time.process_time() - cpu
+    marks["cli_cpu"] = (after.ru_utime + after.ru_stime) - (reaped.ru_utime + reaped.ru_stime)
     return {k: v * 1000 for k, v in marks.items()}
 
 
@@ -112,6 +117,8 @@ class _PeakRss:
     def __init__(self, pid: int) -> None:
         self.own = 0
         self.tree = 0
+        self.cpu_s = 0.0  # the Python process itself
+        self.cli_cpu_s = 0.0  # descendants it has reaped (the CLI)
         self._proc = psutil.Process(pid)
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
@@ -120,6 +127,9 @@ class _PeakRss:
         while True:
             try:
                 own = self._proc.memory_info().rss
+                cpu = self._proc.cpu_times()
+                self.cpu_s = cpu.user + cpu.system
+                self.cli_cpu_s = cpu.children_user + cpu.children_system
                 tree = own
                 for child in self._proc.children(recursive=True):
                     with contextlib.suppress(psutil.Error):
@@ -173,9 +183,48 @@ def _child_run(env: dict[str, str], scratch: Path, index: int) -> dict[str, floa
         "in_sdk": timing["result"] - query_start,
         "after_result": (exited - started) * 1000 - timing["result"],
         "result_to_files": timing["total"] - timing["result"],
+        "cpu_ms": rss.cpu_s * 1000,
+        "cli_cpu_ms": rss.cli_cpu_s * 1000,
         "peak_rss_mb": rss.own / 2**20,
         "peak_rss_tree_mb": rss.tree / 2**20,
     }
+
+
+def _forked_child_run(env: dict[str, str], scratch: Path, index: int) -> dict[str, float]:
+    """The child forked from a process that already imported everything (a zygote):
+    what the worker's per-task cost would be with a fork server."""
+    from worker.child import run as child_run
+
+    task_dir = scratch / f"forked-{index}"
+    task_dir.mkdir()
+    definition = {
+        "name": "bench-note",
+        "kind": "agent",
+        "settings": {"prompt": PROMPT, "output_schema": SCHEMA, "max_turns": 4},
+    }
+    task = {"requestId": f"fork-{index}", "tenant": "bench", "attempt": 1, "jobId": None,
+            "definition": definition, "input": {"text": TEXT}}  # fmt: skip
+    (task_dir / "task.json").write_text(json.dumps(task))
+    start = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the forked child
+        code = 1
+        try:
+            os.setsid()
+            os.chdir(task_dir)
+            os.environ.update(env)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            code = child_run(task_dir)
+        finally:
+            os._exit(code)
+    _, status, usage = os.wait4(pid, 0)
+    wall = (time.perf_counter() - start) * 1000
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"forked child failed: {(task_dir / 'error.json').read_text()}")
+    # The child's CPU includes the CLI it reaped.
+    return {"wall": wall, "cpu_with_cli": (usage.ru_utime + usage.ru_stime) * 1000}
 
 
 def _median(runs: list[dict[str, float]], key: str) -> float:
@@ -190,9 +239,15 @@ def run(runs: int = 3) -> dict[str, Any]:
     with ModelServer() as model:
         env = _claude_env(model.url, home)
         _bare_run(env, scratch)  # warm the CLI's config dir and the page cache
-        bare = [_bare_run(env, scratch) for _ in range(runs)]
-        fresh = [_bare_fresh_run(env, scratch) for _ in range(runs)]
-        child = [_child_run(env, scratch, i) for i in range(runs)]
+        import worker.kinds.agent.runner  # noqa: F401 - the zygote holds the imports
+
+        bare, fresh, child, forked = [], [], [], []
+        # Interleaved, so that each variant sees the same machine load.
+        for i in range(runs):
+            bare.append(_bare_run(env, scratch))
+            fresh.append(_bare_fresh_run(env, scratch))
+            child.append(_child_run(env, scratch, i))
+            forked.append(_forked_child_run(env, scratch, i))
     bare_wall = _median(bare, "wall")
     fresh_wall = _median(fresh, "wall")
     child_wall = _median(child, "wall")
@@ -213,9 +268,20 @@ def run(runs: int = 3) -> dict[str, Any]:
         "isolation_ms": fresh_wall - bare_wall,
         "overhead_beyond_isolation_ms": child_wall - fresh_wall,
         "overhead_beyond_isolation_pct": 100 * (child_wall - fresh_wall) / bare_wall,
+        "forked_child_wall_ms": _median(forked, "wall"),
+        "forked_overhead_ms": _median(forked, "wall") - bare_wall,
+        "forked_overhead_pct": 100 * (_median(forked, "wall") - bare_wall) / bare_wall,
         "overhead_ms": overhead,
         "overhead_pct": 100 * overhead / bare_wall,
         "target_pct": TARGET_PCT,
+        "bare_python_cpu_ms": _median(bare, "cpu"),
+        "bare_cli_cpu_ms": _median(bare, "cli_cpu"),
+        "forked_cpu_with_cli_ms": _median(forked, "cpu_with_cli"),
+        "forked_overhead_cpu_ms": _median(forked, "cpu_with_cli")
+        - _median(bare, "cpu")
+        - _median(bare, "cli_cpu"),
+        "child_python_cpu_ms": _median(child, "cpu_ms"),
+        "child_cli_cpu_ms": _median(child, "cli_cpu_ms"),
         "child_peak_rss_mb": max(r["peak_rss_mb"] for r in child),
         "child_with_cli_peak_rss_mb": max(r["peak_rss_tree_mb"] for r in child),
     }
@@ -241,6 +307,15 @@ def _print(f: dict[str, Any]) -> None:
          f"{f['overhead_beyond_isolation_pct']:.1f}% of a minimal run"),
         ("agentq overhead (child - bare in-process)", f"{f['overhead_ms']:.0f} ms = {f['overhead_pct']:.1f}% "
          f"(target ≤ {f['target_pct']:.0f}%)"),
+        ("child forked from a warm process (zygote), wall", f"{f['forked_child_wall_ms']:.0f} ms"),
+        ("  overhead with a zygote (forked - bare)", f"{f['forked_overhead_ms']:.0f} ms = "
+         f"{f['forked_overhead_pct']:.1f}% (target ≤ {f['target_pct']:.0f}%)"),
+        ("CPU, bare query(): Python side", f"{f['bare_python_cpu_ms']:.0f} ms"),
+        ("CPU, bare query(): the CLI", f"{f['bare_cli_cpu_ms']:.0f} ms"),
+        ("CPU, forked child incl. CLI - bare (agentq's own work)",
+         f"{f['forked_overhead_cpu_ms']:.0f} ms"),
+        ("child CPU: Python process (agentq + SDK)", f"{f['child_python_cpu_ms']:.0f} ms"),
+        ("child CPU: the CLI it ran", f"{f['child_cli_cpu_ms']:.0f} ms"),
         ("child peak RSS (Python only)", f"{f['child_peak_rss_mb']:.0f} MB"),
         ("child peak RSS (with the CLI)", f"{f['child_with_cli_peak_rss_mb']:.0f} MB"),
     ]  # fmt: skip
