@@ -101,7 +101,7 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
 
     metrics = MetricsMiddleware(slots_busy=slots_busy, counter=counter)
     middleware: list[Middleware] = [metrics]
-    ticks = []
+    ticks = [metrics.tick]
     if settings.ecs_agent_uri:
         protection = ScaleInProtection(settings.ecs_agent_uri)
         middleware.append(protection)

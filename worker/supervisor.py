@@ -24,6 +24,7 @@ import psutil
 
 StopReason = Literal["timeout", "lease_lost", "shutdown"]
 POLL_S: Final = 0.05
+MAX_LINE_BYTES: Final = 64 * 1024
 LogLine = Callable[[str, str], None]  # (stream name, line)
 
 
@@ -56,7 +57,8 @@ class StopSignal:
 
 def _pump(stream: IO[bytes], name: str, log_line: LogLine) -> None:
     with contextlib.suppress(ValueError, OSError):
-        for raw in iter(stream.readline, b""):
+        # Bounded reads: a child printing one endless line cannot exhaust our memory.
+        for raw in iter(lambda: stream.readline(MAX_LINE_BYTES), b""):
             log_line(name, raw.decode("utf-8", "replace").rstrip("\n"))
     with contextlib.suppress(OSError):
         stream.close()

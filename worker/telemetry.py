@@ -1,14 +1,15 @@
 """Structured logs, EMF metrics and the middleware hooks around each task.
 
 Powertools Metrics is made for Lambda (flush at the end of an invocation); in this
-long-running process metrics are flushed after every task and on every heartbeat-free
-tick, as EMF JSON lines on stdout that the CloudWatch agent / awslogs driver ingests.
+long-running process metrics are flushed after every task and at least once a minute,
+as EMF JSON lines on stdout that the CloudWatch agent / awslogs driver ingests.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -19,6 +20,8 @@ from agentq.aws import CallCounter
 
 NAMESPACE: Final = "agentq"
 SERVICE: Final = "worker"
+
+PERIODIC_FLUSH_S: Final = 60.0
 
 Result = Literal["completed", "failed", "retrying", "timeout", "released", "lease_lost"]
 
@@ -70,6 +73,7 @@ class MetricsMiddleware(Middleware):
         self._counter = counter
         self._lock = threading.Lock()
         self._calls_reported = 0
+        self._flushed_at = time.monotonic()
 
     def before_process(self, start: TaskStart) -> None:
         with self._lock:
@@ -94,8 +98,14 @@ class MetricsMiddleware(Middleware):
             )
         self.flush()
 
+    def tick(self) -> None:
+        """Flush now and then while long tasks run, so SlotsBusy is never stale."""
+        if time.monotonic() - self._flushed_at >= PERIODIC_FLUSH_S:
+            self.flush()
+
     def flush(self) -> None:
         with self._lock:
+            self._flushed_at = time.monotonic()
             self._metrics.add_metric(
                 name="SlotsBusy", unit=MetricUnit.Count, value=float(self._slots_busy())
             )

@@ -7,6 +7,7 @@ import signal
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import Stack
 from support import wait_for
@@ -139,3 +140,23 @@ def test_worker_drain_timeout_releases_the_task_and_exits_3(stack: Stack) -> Non
     wait_for(lambda: queue_counts(stack)[0] == 1, timeout=10, message="message visible again")
     assert not events.of(task.request_id, "Task Failed")
     assert store(stack).get(task.tenant, task.request_id) is not None
+
+
+def test_worker_second_signal_exits_at_once_and_leaves_no_child(
+    stack: Stack, tmp_path: Path
+) -> None:
+    events = EventLog(stack)
+    pid_file = tmp_path / "grandchild.pid"
+    with running_worker(stack, DRAIN_TIMEOUT="60000") as worker:
+        send(stack, "sample-grandchild", {"pid_file": str(pid_file), "seconds": 60})
+        wait_for(lambda: pid_file.exists() and pid_file.read_text(), message="grandchild pid")
+        children = worker.task_children()
+        assert children
+        worker.send(signal.SIGTERM)
+        worker.wait_for_output("shutdown requested")
+        worker.send(signal.SIGTERM)
+        code = worker.wait(timeout=20)
+    assert code == 4
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    assert not [e for e in events.poll() if e["detail-type"] == "Task Completed"]
