@@ -40,7 +40,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow"
 
 demo: $(STAMP)
-	$(PY) -m agentq.demo
+	$(PY) -m agentq.demo $(DEMO_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m bench
