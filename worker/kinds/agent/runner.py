@@ -90,7 +90,7 @@ class AgentRun:
             result = anyio.run(self._run, spec, prompt)
             output = result.structured_output
             validate_output(output, dict(spec.output_schema))
-            write_json(ctx.artifacts_dir / RESULT_NAME, output)
+            # The child runner writes artifacts/task-result.json from the return value.
             self.outcome = "completed"
             self.log.line(f"result: artifacts/{RESULT_NAME} (valid against the output schema)")
             return output
