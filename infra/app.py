@@ -73,6 +73,14 @@ def build_stage(app: cdk.App, settings: StageSettings) -> StageStacks:
             **dispatcher.functions,
             **api.functions,
         },
+        failed_events={
+            name: queue
+            for name, queue in (
+                ("save-event", events.save_event.failed_events),
+                ("dispatcher", dispatcher.handler.failed_events),
+            )
+            if queue is not None
+        },
         settings=settings,
     )
     stacks = StageStacks(settings, core, events, health, dispatcher, api, worker, monitoring)

@@ -15,6 +15,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from agentq.config import env_name
@@ -36,8 +37,28 @@ class AgentqFunction(Construct):
         environment: Mapping[str, str],
         statements: Sequence[iam.PolicyStatement] = (),
         timeout: Duration | None = None,
+        event_driven: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
+        # EventBridge invokes asynchronously: after Lambda's own retries a failed event
+        # would be dropped. Event-driven functions keep such events in a queue of their
+        # own (the rule target sends undeliverable ones there too) for inspection/redrive.
+        self.failed_events: sqs.Queue | None = None
+        if event_driven:
+            self.failed_events = sqs.Queue(
+                self,
+                "FailedEvents",
+                retention_period=Duration.days(14),
+                encryption=sqs.QueueEncryption.SQS_MANAGED,
+                enforce_ssl=True,
+                removal_policy=settings.removal_policy,
+            )
+            acknowledge(
+                self.failed_events,
+                "SQS3",
+                "This queue is itself a dead-letter queue: it keeps events the function "
+                "failed on (and undeliverable ones) for inspection and redrive",
+            )
         self.log_group = logs.LogGroup(
             self,
             "Logs",
@@ -67,6 +88,7 @@ class AgentqFunction(Construct):
             memory_size=settings.lambda_memory_mib,
             timeout=timeout or Duration.seconds(30),
             tracing=lambda_.Tracing.ACTIVE,
+            dead_letter_queue=self.failed_events,
             environment={
                 env_name("app_name"): settings.app_name,
                 env_name("stage"): settings.name,

@@ -43,6 +43,7 @@ class DispatcherStack(cdk.Stack):
             settings=settings,
             code=code,
             handler="lambdas.dispatcher.handler",
+            event_driven=True,
             description="Drives job DAGs: enqueues ready successors, closes finished jobs",
             environment=core.runtime_environment(
                 "queue_url", "table_name", "definitions_table", "bus_name", "bucket"
@@ -84,6 +85,13 @@ class DispatcherStack(cdk.Stack):
             description=DISPATCHER_RULE.description,
             event_bus=core.bus,
             event_pattern=event_pattern(DISPATCHER_RULE, settings.app_name),
-            targets=[targets.LambdaFunction(self.handler.function, retry_attempts=185)],
+            targets=[
+                targets.LambdaFunction(
+                    self.handler.function,
+                    retry_attempts=185,
+                    max_event_age=Duration.hours(24),
+                    dead_letter_queue=self.handler.failed_events,
+                )
+            ],
         )
         self.functions = {"dispatcher": self.handler.function}

@@ -50,6 +50,7 @@ class EventsStack(cdk.Stack):
             settings=settings,
             code=code,
             handler="lambdas.save_event.handler",
+            event_driven=True,
             description="Appends every agentq event to the events table (idempotent)",
             environment={
                 **core.runtime_environment("table_name", "bus_name", "bucket"),
@@ -74,6 +75,7 @@ class EventsStack(cdk.Stack):
                     self.save_event.function,
                     retry_attempts=185,
                     max_event_age=Duration.hours(24),
+                    dead_letter_queue=self.save_event.failed_events,
                 )
             ],
         )

@@ -20,6 +20,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.stacks.infrastructure import InfrastructureStack
@@ -51,6 +52,7 @@ class MonitoringStack(cdk.Stack):
         core: InfrastructureStack,
         worker: WorkerStack,
         functions: Mapping[str, lambda_.IFunction],
+        failed_events: Mapping[str, sqs.IQueue],
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -117,6 +119,15 @@ class MonitoringStack(cdk.Stack):
                 function.metric_errors(period=period, statistic="Sum"),
                 limits.lambda_errors,
                 f"The {name} Lambda raised errors (its log group has the tracebacks)",
+            )
+        for name, queue in failed_events.items():
+            alarm(
+                f"{name}-failed-events",
+                queue.metric_approximate_number_of_messages_visible(
+                    period=period, statistic="Maximum"
+                ),
+                1,
+                f"Events the {name} Lambda could not process wait in its failed-events queue",
             )
         alarm(
             "worker-task-failures",

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import atexit
 import functools
+import json
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+# Before jsii starts (first aws_cdk import): Node 20's end-of-life banner is noise here.
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 import aws_cdk as cdk
 from aws_cdk.assertions import Template
 
 from infra.app import StageStacks, build_app
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,9 @@ class SynthesizedStage:
 def synthesized(stage: str) -> SynthesizedStage:
     outdir = tempfile.mkdtemp(prefix=f"agentq-infra-{stage}-")
     atexit.register(shutil.rmtree, outdir, ignore_errors=True)
-    app = cdk.App(outdir=outdir, context={"stage": stage})
+    # The context cdk.json gives the CLI, so these templates are the ones `cdk synth` makes.
+    context = json.loads((REPO / "cdk.json").read_text()).get("context", {})
+    app = cdk.App(outdir=outdir, context={**context, "stage": stage})
     stacks = build_app(app, nag=False)
     prefix = f"{stacks.settings.names.prefix}-"
     templates = {

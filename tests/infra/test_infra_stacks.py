@@ -260,6 +260,32 @@ def test_infra_rules_use_the_shared_patterns(stage: SynthesizedStage) -> None:
     )
 
 
+def test_infra_event_driven_lambdas_keep_events_they_fail_on(stage: SynthesizedStage) -> None:
+    for stack in ("events", "dispatcher"):
+        template = stage.templates[stack]
+        rule_targets = [
+            target
+            for rule in stage.resources(stack, "AWS::Events::Rule").values()
+            for target in rule["Properties"]["Targets"]
+        ]
+        assert rule_targets
+        for target in rule_targets:
+            assert target["RetryPolicy"] == {
+                "MaximumEventAgeInSeconds": 86_400,
+                "MaximumRetryAttempts": 185,
+            }
+            queue_id = target["DeadLetterConfig"]["Arn"]["Fn::GetAtt"][0]
+            function = template.find_resources(
+                "AWS::Lambda::Function",
+                {
+                    "Properties": {
+                        "DeadLetterConfig": {"TargetArn": {"Fn::GetAtt": [queue_id, "Arn"]}}
+                    }
+                },
+            )
+            assert len(function) == 1, stack
+
+
 def test_infra_dlq_processor_reports_partial_batch_failures(stage: SynthesizedStage) -> None:
     stage.templates["events"].has_resource_properties(
         "AWS::Lambda::EventSourceMapping",
@@ -517,6 +543,12 @@ def test_infra_alarms_cover_dlq_age_lambdas_and_worker_metrics(stage: Synthesize
         if a["Properties"].get("MetricName") == "Errors"
     ]
     assert len(lambda_alarms) == len(HANDLERS)
+    failed_event_alarms = [
+        a
+        for a in stage.resources("monitoring", "AWS::CloudWatch::Alarm").values()
+        if a["Properties"]["AlarmName"].endswith("-failed-events")
+    ]
+    assert len(failed_event_alarms) == 2
     template.resource_count_is("AWS::CloudWatch::Dashboard", 1)
     template.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": Match.any_value()})
 
