@@ -152,17 +152,22 @@ def test_agent_retries_inside_the_child_and_then_through_sqs_to_the_dlq(stack: S
     assert not rig.events.of(down.request_id, "Task Completed")
 
 
-def test_agent_auth_parse_and_stall_end_the_task_for_good(stack: Stack) -> None:
+def test_agent_auth_parse_stall_and_step_timeout_end_the_task_for_good(stack: Stack) -> None:
     definitions = [
         agent_definition("note"),
         # The stalled run is stopped by the worker's child timeout, not the step timeout.
         agent_definition("slow", timeout_s=20, settings={"step_timeout_s": 120}),
+        # Here the child's own step timeout fires first: a cancellation, classified.
+        agent_definition(
+            "impatient", max_attempts=1, settings={"step_timeout_s": 8, "retry_attempts": 1}
+        ),
     ]
     liar = '[[model: key liar; output {"title": "t", "points": [], "score": 99}]]'
     with agent_rig(stack, definitions, CLAUDE_KILL_GRACE="1000") as rig:
         locked = rig.send("note", {"text": "Hello [[model: key locked; fail 401]]"})
         stuck = rig.send("slow", {"text": "Hello [[model: key stuck; stall]]"})
         bad = rig.send("note", {"text": f"Hello {liar}"})
+        hasty = rig.send("impatient", {"text": "Hello [[model: key hasty; stall]]"})
         url, worker = rig.model.url, rig.worker.pid
         wait_for(lambda: rig.model.requests("stuck"), timeout=60, message="the CLI asked")
         cli = [p for p in processes_using(url, besides=worker) if "claude" in p.name()]
@@ -170,6 +175,7 @@ def test_agent_auth_parse_and_stall_end_the_task_for_good(stack: Stack) -> None:
         auth = rig.events.wait(locked.request_id, "Task Failed")[0]
         parse = rig.events.wait(bad.request_id, "Task Failed")[0]
         rig.events.wait(stuck.request_id, "Task Timeout")
+        hasty_failed = rig.events.wait(hasty.request_id, "Task Failed")[0]
         wait_for(lambda: rig.queue_counts() == (0, 0), message="messages deleted")
         wait_for(
             lambda: not processes_using(url, besides=worker),
@@ -192,6 +198,13 @@ def test_agent_auth_parse_and_stall_end_the_task_for_good(stack: Stack) -> None:
 
     # A stalled model: the worker's timeout, and the CLI died with the child.
     assert _state(stack, stuck.request_id).state is TaskState.TIMEOUT  # type: ignore[attr-defined]
+    # A step timeout inside the child is a cancellation, classified as a timeout.
+    assert rig.model.requests("hasty"), "the CLI reached the model before the deadline"
+    assert hasty_failed["payload"]["error"]["category"] == "timeout"
+    hasty_trace = rig.s3_json(f"task/logs/{hasty.request_id}/traces/session_trace.json")
+    assert [a["outcome"] for a in hasty_trace["attempts"]] == ["timeout"]
+    assert "exceeded 8 s" in hasty_trace["attempts"][0]["error"]["message"]
+
     # The child used the kill grace to leave its trace and summary for the operator.
     stuck_files = rig.s3_files(stuck.request_id)
     assert "stopped by the worker" in stuck_files["logs/summary.log"]
