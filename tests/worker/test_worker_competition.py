@@ -34,17 +34,22 @@ def _runs(side_log: Path) -> list[dict[str, object]]:
 
 
 def test_worker_two_workers_one_message_runs_once(stack: Stack, tmp_path: Path) -> None:
-    # The message becomes visible again (1 s) before its first extension (1.5 s), so the
-    # other worker receives the very same message while the task runs.
+    # The message becomes visible again (1 s) well before its first extension (2.5 s), so
+    # the other worker receives the very same message while the task runs. One slot each:
+    # the worker running the task cannot receive its own message back.
     set_visibility_timeout(stack, 1)
     events = EventLog(stack)
     side_log = tmp_path / "runs.jsonl"
-    slow_beat = {"VISIBILITY_EXTENSION_INTERVAL": "1500", "VISIBILITY_EXTENSION_AMOUNT": "2"}
+    slow_beat = {
+        "VISIBILITY_EXTENSION_INTERVAL": "2500",
+        "VISIBILITY_EXTENSION_AMOUNT": "3",
+        "MAX_CONCURRENT_CLAUDE": "1",
+    }
     with (
         running_worker(stack, "a", **slow_beat) as first,
         running_worker(stack, "b", **slow_beat) as second,
     ):
-        task = send(stack, "sample-sleep", {"seconds": 3, "side_log": str(side_log)})
+        task = send(stack, "sample-sleep", {"seconds": 4, "side_log": str(side_log)})
         events.wait(task.request_id, "Task Completed", timeout=60)
         wait_for(lambda: queue_counts(stack) == (0, 0), timeout=60, message="message gone")
         first.stop()
@@ -92,10 +97,11 @@ def test_worker_killed_mid_task_is_taken_over_after_the_lease_expires(
 
 
 def test_worker_heartbeat_keeps_a_long_task_invisible(stack: Stack) -> None:
-    # Visibility 2 s, task 6 s: without extensions SQS would redeliver it twice.
+    # Visibility 2 s, task 6 s: without extensions SQS would redeliver it twice. Each
+    # heartbeat (every 0.3 s) extends by 4 s: slack for a loaded machine.
     set_visibility_timeout(stack, 2)
     events = EventLog(stack)
-    with running_worker(stack, VISIBILITY_EXTENSION_AMOUNT="2") as worker:
+    with running_worker(stack, VISIBILITY_EXTENSION_AMOUNT="4") as worker:
         task = send(stack, "sample-sleep", {"seconds": 6})
         events.wait(task.request_id, "Task Processing Started")
         deadline = time.monotonic() + 5
@@ -108,7 +114,7 @@ def test_worker_heartbeat_keeps_a_long_task_invisible(stack: Stack) -> None:
     assert stats is not None
     assert stats["received"] == 1 and stats["verdicts"] == {"completed": 1}
     beats = events.of(task.request_id, "Task Heartbeat")
-    assert len(beats) >= 10
+    assert len(beats) >= 5
     assert all(b["effectiveUntil"] > b["timestampMs"] for b in beats)
     # One visibility call per heartbeat interval, not one per message per interval.
     assert stats["awsCalls"]["sqs:ChangeMessageVisibilityBatch"] <= len(beats) + 2
