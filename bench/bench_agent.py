@@ -34,6 +34,7 @@ from typing import Any, Final
 import anyio
 import psutil
 
+from agentq.local.claude_env import offline_claude_env
 from agentq.local.model_server import ModelServer
 
 SCHEMA: Final[dict[str, Any]] = {
@@ -51,16 +52,7 @@ TARGET_PCT: Final = 15.0
 
 
 def _claude_env(base_url: str, home: Path) -> dict[str, str]:
-    try:
-        from agentq.local.claude_env import offline_claude_env
-    except ImportError:  # the shared helper is not in this checkout yet
-        return {
-            "ANTHROPIC_BASE_URL": base_url,
-            "ANTHROPIC_API_KEY": "sk-ant-offline-model-server",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "HOME": str(home),
-        }
-    return {**offline_claude_env(base_url, home), "HOME": str(home)}
+    return offline_claude_env(base_url, home)
 
 
 def _bare_run(env: dict[str, str], cwd: Path) -> dict[str, float]:

@@ -18,6 +18,7 @@ from conftest import Stack
 from support import wait_for
 
 from agentq.envelope import TaskEnvelope
+from agentq.local.claude_env import offline_claude_env
 from agentq.local.model_server import ModelServer
 from agentq.local.workers import WorkerProcess, fast_env
 
@@ -54,20 +55,6 @@ def write_definitions(directory: Path, definitions: list[dict[str, Any]]) -> Pat
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "agent-tests.yaml").write_text(yaml.safe_dump(definitions, sort_keys=False))
     return directory
-
-
-def claude_env(base_url: str, home: Path) -> dict[str, str]:
-    """What a worker needs to run the bundled CLI against the offline model server."""
-    try:
-        from agentq.local.claude_env import offline_claude_env
-    except ImportError:  # the shared helper has not landed in this checkout
-        return {
-            "ANTHROPIC_BASE_URL": base_url,
-            "ANTHROPIC_API_KEY": "sk-ant-offline-model-server",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-        }
-    return offline_claude_env(base_url, home)
 
 
 @dataclass
@@ -183,7 +170,7 @@ def agent_rig(
     env = {
         **stack.env(),
         **fast_env(TASK_DEFINITIONS_DIR=str(definitions_dir), **worker_env),
-        **claude_env(model.url, home),
+        **offline_claude_env(model.url, home),
         "HOME": str(home),
         "AGENTQ_WORK_DIR": str(scratch / "work"),
         **(extra_env or {}),
