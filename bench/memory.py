@@ -14,8 +14,15 @@ from typing import Any, Final
 import psutil
 
 from agentq.local.aws import MotoServer
-from agentq.local.workers import WorkerProcess
-from bench.stack import envelope, new_stage, stop_all, wait_started, worker_env, workers
+from bench.stack import (
+    envelope,
+    new_stage,
+    read_side_log,
+    stop_all,
+    wait_started,
+    worker_env,
+    workers,
+)
 
 SLOTS: Final = 4
 MB: Final = 1024 * 1024
@@ -25,13 +32,13 @@ def _rss_mb(pid: int) -> float:
     return psutil.Process(pid).memory_info().rss / MB
 
 
-def _busy_children(worker: WorkerProcess, count: int, timeout_s: float = 60.0) -> list[int]:
-    """Pids of the worker's direct children once `count` of them run task code."""
+def _busy_children(side_log: Path, count: int, timeout_s: float = 60.0) -> list[int]:
+    """Pids of `count` children once each has started its task code (side log)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        children = [p for p in psutil.Process(worker.pid).children() if p.is_running()]
-        if len(children) >= count:
-            return [p.pid for p in children]
+        started = [r["pid"] for r in read_side_log(side_log) if r["event"] == "start"]
+        if len(started) >= count:
+            return [int(pid) for pid in started]
         time.sleep(0.05)
     raise TimeoutError(f"{count} children never ran together")
 
@@ -45,9 +52,10 @@ def run(server: MotoServer, *, quick: bool = False, task_seconds: float = 6.0) -
         wait_started(fleet)
         time.sleep(1.0)  # let start-up allocations settle before the idle reading
         idle = _rss_mb(worker.pid)
-        stage.send([envelope("bench-work", {"seconds": task_seconds}) for _ in range(SLOTS)])
-        children = _busy_children(worker, SLOTS)
-        time.sleep(2.0)  # the children are past their imports, sleeping in task code
+        side_log = log_dir / "side.jsonl"
+        payload = {"seconds": task_seconds, "side_log": str(side_log)}
+        stage.send([envelope("bench-work", payload) for _ in range(SLOTS)])
+        children = _busy_children(side_log, SLOTS)
         busy = _rss_mb(worker.pid)
         child_rss = [_rss_mb(pid) for pid in children if psutil.pid_exists(pid)]
         stage.wait_drained(timeout_s=60)

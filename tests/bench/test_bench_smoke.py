@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 def test_bench_smoke_requests_per_task_solves_both_costs(moto_server: MotoServer) -> None:
-    result = requests_per_task.run(moto_server, tasks=8, long=(3, 1.5))
+    result = requests_per_task.run(moto_server, tasks=6, long=(2, 1.2))
     assert result["runs"]["no-op"]["calls"]["sqs:ReceiveMessage"] >= 1
     assert result["runs"]["long"]["heartbeats"] > 0, result["runs"]["long"]
     assert result["per_task"] > 0 and result["per_heartbeat"] > 0
@@ -35,16 +35,16 @@ def test_bench_smoke_saturation_measures_both_loops(
 
 
 def test_bench_smoke_latency_throughput_memory_and_imports(moto_server: MotoServer) -> None:
-    lat = latency.run(moto_server, rounds=3, concurrencies=(1,))
+    lat = latency.run(moto_server, quick=True, rounds=3, concurrencies=(1,))
     assert lat["concurrency_1"]["samples"] == 3
     for key in ("visible_to_child_started", "child_exit_to_deleted"):
         assert lat["concurrency_1"][key]["p50_ms"] > 0
     assert lat["floor_ms"]["dispatch_floor"] > 0 and lat["floor_ms"]["settle_floor"] > 0
 
-    tp = throughput.run(moto_server, tasks=6, worker_counts=(1,))
+    tp = throughput.run(moto_server, tasks=4, worker_counts=(1,))
     assert tp["raw_tasks_per_s"] > 0 and tp["workers"][0]["tasks_per_s"] > 0
 
-    mem = memory.run(moto_server, task_seconds=4.0)
+    mem = memory.run(moto_server, task_seconds=3.5)
     assert mem["worker_idle_mb"] > 10 and mem["python_child_mb"] > 5
 
     ms, heaviest = lambda_import.import_ms("lambdas.save_event")
