@@ -67,6 +67,9 @@ class WorkerStack(cdk.Stack):
                 ),
             ],
         )
+        # Table and bucket traffic stays on AWS's network and off the NAT bill (free).
+        self.vpc.add_gateway_endpoint("DynamoDb", service=ec2.GatewayVpcEndpointAwsService.DYNAMODB)
+        self.vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3)
         flow_logs = logs.LogGroup(
             self,
             "FlowLogs",
