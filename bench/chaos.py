@@ -59,7 +59,15 @@ from bench.chaos_verify import (
     Planned,
     verify,
 )
-from bench.stack import Stage, envelope, moto_server, new_stage, read_side_log, worker_env
+from bench.stack import (
+    Stage,
+    envelope,
+    moto_server,
+    new_stage,
+    read_side_log,
+    stop_all,
+    worker_env,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,10 +239,7 @@ def run(
         killer.stop()
         with contextlib.suppress(TimeoutError):
             stage.wait_drained(30)  # verify reports what is left
-        for worker in fleet:
-            worker.send(signal.SIGTERM)
-        for worker in fleet:
-            worker.stop(timeout=60)
+        stop_all(fleet)
         _wait_lambda_host(stage, host)
     finally:
         killer.stop()

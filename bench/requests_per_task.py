@@ -113,6 +113,13 @@ def run(
         per_beat_total += per_beat
         if op.startswith("s3:"):
             per_task_s3 += per_task
+    # One ChangeMessageVisibilityBatch per beat (≤ 10 held): calls per beat, and what a
+    # task pays per interval when ten share each beat.
+    beat_share = next((r["per_heartbeat"] for r in rows
+                       if r["operation"] == "sqs:ChangeMessageVisibilityBatch"), 0.0)  # fmt: skip
+    beats = beat_share * slow.heartbeats
+    in_flight = slow.heartbeats / beats if beats else 0.0
+    per_beat_at_10 = per_beat_total * in_flight / 10 if in_flight else 0.0
     seed_per_task = seed_cost(1, 0)
     seed_per_beat = seed_cost(0, 1)
     comparable = per_task_total - per_task_s3
@@ -132,6 +139,8 @@ def run(
         "per_task": round(per_task_total, 3),
         "per_task_without_s3": round(comparable, 3),
         "per_heartbeat": round(per_beat_total, 3),
+        "mean_in_flight_per_beat": round(in_flight, 2),
+        "per_heartbeat_at_10_in_flight": round(per_beat_at_10, 3),
         "seed_per_task": seed_per_task,
         "seed_per_heartbeat": seed_per_beat,
         "seed_total_for_run": seed_cost(short.tasks, short.heartbeats),

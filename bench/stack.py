@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
+import subprocess
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -152,10 +154,13 @@ def stop_all(fleet: Iterable[WorkerProcess], timeout_s: float = 60.0) -> list[di
     """SIGTERM every worker (drain in parallel) and collect their exit stats lines."""
     fleet = list(fleet)
     for worker in fleet:
-        worker.send(15)
+        worker.send(signal.SIGTERM)  # once: a second SIGTERM means "exit now, no stats"
     stats = []
     for worker in fleet:
-        worker.stop(timeout=timeout_s)
+        try:
+            worker.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            worker.kill()
         found = worker.stats()
         if found is not None:
             stats.append(found)
