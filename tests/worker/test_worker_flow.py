@@ -114,12 +114,18 @@ def test_worker_rejects_bad_messages_and_keeps_running(stack: Stack) -> None:
     assert queue_counts(stack, stack.resources.dlq_url) == (0, 0)
 
 
-def test_worker_child_env_holds_no_aws_credentials(stack: Stack) -> None:
+def test_worker_child_env_and_output(stack: Stack) -> None:
+    """Two tasks in one worker run: the child's environment holds no AWS variable, and
+    its output reaches the worker's log line by line with the task's prefix."""
     events = EventLog(stack)
-    with running_worker(stack, ANTHROPIC_API_KEY="sk-test-not-a-key", AGENTQ_MARKER="1") as worker:
-        task = send(stack, "sample-env")
-        completed = events.wait(task.request_id, "Task Completed")[0]
+    env = {"ANTHROPIC_API_KEY": "sk-test-not-a-key", "AGENTQ_MARKER": "1"}
+    with running_worker(stack, **env) as worker:
+        listing = send(stack, "sample-env")
+        chatter = send(stack, "sample-chatter", {"lines": 2000, "width": 100})
+        completed = events.wait(listing.request_id, "Task Completed")[0]
+        events.wait(chatter.request_id, "Task Completed")
         worker.stop()
+
     pointer = completed["payload"]["result"]
     names = json.loads(
         stack.s3.get_object(Bucket=pointer["bucket"], Key=pointer["key"])["Body"].read()
@@ -128,19 +134,13 @@ def test_worker_child_env_holds_no_aws_credentials(stack: Stack) -> None:
     assert {"ANTHROPIC_API_KEY", "AGENTQ_MARKER", "HOME", "PATH"} <= set(names)
     assert "SQS_QUEUE_URL" not in names and "S3_BUCKET" not in names
 
-
-def test_worker_streams_child_output_with_the_task_prefix(stack: Stack) -> None:
-    events = EventLog(stack)
-    with running_worker(stack) as worker:
-        task = send(stack, "sample-chatter", {"lines": 2000, "width": 100})
-        events.wait(task.request_id, "Task Completed")
-        worker.stop()
     prefixed = [
         r for r in worker.log_records()
-        if str(r.get("message", "")).startswith(f"[task:{task.request_id}] line ")
+        if str(r.get("message", "")).startswith(f"[task:{chatter.request_id}] line ")
     ]  # fmt: skip
     assert len(prefixed) == 2000
     assert {r["stream"] for r in prefixed} == {"stdout", "stderr"}
+    assert {r["requestId"] for r in prefixed} == {chatter.request_id}
     metrics = [r for r in worker.log_records() if "_aws" in r]
     names = {m["Name"] for r in metrics for d in r["_aws"]["CloudWatchMetrics"]
              for m in d["Metrics"]}  # fmt: skip
