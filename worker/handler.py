@@ -286,9 +286,12 @@ class MessageHandler:
         for middleware in self._middleware:
             _safely(middleware.before_process, start)
         began = time.monotonic()
-        task_dir = self._prepare(envelope, definition, lease)
+        task_dir: Path | None = None
         result: Result = "failed"
         try:
+            # Anything raised from here on leaves the message unsettled: SQS redelivers it
+            # once the lease has expired, and the STATE item counts the attempt.
+            task_dir = self._prepare(envelope, definition, lease)
             child = run_child(
                 task_dir,
                 env=self._child_env,
@@ -305,7 +308,7 @@ class MessageHandler:
             outcome = decide(child, task_dir, attempt=lease.attempt, max_attempts=max_attempts)
             result = self._settle(entry, envelope, lease, task_dir, outcome, child.duration_ms)
         finally:
-            if self._settings.delete_files_after_upload:
+            if task_dir is not None and self._settings.delete_files_after_upload:
                 artifacts.remove(task_dir)
             end = TaskEnd(start=start, result=result,
                           duration_ms=int((time.monotonic() - began) * 1000))  # fmt: skip
