@@ -30,7 +30,7 @@ import yaml
 
 from agentq.config import Settings
 from agentq.envelope import DEFINITION_PATTERN
-from agentq.errors import InvalidInput, NotFound
+from agentq.errors import ConfigError, InvalidInput, NotFound
 from agentq.store.codec import from_item, to_item
 
 TaskKind = Literal["python", "agent"]
@@ -186,6 +186,9 @@ class DefinitionRegistry:
         cls, settings: Settings, dynamodb: Any, *, cache_seconds: float = 30.0
     ) -> DefinitionRegistry:
         """The directories and table that TASK_DEFINITIONS_DIR / TASK_DEFINITIONS_TABLE name."""
+        for directory in settings.definitions_dirs:
+            if not directory.is_dir():
+                raise ConfigError("TASK_DEFINITIONS_DIR", f"{directory} is not a directory")
         table = (
             DefinitionsTable(dynamodb, settings.definitions_table)
             if settings.definitions_table

@@ -14,7 +14,7 @@ from typing import Any
 
 from agentq.aws import AwsClients, CallCounter
 from agentq.config import Settings
-from agentq.definitions import DefinitionRegistry, DefinitionsTable
+from agentq.definitions import DefinitionRegistry
 from agentq.errors import ConfigError
 from agentq.publisher import EventPublisher
 from agentq.store.tasks import TaskStore
@@ -33,16 +33,7 @@ def default_worker_id() -> str:
 
 
 def registry_from(settings: Settings, clients: AwsClients) -> DefinitionRegistry:
-    directories = [Path(p) for p in (settings.definitions_dir or "").split(os.pathsep) if p]
-    for directory in directories:
-        if not directory.is_dir():
-            raise ConfigError("TASK_DEFINITIONS_DIR", f"{directory} is not a directory")
-    table = (
-        DefinitionsTable(clients.dynamodb, settings.definitions_table)
-        if settings.definitions_table
-        else None
-    )
-    return DefinitionRegistry.from_sources(directories=directories, table=table)
+    return DefinitionRegistry.from_settings(settings, clients.dynamodb)
 
 
 @dataclass
