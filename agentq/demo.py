@@ -12,7 +12,6 @@ stops everything and exits 0 only if the job ended as designed.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -125,9 +124,6 @@ def run(console: Console, *, timeout_s: float, live: bool) -> int:
     from agentq.client import AgentqClient
 
     offline = not real_claude_configured()
-    # The Lambda host runs in this process: keep its JSON logs and EMF off the screen.
-    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
-    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     console.rule("[bold]agentq demo")
     if offline:
         console.print(

@@ -163,7 +163,14 @@ class LocalStack:
         return env
 
     def _apply_environment(self) -> None:
-        # The Lambda host and in-process clients read the same variables as workers do.
+        # The Lambda host and in-process clients read the same variables as workers do;
+        # the host runs in this process, so its JSON logs and EMF stay off the screen
+        # unless asked for.
+        quiet = {"POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_METRICS_DISABLED": "true"}
+        for key, value in quiet.items():
+            if key not in os.environ:
+                self._saved_environ.setdefault(key, None)
+                os.environ[key] = value
         for key, value in self.env().items():
             self._saved_environ.setdefault(key, os.environ.get(key))
             os.environ[key] = value
