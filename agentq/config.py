@@ -177,6 +177,12 @@ class Settings:
     kill_grace_ms: int = _var(
         "CLAUDE_KILL_GRACE", 5_000, "SIGTERM → SIGKILL grace (ms).", "worker", minimum=0
     )
+    warm_children: bool = _var(
+        "WARM_CHILDREN",
+        True,
+        "Keep pre-started child processes (SDK imported) ready for the next tasks.",
+        "worker",
+    )
     model: str = _var("CLAUDE_MODEL", "claude-opus-4-5", "Default model of agent tasks.", "child")
     step_timeout_ms: int = _var(
         "DEFAULT_TIMEOUT",

@@ -25,6 +25,7 @@ from worker.handler import MessageHandler
 from worker.heartbeat import Heartbeat
 from worker.inflight import InFlightRegistry
 from worker.protection import ScaleInProtection
+from worker.spares import SparePool
 from worker.telemetry import MetricsMiddleware, Middleware, make_logger
 
 
@@ -46,11 +47,16 @@ class Worker:
     consumer: Consumer
     metrics: MetricsMiddleware
     home_dir: Path
+    spares: SparePool | None = None
 
     def run(self) -> ExitCode:
+        if self.spares is not None:
+            self.spares.start()
         try:
             return self.consumer.run()
         finally:
+            if self.spares is not None:
+                self.spares.close()  # no spare outlives the worker
             self.metrics.flush()
             shutil.rmtree(self.home_dir, ignore_errors=True)
 
@@ -136,6 +142,7 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
         consumer=consumer,
         metrics=metrics,
         home_dir=home_dir,
+        spares=handler.spares,
     )
 
 

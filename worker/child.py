@@ -1,5 +1,10 @@
 """The child-side runner: ``python -m worker.child TASK_DIR`` (see docs/child-protocol.md).
 
+``python -m worker.child --spare`` is the same runner started ahead of its task (a warm
+spare, see worker/spares.py): it imports the task kinds, prints `READY_LINE`, reads
+``{"task_dir": ...}`` as one line from stdin and then runs exactly what the first form
+runs, in that directory.
+
 Runs one attempt of one task and leaves files behind: `artifacts/task-result.json` on
 success (exit 0), `error.json` on failure (exit 1). It talks to no AWS service; the
 worker reads the files, uploads them and emits every event.
@@ -7,6 +12,7 @@ worker reads the files, uploads them and emits every event.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -23,6 +29,8 @@ from worker.kinds import ChildContext, load_kind
 TASK_FILE: Final = "task.json"
 RESULT_FILE: Final = "artifacts/task-result.json"
 ERROR_FILE: Final = "error.json"
+READY_LINE: Final = b"agentq-spare-ready\n"
+MAX_HANDOFF_BYTES: Final = 64 * 1024
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -72,10 +80,44 @@ def run(task_dir: Path) -> int:
         return 1
 
 
+def _warm_up() -> None:
+    """Import what tasks need, so a task handed over later does not wait for it."""
+    import worker.kinds.python
+
+    # A broken SDK install fails the agent tasks themselves, with their own record.
+    with contextlib.suppress(Exception):
+        import worker.kinds.agent.runner  # noqa: F401
+
+
+def spare() -> int:
+    _warm_up()
+    sys.stdout.buffer.write(READY_LINE)
+    sys.stdout.buffer.flush()
+    line = sys.stdin.buffer.readline(MAX_HANDOFF_BYTES)
+    if not line.strip():
+        return 0  # the worker closed the pool (or died): there is no task to run
+    try:
+        task_dir = Path(json.loads(line)["task_dir"]).resolve()
+        os.chdir(task_dir)
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        sys.stderr.write(f"worker.child --spare: bad task hand-off: {exc}\n")
+        return 2
+    # From here on the process looks like `python -m worker.child TASK_DIR`: stdin
+    # closed, the task dir as cwd, first on sys.path and in argv.
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.path[0] = str(task_dir)
+    sys.argv[1:] = [str(task_dir)]
+    return run(task_dir)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args == ["--spare"]:
+        return spare()
     if len(args) != 1:
-        sys.stderr.write("usage: python -m worker.child TASK_DIR\n")
+        sys.stderr.write("usage: python -m worker.child TASK_DIR | --spare\n")
         return 2
     return run(Path(args[0]).resolve())
 

@@ -41,6 +41,7 @@ from worker.child import RESULT_FILE, TASK_FILE
 from worker.childenv import child_environment
 from worker.inflight import InFlight, InFlightRegistry
 from worker.outcome import Outcome, backoff_s, decide
+from worker.spares import SparePool
 from worker.supervisor import run_child
 from worker.telemetry import Middleware, Result, TaskEnd, TaskStart
 
@@ -87,6 +88,15 @@ class MessageHandler:
         self._child_env = child_environment(
             os.environ if environ is None else environ, home=str(home_dir)
         )
+        # Spares get the same environment: nothing in it is per task (HOME is per worker).
+        self.spares: SparePool | None = None
+        if settings.warm_children:
+            self.spares = SparePool(
+                env=self._child_env,
+                size=settings.max_concurrent,
+                cwd=home_dir,
+                grace_s=settings.kill_grace_ms / 1000,
+            )
 
     # -- entry point -------------------------------------------------------------------
     def handle(self, message: Mapping[str, Any]) -> str:
@@ -303,6 +313,7 @@ class MessageHandler:
                     extra={"requestId": envelope.request_id, "stream": stream},
                 ),
                 on_start=lambda pid: setattr(entry, "child_pid", pid),
+                spares=self.spares,
             )
             entry.lease = None  # the heartbeat stops renewing: the attempt is over
             outcome = decide(child, task_dir, attempt=lease.attempt, max_attempts=max_attempts)

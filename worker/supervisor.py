@@ -1,6 +1,9 @@
 """Child supervision: start the runner in its own session, stream its output, enforce
 the timeout, and make sure nothing of it survives.
 
+A warm spare (worker/spares.py), when one is ready, takes the task instead of a freshly
+spawned child; it already leads its own session, so everything below applies unchanged.
+
 The whole process group gets SIGTERM, then SIGKILL after the grace period. A task may
 start processes that leave the group (setsid, a CLI that daemonizes); they stay in the
 session or descend from the child, so those are hunted with psutil as well.
@@ -18,9 +21,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final, Literal
+from typing import IO, TYPE_CHECKING, Final, Literal
 
 import psutil
+
+if TYPE_CHECKING:
+    from worker.spares import SparePool
 
 StopReason = Literal["timeout", "lease_lost", "shutdown"]
 POLL_S: Final = 0.05
@@ -34,6 +40,7 @@ class ChildExit:
     duration_ms: int
     stopped: StopReason | None  # set when the worker ended the child, not the task itself
     survivors_killed: int = 0
+    warm: bool = False  # a pre-started spare ran the task
 
 
 class StopSignal:
@@ -146,18 +153,26 @@ def run_child(
     stop: StopSignal,
     log_line: LogLine,
     on_start: Callable[[int], None] | None = None,
+    spares: SparePool | None = None,
 ) -> ChildExit:
-    """Run ``python -m worker.child TASK_DIR`` to completion, timeout or stop."""
+    """Run ``python -m worker.child TASK_DIR`` to completion, timeout or stop.
+
+    With `spares`, a warmed spare gets the task if one is ready; the timeout clock
+    starts at the hand-off either way, never when the spare was started.
+    """
     started = time.monotonic()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "worker.child", str(task_dir)],
-        cwd=task_dir,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    process = _warm_child(spares, task_dir)
+    warm = process is not None
+    if process is None:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "worker.child", str(task_dir)],
+            cwd=task_dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
     if on_start is not None:
         on_start(process.pid)
     assert process.stdout is not None and process.stderr is not None
@@ -194,4 +209,17 @@ def run_child(
         duration_ms=int((time.monotonic() - started) * 1000),
         stopped=reason,
         survivors_killed=killed,
+        warm=warm,
     )
+
+
+def _warm_child(spares: SparePool | None, task_dir: Path) -> subprocess.Popen[bytes] | None:
+    if spares is None:
+        return None
+    spare = spares.take()
+    if spare is None:
+        return None
+    if spare.hand(task_dir):
+        return spare.process
+    spares.discard(spare)  # it died between the check and the hand-off
+    return None

@@ -188,13 +188,20 @@ def agent_rig(
 
 
 def processes_using(base_url: str, *, besides: int) -> list[psutil.Process]:
-    """Live processes (but `besides`, the worker) pointed at this model server: the CLI,
-    its tools, a task child."""
+    """Live processes (but `besides`, the worker, and its idle warm spares) pointed at
+    this model server: the CLI, its tools, a task child."""
     found = []
     for proc in psutil.process_iter(["pid"]):
         if proc.pid in (os.getpid(), besides):
             continue
         with contextlib.suppress(psutil.Error, OSError):
-            if proc.environ().get("ANTHROPIC_BASE_URL") == base_url:
+            environ = proc.environ()
+            if environ.get("ANTHROPIC_BASE_URL") == base_url and not _idle_spare(proc, environ):
                 found.append(proc)
     return found
+
+
+def _idle_spare(proc: psutil.Process, environ: dict[str, str]) -> bool:
+    """A warm spare still waiting for a task (worker/spares.py) sits in its HOME; once it
+    has a task it lives in the task dir and counts like any task child."""
+    return "--spare" in proc.cmdline() and proc.cwd() == environ.get("HOME")

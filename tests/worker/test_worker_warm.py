@@ -1,0 +1,158 @@
+"""Warm spares: tasks run in children started (and warmed) before their message came.
+
+Real worker processes, real spares, real signals. A spare announces itself in the
+worker's log ("warm child PID ready"); the sample tasks' side log names the pid that ran
+them, so a test can tell a spare's run from a freshly spawned child's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import Stack
+from support import wait_for
+from worker_support import EventLog, queue_counts, running_worker, send, state
+
+from agentq.local.workers import WorkerProcess
+from agentq.states import TaskState
+from worker.childenv import child_environment
+from worker.spares import SparePool
+
+pytestmark = pytest.mark.timeout(150)
+
+READY = re.compile(r"warm child (\d+) ready")
+
+
+def _ready_pids(worker: WorkerProcess) -> list[int]:
+    return [int(pid) for pid in READY.findall(worker.output())]
+
+
+def _wait_ready(worker: WorkerProcess, *, count: int = 1) -> list[int]:
+    return wait_for(
+        lambda: len(pids := _ready_pids(worker)) >= count and pids,
+        timeout=60,
+        message=f"{count} warm children ready",
+    )
+
+
+def _side_pids(side_log: Path) -> list[int]:
+    if not side_log.exists():
+        return []
+    return [json.loads(line)["pid"] for line in side_log.read_text().splitlines() if line]
+
+
+def _gone(pids: list[int]) -> bool:
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            continue
+    return True
+
+
+def test_task_runs_in_a_warm_spare_and_drain_leaves_nothing(stack: Stack, tmp_path: Path) -> None:
+    """The spare was alive and warmed before the message was sent; it holds no AWS
+    variable; the timeout clock starts at the hand-off (the spare is older than the
+    timeout when it gets the task); a replacement is warmed; SIGTERM ends them all."""
+    events = EventLog(stack)
+    side_log = tmp_path / "side.log"
+    with running_worker(stack, MAX_CONCURRENT_CLAUDE="1", CLAUDE_TIMEOUT="4000") as worker:
+        spare = _wait_ready(worker)[0]
+        environ = psutil.Process(spare).environ()
+        assert not [name for name in environ if name.startswith("AWS_")]
+        assert environ["HOME"] != os.environ.get("HOME")
+        born = psutil.Process(spare).create_time()
+        wait_for(lambda: time.time() - born > 5, timeout=30, message="spare older than timeout")
+        sent = time.time()
+        task = send(stack, "sample-sleep", {"seconds": 0.5, "side_log": str(side_log)})
+        events.wait(task.request_id, "Task Completed")
+        assert _side_pids(side_log) == [spare]
+        assert born < sent
+        replacement = _wait_ready(worker, count=2)[1]
+        assert replacement != spare
+        second = send(stack, "sample-echo", {"side_log": str(side_log)})
+        events.wait(second.request_id, "Task Completed")
+        assert _side_pids(side_log) == [spare, replacement]
+        spares = _wait_ready(worker, count=3)
+        children = worker.task_children()
+        assert {p.pid for p in children} >= {spares[2]}
+        worker.send(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0
+    assert wait_for(lambda: _gone(spares), timeout=10, message="spares ended")
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    assert queue_counts(stack) == (0, 0)
+
+
+def test_warm_spare_timeout_kills_its_whole_group(stack: Stack, tmp_path: Path) -> None:
+    events = EventLog(stack)
+    pid_file = tmp_path / "grandchild.pid"
+    env = {"MAX_CONCURRENT_CLAUDE": "1", "CLAUDE_TIMEOUT": "4000", "CLAUDE_KILL_GRACE": "500"}
+    with running_worker(stack, **env) as worker:
+        spare = _wait_ready(worker)[0]
+        task = send(stack, "sample-grandchild", {"pid_file": str(pid_file), "seconds": 60})
+        wait_for(lambda: pid_file.exists() and pid_file.read_text(), message="grandchild pid")
+        grandchild = int(pid_file.read_text())
+        assert psutil.Process(grandchild).ppid() == spare  # the spare ran the task
+        events.wait(task.request_id, "Task Timeout")
+        assert wait_for(lambda: _gone([spare, grandchild]), timeout=10, message="group killed")
+        record = state(stack, task)
+        assert record is not None and record.state is TaskState.TIMEOUT
+        worker.stop()
+    assert _gone(_ready_pids(worker))
+
+
+def test_without_warm_children_tasks_spawn_fresh(stack: Stack, tmp_path: Path) -> None:
+    events = EventLog(stack)
+    side_log = tmp_path / "side.log"
+    with running_worker(stack, WARM_CHILDREN="false") as worker:
+        task = send(stack, "sample-echo", {"side_log": str(side_log)})
+        events.wait(task.request_id, "Task Completed")
+        assert not [p for p in worker.task_children() if "--spare" in p.cmdline()]
+        assert worker.stop() == 0
+    assert "warm child" not in worker.output()
+    assert len(_side_pids(side_log)) == 1
+
+
+def _pool(tmp_path: Path, **options: object) -> SparePool:
+    env = child_environment(os.environ, home=str(tmp_path))
+    return SparePool(env=env, size=1, cwd=tmp_path, grace_s=0.5, **options)  # type: ignore[arg-type]
+
+
+def test_spares_that_crash_on_start_are_given_up(tmp_path: Path) -> None:
+    pool = _pool(
+        tmp_path,
+        restart_delay_s=0.1,
+        command=[sys.executable, "-c", "import sys; sys.exit(3)"],
+    )
+    pool.start()
+    try:
+        wait_for(lambda: pool.disabled, timeout=30, message="spares disabled")
+        assert pool.take() is None
+        assert pool.idle_pids() == []
+    finally:
+        pool.close()
+
+
+def test_a_spare_that_dies_idle_is_replaced_and_close_ends_it(tmp_path: Path) -> None:
+    pool = _pool(tmp_path, restart_delay_s=0.1)
+    pool.start()
+    try:
+        first = wait_for(pool.idle_pids, timeout=30, message="a spare")[0]
+        os.killpg(first, signal.SIGKILL)
+        second = wait_for(
+            lambda: [p for p in pool.idle_pids() if p != first], timeout=60, message="replaced"
+        )[0]
+        assert not pool.disabled
+    finally:
+        pool.close()
+    assert _gone([first, second])

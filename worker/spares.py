@@ -1,0 +1,239 @@
+"""Warm spares: task children started before their task, heavy imports already done.
+
+A fresh child pays for the interpreter and ``import claude_agent_sdk`` (about 2 s of
+CPU) before its task begins. A spare is the same ``python -m worker.child`` with
+``--spare``, in its own session and with the same filtered environment; it imports the
+task kinds, prints `READY_LINE` and blocks reading one line from stdin: the task dir.
+One spare serves one task and exits, so tasks stay isolated per process.
+
+The pool keeps `size` spares idle. It warms one spare at a time (a warming spare takes a
+core from running tasks), replaces spares that are taken or die, and gives up after
+`max_crashes` spares died idle within `crash_window_s` (a broken install must not spin).
+If the worker dies, every idle spare reads end-of-file on stdin and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from agentq.security import sanitize_error_message
+from worker.child import READY_LINE
+from worker.supervisor import terminate_tree
+
+logger = logging.getLogger(__name__)
+
+SPARE_COMMAND: Final = (sys.executable, "-m", "worker.child", "--spare")
+KEEPER_POLL_S: Final = 0.5
+# Importing the SDK under heavy load has been seen to take ~10 s; beyond this it is stuck.
+WARM_UP_LIMIT_S: Final = 120.0
+
+
+@dataclass(eq=False)
+class Spare:
+    process: subprocess.Popen[bytes]
+    started: float = field(default_factory=time.monotonic)
+    ready: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def hand(self, task_dir: Path) -> bool:
+        """Give the spare its task; False if it can no longer take one."""
+        assert self.process.stdin is not None
+        line = json.dumps({"task_dir": str(task_dir)}).encode() + b"\n"
+        try:
+            self.process.stdin.write(line)
+            self.process.stdin.close()
+        except (OSError, ValueError):
+            return False
+        return True
+
+
+class SparePool:
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str],
+        size: int,
+        cwd: Path,
+        grace_s: float = 5.0,
+        max_crashes: int = 3,
+        crash_window_s: float = 60.0,
+        restart_delay_s: float = 1.0,
+        command: Sequence[str] = SPARE_COMMAND,
+    ) -> None:
+        self._env = dict(env)
+        self._size = size
+        self._cwd = cwd
+        self._grace_s = grace_s
+        self._max_crashes = max_crashes
+        self._crash_window_s = crash_window_s
+        self._restart_delay_s = restart_delay_s
+        self._command = list(command)
+        self._idle: list[Spare] = []
+        self._crashes: list[float] = []
+        self._next_start = 0.0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closed = False
+        self.disabled = False
+        self.taken = 0
+        self._keeper = threading.Thread(target=self._keep, name="spares", daemon=True)
+
+    # -- the worker's side -------------------------------------------------------------
+    def start(self) -> None:
+        self._keeper.start()
+
+    def take(self) -> Spare | None:
+        """A warmed, live spare for the next task, or None (the caller spawns instead)."""
+        with self._lock:
+            for spare in self._idle:
+                if spare.ready.is_set() and spare.process.poll() is None:
+                    self._idle.remove(spare)
+                    self.taken += 1
+                    self._wake.set()  # its replacement starts now, in the background
+                    return spare
+        return None
+
+    def discard(self, spare: Spare) -> None:
+        """A taken spare that could not accept its task: end it like any child."""
+        terminate_tree(spare.process, grace_s=0, known=set())
+
+    def close(self) -> None:
+        """Stop warming and end every idle spare; returns when none is left."""
+        with self._lock:
+            self._closed = True
+            spares, self._idle = self._idle, []
+        self._wake.set()
+        if self._keeper.is_alive():
+            self._keeper.join(timeout=10)
+        for spare in spares:
+            # End-of-file alone ends a warmed spare; the signal ends one still importing.
+            with contextlib.suppress(OSError, ValueError):
+                assert spare.process.stdin is not None
+                spare.process.stdin.close()
+            terminate_tree(spare.process, grace_s=self._grace_s, known=set())
+            _close_pipes(spare.process)
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Whether a warmed spare is idle within `timeout_s` (benchmarks wait for one)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if any(s.ready.is_set() and s.process.poll() is None for s in self._idle):
+                    return True
+            time.sleep(KEEPER_POLL_S / 5)
+        return False
+
+    def idle_pids(self) -> list[int]:
+        with self._lock:
+            return [spare.pid for spare in self._idle]
+
+    # -- the keeper thread ---------------------------------------------------------------
+    def _keep(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                self._reap()
+                if self._should_start():
+                    try:
+                        self._idle.append(self._spawn())
+                    except OSError:
+                        logger.exception("warm child could not be started")
+                        self._crashed()
+            self._wake.wait(KEEPER_POLL_S)
+            self._wake.clear()
+
+    def _should_start(self) -> bool:
+        if self.disabled or len(self._idle) >= self._size:
+            return False
+        if any(not spare.ready.is_set() for spare in self._idle):
+            return False  # one warming at a time
+        return time.monotonic() >= self._next_start
+
+    def _spawn(self) -> Spare:
+        process = subprocess.Popen(
+            self._command,
+            cwd=self._cwd,
+            env=self._env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        spare = Spare(process)
+        threading.Thread(
+            target=self._await_ready, args=(spare,), name=f"spare-{process.pid}", daemon=True
+        ).start()
+        return spare
+
+    def _await_ready(self, spare: Spare) -> None:
+        assert spare.process.stdout is not None
+        with contextlib.suppress(OSError, ValueError):
+            if spare.process.stdout.readline(len(READY_LINE) + 1) == READY_LINE:
+                spare.ready.set()
+                logger.info(f"warm child {spare.pid} ready")
+        self._wake.set()
+
+    def _reap(self) -> None:
+        """Drop idle spares that died or never got ready; each counts as a crash."""
+        now = time.monotonic()
+        for spare in list(self._idle):
+            code = spare.process.poll()
+            stuck = not spare.ready.is_set() and now - spare.started > WARM_UP_LIMIT_S
+            if code is None and not stuck:
+                continue
+            self._idle.remove(spare)
+            if code is None:
+                terminate_tree(spare.process, grace_s=0, known=set())
+            logger.warning(
+                "warm child ended before its task",
+                extra={"pid": spare.pid, "returncode": spare.process.returncode,
+                       "stderr": _tail(spare.process)},
+            )  # fmt: skip
+            _close_pipes(spare.process)
+            self._crashed()
+
+    def _crashed(self) -> None:
+        now = time.monotonic()
+        self._crashes = [t for t in self._crashes if now - t < self._crash_window_s] + [now]
+        self._next_start = now + self._restart_delay_s
+        if len(self._crashes) >= self._max_crashes and not self.disabled:
+            self.disabled = True
+            logger.error(
+                "warm children keep crashing; tasks start fresh children from now on",
+                extra={"crashes": len(self._crashes)},
+            )
+
+
+def _tail(process: subprocess.Popen[bytes]) -> str:
+    """What a dead spare wrote to stderr (bounded, and never blocking)."""
+    stream = process.stderr
+    if stream is None:
+        return ""
+    with contextlib.suppress(OSError, ValueError):
+        if select.select([stream], [], [], 0)[0]:
+            text = os.read(stream.fileno(), 4096).decode("utf-8", "replace")
+            return sanitize_error_message(text, limit=2000)
+    return ""
+
+
+def _close_pipes(process: subprocess.Popen[bytes]) -> None:
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stream.close()
