@@ -49,7 +49,8 @@ from agentq.envelope import TaskEnvelope
 from agentq.local.aws import MotoServer
 from agentq.local.lambda_host import LambdaHost
 from agentq.local.workers import WorkerProcess
-from agentq.store.tasks import TaskStore
+from agentq.states import TaskState
+from agentq.store import keys
 from bench.chaos_verify import (
     MARKER,
     ChaosReport,
@@ -80,6 +81,8 @@ class ChaosConfig:
     # Stop killing once this share of tasks is terminal, so the run can settle.
     kill_until_done: float = 0.9
     visibility_timeout_s: int = 5
+    heartbeat_interval_ms: int = 500
+    extension_s: int = 2  # leases last 1.5x this
     timeout_s: float = 900.0
     # With the queue empty and no task finishing for this long, the rest are stuck.
     stall_s: float = 20.0
@@ -179,16 +182,31 @@ class Killer:
             child = self._rng.choice(children)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child.pid, signal.SIGKILL)
+            at = time.time()
             psutil.wait_procs([child], timeout=5)
-            self.kills.append(Kill(at=time.time(), worker=worker.name,
+            self.kills.append(Kill(at=at, worker=worker.name,
                                    worker_id=self._ids[worker.name], pids=(child.pid,),
                                    child_only=True))  # fmt: skip
             return
-        pids = tuple(p.pid for p in worker.task_children())
+        # Freeze the worker, then kill its children and note when they were gone: that
+        # bounds their executions. A host that dies takes everything at once; the frozen
+        # worker cannot see its children end, just as it could not then.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.pid, signal.SIGSTOP)
+        victims = worker.task_children()
+        for proc in victims:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        # A process runs no more code once SIGKILL is sent; reaping may take long.
+        at = time.time()
+        psutil.wait_procs(victims, timeout=10)
+        pids = tuple(p.pid for p in victims)
         worker.kill()
         self.kills.append(
             Kill(
-                at=time.time(),
+                at=at,
                 worker=worker.name,
                 worker_id=self._ids[worker.name],
                 pids=pids,
@@ -211,7 +229,13 @@ def run(
     stage = new_stage(server, prefix="c")
     stage.set_visibility_timeout(config.visibility_timeout_s)
     run_id = uuid.uuid4().hex[:12]
-    env = worker_env(stage, MAX_CONCURRENT_CLAUDE=str(config.slots), **{MARKER: run_id})
+    env = worker_env(
+        stage,
+        MAX_CONCURRENT_CLAUDE=str(config.slots),
+        VISIBILITY_EXTENSION_INTERVAL=str(config.heartbeat_interval_ms),
+        VISIBILITY_EXTENSION_AMOUNT=str(config.extension_s),
+        **{MARKER: run_id},
+    )
     planned = plan(config, rng, side_log)
     bad = malformed_messages(max(1, config.tasks // 20))
     report = ChaosReport(tasks=len(planned), malformed=len(bad))
@@ -240,7 +264,10 @@ def run(
         with contextlib.suppress(TimeoutError):
             stage.wait_drained(30)  # verify reports what is left
         stop_all(fleet)
-        _wait_lambda_host(stage, host)
+        try:
+            _wait_lambda_host(stage, host)
+        except TimeoutError as exc:
+            report.violations.append(str(exc))
     finally:
         killer.stop()
         for worker in fleet:
@@ -268,7 +295,6 @@ def _settle(
     began: float,
 ) -> None:
     """Wait until every task is terminal; re-send duplicates once half are done."""
-    store = TaskStore(stage.clients["dynamodb"], stage.resources.table_name)
     open_tasks = {p.envelope.request_id: p for p in planned}
     resent = False
     killing = True
@@ -280,11 +306,9 @@ def _settle(
             return  # verify reports every task that is not terminal
         if not killing and now - progress_at > config.stall_s and stage.queue_counts() == (0, 0):
             return  # nothing left to deliver: the open tasks are stuck (verify reports them)
-        for request_id, item in list(open_tasks.items()):
-            record = store.get(item.envelope.tenant, request_id)
-            if record is not None and record.state.terminal:
-                del open_tasks[request_id]
-                progress_at = time.monotonic()
+        for request_id in _terminal(stage, list(open_tasks.values())):
+            del open_tasks[request_id]
+            progress_at = time.monotonic()
         done = 1 - len(open_tasks) / max(1, len(planned))
         if not resent and done >= 0.5:
             # Copies of tasks that are finished, running or still queued.
@@ -293,19 +317,50 @@ def _settle(
         if killing and done >= config.kill_until_done:
             killer.stop()
             killing = False
-        time.sleep(0.5)
+        time.sleep(1.0)
     if not resent:
         stage.send([p.envelope for p in duplicates])
 
 
-def _wait_lambda_host(stage: Stage, host: LambdaHost, timeout_s: float = 120.0) -> None:
+def _terminal(stage: Stage, items: Sequence[Planned]) -> list[str]:
+    """Request ids whose STATE item is terminal: 100 per BatchGetItem, strongly consistent.
+
+    moto's server runs one DynamoDB request at a time; polling item by item would
+    starve the workers and the Lambda host and slow the very run it watches.
+    """
+    ddb, table = stage.clients["dynamodb"], stage.resources.table_name
+    done = []
+    for start in range(0, len(items), 100):
+        keys_ = [{"PK": {"S": keys.task_pk(p.envelope.tenant, p.envelope.request_id)},
+                  "SK": {"S": keys.STATE_SK}} for p in items[start : start + 100]]  # fmt: skip
+        request = {table: {"Keys": keys_, "ConsistentRead": True,
+                           "ProjectionExpression": "requestId, #s",
+                           "ExpressionAttributeNames": {"#s": "state"}}}  # fmt: skip
+        while request:
+            response = ddb.batch_get_item(RequestItems=request)
+            for item in response["Responses"].get(table, []):
+                if TaskState(item["state"]["S"]).terminal:
+                    done.append(item["requestId"]["S"])
+            request = response.get("UnprocessedKeys") or {}
+    return done
+
+
+def _wait_lambda_host(stage: Stage, host: LambdaHost, stall_s: float = 60.0) -> None:
+    """Wait until the host has worked through the event and DLQ backlog.
+
+    The host runs one handler at a time, so a big run leaves a long backlog (heartbeat
+    events above all); give up only when it stops shrinking.
+    """
     queues = [stage.resources.dlq_url, *stage.resources.target_queues.values()]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if all(stage.queue_counts(url) == (0, 0) for url in queues):
+    last, progress_at = -1, time.monotonic()
+    while time.monotonic() - progress_at < stall_s:
+        left = sum(sum(stage.queue_counts(url)) for url in queues)
+        if left == 0:
             return
-        time.sleep(0.2)
-    raise TimeoutError("the local Lambda host did not drain its queues")
+        if left != last:
+            last, progress_at = left, time.monotonic()
+        time.sleep(0.5)
+    raise TimeoutError(f"the local Lambda host stopped draining its queues ({last} left)")
 
 
 # -- the command -------------------------------------------------------------------------

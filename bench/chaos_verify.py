@@ -76,6 +76,7 @@ class ChaosReport:
     failed_by_chaos: int = 0
     seconds: float = 0.0
     events_lost: int = 0
+    dead_lettered_unrun: int = 0
     violations: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
 
@@ -92,6 +93,7 @@ class ChaosReport:
             "held elsewhere (backed off)": self.held_elsewhere,
             "dead-lettered": self.dead_lettered,
             "failed by chaos": self.failed_by_chaos,
+            "dead-lettered without running": self.dead_lettered_unrun,
             "terminal events lost": self.events_lost,
             "seconds": round(self.seconds, 1),
             "violations": len(self.violations),
@@ -179,9 +181,17 @@ def verify(
         disrupted = bool(holders & killed_holders) or any(
             e.outcome in (None, "killed") for e in executions
         )
+        unrun = not executions and not holders
         if record.state is not EXPECTED[item.kind]:
             if record.state is TaskState.FAILED and disrupted:
                 report.failed_by_chaos += 1
+            elif record.state is TaskState.FAILED and unrun and _dead_lettered(record):
+                # Its receives were used up (by workers killed before they locked it, or
+                # by back-offs) before it ever ran: SQS moved it to the DLQ and the DLQ
+                # processor failed it once. Exactly-once holds; the outcome is a finding.
+                report.failed_by_chaos += 1
+                report.dead_lettered_unrun += 1
+                report.findings.append(f"{rid} ({item.kind}): dead-lettered without running")
             else:
                 violations.append(
                     f"{rid} ({item.kind}): {record.state.value}, expected "
@@ -222,6 +232,11 @@ def verify(
                     report.duplicates_suppressed += 1
                 elif verdict == "held_elsewhere":
                     report.held_elsewhere += 1
+
+
+def _dead_lettered(record: TaskRecord) -> bool:
+    error = record.raw.get("error")
+    return isinstance(error, Mapping) and error.get("reason") == "dlq"
 
 
 def _check_terminal_events(

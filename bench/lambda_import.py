@@ -55,7 +55,7 @@ def import_ms(module: str) -> tuple[float, list[str]]:
 
 def run(*, quick: bool = False) -> dict[str, Any]:
     repeat = 1 if quick else 3
-    rows = []
+    rows: list[dict[str, Any]] = []
     for module in handler_modules():
         try:
             samples = [import_ms(module) for _ in range(repeat)]

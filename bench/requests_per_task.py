@@ -103,7 +103,7 @@ def run(
                 env={**common, "VISIBILITY_EXTENSION_INTERVAL": "300",
                      "VISIBILITY_EXTENSION_AMOUNT": "2"})  # fmt: skip
     operations = sorted(set(short.calls) | set(slow.calls))
-    rows = []
+    rows: list[dict[str, Any]] = []
     per_task_total = per_beat_total = per_task_s3 = 0.0
     for op in operations:
         per_task, per_beat = _solve(short, slow, op)

@@ -115,6 +115,8 @@ def worker_env(stage: Stage, **overrides: str) -> dict[str, str]:
         "TASK_DEFINITIONS_DIR": os.pathsep.join([str(BENCH_DEFINITIONS), str(SAMPLE_DEFINITIONS)]),
         "PYTHONPATH": pythonpath,
         "LOG_LEVEL": "INFO",
+        # A SIGKILLed worker must not take its last log lines with it.
+        "PYTHONUNBUFFERED": "1",
     }
     env.update(overrides)
     return env

@@ -64,7 +64,7 @@ def run(
     tasks = tasks or (30 if quick else 200)
     log_dir = Path(tempfile.mkdtemp(prefix="agentq-bench-tp-"))
     raw = raw_rate(server, tasks)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for count in worker_counts:
         rate = agentq_rate(server, count, tasks, log_dir)
         rows.append({"workers": count, "slots": count * SLOTS, "tasks_per_s": round(rate, 2),
