@@ -86,7 +86,16 @@ def _warm_up() -> None:
 
     # A broken SDK install fails the agent tasks themselves, with their own record.
     with contextlib.suppress(Exception):
+        import anyio
+
         import worker.kinds.agent.runner  # noqa: F401
+
+        # The SDK runs on anyio's asyncio backend, which anyio imports on first use.
+        anyio.run(_nothing)
+
+
+async def _nothing() -> None:
+    return None
 
 
 def spare() -> int:

@@ -138,6 +138,8 @@ class Consumer:
             if entry.child_pid:
                 with contextlib.suppress(OSError):
                     os.killpg(entry.child_pid, signal.SIGKILL)
+        if self._handler.spares is not None:
+            self._handler.spares.kill()
         logger.warning("second signal: exiting without draining")
         os._exit(ExitCode.FORCED)
 

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -36,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 SPARE_COMMAND: Final = (sys.executable, "-m", "worker.child", "--spare")
 KEEPER_POLL_S: Final = 0.5
+REPLACE_DELAY_S: Final = 3.0
 # Importing the SDK under heavy load has been seen to take ~10 s; beyond this it is stuck.
 WARM_UP_LIMIT_S: Final = 120.0
 
@@ -73,6 +75,7 @@ class SparePool:
         max_crashes: int = 3,
         crash_window_s: float = 60.0,
         restart_delay_s: float = 1.0,
+        replace_delay_s: float = REPLACE_DELAY_S,
         command: Sequence[str] = SPARE_COMMAND,
     ) -> None:
         self._env = dict(env)
@@ -82,6 +85,7 @@ class SparePool:
         self._max_crashes = max_crashes
         self._crash_window_s = crash_window_s
         self._restart_delay_s = restart_delay_s
+        self._replace_delay_s = replace_delay_s
         self._command = list(command)
         self._idle: list[Spare] = []
         self._crashes: list[float] = []
@@ -104,13 +108,18 @@ class SparePool:
                 if spare.ready.is_set() and spare.process.poll() is None:
                     self._idle.remove(spare)
                     self.taken += 1
-                    self._wake.set()  # its replacement starts now, in the background
+                    # The replacement waits until the task's own start (the CLI booting)
+                    # is past, so warming does not compete with it for a core.
+                    self._next_start = max(
+                        self._next_start, time.monotonic() + self._replace_delay_s
+                    )
                     return spare
         return None
 
     def discard(self, spare: Spare) -> None:
         """A taken spare that could not accept its task: end it like any child."""
         terminate_tree(spare.process, grace_s=0, known=set())
+        _close_pipes(spare.process)
 
     def close(self) -> None:
         """Stop warming and end every idle spare; returns when none is left."""
@@ -127,6 +136,17 @@ class SparePool:
                 spare.process.stdin.close()
             terminate_tree(spare.process, grace_s=self._grace_s, known=set())
             _close_pipes(spare.process)
+
+    def kill(self) -> None:
+        """SIGKILL every idle spare at once: for a worker exiting without a drain.
+
+        Lock-free (it runs in a signal handler); one still importing would otherwise
+        outlive the worker until its imports are done and it reads end-of-file.
+        """
+        self._closed = True
+        for spare in list(self._idle):
+            with contextlib.suppress(OSError):
+                os.killpg(spare.pid, signal.SIGKILL)
 
     def wait_ready(self, timeout_s: float) -> bool:
         """Whether a warmed spare is idle within `timeout_s` (benchmarks wait for one)."""
