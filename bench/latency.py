@@ -135,7 +135,10 @@ def run(
     for concurrency in concurrencies:
         stage = new_stage(server, prefix="l")
         side_log = work_dir / f"side-{concurrency}.jsonl"
-        env = worker_env(stage, MAX_CONCURRENT_CLAUDE=str(concurrency), WAIT_TIME_SECONDS="2")
+        # Cold children, so a child's spawn time is when its task reached it.
+        env = worker_env(
+            stage, MAX_CONCURRENT_CLAUDE=str(concurrency), WAIT_TIME_SECONDS="2", WARM_CHILDREN="0"
+        )
         dispatch: list[float] = []
         settle: list[float] = []
         with workers(1, env, log_dir=work_dir, name=f"lat{concurrency}-") as fleet:

@@ -75,7 +75,9 @@ def agentq_run(server: MotoServer, durations: Sequence[float], work_dir: Path) -
     side_log = work_dir / f"agentq-{len(durations)}-{time.time_ns()}.jsonl"
     stage.send([envelope("bench-work", {"seconds": d, "side_log": str(side_log)})
                 for d in durations])  # fmt: skip
-    env = worker_env(stage, MAX_CONCURRENT_CLAUDE=str(SLOTS))
+    # Cold children: a warm spare starts before its task, so its spawn time would not
+    # mark the start of the slot's work.
+    env = worker_env(stage, MAX_CONCURRENT_CLAUDE=str(SLOTS), WARM_CHILDREN="0")
     with workers(1, env, log_dir=work_dir) as fleet:
         wait_started(fleet)
         stage.wait_drained(timeout_s=120 + sum(durations))
