@@ -4,6 +4,10 @@ Slots hand events over and move on; a flusher sends up to 10 per call after a sh
 delay, so tasks that start and finish together share requests. Order is kept (one
 FIFO), so a task's `Task Processing Started` always precedes its terminal event. The
 STATE item, written synchronously before, stays the source of truth.
+
+`publish(event, then=...)` runs `then` only once the event is on the bus: the worker
+deletes a finished task's message that way, so a crash between the two leaves the
+message to come back and the terminal event to be sent again (see handler).
 """
 
 from __future__ import annotations
@@ -11,37 +15,43 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Final
 
 from agentq.events import Event
-from agentq.publisher import MAX_ENTRIES_PER_CALL, EventPublisher
+from agentq.publisher import MAX_ENTRIES_PER_CALL, EventPublisher, PublishError
 
 logger = logging.getLogger(__name__)
 # Long enough for neighbouring tasks to share a call, short against any interval.
 DEFAULT_DELAY_S: Final = 0.2
+AfterSent = Callable[[], object]
+Pending = tuple[Event, AfterSent | None]
 
 
 class EventBatcher:
     def __init__(self, publisher: EventPublisher, *, delay_s: float = DEFAULT_DELAY_S) -> None:
         self._publisher = publisher
         self._delay = delay_s
-        self._pending: list[Event] = []
+        self._pending: list[Pending] = []
         self._in_progress = 0
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="event-batcher", daemon=True)
         self._thread.start()
 
-    def publish(self, event: Event) -> None:
-        self.publish_many([event])
+    def publish(self, event: Event, /, *, then: AfterSent | None = None) -> None:
+        self._submit([(event, then)])
 
     def publish_many(self, events: list[Event]) -> None:
+        self._submit([(event, None) for event in events])
+
+    def _submit(self, items: list[Pending]) -> None:
         with self._cond:
             if not self._closed:
-                self._pending.extend(events)
+                self._pending.extend(items)
                 self._cond.notify_all()
                 return
-        self._send(events)
+        self._send(items)
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until everything handed over so far is sent; False on timeout."""
@@ -81,9 +91,21 @@ class EventBatcher:
                     self._in_progress -= 1
                     self._cond.notify_all()
 
-    def _send(self, batch: list[Event]) -> None:
+    def _send(self, batch: list[Pending]) -> None:
+        failed: set[str] = set()
         try:
-            self._publisher.publish_all(batch, raise_on_failure=False)
+            self._publisher.publish_all([event for event, _ in batch])
+        except PublishError as exc:
+            failed = {event_id for event_id, _ in exc.failed}
+            logger.error("events not published", extra={"failed": exc.failed})
         except Exception:
             # A lost event must not undo finished work; the STATE item holds the truth.
+            failed = {event.event_id for event, _ in batch}
             logger.exception("events not published", extra={"events": len(batch)})
+        for event, then in batch:
+            if then is None or event.event_id in failed:
+                continue
+            try:
+                then()
+            except Exception:
+                logger.exception("after-publish step failed", extra={"eventId": event.event_id})

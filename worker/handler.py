@@ -8,13 +8,14 @@ to the live holder of the task's lease.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import random
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -49,9 +50,9 @@ logger = logging.getLogger(__name__)
 
 
 class EventSink(Protocol):
-    """Where task events go: an `EventBatcher` (shared calls) or an `EventPublisher`."""
+    """Where task events go (an `EventBatcher`); `then` runs once the event is sent."""
 
-    def publish(self, event: Event, /) -> None: ...
+    def publish(self, event: Event, /, *, then: Callable[[], object] | None = None) -> None: ...
 
 
 # A lock refused for an unclear reason (a concurrent change) is looked at again soon.
@@ -211,7 +212,7 @@ class MessageHandler:
                 ),
             )
         if record is not None and record.state.terminal:
-            self._batcher.delete(entry.receipt_handle)
+            self._resend_terminal_event_then_delete(entry, envelope)
             return "duplicate"
         error = info("validation", f"message received {receives} times", "MaxReceivesExceeded")
         self._fail_without_lease(
@@ -224,7 +225,7 @@ class MessageHandler:
         log = {"requestId": envelope.request_id, "refusal": type(refusal).__name__}
         if isinstance(refusal, TaskAlreadyTerminal):
             logger.info("duplicate of a finished task; deleting", extra=log)
-            self._batcher.delete(entry.receipt_handle)
+            self._resend_terminal_event_then_delete(entry, envelope)
             return "duplicate"
         if isinstance(refusal, TaskHeldElsewhere):
             # Never delete: this may be the holder's own message. Look again after its lease.
@@ -374,16 +375,25 @@ class MessageHandler:
             self._emit(detail_type, envelope=envelope, attempt=lease.attempt,
                        duration_ms=duration_ms, **payload)  # fmt: skip
 
+        def finish(state: TaskState, detail_type: DetailType, **payload: Any) -> None:
+            # Outbox: the terminal event rides on the STATE item's final write, and the
+            # message goes only once the event is sent. A crash in between brings the
+            # message back as a duplicate, which sends the same event (same id) again.
+            event = self._event(detail_type, envelope=envelope, attempt=lease.attempt,
+                                duration_ms=duration_ms, **payload)  # fmt: skip
+            extra = {"result": payload["result"]} if "result" in payload else {}
+            if error is not None:
+                extra["error"] = error
+            self._store.finalize(lease, state, fields={
+                **fields, **extra, "terminalEvent": event.to_detail()})  # fmt: skip
+            self._publish(event, then=functools.partial(self._batcher.delete, entry.receipt_handle))
+
         try:
             if outcome.verdict == "completed":
                 pointer = {"bucket": self._bucket,
                            "key": artifacts.prefix_for(envelope.request_id) + RESULT_FILE}  # fmt: skip
-                self._store.finalize(
-                    lease, TaskState.COMPLETED, fields={**fields, "result": pointer}
-                )
-                emit("Task Completed", result=pointer, usage=usage.get("usage"),
-                           cost_usd=usage.get("cost_usd"))  # fmt: skip
-                self._batcher.delete(entry.receipt_handle)
+                finish(TaskState.COMPLETED, "Task Completed", result=pointer,
+                       usage=usage.get("usage"), cost_usd=usage.get("cost_usd"))  # fmt: skip
                 return "completed"
             if outcome.verdict == "retry":
                 delay = backoff_s(lease.attempt, base_s=self._settings.retry_backoff_base_s,
@@ -397,9 +407,7 @@ class MessageHandler:
             timed_out = outcome.verdict == "timeout"
             state = TaskState.TIMEOUT if timed_out else TaskState.FAILED
             detail: DetailType = "Task Timeout" if timed_out else "Task Failed"
-            self._store.finalize(lease, state, fields={**fields, "error": error})
-            emit(detail, error=error)
-            self._batcher.delete(entry.receipt_handle)
+            finish(state, detail, error=error)
             return "timeout" if outcome.verdict == "timeout" else "failed"
         except LeaseLost:
             logger.warning("lease lost before finalize; leaving the task to its new holder",
@@ -434,7 +442,22 @@ class MessageHandler:
         effective_until_ms: int | None = None,
         **payload: Any,
     ) -> None:
-        event = task_event(
+        self._publish(self._event(detail_type, envelope=envelope, request_id=request_id,
+                                  tenant=tenant, attempt=attempt,
+                                  effective_until_ms=effective_until_ms, **payload))  # fmt: skip
+
+    def _event(
+        self,
+        detail_type: DetailType,
+        *,
+        envelope: TaskEnvelope | None = None,
+        request_id: str | None = None,
+        tenant: str | None = None,
+        attempt: int = 0,
+        effective_until_ms: int | None = None,
+        **payload: Any,
+    ) -> Event:
+        return task_event(
             detail_type,
             request_id=envelope.request_id if envelope else str(request_id),
             tenant=envelope.tenant if envelope else str(tenant),
@@ -445,11 +468,35 @@ class MessageHandler:
             effective_until_ms=effective_until_ms,
             **payload,
         )
+
+    def _publish(self, event: Event, *, then: Callable[[], object] | None = None) -> None:
         try:
-            self._publisher.publish(event)
+            self._publisher.publish(event, then=then)
         except Exception:
             # The STATE item already holds the truth; a lost event must not undo the work.
-            logger.exception("event not published", extra={"detailType": detail_type})
+            logger.exception("event not published", extra={"detailType": event.detail_type})
+
+    def _resend_terminal_event_then_delete(self, entry: InFlight, envelope: TaskEnvelope) -> None:
+        """A finished task's message came back: make sure its terminal event went out.
+
+        The event stored on the STATE item keeps its id and time, so save-event and the
+        dispatcher see a duplicate, not a second ending.
+        """
+        record = self._store.get(envelope.tenant, envelope.request_id)
+        stored = record.raw.get("terminalEvent") if record is not None else None
+        delete = functools.partial(self._batcher.delete, entry.receipt_handle)
+        if not isinstance(stored, Mapping):
+            delete()
+            return
+        try:
+            event = Event.from_detail(stored)
+        except InvalidInput:
+            logger.warning(
+                "unreadable stored terminal event", extra={"requestId": envelope.request_id}
+            )
+            delete()
+            return
+        self._publish(event, then=delete)
 
 
 def _message_request_id(message_id: str) -> str:

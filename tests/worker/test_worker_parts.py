@@ -229,3 +229,37 @@ def test_worker_heartbeat_gives_up_extending_after_three_failures(inproc_stack: 
     assert good.extending is True and good.extension_failures == 0
     assert good.lease is not None and good.lease.effective_until_ms > 0
     assert publisher.stats.entries == 4  # one heartbeat event per beat for the leased task
+
+
+def test_event_batcher_runs_then_only_after_the_event_is_sent(inproc_stack: Stack) -> None:
+    """The worker deletes a finished task's message through `then`: never before the
+    terminal event is on the bus, and not at all when it could not be sent."""
+    from agentq.events import task_event
+    from agentq.publisher import EventPublisher
+    from worker.eventbatch import EventBatcher
+
+    class _Rejecting:
+        def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
+            return {"FailedEntryCount": len(Entries),
+                    "Entries": [{"ErrorCode": "InternalFailure"}] * len(Entries)}  # fmt: skip
+
+    sent: list[str] = []
+    good = EventBatcher(
+        EventPublisher(inproc_stack.events, bus_name=inproc_stack.resources.bus_name,
+                       source="agentq"),
+        delay_s=0,
+    )  # fmt: skip
+    done = task_event("Task Completed", request_id="r-ok", tenant="t")
+    good.publish(done, then=lambda: sent.append("r-ok"))
+    good.close()
+    assert sent == ["r-ok"]
+
+    bad = EventBatcher(
+        EventPublisher(_Rejecting(), bus_name="b", source="agentq", max_attempts=2,
+                       sleep=lambda _: None),
+        delay_s=0,
+    )  # fmt: skip
+    bad.publish(task_event("Task Completed", request_id="r-lost", tenant="t"),
+                then=lambda: sent.append("r-lost"))  # fmt: skip
+    bad.close()
+    assert sent == ["r-ok"]  # the message stays; its redelivery re-sends the event
