@@ -7,6 +7,7 @@
 | failed, retryable, attempts left           | RETRYING  | Task Processing Failed | kept, visible after a jittered backoff |
 | failed, retryable, last attempt            | FAILED    | Task Failed            | delete  |
 | failed, not retryable (programming, auth…) | FAILED    | Task Failed            | delete  |
+| killed by a signal the worker did not send | as a retryable `server` failure (OOM kill, operator)  |
 
 The worker reads the child's structured error record, never its stderr text.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -51,6 +53,13 @@ def read_usage(task_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def decide(child: ChildExit, task_dir: Path, *, attempt: int, max_attempts: int) -> Outcome:
     usage = read_usage(task_dir)
     if child.stopped == "timeout":
@@ -71,13 +80,17 @@ def decide(child: ChildExit, task_dir: Path, *, attempt: int, max_attempts: int)
     record = _read_json(task_dir / ERROR_FILE)
     if isinstance(record, dict):
         error = from_record(record)
+    elif child.returncode < 0:
+        # A signal the worker did not send: the OOM killer, an operator, a host in
+        # trouble. Nothing says the task is at fault, so the attempt may be retried.
+        name = _signal_name(-child.returncode)
+        error = info("server", f"child killed by {name} (out of memory?)", "ChildKilled")
     else:
-        how = (
-            f"killed by signal {-child.returncode}"
-            if child.returncode < 0
-            else f"exited {child.returncode}"
+        error = info(
+            "parse",
+            f"child exited {child.returncode} without a readable error record",
+            "ChildProtocol",
         )
-        error = info("parse", f"child {how} without a readable error record", "ChildProtocol")
     if error.retryable and attempt < max_attempts:
         return Outcome(verdict="retry", error=error, usage=usage)
     return Outcome(verdict="failed", error=error, usage=usage)

@@ -73,6 +73,12 @@ def test_worker_outcome_follows_the_seed_table(tmp_path: Path) -> None:
 
     assert decide(child(-9, "timeout"), tmp_path, attempt=1, max_attempts=3).verdict == "timeout"
     assert decide(child(1), tmp_path, attempt=1, max_attempts=3).error.category == "parse"  # type: ignore[union-attr]
+    # Killed by a signal the worker did not send (OOM): retried, not failed for good.
+    killed = decide(child(-9), tmp_path, attempt=1, max_attempts=3)
+    assert killed.verdict == "retry"
+    assert killed.error is not None and killed.error.category == "server"
+    assert "SIGKILL" in killed.error.message
+    assert decide(child(-9), tmp_path, attempt=3, max_attempts=3).verdict == "failed"
     (tmp_path / "error.json").write_text(json.dumps({"category": "server", "message": "x"}))
     assert decide(child(1), tmp_path, attempt=1, max_attempts=3).verdict == "retry"
     assert decide(child(1), tmp_path, attempt=3, max_attempts=3).verdict == "failed"
