@@ -31,7 +31,6 @@ import yaml
 from agentq.config import Settings
 from agentq.envelope import DEFINITION_PATTERN
 from agentq.errors import ConfigError, InvalidInput, NotFound
-from agentq.store.codec import from_item, to_item
 
 TaskKind = Literal["python", "agent"]
 TASK_KINDS: Final[tuple[TaskKind, ...]] = get_args(TaskKind)
@@ -117,17 +116,25 @@ def load_directory(directory: Path) -> dict[str, TaskDefinition]:
 
 
 class DefinitionsTable:
-    """The task-definitions table (partition key `name`). The client is passed in."""
+    """The task-definitions table (partition key `name`). The client is passed in.
+
+    The DynamoDB codec (and with it boto3) is imported on use: every task child loads
+    this module and talks to no AWS service, so it should not pay for boto3's import.
+    """
 
     def __init__(self, dynamodb: Any, table_name: str) -> None:
         self._ddb = dynamodb
         self._table = table_name
 
     def get(self, name: str) -> TaskDefinition | None:
+        from agentq.store.codec import from_item
+
         item = self._ddb.get_item(TableName=self._table, Key={"name": {"S": name}}).get("Item")
         return TaskDefinition.from_dict(from_item(item), source=f"table:{name}") if item else None
 
     def put(self, definition: TaskDefinition) -> None:
+        from agentq.store.codec import to_item
+
         self._ddb.put_item(TableName=self._table, Item=to_item(definition.to_dict()))
 
     def delete(self, name: str) -> bool:
@@ -137,6 +144,8 @@ class DefinitionsTable:
         return bool(response.get("Attributes"))
 
     def all(self) -> list[TaskDefinition]:
+        from agentq.store.codec import from_item
+
         items: list[dict[str, Any]] = []
         kwargs: dict[str, Any] = {"TableName": self._table}
         while True:
