@@ -25,7 +25,6 @@ from agentq.definitions import TaskDefinition
 from agentq.security import sanitize_error_message
 from agentq.taxonomy import classify_exception, info
 from worker.kinds import ChildContext, load_kind
-from worker.leasefile import start_watchdog
 
 TASK_FILE: Final = "task.json"
 RESULT_FILE: Final = "artifacts/task-result.json"
@@ -58,7 +57,6 @@ def load_context(task_dir: Path) -> ChildContext:
 
 def run(task_dir: Path) -> int:
     try:
-        start_watchdog(task_dir)
         ctx = load_context(task_dir)
         for directory in (ctx.artifacts_dir, ctx.logs_dir, ctx.traces_dir):
             directory.mkdir(parents=True, exist_ok=True)

@@ -41,7 +41,6 @@ from worker.batcher import SqsBatcher
 from worker.child import RESULT_FILE, TASK_FILE
 from worker.childenv import child_environment
 from worker.inflight import InFlight, InFlightRegistry
-from worker.leasefile import write_lease
 from worker.outcome import Outcome, backoff_s, decide
 from worker.spares import SparePool
 from worker.supervisor import run_child
@@ -304,8 +303,6 @@ class MessageHandler:
             # Anything raised from here on leaves the message unsettled: SQS redelivers it
             # once the lease has expired, and the STATE item counts the attempt.
             task_dir = self._prepare(envelope, definition, lease)
-            write_lease(task_dir, lease.effective_until_ms)
-            entry.task_dir = task_dir
             child = run_child(
                 task_dir,
                 env=self._child_env,
@@ -320,7 +317,6 @@ class MessageHandler:
                 spares=self.spares,
             )
             entry.lease = None  # the heartbeat stops renewing: the attempt is over
-            entry.task_dir = None
             outcome = decide(child, task_dir, attempt=lease.attempt, max_attempts=max_attempts)
             result = self._settle(entry, envelope, lease, task_dir, outcome, child.duration_ms)
         finally:

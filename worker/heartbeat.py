@@ -10,7 +10,6 @@ extended (it becomes visible again and the STATE item arbitrates).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -22,7 +21,6 @@ from agentq.store.tasks import TaskStore
 from worker.batcher import MAX_BATCH
 from worker.eventbatch import EventBatcher
 from worker.inflight import InFlight, InFlightRegistry
-from worker.leasefile import write_lease
 
 MAX_EXTENSION_FAILURES: Final = 3
 logger = logging.getLogger(__name__)
@@ -129,10 +127,6 @@ class Heartbeat:
             if entry.lease is None:
                 continue  # the child ended meanwhile; no heartbeat for a finished attempt
             entry.lease = lease
-            task_dir = entry.task_dir
-            if task_dir is not None:
-                with contextlib.suppress(OSError):  # the attempt may be ending right now
-                    write_lease(task_dir, lease.effective_until_ms)
             envelope = entry.envelope
             events.append(
                 task_event(

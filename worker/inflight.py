@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from agentq.envelope import TaskEnvelope
 from agentq.store.tasks import Lease
@@ -20,7 +19,6 @@ class InFlight:
     envelope: TaskEnvelope | None = None
     lease: Lease | None = None
     child_pid: int | None = None
-    task_dir: Path | None = None  # where the lease is mirrored for the child's watchdog
     stop: StopSignal = field(default_factory=StopSignal)
     # Visibility extension gives up after consecutive failures (the seed's rule).
     extension_failures: int = 0
