@@ -192,6 +192,16 @@ def verify(
                 report.failed_by_chaos += 1
                 report.dead_lettered_unrun += 1
                 report.findings.append(f"{rid} ({item.kind}): dead-lettered without running")
+            elif record.state is TaskState.FAILED and _dead_lettered(record):
+                # SQS counts every receive (duplicates, back-offs behind a live holder)
+                # toward maxReceiveCount, so a retrying task can reach the DLQ with
+                # attempts left. One terminal state still holds; the lost retry is a
+                # finding about receive budgets, not a broken exactly-once promise.
+                report.failed_by_chaos += 1
+                report.findings.append(
+                    f"{rid} ({item.kind}): dead-lettered by its receive count after "
+                    f"{len(executions)} execution(s), attempts left"
+                )
             else:
                 violations.append(
                     f"{rid} ({item.kind}): {record.state.value}, expected "
