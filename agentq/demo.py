@@ -95,7 +95,7 @@ def demo_spec(*, offline: bool) -> tuple[dict[str, Any], list[Expectation]]:
 
 
 def _frame(job: Any, tasks: dict[str, Any], elapsed: float) -> RenderableType:
-    from agentq.cli.watch import _job_frame as job_frame
+    from agentq.cli.watch import job_frame
 
     return Group(job_frame(job, tasks), f"[dim]{elapsed:5.1f} s[/dim]")
 

@@ -139,9 +139,11 @@ class HealthChecker:
 
     def check(self, *, at_ms: int | None = None) -> HealthReport:
         now = now_ms() if at_ms is None else at_ms
+        # One status-index read of PROCESSING serves both checks on running tasks.
+        processing = self._tasks.tasks_by_status(TaskState.PROCESSING)
         findings: list[Finding] = []
-        findings += self._stuck(now)
-        findings += self._overtime(now)
+        findings += self._stuck(processing, now)
+        findings += self._overtime(processing, now)
         findings += self._starving(now)
         dlq = self._dlq_health() if self._settings.dlq_url else None
         if dlq is not None and dlq.depth > 0:
@@ -149,10 +151,12 @@ class HealthChecker:
         return HealthReport(checked_at_ms=now, findings=findings, dlq=dlq)
 
     # -- task conditions -----------------------------------------------------------
-    def _stuck(self, now: int) -> list[Finding]:
+    def _stuck(self, processing: list[TaskRecord], now: int) -> list[Finding]:
         result = []
-        for record in self._tasks.tasks_by_status(TaskState.PROCESSING, due_before_ms=now):
-            expired_at = record.effective_until_ms or now
+        for record in processing:
+            if record.effective_until_ms is None or record.effective_until_ms >= now:
+                continue
+            expired_at = record.effective_until_ms
             beat = record.raw.get("lastHeartbeatAt")
             result.append(
                 self._finding(
@@ -168,10 +172,10 @@ class HealthChecker:
             )
         return result
 
-    def _overtime(self, now: int) -> list[Finding]:
+    def _overtime(self, processing: list[TaskRecord], now: int) -> list[Finding]:
         grace_ms = self._settings.overtime_grace_s * 1000
         result = []
-        for record in self._tasks.tasks_by_status(TaskState.PROCESSING):
+        for record in processing:
             deadline = record.raw.get("deadlineAt")
             if not isinstance(deadline, int) or deadline + grace_ms >= now:
                 continue

@@ -60,10 +60,10 @@ def _snapshot(client: Any, args: argparse.Namespace) -> tuple[Any, RenderableTyp
         return None, views.jobs_table(jobs), [views.job_dict(j) for j in jobs]
     job = client.get_job(args.job_id, tenant=args.tenant)
     tasks = client.job_tasks(job)
-    return job, _job_frame(job, tasks), views.job_dict(job, tasks)
+    return job, job_frame(job, tasks), views.job_dict(job, tasks)
 
 
-def _job_frame(job: Any, tasks: dict[str, Any]) -> RenderableType:
+def job_frame(job: Any, tasks: dict[str, Any]) -> RenderableType:
     by_state = Counter(record.state.value if record else "NOT CREATED" for record in tasks.values())
     header = Text.assemble(
         (f"job {job.job_id}", "bold"),

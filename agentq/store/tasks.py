@@ -25,6 +25,7 @@ from agentq.errors import (
     TaskNotReady,
 )
 from agentq.events import now_ms
+from agentq.resources import STATUS_SHARDS
 from agentq.states import TERMINAL_STATES, TaskState
 from agentq.store import keys
 from agentq.store._dynamo import condition_failed, query_all
@@ -583,8 +584,6 @@ class TaskStore:
         Due time: lease expiry for PROCESSING, creation for PENDING/BLOCKED, the retry
         time for RETRYING. Terminal tasks are not in the index.
         """
-        from agentq.resources import STATUS_SHARDS
-
         merged: list[tuple[str, Mapping[str, Any]]] = []
         for shard in range(STATUS_SHARDS):
             condition = "statusPK = :pk"

@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import yaml
 from conftest import Stack
-from support import wait_for
+from support import EventLog
 
 from agentq.envelope import TaskEnvelope
 from agentq.local.claude_env import offline_claude_env
@@ -101,54 +101,6 @@ class AgentRig:
         return (
             int(attributes["ApproximateNumberOfMessages"]),
             int(attributes["ApproximateNumberOfMessagesNotVisible"]),
-        )
-
-
-class EventLog:
-    """Every event the bus delivered to the save-event rule's target queue."""
-
-    def __init__(self, stack: Stack) -> None:
-        self._sqs = stack.sqs
-        self._url = stack.resources.target_queues["save-event"]
-        self.events: list[dict[str, Any]] = []
-        self.raw: list[str] = []
-
-    def poll(self) -> list[dict[str, Any]]:
-        while True:
-            messages = self._sqs.receive_message(
-                QueueUrl=self._url, MaxNumberOfMessages=10, WaitTimeSeconds=0
-            ).get("Messages", [])
-            if not messages:
-                return self.events
-            for message in messages:
-                self.raw.append(message["Body"])
-                body = json.loads(message["Body"])
-                self.events.append({"detail-type": body["detail-type"], **body["detail"]})
-            self._sqs.delete_message_batch(
-                QueueUrl=self._url,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
-                    for i, m in enumerate(messages)
-                ],
-            )
-
-    def of(self, request_id: str, detail_type: str | None = None) -> list[dict[str, Any]]:
-        self.poll()
-        return [
-            e
-            for e in self.events
-            if e.get("requestId") == request_id
-            and (detail_type is None or e["detail-type"] == detail_type)
-        ]
-
-    def wait(
-        self, request_id: str, detail_type: str, *, count: int = 1, timeout: float = 90.0
-    ) -> list[dict[str, Any]]:
-        return wait_for(
-            lambda: (found := self.of(request_id, detail_type)) and len(found) >= count and found,
-            timeout=timeout,
-            interval=0.2,
-            message=f"{count}x {detail_type} for {request_id}",
         )
 
 
