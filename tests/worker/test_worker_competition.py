@@ -10,9 +10,8 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import Stack
-from support import wait_for
+from support import EventLog, wait_for
 from worker_support import (
-    EventLog,
     queue_counts,
     running_worker,
     send,

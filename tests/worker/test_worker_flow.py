@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from conftest import Stack
-from support import wait_for
-from worker_support import EventLog, queue_counts, running_worker, send, state
+from support import EventLog, wait_for
+from worker_support import queue_counts, running_worker, send, state
 
 from agentq.states import TaskState
 

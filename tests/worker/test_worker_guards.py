@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from conftest import Stack
-from support import wait_for
-from worker_support import EventLog, queue_counts, running_worker, send, state, store
+from support import EventLog, wait_for
+from worker_support import queue_counts, running_worker, send, state, store
 
 from agentq.events import now_ms
 from agentq.states import TaskState

@@ -18,8 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import Stack
-from support import wait_for
-from worker_support import EventLog, queue_counts, running_worker, send, state
+from support import EventLog, wait_for
+from worker_support import queue_counts, running_worker, send, state
 
 from agentq.local.workers import WorkerProcess
 from agentq.states import TaskState
