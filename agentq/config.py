@@ -144,6 +144,14 @@ class Settings:
     max_concurrent: int = _var(
         "MAX_CONCURRENT_CLAUDE", 3, "Task slots per worker process.", "worker", minimum=1
     )
+    prefetch_horizon_ms: int = _var(
+        "PREFETCH_HORIZON",
+        1_000,
+        "Prefetch (ms): a receive also takes the messages this worker expects to start "
+        "within this time at its recent rate (0: only free slots).",
+        "worker",
+        minimum=0,
+    )
     max_message_retries: int = _var(
         "MAX_MESSAGE_RETRIES",
         3,

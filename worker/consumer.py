@@ -1,9 +1,10 @@
 """The worker process: a receiver, N slots, one heartbeat, and a graceful drain.
 
-The receiver long-polls for exactly as many messages as there are free slots, so no
-message sits invisible in a worker that cannot start it; a slot is refilled as soon as
-it frees. Each slot settles one message at a time (worker.handler). One heartbeat keeps
-every held message invisible and every lease alive.
+The receiver long-polls only when a free slot has nothing to start, for the free slots
+plus a prefetch sized to the recent start rate (worker.intake), so a slot is refilled
+the moment its child exits while the last task is still being settled (worker.handler).
+One heartbeat keeps every held message, prefetched or running, invisible and every lease
+alive.
 
 Shutdown (first SIGTERM/SIGINT): stop receiving; running tasks keep their heartbeats
 until DRAIN_TIMEOUT; then they are stopped and released (visibility 0, attempt given
@@ -29,7 +30,8 @@ from worker.batcher import SqsBatcher
 from worker.eventbatch import EventBatcher
 from worker.handler import MessageHandler
 from worker.heartbeat import Heartbeat
-from worker.inflight import InFlightRegistry
+from worker.inflight import InFlight, InFlightRegistry
+from worker.intake import Held, Intake
 
 logger = logging.getLogger(__name__)
 RECEIVE_ERROR_BACKOFF_S: Final = 1.0
@@ -41,38 +43,6 @@ class ExitCode(IntEnum):
     DRAIN_TIMEOUT = 3  # DRAIN_TIMEOUT passed: unfinished tasks were stopped and released
     FORCED = 4  # a second signal: children killed, exit without draining
     CONFIG = 5  # configuration error (same code as the CLI)
-
-
-class Slots:
-    """Free-slot accounting; the receiver asks for exactly the free count."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._busy = 0
-        self._cond = threading.Condition()
-
-    @property
-    def busy(self) -> int:
-        with self._cond:
-            return self._busy
-
-    def wait_free(self, timeout_s: float) -> int:
-        with self._cond:
-            self._cond.wait_for(lambda: self._busy < self.size, timeout=timeout_s)
-            return self.size - self._busy
-
-    def take(self) -> None:
-        with self._cond:
-            self._busy += 1
-
-    def give(self) -> None:
-        with self._cond:
-            self._busy -= 1
-            self._cond.notify_all()
-
-    def wait_idle(self, timeout_s: float) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: self._busy == 0, timeout=timeout_s)
 
 
 class Consumer:
@@ -97,8 +67,9 @@ class Consumer:
         self._events = events
         self._inflight = inflight
         self._on_tick = list(on_tick)
-        self.slots = Slots(settings.max_concurrent)
-        self._pool = ThreadPoolExecutor(settings.max_concurrent, thread_name_prefix="slot")
+        self.slots = Intake(settings.max_concurrent, horizon_s=settings.prefetch_horizon_ms / 1000)
+        # A slot frees at its child's exit while its thread settles: room for both.
+        self._pool = ThreadPoolExecutor(2 * settings.max_concurrent + 1, thread_name_prefix="slot")
         self._stopping = threading.Event()
         self._signals = 0
         self._signalled = threading.Event()
@@ -146,9 +117,11 @@ class Consumer:
     def drain(self) -> ExitCode:
         self._stopping.set()
         deadline = time.monotonic() + self._settings.drain_timeout_ms / 1000
-        # First let the receiver leave its long poll (whatever it brings back is
-        # released), so no message starts once draining has begun.
+        self._give_back(self.slots.drop_buffered())
+        # Let the receiver leave its long poll (whatever it brings back is released), so
+        # no message starts once draining has begun.
         self._receiver.join(timeout=self._settings.wait_time_seconds + 10)
+        self._give_back(self.slots.drop_buffered())
         code = ExitCode.OK
         if not self.slots.wait_idle(max(0.0, deadline - time.monotonic())):
             code = ExitCode.DRAIN_TIMEOUT
@@ -167,20 +140,32 @@ class Consumer:
     def _receive_loop(self) -> None:
         while not self._stopping.is_set():
             try:
-                free = self.slots.wait_free(timeout_s=0.5)
-                if free <= 0 or self._stopping.is_set():
+                wanted = self.slots.wait_wanted(timeout_s=0.5)
+                if wanted <= 0 or self._stopping.is_set():
                     continue
-                messages = self._receive(min(free, 10))
-                for message in messages:
-                    if self._stopping.is_set():
-                        self._batcher.change_visibility(message["ReceiptHandle"], 0)
-                        continue
-                    self.received += 1
-                    self.slots.take()
-                    self._pool.submit(self._slot, message)
+                for message in self._receive(wanted):
+                    self._accept(message)
             except Exception:
                 logger.exception("receive failed; retrying")
                 self._stopping.wait(RECEIVE_ERROR_BACKOFF_S)
+
+    def _accept(self, message: dict[str, Any]) -> None:
+        if self._stopping.is_set():
+            self._batcher.change_visibility(message["ReceiptHandle"], 0)
+            return
+        self.received += 1
+        entry = InFlight(message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"])
+        if self._inflight.add(entry) is not None:
+            # Our own message, back after a lapse: the running slot now uses this handle.
+            self._count("held_here")
+            return
+        if self.slots.offer((message, entry)):
+            self._pool.submit(self._slot, message, entry)
+
+    def _give_back(self, held: list[Held]) -> None:
+        for message, entry in held:
+            self._inflight.remove(entry)
+            self._batcher.change_visibility(message["ReceiptHandle"], 0)
 
     def _receive(self, count: int) -> list[dict[str, Any]]:
         response = self._sqs.receive_message(
@@ -193,10 +178,24 @@ class Consumer:
         messages: list[dict[str, Any]] = response.get("Messages", [])
         return messages
 
-    def _slot(self, message: dict[str, Any]) -> None:
+    def _slot(self, message: dict[str, Any], entry: InFlight) -> None:
         started = time.monotonic()
+        freed = threading.Event()
+
+        def free_slot() -> None:
+            if freed.is_set():
+                return
+            freed.set()
+            following = self.slots.release()
+            while following is not None and self._stopping.is_set():
+                # Nothing new starts while draining: give it back and free the slot.
+                self._give_back([following])
+                following = self.slots.release()
+            if following is not None:
+                self._pool.submit(self._slot, *following)
+
         try:
-            verdict = self._handler.handle(message)
+            verdict = self._handler.handle(message, entry=entry, on_child_exit=free_slot)
         except Exception:
             # One broken message must not take the slot (or the worker) down; SQS will
             # redeliver it after its visibility timeout and the STATE item arbitrates.
@@ -205,11 +204,14 @@ class Consumer:
             )
             verdict = "error"
         finally:
-            self.slots.give()
-        with self._verdict_lock:
-            self.verdicts[verdict] = self.verdicts.get(verdict, 0) + 1
+            free_slot()
+        self._count(verdict)
         logger.info(
             "message settled",
             extra={"messageId": message.get("MessageId"), "verdict": verdict,
                    "seconds": round(time.monotonic() - started, 3)},
         )  # fmt: skip
+
+    def _count(self, verdict: str) -> None:
+        with self._verdict_lock:
+            self.verdicts[verdict] = self.verdicts.get(verdict, 0) + 1

@@ -100,18 +100,34 @@ class MessageHandler:
             )
 
     # -- entry point -------------------------------------------------------------------
-    def handle(self, message: Mapping[str, Any]) -> str:
-        """Settle one message; returns a short verdict for logs and tests."""
-        entry = InFlight(message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"])
-        if self._inflight.add(entry) is not None:
-            # Our own message, back after a lapse: the running slot now uses this handle.
-            return "held_here"
+    def handle(
+        self,
+        message: Mapping[str, Any],
+        *,
+        entry: InFlight | None = None,
+        on_child_exit: Callable[[], object] | None = None,
+    ) -> str:
+        """Settle one message; returns a short verdict for logs and tests.
+
+        `entry` is the message's in-flight record when the caller registered it already
+        (prefetch); `on_child_exit` runs as soon as the task's child is gone, before the
+        settle chain, so the caller can hand the slot to the next task.
+        """
+        if entry is None:
+            entry = InFlight(
+                message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"]
+            )
+            if self._inflight.add(entry) is not None:
+                # Our own message, back after a lapse: the running slot now uses this handle.
+                return "held_here"
         try:
-            return self._handle(message, entry)
+            return self._handle(message, entry, on_child_exit or _nothing)
         finally:
             self._inflight.remove(entry)
 
-    def _handle(self, message: Mapping[str, Any], entry: InFlight) -> str:
+    def _handle(
+        self, message: Mapping[str, Any], entry: InFlight, on_child_exit: Callable[[], object]
+    ) -> str:
         attributes = message.get("Attributes", {})
         try:
             envelope = parse_message(
@@ -141,7 +157,9 @@ class MessageHandler:
         except LockNotAcquired as refusal:
             return self._refused(entry, envelope, refusal)
         entry.lease = lease
-        return self._run(entry, envelope, definition, lease, attributes, max_attempts, timeout_ms)
+        return self._run(
+            entry, envelope, definition, lease, attributes, max_attempts, timeout_ms, on_child_exit
+        )
 
     # -- before the lock -----------------------------------------------------------------
     def _reject(self, message: Mapping[str, Any], exc: Exception) -> str:
@@ -283,6 +301,7 @@ class MessageHandler:
         attributes: Mapping[str, Any],
         max_attempts: int,
         timeout_ms: int,
+        on_child_exit: Callable[[], object],
     ) -> str:
         sent = attributes.get("SentTimestamp")
         start = TaskStart(
@@ -317,6 +336,7 @@ class MessageHandler:
                 spares=self.spares,
             )
             entry.lease = None  # the heartbeat stops renewing: the attempt is over
+            _safely(lambda _: on_child_exit(), None)
             outcome = decide(child, task_dir, attempt=lease.attempt, max_attempts=max_attempts)
             result = self._settle(entry, envelope, lease, task_dir, outcome, child.duration_ms)
         finally:
@@ -501,6 +521,10 @@ class MessageHandler:
 
 def _message_request_id(message_id: str) -> str:
     return "msg-" + "".join(c for c in message_id if c.isalnum() or c in "-_")[:250]
+
+
+def _nothing() -> None:
+    return None
 
 
 def _safely(hook: Any, arg: Any) -> None:

@@ -1,0 +1,80 @@
+"""Slot accounting and the rate-sized prefetch of worker.intake."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.inflight import InFlight
+from worker.intake import RATE_WINDOW_S, Held, Intake
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def held(n: int) -> Held:
+    message: dict[str, Any] = {"MessageId": f"m{n}", "ReceiptHandle": f"h{n}"}
+    return message, InFlight(message_id=f"m{n}", receipt_handle=f"h{n}")
+
+
+def test_slots_fill_then_buffer_and_a_release_hands_over_the_next() -> None:
+    intake = Intake(2, horizon_s=0)
+    assert intake.offer(held(1)) and intake.offer(held(2))
+    assert not intake.offer(held(3)), "a third message waits in the buffer"
+    assert (intake.busy, intake.buffered) == (2, 1)
+    following = intake.release()
+    assert following is not None and following[0]["MessageId"] == "m3"
+    assert (intake.busy, intake.buffered) == (2, 0), "the slot went straight to m3"
+    assert intake.release() is None and intake.busy == 1
+
+
+def test_nothing_is_wanted_while_every_slot_is_busy_or_has_a_message_waiting() -> None:
+    intake = Intake(2, horizon_s=0)
+    assert intake.wait_wanted(0) == 2
+    intake.offer(held(1))
+    assert intake.wait_wanted(0) == 1
+    intake.offer(held(2))
+    assert intake.wait_wanted(0) == 0
+
+
+def test_prefetch_follows_the_recent_start_rate_and_fades() -> None:
+    clock = Clock()
+    intake = Intake(4, horizon_s=1.0, clock=clock)
+    assert intake.wait_wanted(0) == 4, "no history: ask for the free slots only"
+    for n in range(4):
+        intake.offer(held(n))
+    # Ten starts per second for a while: one second of horizon is ten messages, capped at
+    # the slot count.
+    for n in range(4, 40):
+        clock.now += 0.1
+        intake.offer(held(n))
+        assert intake.release() is not None
+    intake.drop_buffered()
+    assert intake.release() is None, "one slot frees with nothing buffered"
+    assert intake.wait_wanted(0) == 1 + 4
+    clock.now += RATE_WINDOW_S + 1
+    assert intake.wait_wanted(0) == 1, "no recent starts: no prefetch"
+
+
+def test_slow_starts_prefetch_nothing() -> None:
+    clock = Clock()
+    intake = Intake(3, horizon_s=1.0, clock=clock)
+    for n in range(3):
+        clock.now += 4.0  # a long task per slot: well under one start per second
+        intake.offer(held(n))
+    intake.release()
+    assert intake.wait_wanted(0) == 1
+
+
+def test_drop_buffered_returns_what_never_started() -> None:
+    intake = Intake(1, horizon_s=0)
+    intake.offer(held(1))
+    intake.offer(held(2))
+    intake.offer(held(3))
+    dropped = intake.drop_buffered()
+    assert [m["MessageId"] for m, _ in dropped] == ["m2", "m3"]
+    assert intake.release() is None and intake.wait_idle(0)

@@ -1,0 +1,80 @@
+"""Prefetched messages: kept invisible while they wait, given back at drain, never run."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from conftest import Stack
+from support import EventLog, wait_for
+from worker_support import (
+    new_id,
+    queue_counts,
+    running_worker,
+    send,
+    set_visibility_timeout,
+    state,
+)
+
+from agentq.envelope import TaskEnvelope
+
+
+@pytest.mark.timeout(240)
+def test_a_prefetched_message_waits_invisible_and_goes_back_at_drain(stack: Stack) -> None:
+    events = EventLog(stack)
+    # One slot, and a horizon so long that any recent start buys one prefetched message.
+    with running_worker(
+        stack,
+        MAX_CONCURRENT_CLAUDE="1",
+        PREFETCH_HORIZON="60000",
+        WARM_CHILDREN="0",
+        DRAIN_TIMEOUT="60000",
+    ) as worker:
+        warm_up = send(stack, "sample-noop")
+        events.wait(warm_up.request_id, "Task Completed", timeout=90)
+        # Shorter than the wait below: only the heartbeat can keep the waiting one hidden.
+        set_visibility_timeout(stack, 2)
+        # In one call, so that the worker's receive finds both.
+        first, second = (
+            TaskEnvelope(request_id=new_id(), tenant="acme", definition="sample-sleep",
+                         input={"seconds": 20})
+            for _ in range(2)
+        )  # fmt: skip
+        stack.sqs.send_message_batch(
+            QueueUrl=stack.resources.queue_url,
+            Entries=[
+                {"Id": str(n), "MessageBody": e.to_body(),
+                 "MessageAttributes": e.message_attributes()}
+                for n, e in enumerate((first, second))
+            ],
+        )  # fmt: skip
+        wait_for(
+            lambda: (
+                events.of(first.request_id, "Task Processing Started")
+                or events.of(second.request_id, "Task Processing Started")
+            ),
+            timeout=60,
+            message="one of the two started",
+        )
+        running, waiting = (
+            (first, second) if events.of(first.request_id, "Task Processing Started")
+            else (second, first)
+        )  # fmt: skip
+        wait_for(lambda: queue_counts(stack) == (0, 2), timeout=20, message="both held")
+        wait_for(
+            lambda: len(events.of(running.request_id, "Task Heartbeat")) >= 8,
+            timeout=60,
+            message="heartbeats for well past the visibility timeout",
+        )
+        assert queue_counts(stack) == (0, 2), "the prefetched message stayed invisible"
+        assert not events.of(waiting.request_id, "Task Processing Started")
+
+        worker.send(signal.SIGTERM)
+        wait_for(lambda: queue_counts(stack)[0] == 1, timeout=10, message="given back at drain")
+        assert not events.of(running.request_id, "Task Completed"), "it was still running"
+        assert not events.of(waiting.request_id, "Task Processing Started")
+        assert worker.wait(timeout=60) == 0
+    events.wait(running.request_id, "Task Completed", timeout=30)
+    assert not events.of(waiting.request_id, "Task Processing Started")
+    assert state(stack, waiting) is None, "the prefetched task never started"
+    assert queue_counts(stack) == (1, 0)

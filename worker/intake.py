@@ -1,0 +1,120 @@
+"""Slots and the short prefetch buffer in front of them.
+
+A slot is busy from the moment a message is handed to it until its child exits; the
+settle chain after that (upload, finalize, event, delete) runs without holding the slot,
+so the next task starts while the last one is still being written down.
+
+The receiver asks SQS only when a free slot would otherwise idle, and then for that many
+messages plus a small prefetch: as many as this worker has been starting per
+`PREFETCH_HORIZON` (recent rate). A freed slot takes the next prefetched message at once,
+and one receive serves several tasks when tasks are short. When tasks are long the rate,
+and so the prefetch, falls to zero: a message never waits long in a worker that cannot
+start it while another worker idles. Prefetched messages are in the in-flight registry,
+so the heartbeat keeps them invisible until they start.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final
+
+from worker.inflight import InFlight
+
+# How far back the start rate is measured; long enough to smooth, short enough to adapt.
+RATE_WINDOW_S: Final = 10.0
+MAX_RECEIVE: Final = 10  # SQS ReceiveMessage maximum
+
+Message = dict[str, Any]
+Held = tuple[Message, InFlight]
+
+
+class Intake:
+    """Free-slot accounting plus the prefetch buffer, under one lock."""
+
+    def __init__(
+        self,
+        size: int,
+        *,
+        horizon_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.size = size
+        self._horizon = horizon_s
+        self._clock = clock
+        self._busy = 0
+        self._buffer: deque[Held] = deque()
+        self._starts: deque[float] = deque()
+        self._born = clock()
+        self._cond = threading.Condition()
+
+    # -- what the receiver asks ----------------------------------------------------------
+    @property
+    def busy(self) -> int:
+        with self._cond:
+            return self._busy
+
+    @property
+    def buffered(self) -> int:
+        with self._cond:
+            return len(self._buffer)
+
+    def wait_wanted(self, timeout_s: float) -> int:
+        """Messages to ask SQS for: > 0 only when a free slot has nothing to start."""
+        with self._cond:
+            self._cond.wait_for(self._starving, timeout=timeout_s)
+            if not self._starving():
+                return 0
+            free = self.size - self._busy - len(self._buffer)
+            return max(0, min(MAX_RECEIVE, free + self._prefetch()))
+
+    def _starving(self) -> bool:
+        return self.size - self._busy > len(self._buffer)
+
+    def _prefetch(self) -> int:
+        """Messages this worker expects to start within the horizon (recent rate)."""
+        if self._horizon <= 0:
+            return 0
+        now = self._clock()
+        while self._starts and self._starts[0] < now - RATE_WINDOW_S:
+            self._starts.popleft()
+        window = min(RATE_WINDOW_S, max(now - self._born, 1.0))
+        return min(self.size, int(len(self._starts) / window * self._horizon))
+
+    # -- messages in and out -------------------------------------------------------------
+    def offer(self, held: Held) -> bool:
+        """A received message: True if a slot took it (the caller starts it now)."""
+        with self._cond:
+            if self._busy < self.size and not self._buffer:
+                self._take()
+                return True
+            self._buffer.append(held)
+            return False
+
+    def release(self) -> Held | None:
+        """A slot's child ended: the next buffered message keeps the slot, or it frees."""
+        with self._cond:
+            if self._buffer:
+                self._starts.append(self._clock())
+                return self._buffer.popleft()
+            self._busy -= 1
+            self._cond.notify_all()
+            return None
+
+    def drop_buffered(self) -> list[Held]:
+        """Everything prefetched and not started (shutdown gives them back)."""
+        with self._cond:
+            held = list(self._buffer)
+            self._buffer.clear()
+            self._cond.notify_all()
+            return held
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._busy == 0, timeout=timeout_s)
+
+    def _take(self) -> None:
+        self._busy += 1
+        self._starts.append(self._clock())
