@@ -12,12 +12,13 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 MAX_BATCH: Final = 10
 MAX_VISIBILITY_S: Final = 43_200
+MAX_DELAY_S: Final = 900  # SendMessage DelaySeconds limit
 
 Op = Literal["delete", "visibility"]
 logger = logging.getLogger(__name__)
@@ -60,6 +61,27 @@ class SqsBatcher:
 
     def change_visibility(self, receipt_handle: str, seconds: float) -> threading.Event:
         return self._add(_Item("visibility", receipt_handle, clamp_visibility(seconds)))
+
+    def requeue(self, message: Mapping[str, Any], seconds: float) -> threading.Event:
+        """Send a copy of `message` that becomes visible after `seconds`, then delete it.
+
+        The copy starts with a receive count of zero, so waiting does not spend the
+        receives SQS allows before it dead-letters the message. If the delete fails the
+        copy is a duplicate, which the STATE item settles like any other.
+        """
+        attributes = {
+            name: {
+                k: v for k, v in value.items() if k in ("DataType", "StringValue", "BinaryValue")
+            }
+            for name, value in (message.get("MessageAttributes") or {}).items()
+        }
+        self._sqs.send_message(
+            QueueUrl=self._queue_url,
+            MessageBody=message.get("Body", ""),
+            MessageAttributes=attributes,
+            DelaySeconds=max(0, min(MAX_DELAY_S, int(seconds + 0.999))),
+        )
+        return self.delete(message["ReceiptHandle"])
 
     def _add(self, item: _Item) -> threading.Event:
         with self._cond:

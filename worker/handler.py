@@ -141,7 +141,7 @@ class MessageHandler:
         entry.envelope = envelope
         receives = int(attributes.get("ApproximateReceiveCount", 1))
         if receives > self._settings.max_message_retries:
-            verdict = self._too_many_receives(entry, envelope, receives)
+            verdict = self._too_many_receives(entry, envelope, receives, message)
             if verdict is not None:
                 return verdict
         max_attempts = definition.attempts(self._settings.max_message_retries)
@@ -155,7 +155,7 @@ class MessageHandler:
                 timeout_ms=timeout_ms,
             )
         except LockNotAcquired as refusal:
-            return self._refused(entry, envelope, refusal)
+            return self._refused(entry, envelope, refusal, message=message)
         entry.lease = lease
         return self._run(
             entry, envelope, definition, lease, attributes, max_attempts, timeout_ms, on_child_exit
@@ -213,7 +213,7 @@ class MessageHandler:
         return None, tenant
 
     def _too_many_receives(
-        self, entry: InFlight, envelope: TaskEnvelope, receives: int
+        self, entry: InFlight, envelope: TaskEnvelope, receives: int, message: Mapping[str, Any]
     ) -> str | None:
         """SQS redelivered this message more often than attempts allow.
 
@@ -228,6 +228,7 @@ class MessageHandler:
                 TaskHeldElsewhere(
                     envelope.request_id, record.owner, record.effective_until_ms or 0
                 ),
+                message=message,
             )
         if record is not None and record.state.terminal:
             self._resend_terminal_event_then_delete(entry, envelope)
@@ -239,7 +240,14 @@ class MessageHandler:
         )  # fmt: skip
         return "failed"
 
-    def _refused(self, entry: InFlight, envelope: TaskEnvelope, refusal: LockNotAcquired) -> str:
+    def _refused(
+        self,
+        entry: InFlight,
+        envelope: TaskEnvelope,
+        refusal: LockNotAcquired,
+        *,
+        message: Mapping[str, Any] | None = None,
+    ) -> str:
         log = {"requestId": envelope.request_id, "refusal": type(refusal).__name__}
         if isinstance(refusal, TaskAlreadyTerminal):
             logger.info("duplicate of a finished task; deleting", extra=log)
@@ -250,7 +258,7 @@ class MessageHandler:
             remaining = max(0.0, (refusal.effective_until_ms - now_ms()) / 1000)
             delay = remaining + random.uniform(1.0, 3.0)
             logger.info("task held elsewhere; backing off", extra={**log, "delay_s": delay})
-            self._batcher.change_visibility(entry.receipt_handle, delay)
+            self._back_off(entry, delay, message)
             return "held_elsewhere"
         if isinstance(refusal, AttemptsExhausted):
             error = info(
@@ -263,12 +271,31 @@ class MessageHandler:
         if isinstance(refusal, TaskNotReady):
             delay = backoff_s(3, base_s=self._settings.retry_backoff_base_s,
                               max_s=self._settings.retry_backoff_max_s)  # fmt: skip
-            self._batcher.change_visibility(entry.receipt_handle, delay)
+            self._back_off(entry, delay, message)
             return "not_ready"
-        self._batcher.change_visibility(
-            entry.receipt_handle, random.uniform(1, CONTENTION_BACKOFF_S)
-        )
+        self._back_off(entry, random.uniform(1, CONTENTION_BACKOFF_S), message)
         return "contended"
+
+    def _back_off(self, entry: InFlight, delay_s: float, message: Mapping[str, Any] | None) -> None:
+        """Look at a task again later without running it now.
+
+        Every receive counts toward the queue's maxReceiveCount, attempt or not: a
+        message that backs off more than once (a takeover after a crash, a duplicate
+        of a long task) would be dead-lettered with attempts left. From its second
+        receive on it is requeued as a fresh copy instead; the STATE item, not the
+        receive count, decides how often the task runs.
+        """
+        receives = int((message or {}).get("Attributes", {}).get("ApproximateReceiveCount", 1))
+        if message is not None and receives > 1:
+            try:
+                self._batcher.requeue(message, delay_s)
+                logger.info("backing off: requeued as a fresh copy",
+                            extra={"requestId": entry.request_id, "receives": receives})  # fmt: skip
+                return
+            except Exception:
+                logger.exception("requeue failed; backing off in place",
+                                 extra={"requestId": entry.request_id})  # fmt: skip
+        self._batcher.change_visibility(entry.receipt_handle, delay_s)
 
     def _fail_without_lease(
         self,
