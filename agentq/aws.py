@@ -3,16 +3,20 @@
 Clients are built by `AwsClients` on first use, never at import. Endpoints follow
 boto3's own `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_<SERVICE>` variables, which is how
 the local stack points everything at moto.
+
+boto3 itself is imported when the first `AwsClients` (or `client_config`) is built, not
+with this module: a Lambda handler imports it at load and builds its clients on the
+first invocation, and boto3's import (≈150 ms) belongs with the clients.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import boto3
-from botocore.config import Config
+if TYPE_CHECKING:
+    from botocore.config import Config
 
 
 class CallCounter:
@@ -41,6 +45,8 @@ class CallCounter:
 
 
 def client_config(*, max_pool_connections: int = 20, connect_timeout: float = 5) -> Config:
+    from botocore.config import Config
+
     # Long polls hold a connection for up to 20 s; the read timeout must exceed that.
     return Config(
         retries={"mode": "standard", "max_attempts": 5},
@@ -54,6 +60,8 @@ class AwsClients:
     """Lazily created, shared clients of one process (boto3 clients are thread-safe)."""
 
     def __init__(self, region: str, *, counter: CallCounter | None = None) -> None:
+        import boto3
+
         self.region = region
         self.counter = counter
         self._session = boto3.session.Session(region_name=region)

@@ -26,8 +26,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
-import yaml
-
 from agentq.config import Settings
 from agentq.envelope import DEFINITION_PATTERN
 from agentq.errors import ConfigError, InvalidInput, NotFound
@@ -94,6 +92,8 @@ class TaskDefinition:
 
 def load_file(path: Path) -> list[TaskDefinition]:
     """One definition, or a list of them, from a YAML or JSON file."""
+    import yaml  # only files need it; the Lambdas read definitions from the table
+
     text = path.read_text()
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)

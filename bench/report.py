@@ -90,13 +90,16 @@ def _memory(d: Data) -> Table:
 
 
 def _lambda_import(d: Data) -> Table:
-    t = _table(f"Lambda cold import (target ≤ {d['target_ms']:.0f} ms)", "module", "ms",
-               "heaviest direct imports")  # fmt: skip
+    # "ready" adds what the first invocation builds (boto3 and its clients), which the
+    # handlers defer: the import figure alone would flatter them.
+    t = _table(f"Lambda cold import (target ≤ {d['target_ms']:.0f} ms)", "module",
+               "import ms", "ready ms", "heaviest direct imports")  # fmt: skip
     for row in d["modules"]:
         if "error" in row:
-            t.add_row(row["module"], "error", row["error"][:60])
+            t.add_row(row["module"], "error", "", row["error"][:60])
         else:
-            t.add_row(row["module"], f"{row['import_ms']:.0f}", ", ".join(row["heaviest"]))
+            ready = f"{row['ready_ms']:.0f}" if "ready_ms" in row else "—"
+            t.add_row(row["module"], f"{row['import_ms']:.0f}", ready, ", ".join(row["heaviest"]))
     return t
 
 
@@ -156,8 +159,9 @@ def verdicts(results: Mapping[str, Data]) -> Table:
         checks.append(("saturation makespan ÷ ideal ≤ 1.10", f"{ratio:.3f}", ratio <= 1.10))
     for row in results.get("lambda_import", {}).get("modules", []):
         if "import_ms" in row:
-            checks.append((f"{row['module']} import ≤ 300 ms", f"{row['import_ms']:.0f} ms",
-                           row["within_target"]))  # fmt: skip
+            ready = f" (ready {row['ready_ms']:.0f} ms)" if "ready_ms" in row else ""
+            checks.append((f"{row['module']} import ≤ 300 ms",
+                           f"{row['import_ms']:.0f} ms{ready}", row["within_target"]))  # fmt: skip
     if "summary" in results.get("chaos", {}):
         n = results["chaos"]["summary"]["violations"]
         checks.append(("chaos violations = 0", str(n), n == 0))

@@ -1,8 +1,17 @@
 """What every agentq Lambda shares: settings, lazily built clients, Powertools objects.
 
-Nothing here touches AWS at import. `runtime()` builds the settings and clients on the
-first invocation and keeps them for the warm container; a changed environment (tests,
-the local Lambda host pointed at another stage) gets a fresh runtime.
+Nothing here touches AWS at import, and boto3 itself is imported with the clients:
+`runtime()` builds the settings and clients on the first invocation and keeps them for
+the warm container; a changed environment (tests, the local Lambda host pointed at
+another stage) gets a fresh runtime. Each handler's `warm()` builds what its first
+invocation builds, without calling AWS; `bench/lambda_import.py` reports import alone
+and import + `warm()` ("ready"), because deferring boto3 moves its cost into the first
+request rather than removing it.
+
+There is no in-process X-Ray Tracer: Powertools' Tracer imports aws_xray_sdk even when
+disabled (≈250 ms of every cold start). The functions keep X-Ray active tracing
+(infra/function.py), so each invocation is still traced by the Lambda service; see
+docs/events-pipeline.md, "Tracing".
 """
 
 from __future__ import annotations
@@ -12,7 +21,7 @@ import threading
 from dataclasses import dataclass
 from typing import Final
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 
 from agentq.aws import AwsClients
 from agentq.config import Settings
@@ -20,18 +29,10 @@ from agentq.config import Settings
 METRICS_NAMESPACE: Final = "agentq"
 
 
-def powertools(function: str) -> tuple[Logger, Metrics, Tracer]:
-    """Logger, Metrics and Tracer of one function.
-
-    Tracer disables itself outside Lambda (no X-Ray daemon locally); the local host also
-    sets POWERTOOLS_TRACE_DISABLED.
-    """
+def powertools(function: str) -> tuple[Logger, Metrics]:
+    """Logger and Metrics of one function."""
     service = f"agentq-{function}"
-    return (
-        Logger(service=service),
-        Metrics(namespace=METRICS_NAMESPACE, service=service),
-        Tracer(service=service),
-    )
+    return Logger(service=service), Metrics(namespace=METRICS_NAMESPACE, service=service)
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,14 @@ class Runtime:
 
 _lock = threading.Lock()
 _cached: dict[tuple[Settings, str], Runtime] = {}
+
+
+def warm_clients(*services: str) -> Runtime:
+    """The runtime, with the named boto3 clients built (no request is sent)."""
+    rt = runtime()
+    for service in services:
+        rt.clients.get(service)
+    return rt
 
 
 def runtime() -> Runtime:

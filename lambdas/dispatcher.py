@@ -32,6 +32,11 @@ def _client() -> AgentqClient:
     return _client_for(Settings.from_env())
 
 
+def warm() -> None:
+    """What the first invocation builds: settings, boto3 and the client's AWS clients."""
+    _client()
+
+
 def handler(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     try:
         detail = event["detail"]

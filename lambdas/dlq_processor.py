@@ -26,7 +26,7 @@ from agentq.publisher import EventPublisher
 from agentq.store import TaskStore
 from lambdas._common import powertools, runtime
 
-logger, metrics, tracer = powertools("dlq-processor")
+logger, metrics = powertools("dlq-processor")
 
 
 def _processor() -> DlqProcessor:
@@ -48,7 +48,6 @@ def _processor() -> DlqProcessor:
     )
 
 
-@tracer.capture_method
 def record_handler(record: SQSRecord, processor: DlqProcessor) -> DlqResult:
     result = processor.process(DeadLetter.from_lambda_record(record.raw_event))
     metrics.add_metric(name=f"DeadLetters_{result.outcome}", unit=MetricUnit.Count, value=1)
@@ -66,8 +65,12 @@ def record_handler(record: SQSRecord, processor: DlqProcessor) -> DlqResult:
     return result
 
 
+def warm() -> None:
+    """What the first invocation builds: settings, boto3 and the processor's clients."""
+    _processor()
+
+
 @logger.inject_lambda_context
-@tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     processor = _processor()

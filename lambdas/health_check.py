@@ -16,13 +16,26 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from agentq.alerts.slack import alert, notifier
 from agentq.health import AlertLedger, HealthChecker
 from agentq.store import EventStore, TaskStore
-from lambdas._common import powertools, runtime
+from lambdas._common import powertools, runtime, warm_clients
 
-logger, metrics, tracer = powertools("health-check")
+logger, metrics = powertools("health-check")
+
+
+def warm() -> None:
+    """What every invocation builds: settings, boto3 and the clients the sweep uses.
+
+    slack-sdk is not part of it: it loads only when an alert is actually sent.
+    """
+    settings = runtime().settings
+    warm_clients(
+        "dynamodb",
+        "sqs",
+        *(() if settings.local else ("cloudwatch",)),
+        *(("secretsmanager",) if settings.slack_token_secret_arn else ()),
+    )
 
 
 @logger.inject_lambda_context
-@tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     rt = runtime()

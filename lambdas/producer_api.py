@@ -98,6 +98,11 @@ def _client() -> AgentqClient:
     return _client_for(Settings.from_env())
 
 
+def warm() -> None:
+    """What the first request builds: settings, boto3 and the client's AWS clients."""
+    _client()
+
+
 def tenant_of(event: Mapping[str, Any]) -> str:
     """The caller's tenant: the authorizer's `tenant`, else the IAM caller's account."""
     context = event.get("requestContext") or {}

@@ -23,9 +23,9 @@ from agentq.config import Settings
 from agentq.errors import InvalidInput
 from agentq.events import Event
 from agentq.store import EventStore
-from lambdas._common import powertools, runtime
+from lambdas._common import powertools, runtime, warm_clients
 
-logger, metrics, tracer = powertools("save-event")
+logger, metrics = powertools("save-event")
 
 Outcome = Literal["stored", "duplicate", "skipped", "malformed"]
 
@@ -52,8 +52,12 @@ def save(envelope: Mapping[str, Any], store: EventStore, settings: Settings) -> 
     return "stored" if stored else "duplicate"
 
 
+def warm() -> None:
+    """What the first invocation builds: settings, boto3 and the DynamoDB client."""
+    warm_clients("dynamodb")
+
+
 @logger.inject_lambda_context
-@tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, str]:
     rt = runtime()

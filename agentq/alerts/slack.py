@@ -6,22 +6,27 @@ or a Secrets Manager secret named by SLACK_TOKEN_SECRET_ARN) and ALERT_CHANNEL, 
 handler (a 429 is retried after Retry-After); without them, a `LogNotifier` that logs
 the alert and says why. The secret may be the bare token or a JSON object with
 `SLACK_BOT_TOKEN` and optionally `ALERT_CHANNEL`.
+
+slack-sdk is imported when a message is first sent, not with this module: most
+health-check runs find nothing to alert, and its import would be part of every cold
+start of the Lambda.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
-
-from slack_sdk import WebClient
-from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from agentq.config import Settings
 from agentq.errors import ConfigError
 from agentq.health import AlertLedger, Finding, HealthReport, dedupe
+
+if TYPE_CHECKING:
+    from slack_sdk import WebClient
 
 logger = logging.getLogger(__name__)
 
@@ -115,11 +120,22 @@ class SlackNotifier:
         max_rate_limit_retries: int = 3,
     ) -> None:
         self.channel = channel
-        self.client = WebClient(
-            token=token,
-            base_url=base_url or "https://slack.com/api/",
+        self._token = token
+        self._base_url = base_url or "https://slack.com/api/"
+        self._max_rate_limit_retries = max_rate_limit_retries
+
+    @functools.cached_property
+    def client(self) -> WebClient:
+        from slack_sdk import WebClient
+        from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
+
+        return WebClient(
+            token=self._token,
+            base_url=self._base_url,
             timeout=10,
-            retry_handlers=[RateLimitErrorRetryHandler(max_retry_count=max_rate_limit_retries)],
+            retry_handlers=[
+                RateLimitErrorRetryHandler(max_retry_count=self._max_rate_limit_retries)
+            ],
         )
 
     def send(self, message: AlertMessage) -> None:

@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
-import yaml
-
 from agentq.envelope import DEFINITION_PATTERN, REQUEST_ID_PATTERN
 from agentq.errors import InvalidInput, NotFound
 from agentq.jobs import refs
@@ -103,6 +101,8 @@ class JobSpec:
 
 def load_spec_file(path: Path) -> dict[str, Any]:
     """The raw spec from a YAML or JSON file (parse it with `parse_spec`)."""
+    import yaml  # only files need it; the producer API takes specs as JSON
+
     try:
         text = path.read_text()
     except OSError as exc:

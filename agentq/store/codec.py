@@ -1,15 +1,33 @@
-"""Python values ⇄ DynamoDB attribute values (floats travel as Decimal)."""
+"""Python values ⇄ DynamoDB attribute values (floats travel as Decimal).
+
+boto3's (de)serializers are built on first use: importing `boto3.dynamodb.types` runs
+boto3's package import (botocore, urllib3; ≈150 ms), which a Lambda handler or a task
+child importing the store should not pay before it touches DynamoDB.
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+if TYPE_CHECKING:
+    from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
-_serializer = TypeSerializer()
-_deserializer = TypeDeserializer()
+
+@functools.cache
+def _serializer() -> TypeSerializer:
+    from boto3.dynamodb.types import TypeSerializer
+
+    return TypeSerializer()
+
+
+@functools.cache
+def _deserializer() -> TypeDeserializer:
+    from boto3.dynamodb.types import TypeDeserializer
+
+    return TypeDeserializer()
 
 
 def _to_dynamo(value: Any) -> Any:
@@ -37,7 +55,7 @@ def _from_dynamo(value: Any) -> Any:
 
 
 def serialize(value: Any) -> dict[str, Any]:
-    result: dict[str, Any] = _serializer.serialize(_to_dynamo(value))
+    result: dict[str, Any] = _serializer().serialize(_to_dynamo(value))
     return result
 
 
@@ -46,7 +64,7 @@ def to_item(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def from_item(item: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: _from_dynamo(_deserializer.deserialize(v)) for k, v in item.items()}
+    return {k: _from_dynamo(_deserializer().deserialize(v)) for k, v in item.items()}
 
 
 def values(**named: Any) -> dict[str, Any]:
