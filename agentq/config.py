@@ -152,6 +152,22 @@ class Settings:
         "worker",
         minimum=0,
     )
+    event_batch_window_ms: int = _var(
+        "EVENT_BATCH_WINDOW",
+        1_000,
+        "How long (ms) a task event may wait for companions before its PutEvents call "
+        "(sent at once when 10 are ready).",
+        "worker",
+        minimum=0,
+    )
+    sqs_batch_window_ms: int = _var(
+        "SQS_BATCH_WINDOW",
+        500,
+        "How long (ms) a delete or visibility change may wait for companions before its "
+        "batch call (sent at once when 10 are ready).",
+        "worker",
+        minimum=0,
+    )
     max_message_retries: int = _var(
         "MAX_MESSAGE_RETRIES",
         3,

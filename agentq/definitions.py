@@ -176,6 +176,7 @@ class DefinitionRegistry:
         self._cache_seconds = cache_seconds
         self._cache: dict[str, tuple[float, TaskDefinition | None]] = {}
         self._lock = threading.Lock()
+        self._fetching = threading.Lock()
 
     @classmethod
     def from_sources(
@@ -225,12 +226,18 @@ class DefinitionRegistry:
     def _from_table(self, name: str) -> TaskDefinition | None:
         if self._table is None:
             return None
-        now = time.monotonic()
         with self._lock:
             cached = self._cache.get(name)
-            if cached and now - cached[0] < self._cache_seconds:
+            if cached and time.monotonic() - cached[0] < self._cache_seconds:
                 return cached[1]
-        found = self._table.get(name)
-        with self._lock:
-            self._cache[name] = (now, found)
-        return found
+        # One lookup per expiry, however many slots miss at once.
+        with self._fetching:
+            with self._lock:
+                cached = self._cache.get(name)
+                if cached and time.monotonic() - cached[0] < self._cache_seconds:
+                    return cached[1]
+            now = time.monotonic()
+            found = self._table.get(name)
+            with self._lock:
+                self._cache[name] = (now, found)
+            return found

@@ -87,7 +87,9 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
         bucket=settings.bucket,
     )
     inflight = InFlightRegistry()
-    batcher = SqsBatcher(clients.sqs, settings.required("queue_url"))
+    batcher = SqsBatcher(
+        clients.sqs, settings.required("queue_url"), delay_s=settings.sqs_batch_window_ms / 1000
+    )
     work_root = Path(settings.work_dir or tempfile.gettempdir())
     work_root.mkdir(parents=True, exist_ok=True)
     home_dir = Path(tempfile.mkdtemp(prefix="agentq-home-", dir=work_root))
@@ -103,7 +105,7 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
         protection = ScaleInProtection(settings.ecs_agent_uri)
         middleware.append(protection)
         ticks.append(protection.refresh)
-    events = EventBatcher(publisher)
+    events = EventBatcher(publisher, delay_s=settings.event_batch_window_ms / 1000)
     handler = MessageHandler(
         settings=settings,
         store=store,

@@ -31,6 +31,15 @@ class _Item:
     visibility_s: int = 0
     done: threading.Event = field(default_factory=threading.Event)
     error: str | None = None
+    then: Callable[[], object] | None = None
+
+    def finish(self) -> None:
+        self.done.set()
+        if self.then is not None:
+            try:
+                self.then()
+            except Exception:
+                logger.exception("after-batch step failed")
 
 
 def clamp_visibility(seconds: float) -> int:
@@ -56,8 +65,11 @@ class SqsBatcher:
         self._thread = threading.Thread(target=self._loop, name="sqs-batcher", daemon=True)
         self._thread.start()
 
-    def delete(self, receipt_handle: str) -> threading.Event:
-        return self._add(_Item("delete", receipt_handle))
+    def delete(
+        self, receipt_handle: str, *, then: Callable[[], object] | None = None
+    ) -> threading.Event:
+        """Queue a delete; `then` runs once its batch call returned (succeeded or not)."""
+        return self._add(_Item("delete", receipt_handle, then=then))
 
     def change_visibility(self, receipt_handle: str, seconds: float) -> threading.Event:
         return self._add(_Item("visibility", receipt_handle, clamp_visibility(seconds)))
@@ -128,7 +140,8 @@ class SqsBatcher:
             except Exception:
                 logger.exception("sqs batch failed")
                 for item in batch:
-                    item.done.set()
+                    if not item.done.is_set():
+                        item.finish()
 
     def _send(self, items: list[_Item]) -> None:
         for op in ("delete", "visibility"):
@@ -165,4 +178,4 @@ class SqsBatcher:
                         self._on_error(op, item.receipt_handle, item.error)
         finally:
             for item in group:
-                item.done.set()
+                item.finish()

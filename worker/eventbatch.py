@@ -5,9 +5,10 @@ delay, so tasks that start and finish together share requests. Order is kept (on
 FIFO), so a task's `Task Processing Started` always precedes its terminal event. The
 STATE item, written synchronously before, stays the source of truth.
 
-`publish(event, then=...)` runs `then` only once the event is on the bus: the worker
-deletes a finished task's message that way, so a crash between the two leaves the
-message to come back and the terminal event to be sent again (see handler).
+`publish(event, then=..., otherwise=...)` runs `then` only once the event is on the
+bus, `otherwise` if sending it failed: the worker deletes a finished task's message that
+way, so a crash between the two leaves the message to come back and the terminal event
+to be sent again (see handler).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ logger = logging.getLogger(__name__)
 # Long enough for neighbouring tasks to share a call, short against any interval.
 DEFAULT_DELAY_S: Final = 0.2
 AfterSent = Callable[[], object]
-Pending = tuple[Event, AfterSent | None]
+Pending = tuple[Event, AfterSent | None, AfterSent | None]
 
 
 class EventBatcher:
@@ -39,11 +40,18 @@ class EventBatcher:
         self._thread = threading.Thread(target=self._loop, name="event-batcher", daemon=True)
         self._thread.start()
 
-    def publish(self, event: Event, /, *, then: AfterSent | None = None) -> None:
-        self._submit([(event, then)])
+    def publish(
+        self,
+        event: Event,
+        /,
+        *,
+        then: AfterSent | None = None,
+        otherwise: AfterSent | None = None,
+    ) -> None:
+        self._submit([(event, then, otherwise)])
 
     def publish_many(self, events: list[Event]) -> None:
-        self._submit([(event, None) for event in events])
+        self._submit([(event, None, None) for event in events])
 
     def _submit(self, items: list[Pending]) -> None:
         with self._cond:
@@ -94,18 +102,19 @@ class EventBatcher:
     def _send(self, batch: list[Pending]) -> None:
         failed: set[str] = set()
         try:
-            self._publisher.publish_all([event for event, _ in batch])
+            self._publisher.publish_all([event for event, _, _ in batch])
         except PublishError as exc:
             failed = {event_id for event_id, _ in exc.failed}
             logger.error("events not published", extra={"failed": exc.failed})
         except Exception:
             # A lost event must not undo finished work; the STATE item holds the truth.
-            failed = {event.event_id for event, _ in batch}
+            failed = {event.event_id for event, _, _ in batch}
             logger.exception("events not published", extra={"events": len(batch)})
-        for event, then in batch:
-            if then is None or event.event_id in failed:
+        for event, then, otherwise in batch:
+            step = otherwise if event.event_id in failed else then
+            if step is None:
                 continue
             try:
-                then()
+                step()
             except Exception:
                 logger.exception("after-publish step failed", extra={"eventId": event.event_id})

@@ -14,6 +14,7 @@ import logging
 import os
 import random
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -50,9 +51,17 @@ logger = logging.getLogger(__name__)
 
 
 class EventSink(Protocol):
-    """Where task events go (an `EventBatcher`); `then` runs once the event is sent."""
+    """Where task events go (an `EventBatcher`); `then` runs once the event is sent,
+    `otherwise` if it could not be."""
 
-    def publish(self, event: Event, /, *, then: Callable[[], object] | None = None) -> None: ...
+    def publish(
+        self,
+        event: Event,
+        /,
+        *,
+        then: Callable[[], object] | None = None,
+        otherwise: Callable[[], object] | None = None,
+    ) -> None: ...
 
 
 # A lock refused for an unclear reason (a concurrent change) is looked at again soon.
@@ -86,6 +95,7 @@ class MessageHandler:
         self._inflight = inflight
         self._worker_id = worker_id
         self._middleware = list(middleware)
+        self._until_deleted = _Kept(inflight)
         self._child_env = child_environment(
             os.environ if environ is None else environ, home=str(home_dir)
         )
@@ -123,7 +133,8 @@ class MessageHandler:
         try:
             return self._handle(message, entry, on_child_exit or _nothing)
         finally:
-            self._inflight.remove(entry)
+            if not self._until_deleted.holds(entry):
+                self._inflight.remove(entry)
 
     def _handle(
         self, message: Mapping[str, Any], entry: InFlight, on_child_exit: Callable[[], object]
@@ -433,7 +444,15 @@ class MessageHandler:
                 extra["error"] = error
             self._store.finalize(lease, state, fields={
                 **fields, **extra, "terminalEvent": event.to_detail()})  # fmt: skip
-            self._publish(event, then=functools.partial(self._batcher.delete, entry.receipt_handle))
+            # The heartbeat keeps the message invisible until the delete is sent (the
+            # event and delete batches may take longer than one visibility extension).
+            self._until_deleted.keep(entry)
+            forget = functools.partial(self._until_deleted.release, entry)
+            self._publish(
+                event,
+                then=lambda: self._batcher.delete(entry.receipt_handle, then=forget),
+                otherwise=forget,
+            )
 
         try:
             if outcome.verdict == "completed":
@@ -516,12 +535,20 @@ class MessageHandler:
             **payload,
         )
 
-    def _publish(self, event: Event, *, then: Callable[[], object] | None = None) -> None:
+    def _publish(
+        self,
+        event: Event,
+        *,
+        then: Callable[[], object] | None = None,
+        otherwise: Callable[[], object] | None = None,
+    ) -> None:
         try:
-            self._publisher.publish(event, then=then)
+            self._publisher.publish(event, then=then, otherwise=otherwise)
         except Exception:
             # The STATE item already holds the truth; a lost event must not undo the work.
             logger.exception("event not published", extra={"detailType": event.detail_type})
+            if otherwise is not None:
+                otherwise()
 
     def _resend_terminal_event_then_delete(self, entry: InFlight, envelope: TaskEnvelope) -> None:
         """A finished task's message came back: make sure its terminal event went out.
@@ -544,6 +571,28 @@ class MessageHandler:
             delete()
             return
         self._publish(event, then=delete)
+
+
+class _Kept:
+    """In-flight entries that outlive their slot: settled, their delete not yet sent."""
+
+    def __init__(self, inflight: InFlightRegistry) -> None:
+        self._inflight = inflight
+        self._ids: set[int] = set()
+        self._lock = threading.Lock()
+
+    def keep(self, entry: InFlight) -> None:
+        with self._lock:
+            self._ids.add(id(entry))
+
+    def holds(self, entry: InFlight) -> bool:
+        with self._lock:
+            return id(entry) in self._ids
+
+    def release(self, entry: InFlight) -> None:
+        with self._lock:
+            self._ids.discard(id(entry))
+        self._inflight.remove(entry)
 
 
 def _message_request_id(message_id: str) -> str:
