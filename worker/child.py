@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import Any, Final
@@ -23,20 +24,28 @@ from typing import Any, Final
 from agentq.config import Settings
 from agentq.definitions import TaskDefinition
 from agentq.security import sanitize_error_message
-from agentq.taxonomy import classify_exception, info
+from agentq.taxonomy import ErrorInfo, classify_exception, info
 from worker.kinds import ChildContext, load_kind
+from worker.leasefile import Watchdog
 
 TASK_FILE: Final = "task.json"
 RESULT_FILE: Final = "artifacts/task-result.json"
 ERROR_FILE: Final = "error.json"
 READY_LINE: Final = b"agentq-spare-ready\n"
 MAX_HANDOFF_BYTES: Final = 64 * 1024
+# Retryable: the attempt did not fail on its own; its worker stopped renewing the lease.
+LEASE_EXPIRED: Final = info(
+    "server",
+    "the worker stopped renewing this attempt's lease; ended before it lapsed",
+    "LeaseExpired",
+)
 
 
 def _write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Write then rename: a worker never reads half a file, even after a kill.
-    partial = path.with_name(path.name + ".partial")
+    # Write then rename: a worker never reads half a file, even after a kill. The lease
+    # watchdog's thread may write the same record at the same moment: own temp names.
+    partial = path.with_name(f"{path.name}.{threading.get_ident()}.partial")
     partial.write_text(json.dumps(data, default=str))
     os.replace(partial, path)
 
@@ -56,6 +65,12 @@ def load_context(task_dir: Path) -> ChildContext:
 
 
 def run(task_dir: Path) -> int:
+    error_file = task_dir / ERROR_FILE
+    # Written before the group is signalled: whatever the task does with its SIGTERM, a
+    # worker that reads the files later sees why the attempt ended.
+    watchdog = Watchdog(
+        task_dir, on_expiry=lambda: _write_json(error_file, LEASE_EXPIRED.to_record())
+    ).start()
     try:
         ctx = load_context(task_dir)
         for directory in (ctx.artifacts_dir, ctx.logs_dir, ctx.traces_dir):
@@ -76,7 +91,9 @@ def run(task_dir: Path) -> int:
             exc = TimeoutError("interrupted")
         # The worker logs this stderr: the traceback passes the same scrubbing as events.
         sys.stderr.write(sanitize_error_message(traceback.format_exc(), limit=20_000))
-        _write_json(task_dir / ERROR_FILE, classify_exception(exc).to_record())
+        # A task failing because its lease ran out (its CLI got SIGTERM) did not fail.
+        failure: ErrorInfo = LEASE_EXPIRED if watchdog.fired.is_set() else classify_exception(exc)
+        _write_json(error_file, failure.to_record())
         return 1
 
 

@@ -4,8 +4,13 @@ Per interval: one `ChangeMessageVisibilityBatch` per 10 held messages, one
 `TransactWriteItems` renewing every running task's lease (`TaskStore.renew_many`,
 conditional on each lease token), and one `PutEvents` for all `Task Heartbeat` events:
 three requests for ten tasks. A renewal that finds another lease token means a newer
-attempt owns the task: that child is stopped. After three consecutive failed extensions a message is no longer
-extended (it becomes visible again and the STATE item arbitrates).
+attempt owns the task: that child is stopped. After three consecutive failed extensions
+a message is no longer extended (it becomes visible again and the STATE item arbitrates).
+
+Every lease held is handed to its child's `StopSignal` (`hold`) before the beat's
+requests and again once renewed: the supervisor mirrors it into the task dir and stops
+a child whose lease is about to lapse unrenewed (worker/leasefile.py). A failed renewal
+is tried again sooner than the next interval, so one lost request does not cost a task.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from agentq.store.tasks import TaskStore
 from worker.batcher import MAX_BATCH
 from worker.eventbatch import EventBatcher
 from worker.inflight import InFlight, InFlightRegistry
+from worker.leasefile import lease_times
 
 MAX_EXTENSION_FAILURES: Final = 3
+RENEWAL_RETRY_S: Final = 1.0  # at least this long between tries after a failed renewal
 logger = logging.getLogger(__name__)
 
 
@@ -47,6 +54,7 @@ class Heartbeat:
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
         self.beats = 0
+        self._renewal_failed = False
 
     def start(self) -> None:
         self._thread.start()
@@ -61,18 +69,28 @@ class Heartbeat:
         # Fixed rate, not fixed delay: a slow beat must not push the next one later.
         while not self._stopped.wait(max(0.0, due - time.monotonic())):
             due = max(due + interval, time.monotonic() + interval / 2)
+            began = time.monotonic()
             try:
                 self.beat()
             except Exception:
                 logger.exception("heartbeat failed; trying again next interval")
+            took = time.monotonic() - began
+            if took > interval:
+                logger.warning("heartbeat slower than its interval", extra={"seconds": took})
+            if self._renewal_failed:
+                # Waiting a whole interval after a failure can leave so little of the
+                # lease that the worker's fence stops the task (worker/leasefile.py).
+                due = min(due, time.monotonic() + max(RENEWAL_RETRY_S, interval / 4))
 
     def beat(self) -> None:
+        self._renewal_failed = False
         entries = [e for e in self._inflight.snapshot() if not e.stop.is_set()]
         if not entries:
             return
         self.beats += 1
-        self._extend([e for e in entries if e.extending])
+        # Leases first: on a slow backend a late renewal is what stops a task (the fence).
         events = self._renew([e for e in entries if e.lease is not None])
+        self._extend([e for e in entries if e.extending])
         if events:
             # Into the shared batcher: heartbeats ride along with other task events.
             self._publisher.publish_many(events)
@@ -107,13 +125,18 @@ class Heartbeat:
         held = {entry.lease.token: entry for entry in entries if entry.lease is not None}
         if not held:
             return []
+        for entry in held.values():
+            # Before any request: a renewal that hangs must not keep the fence unset.
+            if entry.lease is not None:
+                entry.stop.hold(lease_times(entry.lease.effective_until_ms, self._settings))
         try:
             renewed, lost = self._store.renew_many(
                 [entry.lease for entry in held.values() if entry.lease is not None],
                 lease_seconds=self._settings.lease_seconds,
             )
         except Exception:
-            logger.exception("lease renewal failed; trying again next interval")
+            logger.exception("lease renewal failed; trying again soon")
+            self._renewal_failed = True
             return []
         for lease in lost:
             entry = held[lease.token]
@@ -127,6 +150,7 @@ class Heartbeat:
             if entry.lease is None:
                 continue  # the child ended meanwhile; no heartbeat for a finished attempt
             entry.lease = lease
+            entry.stop.hold(lease_times(lease.effective_until_ms, self._settings))
             envelope = entry.envelope
             events.append(
                 task_event(

@@ -7,11 +7,16 @@ spawned child; it already leads its own session, so everything below applies unc
 The whole process group gets SIGTERM, then SIGKILL after the grace period. A task may
 start processes that leave the group (setsid, a CLI that daemonizes); they stay in the
 session or descend from the child, so those are hunted with psutil as well.
+
+The attempt's lease (handed over on the `StopSignal`) is mirrored into the task dir for
+the child's watchdog, and a child whose lease is about to lapse unrenewed is stopped
+(`lease_lost`), SIGKILLed by the lease's `kill_at` at the latest (worker/leasefile.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import signal
@@ -26,10 +31,13 @@ from typing import IO, TYPE_CHECKING, Final, Literal
 
 import psutil
 
+from worker.leasefile import FENCE_MESSAGE, FENCED_MESSAGE, LeaseTimes, write_lease
+
 if TYPE_CHECKING:
     from worker.spares import SparePool
 
 StopReason = Literal["timeout", "lease_lost", "shutdown"]
+logger = logging.getLogger(__name__)
 POLL_S: Final = 0.05
 MAX_LINE_BYTES: Final = 64 * 1024
 LogLine = Callable[[str, str], None]  # (stream name, line)
@@ -42,14 +50,27 @@ class ChildExit:
     stopped: StopReason | None  # set when the worker ended the child, not the task itself
     survivors_killed: int = 0
     warm: bool = False  # a pre-started spare ran the task
+    started: bool = True  # False: the lease was about to lapse before the child started
 
 
 class StopSignal:
-    """Why a running child must end early; the first reason wins."""
+    """Why a running child must end early; the first reason wins.
+
+    It also carries the attempt's lease as last renewed (`hold`, by the heartbeat):
+    `run_child` mirrors it into the task dir for the child's watchdog and stops the
+    child itself (`lease_lost`) once the lease is about to lapse unrenewed.
+    """
 
     def __init__(self) -> None:
         self._event = threading.Event()
         self.reason: StopReason | None = None
+        self.lease: LeaseTimes | None = None
+
+    def hold(self, times: LeaseTimes) -> None:
+        """The lease now lasts until `times.effective_until_ms` (never moves back)."""
+        current = self.lease
+        if current is None or times.effective_until_ms > current.effective_until_ms:
+            self.lease = times
 
     def set(self, reason: StopReason) -> None:
         if self.reason is None:
@@ -162,6 +183,12 @@ def run_child(
     starts at the hand-off either way, never when the spare was started.
     """
     started = time.monotonic()
+    fence = _Fence(task_dir, stop)
+    fence.check()
+    if fence.fired is not None:
+        # A slot that got to the child only this late must not start an attempt that
+        # would have to be killed at once (before it could even record its start).
+        return ChildExit(returncode=0, duration_ms=0, stopped="lease_lost", started=False)
     process = _warm_child(spares, task_dir)
     warm = process is not None
     if process is None:
@@ -190,11 +217,12 @@ def run_child(
     try:
         sampled = 0.0
         while process.poll() is None:
+            fence.check()
             now = time.monotonic()
             if now >= deadline:
                 reason = "timeout"
                 break
-            if _wait(stop, exited, min(POLL_S * 4, deadline - now)):
+            if _wait(stop, exited, min(POLL_S * 4, deadline - now, fence.seconds_left())):
                 reason = stop.reason
                 break
             if time.monotonic() - sampled >= POLL_S * 4:
@@ -206,7 +234,11 @@ def run_child(
             os.close(exited)
     killed = 0
     if reason is not None:
-        killed = terminate_tree(process, grace_s=grace_s, known=known)
+        killed = terminate_tree(process, grace_s=fence.grace(grace_s), known=known)
+        if fence.fired is not None:
+            # When the bounded grace ran out before the task could record its end, this
+            # is the only record of when the execution was over (the chaos harness reads it).
+            logger.warning(FENCED_MESSAGE, extra={"pid": process.pid, "at": time.time()})
     else:
         # The task ended; a background process it left behind must not outlive it.
         killed = reap_leftovers(process.pid, known)
@@ -220,6 +252,52 @@ def run_child(
         survivors_killed=killed,
         warm=warm,
     )
+
+
+class _Fence:
+    """The lease side of supervision (worker/leasefile.py).
+
+    Mirrors each renewed lease into the task dir for the child's watchdog, and stops
+    the child (`lease_lost`) once renewals have stopped succeeding long enough that the
+    lease is about to lapse: cut off from DynamoDB, a stuck heartbeat.
+    """
+
+    def __init__(self, task_dir: Path, stop: StopSignal) -> None:
+        self._task_dir = task_dir
+        self._stop = stop
+        self._mirrored: LeaseTimes | None = None
+        self.fired: LeaseTimes | None = None
+
+    def check(self) -> None:
+        lease = self._stop.lease
+        if lease is None:
+            return
+        if lease is not self._mirrored:
+            self._mirrored = lease
+            try:
+                write_lease(self._task_dir, lease)
+            except OSError as exc:
+                # The worker's own fence still holds; only the frozen-worker backstop is off.
+                logger.warning("lease file not written: %s", exc)
+        left_ms = lease.effective_until_ms - int(time.time() * 1000)
+        if time.time() * 1000 >= lease.fence_at_ms and not self._stop.is_set():
+            logger.warning(FENCE_MESSAGE, extra={"taskDir": str(self._task_dir),
+                                                 "effectiveUntil": lease.effective_until_ms,
+                                                 "leftMs": left_ms})  # fmt: skip
+            self.fired = lease
+            self._stop.set("lease_lost")
+
+    def seconds_left(self) -> float:
+        lease = self._stop.lease
+        if lease is None:
+            return POLL_S * 4
+        return max(0.0, lease.fence_at_ms / 1000 - time.time())
+
+    def grace(self, grace_s: float) -> float:
+        """A fenced child is SIGKILLed by the lease's `kill_at`, whatever CLAUDE_KILL_GRACE."""
+        if self.fired is None:
+            return grace_s
+        return min(grace_s, max(0.0, self.fired.kill_at_ms / 1000 - time.time()))
 
 
 def _exit_watch(pid: int) -> int | None:
