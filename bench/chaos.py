@@ -150,6 +150,8 @@ class Killer:
         self._ids: dict[str, str] = {}
         self.kills: list[Kill] = []
         self.errors: list[str] = []
+        self.began: float | None = None  # monotonic; how long the killer struck
+        self.ended: float | None = None
 
     def start_worker(self, worker: WorkerProcess) -> None:
         self._incarnations[worker.name] += 1
@@ -157,15 +159,28 @@ class Killer:
         worker.start({**self._env, "WORKER_ID": self._ids[worker.name]})
 
     def start(self) -> None:
+        self.began = time.monotonic()
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=60)
+        if self.began is not None and self.ended is None:
+            self.ended = time.monotonic()
+
+    @property
+    def seconds(self) -> float:
+        if self.began is None:
+            return 0.0
+        return (self.ended or time.monotonic()) - self.began
 
     def _loop(self) -> None:
         low, high = self._config.kill_interval_s
-        while not self._stop.wait(self._rng.uniform(low, high)):
+        # Fixed rate: a strike's own time (finding a victim, restarting the worker) is
+        # part of the interval, not added to it.
+        due = time.monotonic() + self._rng.uniform(low, high)
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
+            due = max(due, time.monotonic() - low) + self._rng.uniform(low, high)
             try:
                 self._strike()
             except Exception as exc:  # the run goes on; the report shows it
@@ -178,19 +193,20 @@ class Killer:
             with contextlib.suppress(psutil.Error):
                 if proc.ppid() == worker.pid:
                     children.append(proc)
+        # A process runs no more code once SIGKILL is sent: the time it was sent bounds
+        # its execution, and nothing waits for the victims to be reaped (a frozen
+        # worker's children stay zombies until it dies: waiting took most of a strike).
         if children and self._rng.random() < self._config.child_kill_share:
             child = self._rng.choice(children)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child.pid, signal.SIGKILL)
-            at = time.time()
-            psutil.wait_procs([child], timeout=5)
-            self.kills.append(Kill(at=at, worker=worker.name,
+            self.kills.append(Kill(at=time.time(), worker=worker.name,
                                    worker_id=self._ids[worker.name], pids=(child.pid,),
                                    child_only=True))  # fmt: skip
             return
-        # Freeze the worker, then kill its children and note when they were gone: that
-        # bounds their executions. A host that dies takes everything at once; the frozen
-        # worker cannot see its children end, just as it could not then.
+        # Freeze the worker, then kill its children, then the worker: a host that dies
+        # takes everything at once; the frozen worker cannot see its children end, just
+        # as it could not then.
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker.pid, signal.SIGSTOP)
         victims = worker.task_children()
@@ -199,11 +215,10 @@ class Killer:
                 os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(psutil.Error):
                 proc.kill()
-        # A process runs no more code once SIGKILL is sent; reaping may take long.
         at = time.time()
-        psutil.wait_procs(victims, timeout=10)
         pids = tuple(p.pid for p in victims)
-        worker.kill()
+        worker.send(signal.SIGKILL)
+        worker.wait(timeout=30)  # our own child: reaped at once
         self.kills.append(
             Kill(
                 at=at,
@@ -279,6 +294,7 @@ def run(
         os.environ.update(saved_env)
         redirect.__exit__(None, None, None)
     report.seconds = time.monotonic() - began
+    report.killing_seconds = killer.seconds
     (work_dir / "kills.json").write_text(json.dumps([k.__dict__ for k in killer.kills], indent=1))
     report.duplicates_sent = len([p for p in planned if p.kind == "duplicate"])
     report.violations.extend(killer.errors)

@@ -4,11 +4,13 @@ event timelines, queues, DLQ archive and the tasks' own side log (see bench.chao
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 import psutil
@@ -20,6 +22,7 @@ from agentq.states import TaskState
 from agentq.store.events import EventStore
 from agentq.store.tasks import TaskRecord, TaskStore
 from bench.stack import Stage
+from worker.leasefile import FENCE_MESSAGE, FENCED_MESSAGE, WATCHDOG_LINE
 
 Kind = Literal["ok", "flaky", "permanent", "timeout", "duplicate"]
 EXPECTED: dict[Kind, TaskState] = {
@@ -75,8 +78,12 @@ class ChaosReport:
     dead_lettered: int = 0
     failed_by_chaos: int = 0
     seconds: float = 0.0
+    killing_seconds: float = 0.0  # how long the killer struck
     events_lost: int = 0
     dead_lettered_unrun: int = 0
+    # Attempts ended because their lease was about to lapse unrenewed (worker/leasefile.py).
+    worker_fences: int = 0
+    child_fences: int = 0
     violations: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
 
@@ -95,7 +102,9 @@ class ChaosReport:
             "failed by chaos": self.failed_by_chaos,
             "dead-lettered without running": self.dead_lettered_unrun,
             "terminal events lost": self.events_lost,
+            "lease fences (worker / child watchdog)": f"{self.worker_fences} / {self.child_fences}",
             "seconds": round(self.seconds, 1),
+            "killing seconds": round(self.killing_seconds, 1),
             "violations": len(self.violations),
         }
 
@@ -112,12 +121,19 @@ class _Execution:
 
 
 def executions_of(
-    side_log: Sequence[Mapping[str, Any]], kills: Sequence[Kill]
+    side_log: Sequence[Mapping[str, Any]],
+    kills: Sequence[Kill],
+    fenced: Mapping[int, float] | None = None,
 ) -> dict[str, list[_Execution]]:
+    """Executions per task, from the side log; one without an end line is bounded by the
+    kill that ended it, or by the worker's record of a fenced child it ended (a lease
+    about to lapse leaves too little grace for the task to record its end)."""
     killed_at: dict[int, float] = {}
     for kill in kills:
         for pid in kill.pids:
             killed_at.setdefault(pid, kill.at)
+    for pid, at in (fenced or {}).items():
+        killed_at.setdefault(pid, at)
     runs: dict[tuple[str, int, int], _Execution] = {}
     for line in side_log:
         key = (line["requestId"], int(line["attempt"]), int(line["pid"]))
@@ -149,7 +165,7 @@ def verify(
     table = stage.resources.table_name
     store = TaskStore(ddb, table)
     events = EventStore(ddb, table, app_name=stage.resources.names.app_name)
-    runs = executions_of(side_log, kills)
+    runs = executions_of(side_log, kills, fenced_children(fleet))
     violations = report.violations
     report.worker_kills = sum(1 for k in kills if not k.child_only)
     report.child_kills = sum(1 for k in kills if k.child_only)
@@ -178,8 +194,13 @@ def verify(
         # attempt and receives; SQS may then dead-letter it. FAILED is a fair end then.
         holders = {e.get("workerId") for e in timeline
                    if e.get("detailType") == "Task Processing Started"}  # fmt: skip
+        # An attempt ended from outside its task also counts: a kill, or a SIGTERM
+        # ("terminated") from a lease fence (a timeout task is ended so by design).
+        ended_outside = (
+            ("killed", None) if item.kind == "timeout" else ("killed", None, "terminated")
+        )
         disrupted = bool(holders & killed_holders) or any(
-            e.outcome in (None, "killed") for e in executions
+            e.outcome in ended_outside for e in executions
         )
         unrun = not executions and not holders
         if record.state is not EXPECTED[item.kind]:
@@ -192,6 +213,15 @@ def verify(
                 report.failed_by_chaos += 1
                 report.dead_lettered_unrun += 1
                 report.findings.append(f"{rid} ({item.kind}): dead-lettered without running")
+            elif record.state is TaskState.FAILED and _attempts_unrun(record, executions):
+                # Attempts are counted at the lock; a holder killed before its child
+                # started (its `Task Processing Started` still in its batcher) leaves
+                # an attempt used and nothing run. Exactly-once holds; a finding.
+                report.failed_by_chaos += 1
+                report.findings.append(
+                    f"{rid} ({item.kind}): attempts used up ({record.attempt}) by holders "
+                    f"that never ran it ({len(executions)} execution(s))"
+                )
             elif record.state is TaskState.FAILED and _dead_lettered(record):
                 # SQS counts every receive (duplicates, back-offs behind a live holder)
                 # toward maxReceiveCount, so a retrying task can reach the DLQ with
@@ -210,12 +240,24 @@ def verify(
                 )
         _check_executions(item, record, executions, violations)
 
+    rejected = _rejections(fleet)
     for message in bad:
         if message.request_id is None:
             continue
         timeline = events.timeline(message.tenant, message.request_id)
-        if not any(e.get("detailType") == "Task Failed" for e in timeline):
-            violations.append(f"malformed message {message.request_id}: no Task Failed")
+        if any(e.get("detailType") == "Task Failed" for e in timeline):
+            continue
+        seen = rejected.get(message.request_id)
+        if seen is not None and _killed_soon_after(seen, kills):
+            # Its worker died between the delete and the event's flush (two batchers):
+            # an event lost to the kill, like a terminal event (counted with those).
+            report.events_lost += 1
+            report.findings.append(
+                f"malformed message {message.request_id}: Task Failed lost, its worker "
+                f"{seen[0]} was killed within 2 s of rejecting it"
+            )
+            continue
+        violations.append(f"malformed message {message.request_id}: no Task Failed")
 
     archive = DlqArchive(stage.clients["s3"], stage.resources.bucket)
     dead = archive.list()
@@ -242,6 +284,48 @@ def verify(
                     report.duplicates_suppressed += 1
                 elif verdict == "held_elsewhere":
                     report.held_elsewhere += 1
+            elif record_.get("message") == FENCE_MESSAGE:
+                report.worker_fences += 1
+            elif str(record_.get("message", "")).endswith(WATCHDOG_LINE):
+                report.child_fences += 1
+
+
+def fenced_children(fleet: Sequence[WorkerProcess]) -> dict[int, float]:
+    """Child pid -> when its worker had ended it for a lease about to lapse."""
+    ended: dict[int, float] = {}
+    for worker in fleet:
+        for record in worker.log_records():
+            if record.get("message") == FENCED_MESSAGE:
+                ended[int(record["pid"])] = float(record["at"])
+    return ended
+
+
+def _attempts_unrun(record: TaskRecord, executions: Sequence[_Execution]) -> bool:
+    error = record.raw.get("error")
+    return (
+        isinstance(error, Mapping)
+        and error.get("exception_type") == "AttemptsExhausted"
+        and len(executions) < record.attempt
+    )
+
+
+def _rejections(fleet: Sequence[WorkerProcess]) -> dict[str, tuple[str, float]]:
+    """Request id -> (worker name, when) of each `message rejected` log line."""
+    found: dict[str, tuple[str, float]] = {}
+    for worker in fleet:
+        for record in worker.log_records():
+            if record.get("message") == "message rejected" and record.get("requestId"):
+                with contextlib.suppress(KeyError, ValueError):
+                    when = datetime.strptime(record["timestamp"], "%Y-%m-%d %H:%M:%S,%f%z")
+                    found[str(record["requestId"])] = (worker.name, when.timestamp())
+    return found
+
+
+def _killed_soon_after(
+    seen: tuple[str, float], kills: Sequence[Kill], within_s: float = 2.0
+) -> bool:
+    name, at = seen
+    return any(k.worker == name and not k.child_only and 0 <= k.at - at <= within_s for k in kills)
 
 
 def _dead_lettered(record: TaskRecord) -> bool:

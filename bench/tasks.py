@@ -2,8 +2,9 @@
 
 Every task appends to a side log (`input.side_log`) one JSON line when it starts and
 one when it ends, each shorter than PIPE_BUF and written with O_APPEND, so lines of
-concurrent children never interleave. A start line without an end line is an execution
-that was killed; the harness bounds it by the kill it recorded.
+concurrent children never interleave. A SIGTERM (timeout, lost lease) is recorded as an
+end with outcome "terminated"; a start line without an end line is an execution that was
+SIGKILLed, and the harness bounds it by the kill it recorded.
 
 The child's process start time (from /proc) is in the start line too, so a benchmark
 can see how long the interpreter took before the task code ran.
@@ -52,13 +53,15 @@ class _Execution:
     def __init__(self, payload: Mapping[str, Any], ctx: Any) -> None:
         self.side_log = payload.get("side_log")
         self.base = {"requestId": ctx.request_id, "attempt": ctx.attempt, "pid": os.getpid()}
+        # The worker (timeout, lost lease) and the child's lease watchdog end a child
+        # with SIGTERM: record the end, then die of it. The handler goes first, so no
+        # SIGTERM can end a run whose start is recorded without recording its end.
+        signal.signal(signal.SIGTERM, self._terminated)
         self.start = time.time()
         _append(
             self.side_log,
             {**self.base, "event": "start", "t": self.start, "spawned": spawned_at()},
         )  # fmt: skip
-        # The worker ends a timed-out child with SIGTERM: record the end, then die of it.
-        signal.signal(signal.SIGTERM, self._terminated)
 
     def _terminated(self, signum: int, frame: FrameType | None) -> None:
         self.end("terminated")
