@@ -79,9 +79,12 @@ def measure(module: str) -> tuple[float, float, list[str]]:
         if len(parts) != 3 or not parts[1].strip().isdigit():
             continue
         name, micros = parts[2], int(parts[1].strip())
+        depth = len(name) - len(name.lstrip())
         if name.strip() == module:
             total = micros / 1000
-        elif total is None and len(name) - len(name.lstrip()) == 3:
+        elif total is None and depth == 1:
+            direct.clear()  # a child's line precedes its parent's: those were site's, say
+        elif total is None and depth == 3:
             direct.append((micros / 1000, name.strip()))  # one level below the handler
     warm = [line for line in result.stdout.splitlines() if line.startswith(_READY_MARK)]
     if total is None or not warm:
