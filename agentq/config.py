@@ -146,7 +146,7 @@ class Settings:
     )
     prefetch_horizon_ms: int = _var(
         "PREFETCH_HORIZON",
-        1_000,
+        2_000,
         "Prefetch (ms): a receive also takes the messages this worker expects to start "
         "within this time at its recent rate (0: only free slots).",
         "worker",

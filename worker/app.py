@@ -61,11 +61,12 @@ class Worker:
             shutil.rmtree(self.home_dir, ignore_errors=True)
 
     def stats(self) -> dict[str, Any]:
-        """AWS calls per operation, messages received and how they were settled."""
+        """AWS calls per operation, messages received, how they were settled, beats."""
         return {
             "workerId": self.worker_id,
             "received": self.consumer.received,
             "verdicts": dict(self.consumer.verdicts),
+            "heartbeats": self.consumer.heartbeats,
             "awsCalls": self.counter.snapshot(),
             "awsCallsTotal": self.counter.total(),
         }

@@ -20,7 +20,7 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from enum import IntEnum
 from types import FrameType
 from typing import Any, Final
@@ -28,13 +28,15 @@ from typing import Any, Final
 from agentq.config import Settings
 from worker.batcher import SqsBatcher
 from worker.eventbatch import EventBatcher
-from worker.handler import MessageHandler
+from worker.handler import MessageHandler, Prepared
 from worker.heartbeat import Heartbeat
 from worker.inflight import InFlight, InFlightRegistry
 from worker.intake import Held, Intake
 
 logger = logging.getLogger(__name__)
 RECEIVE_ERROR_BACKOFF_S: Final = 1.0
+# Preparing is a definition lookup and one conditional write; beyond this it is stuck.
+PREPARE_TIMEOUT_S: Final = 60.0
 
 
 class ExitCode(IntEnum):
@@ -70,6 +72,7 @@ class Consumer:
         self.slots = Intake(settings.max_concurrent, horizon_s=settings.prefetch_horizon_ms / 1000)
         # A slot frees at its child's exit while its thread settles: room for both.
         self._pool = ThreadPoolExecutor(2 * settings.max_concurrent + 1, thread_name_prefix="slot")
+        self._preparer = ThreadPoolExecutor(2, thread_name_prefix="prepare")
         self._stopping = threading.Event()
         self._signals = 0
         self._signalled = threading.Event()
@@ -77,6 +80,11 @@ class Consumer:
         self.received = 0
         self.verdicts: dict[str, int] = {}
         self._verdict_lock = threading.Lock()
+
+    @property
+    def heartbeats(self) -> int:
+        """Heartbeat intervals that had messages to keep (each one batch of calls)."""
+        return self._heartbeat.beats
 
     # -- running -----------------------------------------------------------------------
     def run(self) -> ExitCode:
@@ -131,6 +139,7 @@ class Consumer:
                 entry.stop.set("shutdown")
             self.slots.wait_idle(self._settings.kill_grace_ms / 1000 + 30)
         self._pool.shutdown(wait=True)
+        self._preparer.shutdown(wait=True)
         self._heartbeat.stop()
         self._events.close()
         self._batcher.close()
@@ -159,13 +168,31 @@ class Consumer:
             # Our own message, back after a lapse: the running slot now uses this handle.
             self._count("held_here")
             return
-        if self.slots.offer((message, entry)):
-            self._pool.submit(self._slot, message, entry)
+        if self.slots.offer((message, entry, None), prepare=self._prepare_ahead):
+            self._pool.submit(self._slot, message, entry, None)
+
+    def _prepare_ahead(self, held: Held) -> Held:
+        """Validate and lock a buffered message while it waits for a slot."""
+        message, entry, _ = held
+        return message, entry, self._preparer.submit(self._handler.prepare, message, entry)
 
     def _give_back(self, held: list[Held]) -> None:
-        for message, entry in held:
+        """Messages that will not start here: unlock what was locked, make them visible."""
+        for message, entry, preparation in held:
+            ready: Prepared | str | None = None
+            if preparation is not None:
+                try:
+                    ready = preparation.result(timeout=PREPARE_TIMEOUT_S)
+                except Exception:
+                    logger.exception("preparing a prefetched message failed")
+            if isinstance(ready, Prepared):
+                self._handler.unprepare(ready)
+                continue
             self._inflight.remove(entry)
-            self._batcher.change_visibility(message["ReceiptHandle"], 0)
+            if isinstance(ready, str):
+                self._count(ready)  # settled while preparing (a duplicate, say)
+            else:
+                self._batcher.change_visibility(message["ReceiptHandle"], 0)
 
     def _receive(self, count: int) -> list[dict[str, Any]]:
         response = self._sqs.receive_message(
@@ -178,7 +205,9 @@ class Consumer:
         messages: list[dict[str, Any]] = response.get("Messages", [])
         return messages
 
-    def _slot(self, message: dict[str, Any], entry: InFlight) -> None:
+    def _slot(
+        self, message: dict[str, Any], entry: InFlight, preparation: Future[Any] | None
+    ) -> None:
         started = time.monotonic()
         freed = threading.Event()
 
@@ -195,13 +224,17 @@ class Consumer:
                 self._pool.submit(self._slot, *following)
 
         try:
-            verdict = self._handler.handle(message, entry=entry, on_child_exit=free_slot)
+            prepared = preparation.result(PREPARE_TIMEOUT_S) if preparation else None
+            verdict = self._handler.handle(
+                message, entry=entry, on_child_exit=free_slot, prepared=prepared
+            )
         except Exception:
             # One broken message must not take the slot (or the worker) down; SQS will
             # redeliver it after its visibility timeout and the STATE item arbitrates.
             logger.exception(
                 "message handling failed", extra={"messageId": message.get("MessageId")}
             )
+            self._inflight.remove(entry)
             verdict = "error"
         finally:
             free_slot()

@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -116,12 +117,14 @@ class MessageHandler:
         *,
         entry: InFlight | None = None,
         on_child_exit: Callable[[], object] | None = None,
+        prepared: Prepared | str | None = None,
     ) -> str:
         """Settle one message; returns a short verdict for logs and tests.
 
         `entry` is the message's in-flight record when the caller registered it already
-        (prefetch); `on_child_exit` runs as soon as the task's child is gone, before the
-        settle chain, so the caller can hand the slot to the next task.
+        (prefetch); `prepared` is what `prepare` returned for it ahead of time, if it
+        ran; `on_child_exit` runs as soon as the task's child is gone, before the settle
+        chain, so the caller can hand the slot to the next task.
         """
         if entry is None:
             entry = InFlight(
@@ -131,14 +134,20 @@ class MessageHandler:
                 # Our own message, back after a lapse: the running slot now uses this handle.
                 return "held_here"
         try:
-            return self._handle(message, entry, on_child_exit or _nothing)
+            ready = prepared if prepared is not None else self.prepare(message, entry)
+            if isinstance(ready, str):
+                return ready
+            return self._run(ready, on_child_exit or _nothing)
         finally:
             if not self._until_deleted.holds(entry):
                 self._inflight.remove(entry)
 
-    def _handle(
-        self, message: Mapping[str, Any], entry: InFlight, on_child_exit: Callable[[], object]
-    ) -> str:
+    def prepare(self, message: Mapping[str, Any], entry: InFlight) -> Prepared | str:
+        """Validate and lock: a task ready to run, or the verdict that settled it.
+
+        A prefetched message is prepared while it waits for a slot, so the lock's round
+        trip is off the slot's path; its lease is renewed by the heartbeat meanwhile.
+        """
         attributes = message.get("Attributes", {})
         try:
             envelope = parse_message(
@@ -168,9 +177,29 @@ class MessageHandler:
         except LockNotAcquired as refusal:
             return self._refused(entry, envelope, refusal, message=message)
         entry.lease = lease
-        return self._run(
-            entry, envelope, definition, lease, attributes, max_attempts, timeout_ms, on_child_exit
-        )
+        return Prepared(entry=entry, envelope=envelope, definition=definition, lease=lease,
+                        attributes=attributes, max_attempts=max_attempts,
+                        timeout_ms=timeout_ms)  # fmt: skip
+
+    def unprepare(self, prepared: Prepared) -> None:
+        """A prepared task that will not start here (drain): give its lock back.
+
+        Nothing ran and no event said it started, so the attempt is not counted and no
+        event is sent; the message becomes visible again for any worker.
+        """
+        entry = prepared.entry
+        entry.lease = None
+        try:
+            self._store.finalize(
+                prepared.lease, TaskState.RETRYING, retry_at_ms=now_ms(),
+                fields={"attempt": max(0, prepared.lease.attempt - 1),
+                        "releasedBy": self._worker_id},
+            )  # fmt: skip
+        except LeaseLost:
+            pass
+        finally:
+            self._batcher.change_visibility(entry.receipt_handle, 0)
+            self._inflight.remove(entry)
 
     # -- before the lock -----------------------------------------------------------------
     def _reject(self, message: Mapping[str, Any], exc: Exception) -> str:
@@ -330,17 +359,11 @@ class MessageHandler:
         self._batcher.delete(entry.receipt_handle)
 
     # -- the attempt -----------------------------------------------------------------------
-    def _run(
-        self,
-        entry: InFlight,
-        envelope: TaskEnvelope,
-        definition: TaskDefinition,
-        lease: Lease,
-        attributes: Mapping[str, Any],
-        max_attempts: int,
-        timeout_ms: int,
-        on_child_exit: Callable[[], object],
-    ) -> str:
+    def _run(self, ready: Prepared, on_child_exit: Callable[[], object]) -> str:
+        entry, envelope, definition = ready.entry, ready.envelope, ready.definition
+        lease = entry.lease or ready.lease  # renewed by the heartbeat while it waited
+        attributes, max_attempts = ready.attributes, ready.max_attempts
+        timeout_ms = ready.timeout_ms
         sent = attributes.get("SentTimestamp")
         start = TaskStart(
             request_id=envelope.request_id,
@@ -571,6 +594,19 @@ class MessageHandler:
             delete()
             return
         self._publish(event, then=delete)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """A validated, locked task waiting for its child."""
+
+    entry: InFlight
+    envelope: TaskEnvelope
+    definition: TaskDefinition
+    lease: Lease
+    attributes: Mapping[str, Any]
+    max_attempts: int
+    timeout_ms: int
 
 
 class _Kept:

@@ -4,13 +4,15 @@ A slot is busy from the moment a message is handed to it until its child exits; 
 settle chain after that (upload, finalize, event, delete) runs without holding the slot,
 so the next task starts while the last one is still being written down.
 
-The receiver asks SQS only when a free slot would otherwise idle, and then for that many
-messages plus a small prefetch: as many as this worker has been starting per
-`PREFETCH_HORIZON` (recent rate). A freed slot takes the next prefetched message at once,
-and one receive serves several tasks when tasks are short. When tasks are long the rate,
+The receiver asks SQS when a free slot would otherwise idle or the prefetch runs below
+half its size, for the free slots plus the prefetch: as many messages as this worker has
+been starting per `PREFETCH_HORIZON` (recent rate). A freed slot takes the next
+prefetched message at once, and one receive serves several tasks when tasks are short. When tasks are long the rate,
 and so the prefetch, falls to zero: a message never waits long in a worker that cannot
 start it while another worker idles. Prefetched messages are in the in-flight registry,
-so the heartbeat keeps them invisible until they start.
+so the heartbeat keeps them invisible until they start. Each is validated and locked
+while it waits (the consumer's `prepare`), so the lock's round trip is not on the slot's
+path either; the heartbeat renews that lease like a running task's.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any, Final
 
 from worker.inflight import InFlight
@@ -28,7 +31,8 @@ RATE_WINDOW_S: Final = 10.0
 MAX_RECEIVE: Final = 10  # SQS ReceiveMessage maximum
 
 Message = dict[str, Any]
-Held = tuple[Message, InFlight]
+# A received message, its in-flight record and, once buffered, its preparation.
+Held = tuple[Message, InFlight, "Future[Any] | None"]
 
 
 class Intake:
@@ -62,16 +66,20 @@ class Intake:
             return len(self._buffer)
 
     def wait_wanted(self, timeout_s: float) -> int:
-        """Messages to ask SQS for: > 0 only when a free slot has nothing to start."""
+        """Messages to ask SQS for, once a free slot has nothing to start or the
+        prefetch has run below half its size; 0 after `timeout_s` otherwise."""
         with self._cond:
-            self._cond.wait_for(self._starving, timeout=timeout_s)
-            if not self._starving():
+            self._cond.wait_for(self._hungry, timeout=timeout_s)
+            if not self._hungry():
                 return 0
             free = self.size - self._busy - len(self._buffer)
             return max(0, min(MAX_RECEIVE, free + self._prefetch()))
 
-    def _starving(self) -> bool:
-        return self.size - self._busy > len(self._buffer)
+    def _hungry(self) -> bool:
+        if self.size - self._busy > len(self._buffer):
+            return True  # a free slot would idle
+        # Refill before the buffer runs dry, so a slot never waits for a receive.
+        return len(self._buffer) < (self._prefetch() + 1) // 2
 
     def _prefetch(self) -> int:
         """Messages this worker expects to start within the horizon (recent rate)."""
@@ -84,13 +92,17 @@ class Intake:
         return min(self.size, int(len(self._starts) / window * self._horizon))
 
     # -- messages in and out -------------------------------------------------------------
-    def offer(self, held: Held) -> bool:
-        """A received message: True if a slot took it (the caller starts it now)."""
+    def offer(self, held: Held, prepare: Callable[[Held], Held] | None = None) -> bool:
+        """A received message: True if a slot took it (the caller starts it now).
+
+        Otherwise it is buffered, after `prepare` (which starts its preparation and
+        returns it with the future) so a slot never takes an unprepared one by surprise.
+        """
         with self._cond:
             if self._busy < self.size and not self._buffer:
                 self._take()
                 return True
-            self._buffer.append(held)
+            self._buffer.append(prepare(held) if prepare is not None else held)
             return False
 
     def release(self) -> Held | None:

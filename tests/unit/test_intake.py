@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any
 
 from worker.inflight import InFlight
@@ -18,7 +19,7 @@ class Clock:
 
 def held(n: int) -> Held:
     message: dict[str, Any] = {"MessageId": f"m{n}", "ReceiptHandle": f"h{n}"}
-    return message, InFlight(message_id=f"m{n}", receipt_handle=f"h{n}")
+    return message, InFlight(message_id=f"m{n}", receipt_handle=f"h{n}"), None
 
 
 def test_slots_fill_then_buffer_and_a_release_hands_over_the_next() -> None:
@@ -70,11 +71,44 @@ def test_slow_starts_prefetch_nothing() -> None:
     assert intake.wait_wanted(0) == 1
 
 
+def test_a_buffered_message_is_prepared_before_a_slot_can_take_it() -> None:
+    intake = Intake(1, horizon_s=0)
+    prepared: list[str] = []
+
+    def prepare(item: Held) -> Held:
+        prepared.append(item[0]["MessageId"])
+        return item[0], item[1], Future()
+
+    assert intake.offer(held(1), prepare=prepare), "a free slot starts it unprepared"
+    assert not intake.offer(held(2), prepare=prepare)
+    assert prepared == ["m2"]
+    following = intake.release()
+    assert following is not None and following[2] is not None
+
+
 def test_drop_buffered_returns_what_never_started() -> None:
     intake = Intake(1, horizon_s=0)
     intake.offer(held(1))
     intake.offer(held(2))
     intake.offer(held(3))
     dropped = intake.drop_buffered()
-    assert [m["MessageId"] for m, _ in dropped] == ["m2", "m3"]
+    assert [m["MessageId"] for m, _, _ in dropped] == ["m2", "m3"]
     assert intake.release() is None and intake.wait_idle(0)
+
+
+def test_the_prefetch_is_refilled_before_it_runs_dry() -> None:
+    clock = Clock()
+    intake = Intake(2, horizon_s=1.0, clock=clock)
+    for n in range(2):
+        intake.offer(held(n))
+    for n in range(2, 30):
+        clock.now += 0.1  # ten starts a second: the prefetch is the slot count, 2
+        intake.offer(held(n))
+        intake.release()
+    intake.drop_buffered()
+    intake.offer(held(99))
+    assert (intake.busy, intake.buffered) == (2, 1)
+    assert intake.wait_wanted(0) == 0, "one of two still buffered: no receive yet"
+    assert intake.release() is not None
+    assert (intake.busy, intake.buffered) == (2, 0)
+    assert intake.wait_wanted(0) == 2, "every slot busy, but the buffer is empty: refill"

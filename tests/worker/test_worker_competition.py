@@ -55,7 +55,10 @@ def test_worker_two_workers_one_message_runs_once(stack: Stack, tmp_path: Path) 
         second.stop()
     assert len(_runs(side_log)) == 1
     assert len(events.of(task.request_id, "Task Processing Started")) == 1
-    assert len(events.of(task.request_id, "Task Completed")) == 1
+    # The loser may find the finished task before its message is deleted and re-send its
+    # terminal event: the same event (same id), which consumers deduplicate.
+    completed = events.of(task.request_id, "Task Completed")
+    assert len({e["eventId"] for e in completed}) == 1
     verdicts: dict[str, int] = {}
     for worker in (first, second):
         stats = worker.stats()
@@ -115,8 +118,10 @@ def test_worker_heartbeat_keeps_a_long_task_invisible(stack: Stack) -> None:
     beats = events.of(task.request_id, "Task Heartbeat")
     assert len(beats) >= 5
     assert all(b["effectiveUntil"] > b["timestampMs"] for b in beats)
-    # One visibility call per heartbeat interval, not one per message per interval.
-    assert stats["awsCalls"]["sqs:ChangeMessageVisibilityBatch"] <= len(beats) + 2
+    # One visibility call per heartbeat interval, not one per message per interval. (The
+    # message is kept a few beats more after the task, until its delete is sent.)
+    assert stats["heartbeats"] >= len(beats)
+    assert stats["awsCalls"]["sqs:ChangeMessageVisibilityBatch"] <= stats["heartbeats"]
 
 
 def test_worker_sigterm_drains_a_running_task_and_exits_0(stack: Stack) -> None:

@@ -1,4 +1,4 @@
-"""Prefetched messages: kept invisible while they wait, given back at drain, never run."""
+"""Prefetched messages: locked and kept invisible while they wait, given back at drain."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from worker_support import (
 )
 
 from agentq.envelope import TaskEnvelope
+from agentq.states import TaskState
 
 
 @pytest.mark.timeout(240)
@@ -68,6 +69,9 @@ def test_a_prefetched_message_waits_invisible_and_goes_back_at_drain(stack: Stac
         )
         assert queue_counts(stack) == (0, 2), "the prefetched message stayed invisible"
         assert not events.of(waiting.request_id, "Task Processing Started")
+        locked = state(stack, waiting)
+        assert locked is not None and locked.state is TaskState.PROCESSING, "locked ahead"
+        assert locked.lease_live(), "its lease is renewed while it waits"
 
         worker.send(signal.SIGTERM)
         wait_for(lambda: queue_counts(stack)[0] == 1, timeout=10, message="given back at drain")
@@ -76,5 +80,7 @@ def test_a_prefetched_message_waits_invisible_and_goes_back_at_drain(stack: Stac
         assert worker.wait(timeout=60) == 0
     events.wait(running.request_id, "Task Completed", timeout=30)
     assert not events.of(waiting.request_id, "Task Processing Started")
-    assert state(stack, waiting) is None, "the prefetched task never started"
+    released = state(stack, waiting)
+    assert released is not None and released.state is TaskState.RETRYING
+    assert released.attempt == 0, "the attempt it never ran is not counted"
     assert queue_counts(stack) == (1, 0)
