@@ -149,11 +149,12 @@ def verdicts(results: Mapping[str, Data]) -> Table:
         r = results["requests_per_task"]
         checks.append(("requests/task ≤ 0.5 x seed", f"{r['ratio_per_task']:.2f}",
                        r["ratio_per_task"] <= 0.5))  # fmt: skip
-        checks.append(("heartbeat requests/task/interval ≤ 0.3", f"{r['per_heartbeat']:.3f}",
-                       r["per_heartbeat"] <= 0.3))  # fmt: skip
         if "per_heartbeat_at_10_in_flight" in r:
+            # The figure is at 10 in flight; the run's average (ramping up and
+            # down) is in the requests table.
             at_10 = r["per_heartbeat_at_10_in_flight"]
-            checks.append(("  same, scaled to 10 in flight", f"{at_10:.3f}", at_10 <= 0.3))
+            checks.append(("heartbeat requests/task/interval at 10 in flight ≤ 0.3",
+                           f"{at_10:.3f}", at_10 <= 0.3))  # fmt: skip
     if "even" in results.get("saturation", {}):
         ratio = results["saturation"]["even"]["agentq"]["ratio"]
         checks.append(("saturation makespan ÷ ideal ≤ 1.10", f"{ratio:.3f}", ratio <= 1.10))
@@ -162,6 +163,10 @@ def verdicts(results: Mapping[str, Data]) -> Table:
             ready = f" (ready {row['ready_ms']:.0f} ms)" if "ready_ms" in row else ""
             checks.append((f"{row['module']} import ≤ 300 ms",
                            f"{row['import_ms']:.0f} ms{ready}", row["within_target"]))  # fmt: skip
+    if "warm_overhead_pct" in results.get("agent", {}):
+        a = results["agent"]
+        checks.append(("agent task overhead ≤ 15% of a minimal CLI run (warm spare)",
+                       f"{a['warm_overhead_pct']:.1f}%", a["warm_overhead_pct"] <= 15.0))  # fmt: skip
     if "summary" in results.get("chaos", {}):
         n = results["chaos"]["summary"]["violations"]
         checks.append(("chaos violations = 0", str(n), n == 0))
