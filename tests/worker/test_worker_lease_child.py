@@ -6,8 +6,10 @@ them); the lease times are written the way the worker writes them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,6 +21,8 @@ from support import wait_for
 
 from agentq.config import Settings
 from agentq.definitions import TaskDefinition
+from agentq.local.claude_env import offline_claude_env
+from agentq.local.model_server import ModelServer
 from worker.leasefile import LEASE_FILE, LeaseTimes, lease_times, margins, read_lease, write_lease
 from worker.outcome import decide
 from worker.supervisor import ChildExit, StopSignal, run_child
@@ -149,3 +153,53 @@ def test_worker_lease_supervisor_starts_no_child_on_a_lease_about_to_lapse(
     assert (child.started, child.stopped) == (False, "lease_lost")
     assert not marker.exists()
     assert decide(child, task_dir, attempt=1, max_attempts=3).verdict == "lease_lost"
+
+
+def test_worker_lease_watchdog_ends_a_real_claude_cli_and_records_lease_expired(
+    tmp_path: Path,
+) -> None:
+    definition = {"name": "t", "kind": "agent", "timeout_s": 150,
+                  "settings": {"prompt": "Say hello.\n\n{text}", "max_turns": 2,
+                               "output_schema": {"type": "object"}}}  # fmt: skip
+    task = {"requestId": "r-agent", "tenant": "acme", "attempt": 1, "jobId": None,
+            "definition": definition, "input": {"text": "Hi [[model: key held; stall]]"}}  # fmt: skip
+    task_dir = tmp_path / "task"
+    task_dir.mkdir()
+    (task_dir / "task.json").write_text(json.dumps(task))
+    home = tmp_path / "home"
+    with ModelServer() as model:
+        env = {**os.environ, **offline_claude_env(model.url, home), "HOME": str(home)}
+        child = subprocess.Popen([sys.executable, "-m", "worker.child", str(task_dir)],
+                                 cwd=task_dir, env=env, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True)  # fmt: skip
+        try:
+            # The CLI has asked the model and waits for an answer that never comes.
+            wait_for(lambda: model.request_log, timeout=90, message="the CLI's first request")
+            members = [p for p in _group(child.pid) if p != child.pid]
+            assert members, "the Claude CLI runs in the child's process group"
+            times = _times_from_now(term_in_s=0.2, window_s=2.0)
+            write_lease(task_dir, times)
+            code = child.wait(timeout=30)
+            ended_ms = time.time() * 1000
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    assert ended_ms < times.kill_at_ms + 500
+    assert not any(_alive(pid) for pid in members)  # the CLI did not outlive the attempt
+    record = json.loads((task_dir / "error.json").read_text())
+    assert (record["exception_type"], record["retryable"]) == ("LeaseExpired", True), code
+
+
+def _group(pgid: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with (
+                contextlib.suppress(OSError, IndexError, ValueError),
+                open(f"/proc/{name}/stat") as stat,
+            ):
+                if int(stat.read().rsplit(")", 1)[1].split()[2]) == pgid:
+                    found.append(int(name))
+    return found
