@@ -21,7 +21,7 @@ from typing import Any, Final, Literal
 
 from agentq.envelope import REQUEST_ID_PATTERN, TaskEnvelope, parse_message
 from agentq.errors import InvalidInput
-from agentq.events import now_ms, task_event
+from agentq.events import Event, now_ms, task_event
 from agentq.publisher import EventPublisher
 from agentq.resources import DLQ_ARCHIVE_PREFIX
 from agentq.states import LIVE_STATES, TaskState
@@ -252,6 +252,7 @@ class DlqProcessor:
         if record is None:
             now = self._tasks.require(envelope.tenant, envelope.request_id)
             if now.state.terminal:
+                self._resend_terminal_event(now)
                 return "already-terminal", f"task is {now.state.value}"
             return "lease-live", f"left to its holder {now.owner}"
         self._publisher.publish(
@@ -267,6 +268,20 @@ class DlqProcessor:
             )
         )
         return "failed", DLQ_REASON
+
+    def _resend_terminal_event(self, record: TaskRecord) -> None:
+        """A worker may have died between finalizing the task and sending its terminal
+        event, and the message's receives ran out before another worker could re-send
+        it. The event stored on the STATE item goes out again with its own id, which
+        save-event and the dispatcher deduplicate."""
+        stored = record.raw.get("terminalEvent")
+        if not isinstance(stored, Mapping):
+            return
+        try:
+            event = Event.from_detail(stored)
+        except InvalidInput:
+            return
+        self._publisher.publish(event)
 
     def _record(
         self, archived: ArchivedMessage, outcome: DlqOutcome, detail: str | None

@@ -43,6 +43,7 @@ from worker.batcher import SqsBatcher
 from worker.child import RESULT_FILE, TASK_FILE
 from worker.childenv import child_environment
 from worker.inflight import InFlight, InFlightRegistry
+from worker.leasefile import lease_times
 from worker.outcome import Outcome, backoff_s, decide
 from worker.spares import SparePool
 from worker.supervisor import run_child
@@ -177,6 +178,8 @@ class MessageHandler:
         except LockNotAcquired as refusal:
             return self._refused(entry, envelope, refusal, message=message)
         entry.lease = lease
+        # Arms the worker's fence and the child's lease file from the first moment.
+        entry.stop.hold(lease_times(lease.effective_until_ms, self._settings))
         return Prepared(entry=entry, envelope=envelope, definition=definition, lease=lease,
                         attributes=attributes, max_attempts=max_attempts,
                         timeout_ms=timeout_ms)  # fmt: skip
@@ -220,7 +223,7 @@ class MessageHandler:
                 to_state=TaskState.FAILED, fields={"error": error.to_record()},
                 unless_lease_live=True,
             )  # fmt: skip
-        self._emit(
+        event = self._event(
             "Task Failed",
             request_id=request_id or _message_request_id(message["MessageId"]),
             tenant=tenant,
@@ -228,7 +231,9 @@ class MessageHandler:
             reason="invalid message",
             messageId=message["MessageId"],
         )
-        self._batcher.delete(message["ReceiptHandle"])
+        # Deleted once the event is out: a crash in between brings the message back and
+        # it is rejected (and reported) again, never silently lost.
+        self._publish(event, then=functools.partial(self._batcher.delete, message["ReceiptHandle"]))
         return "rejected"
 
     def _best_identity(self, message: Mapping[str, Any]) -> tuple[str | None, str]:
@@ -346,17 +351,21 @@ class MessageHandler:
         attempt: int,
         reason: str,
     ) -> None:
+        # Outbox, as for a finished attempt: the event rides on the STATE item, and the
+        # message goes once the event is out (a returning duplicate re-sends it).
+        event = self._event("Task Failed", envelope=envelope, attempt=attempt,
+                            error=error.to_record(), reason=reason)  # fmt: skip
         record = self._store.transition(
             envelope.tenant, envelope.request_id, from_states=_LIVE, to_state=TaskState.FAILED,
-            fields={"error": error.to_record(), "reason": reason}, unless_lease_live=True,
+            fields={"error": error.to_record(), "reason": reason,
+                    "terminalEvent": event.to_detail()},
+            unless_lease_live=True,
         )  # fmt: skip
         if record is None and self._store.get(envelope.tenant, envelope.request_id) is not None:
             # Someone else moved it first (it is live or terminal now): leave it to them.
             self._batcher.change_visibility(entry.receipt_handle, CONTENTION_BACKOFF_S)
             return
-        self._emit("Task Failed", envelope=envelope, attempt=attempt, error=error.to_record(),
-                   reason=reason)  # fmt: skip
-        self._batcher.delete(entry.receipt_handle)
+        self._publish(event, then=functools.partial(self._batcher.delete, entry.receipt_handle))
 
     # -- the attempt -----------------------------------------------------------------------
     def _run(self, ready: Prepared, on_child_exit: Callable[[], object]) -> str:

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from conftest import Stack
-from support import wait_for
+from support import EventLog, wait_for
 
 from agentq.cli import main as cli
 from agentq.config import Settings
 from agentq.dlq import DLQ_REASON, DlqArchive
 from agentq.envelope import TaskEnvelope
-from agentq.events import now_ms
+from agentq.events import now_ms, task_event
 from agentq.local.lambda_host import LambdaHost, local_context, sqs_lambda_record
 from agentq.local.workers import WorkerProcess, fast_env
 from agentq.states import TaskState
@@ -143,6 +143,30 @@ def test_an_already_completed_task_is_not_overwritten(stack: Stack) -> None:
     assert "error" not in record.raw
     (archived,) = DlqArchive(stack.s3, stack.resources.bucket).list()
     assert archived.outcome == "already-terminal"
+
+
+def test_a_finished_task_whose_event_was_lost_gets_it_from_the_dead_letter(
+    stack: Stack,
+) -> None:
+    """A worker finalized the task (the event stored on the STATE item) and died before
+    sending it; the message ran out of receives. The DLQ processor sends the stored event."""
+    envelope = _envelope("r-dlq-lost-event")
+    _dead_letter(stack, envelope, crash=False)
+    tasks = _tasks(stack)
+    lease = tasks.acquire(envelope, worker_id="w-1", lease_seconds=30, max_attempts=3)
+    stored = task_event("Task Completed", request_id=envelope.request_id,
+                        tenant=envelope.tenant, attempt=lease.attempt, worker_id="w-1")  # fmt: skip
+    tasks.finalize(lease, TaskState.COMPLETED, fields={"terminalEvent": stored.to_detail()})
+    events = EventLog(stack)
+
+    assert dlq_processor.handler(_dlq_event(stack), local_context("dlq")) == {
+        "batchItemFailures": []
+    }
+
+    (sent,) = events.wait(envelope.request_id, "Task Completed", timeout=30)
+    assert sent["eventId"] == stored.event_id, "the same event, not a second ending"
+    assert _tasks(stack).require("acme", envelope.request_id).state is TaskState.COMPLETED
+    assert not events.of(envelope.request_id, "Task Failed")
 
 
 def test_a_live_lease_is_left_to_its_holder(stack: Stack) -> None:
