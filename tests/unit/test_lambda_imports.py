@@ -1,9 +1,10 @@
 """What a Lambda handler module pulls in at import, checked in a fresh interpreter.
 
 A behavioural guard for cold starts (issue 9), not a timing test: timings live in
-bench/lambda_import.py (which lists the same modules). Each handler is imported under a deployed function's
-environment with tracing left on, then its `warm()` runs against an endpoint that
-refuses connections, which proves it builds clients without sending a request.
+bench/lambda_import.py (which lists the same modules). Each handler is imported under
+a deployed function's environment with tracing left on, then its `warm()` runs against
+an endpoint that refuses connections, which proves it builds clients without sending
+a request.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ print(json.dumps({{"at_import": imported, "after_warm": sorted(sys.modules)}}))
 def _deployed_env() -> dict[str, str]:
     # A deployed function's variables (names only). Tracing is not disabled: Powertools'
     # Tracer imported the X-Ray SDK either way. Any request would hit the discard port.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AGENTQ_", "SLACK_"))}
+    ours = ("AWS_", "AGENTQ_", "SLACK_", "TASK_DEFINITIONS_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
     env.update({
         "AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9", env_name("local"): "false",
