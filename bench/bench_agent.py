@@ -273,7 +273,7 @@ def run(runs: int = 3) -> dict[str, Any]:
         from worker.spares import SparePool
 
         child_env = {**env, "PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path.cwd())}
-        pool = SparePool(env=child_env, size=1, cwd=home)
+        pool = SparePool(env=child_env, size=1, cwd=home, warm_agent="always")
         pool.start()
         bare, fresh, child, forked, warm = [], [], [], [], []
         try:

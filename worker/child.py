@@ -1,7 +1,8 @@
 """The child-side runner: ``python -m worker.child TASK_DIR`` (see docs/child-protocol.md).
 
-``python -m worker.child --spare`` is the same runner started ahead of its task (a warm
-spare, see worker/spares.py): it imports the task kinds, prints `READY_LINE`, reads
+``python -m worker.child --spare [--agent]`` is the same runner started ahead of its task
+(a warm spare, see worker/spares.py): it imports the task kinds (the SDK with
+``--agent``), prints `READY_LINE`, reads
 ``{"task_dir": ...}`` as one line from stdin and then runs exactly what the first form
 runs, in that directory.
 
@@ -97,10 +98,16 @@ def run(task_dir: Path) -> int:
         return 1
 
 
-def _warm_up() -> None:
-    """Import what tasks need, so a task handed over later does not wait for it."""
+def _warm_up(*, agent: bool) -> None:
+    """Import what tasks need, so a task handed over later does not wait for it.
+
+    The agent kind (the SDK, ~2 s of CPU) only when asked: a worker running python tasks
+    would otherwise pay for it once per task.
+    """
     import worker.kinds.python
 
+    if not agent:
+        return
     # A broken SDK install fails the agent tasks themselves, with their own record.
     with contextlib.suppress(Exception):
         import anyio
@@ -115,8 +122,8 @@ async def _nothing() -> None:
     return None
 
 
-def spare() -> int:
-    _warm_up()
+def spare(*, agent: bool = True) -> int:
+    _warm_up(agent=agent)
     sys.stdout.buffer.write(READY_LINE)
     sys.stdout.buffer.flush()
     line = sys.stdin.buffer.readline(MAX_HANDOFF_BYTES)
@@ -140,10 +147,10 @@ def spare() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args == ["--spare"]:
-        return spare()
+    if args and args[0] == "--spare" and set(args[1:]) <= {"--agent"}:
+        return spare(agent="--agent" in args)
     if len(args) != 1:
-        sys.stderr.write("usage: python -m worker.child TASK_DIR | --spare\n")
+        sys.stderr.write("usage: python -m worker.child TASK_DIR | --spare [--agent]\n")
         return 2
     return run(Path(args[0]).resolve())
 

@@ -404,6 +404,7 @@ class MessageHandler:
                 ),
                 on_start=lambda pid: setattr(entry, "child_pid", pid),
                 spares=self.spares,
+                kind=definition.kind,
             )
             entry.lease = None  # the heartbeat stops renewing: the attempt is over
             _safely(lambda _: on_child_exit(), None)

@@ -1,10 +1,16 @@
 """Warm spares: task children started before their task, heavy imports already done.
 
-A fresh child pays for the interpreter and ``import claude_agent_sdk`` (about 2 s of
-CPU) before its task begins. A spare is the same ``python -m worker.child`` with
-``--spare``, in its own session and with the same filtered environment; it imports the
-task kinds, prints `READY_LINE` and blocks reading one line from stdin: the task dir.
-One spare serves one task and exits, so tasks stay isolated per process.
+A fresh child pays for the interpreter and, for an agent task, ``import
+claude_agent_sdk`` (about 2 s of CPU) before its task begins. A spare is the same
+``python -m worker.child`` with ``--spare``, in its own session and with the same
+filtered environment; it imports the python kind (and the agent kind with ``--agent``),
+prints `READY_LINE` and blocks reading one line from stdin: the task dir. One spare
+serves one task and exits, so tasks stay isolated per process.
+
+Spares import the SDK only while this worker runs agent tasks (one started within
+`AGENT_WARM_S`, or `warm_agent="always"`): warming it for python tasks would spend ~2 s
+of CPU per task on an import nobody uses. A task takes a spare warmed for its kind
+first, any spare otherwise (an agent task in a python spare imports the SDK itself).
 
 The pool keeps `size` spares idle. It warms one spare at a time (a warming spare takes a
 core from running tasks), replaces spares that are taken or die, and gives up after
@@ -27,7 +33,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from agentq.security import sanitize_error_message
 from worker.child import READY_LINE
@@ -36,6 +42,10 @@ from worker.supervisor import terminate_tree
 logger = logging.getLogger(__name__)
 
 SPARE_COMMAND: Final = (sys.executable, "-m", "worker.child", "--spare")
+AGENT_FLAG: Final = "--agent"
+# How long after its last agent task a worker keeps warming the SDK into its spares.
+AGENT_WARM_S: Final = 600.0
+WarmAgent = Literal["recent", "always", "never"]
 KEEPER_POLL_S: Final = 0.5
 REPLACE_DELAY_S: Final = 3.0
 # Importing the SDK under heavy load has been seen to take ~10 s; beyond this it is stuck.
@@ -45,6 +55,7 @@ WARM_UP_LIMIT_S: Final = 120.0
 @dataclass(eq=False)
 class Spare:
     process: subprocess.Popen[bytes]
+    agent: bool = False  # the agent kind (the SDK) is imported
     started: float = field(default_factory=time.monotonic)
     ready: threading.Event = field(default_factory=threading.Event)
 
@@ -77,6 +88,7 @@ class SparePool:
         restart_delay_s: float = 1.0,
         replace_delay_s: float = REPLACE_DELAY_S,
         command: Sequence[str] = SPARE_COMMAND,
+        warm_agent: WarmAgent = "recent",
     ) -> None:
         self._env = dict(env)
         self._size = size
@@ -87,6 +99,8 @@ class SparePool:
         self._restart_delay_s = restart_delay_s
         self._replace_delay_s = replace_delay_s
         self._command = list(command)
+        self._warm_agent = warm_agent
+        self._agent_seen = -AGENT_WARM_S  # monotonic time of the last agent task
         self._idle: list[Spare] = []
         self._crashes: list[float] = []
         self._next_start = 0.0
@@ -101,20 +115,27 @@ class SparePool:
     def start(self) -> None:
         self._keeper.start()
 
-    def take(self) -> Spare | None:
-        """A warmed, live spare for the next task, or None (the caller spawns instead)."""
+    def take(self, kind: str | None = None) -> Spare | None:
+        """A warmed, live spare for the next task, or None (the caller spawns instead).
+
+        One warmed for `kind` first: an agent spare for an agent task, a plain one for
+        a python task (an agent spare would have imported the SDK for nothing).
+        """
+        agent = kind == "agent"
         with self._lock:
-            for spare in self._idle:
-                if spare.ready.is_set() and spare.process.poll() is None:
-                    self._idle.remove(spare)
-                    self.taken += 1
-                    # The replacement waits until the task's own start (the CLI booting)
-                    # is past, so warming does not compete with it for a core.
-                    self._next_start = max(
-                        self._next_start, time.monotonic() + self._replace_delay_s
-                    )
-                    return spare
-        return None
+            if agent:
+                self._agent_seen = time.monotonic()
+            ready = [s for s in self._idle if s.ready.is_set() and s.process.poll() is None]
+            ready.sort(key=lambda s: s.agent != agent)  # stable: matching ones first
+            if not ready:
+                return None
+            spare = ready[0]
+            self._idle.remove(spare)
+            self.taken += 1
+            # The replacement waits until the task's own start (the CLI booting) is
+            # past, so warming does not compete with it for a core.
+            self._next_start = max(self._next_start, time.monotonic() + self._replace_delay_s)
+            return spare
 
     def discard(self, spare: Spare) -> None:
         """A taken spare that could not accept its task: end it like any child."""
@@ -185,9 +206,15 @@ class SparePool:
             return False  # one warming at a time
         return time.monotonic() >= self._next_start
 
+    def _wants_agent(self) -> bool:
+        if self._warm_agent == "recent":
+            return time.monotonic() - self._agent_seen < AGENT_WARM_S
+        return self._warm_agent == "always"
+
     def _spawn(self) -> Spare:
+        agent = self._wants_agent()
         process = subprocess.Popen(
-            self._command,
+            [*self._command, AGENT_FLAG] if agent else self._command,
             cwd=self._cwd,
             env=self._env,
             stdin=subprocess.PIPE,
@@ -195,7 +222,7 @@ class SparePool:
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-        spare = Spare(process)
+        spare = Spare(process, agent=agent)
         threading.Thread(
             target=self._await_ready, args=(spare,), name=f"spare-{process.pid}", daemon=True
         ).start()

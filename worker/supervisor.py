@@ -176,11 +176,13 @@ def run_child(
     log_line: LogLine,
     on_start: Callable[[int], None] | None = None,
     spares: SparePool | None = None,
+    kind: str | None = None,
 ) -> ChildExit:
     """Run ``python -m worker.child TASK_DIR`` to completion, timeout or stop.
 
-    With `spares`, a warmed spare gets the task if one is ready; the timeout clock
-    starts at the hand-off either way, never when the spare was started.
+    With `spares`, a warmed spare gets the task if one is ready (one warmed for the
+    task's `kind` first); the timeout clock starts at the hand-off either way, never when
+    the spare was started.
     """
     started = time.monotonic()
     fence = _Fence(task_dir, stop)
@@ -189,7 +191,7 @@ def run_child(
         # A slot that got to the child only this late must not start an attempt that
         # would have to be killed at once (before it could even record its start).
         return ChildExit(returncode=0, duration_ms=0, stopped="lease_lost", started=False)
-    process = _warm_child(spares, task_dir)
+    process = _warm_child(spares, task_dir, kind)
     warm = process is not None
     if process is None:
         process = subprocess.Popen(
@@ -324,10 +326,12 @@ def _wait(stop: StopSignal, exited: int | None, timeout_s: float) -> bool:
     return True
 
 
-def _warm_child(spares: SparePool | None, task_dir: Path) -> subprocess.Popen[bytes] | None:
+def _warm_child(
+    spares: SparePool | None, task_dir: Path, kind: str | None
+) -> subprocess.Popen[bytes] | None:
     if spares is None:
         return None
-    spare = spares.take()
+    spare = spares.take(kind)
     if spare is None:
         return None
     if spare.hand(task_dir):

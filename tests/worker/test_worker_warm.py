@@ -156,3 +156,29 @@ def test_a_spare_that_dies_idle_is_replaced_and_close_ends_it(tmp_path: Path) ->
     finally:
         pool.close()
     assert _gone([first, second])
+
+
+def test_spares_import_the_sdk_only_for_a_worker_running_agent_tasks(tmp_path: Path) -> None:
+    pool = _pool(tmp_path)
+    pool.start()
+    try:
+        assert pool.wait_ready(60)
+        (plain,) = pool.idle_pids()
+        assert "--agent" not in psutil.Process(plain).cmdline()
+        assert not _sdk_loaded(plain)
+        taken = pool.take("agent")  # an agent task takes the plain one: nothing better
+        assert taken is not None and taken.pid == plain
+        pool.discard(taken)
+        wait_for(pool.idle_pids, timeout=60, message="a replacement")
+        assert pool.wait_ready(120)
+        (warmed,) = pool.idle_pids()
+        assert "--agent" in psutil.Process(warmed).cmdline(), "warmed for agent tasks now"
+        assert _sdk_loaded(warmed)
+    finally:
+        pool.close()
+
+
+def _sdk_loaded(pid: int) -> bool:
+    """Whether the process has imported the SDK: its dependencies (pydantic, through
+    mcp) map a C extension, which pure-Python imports would not show in /proc maps."""
+    return any("pydantic_core" in m.path for m in psutil.Process(pid).memory_maps())
