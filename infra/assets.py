@@ -43,9 +43,8 @@ def build_cache_dir(repo_root: Path = REPO_ROOT) -> Path:
 def lambda_requirements(repo_root: Path = REPO_ROOT) -> list[str]:
     """requirements-lambdas.txt plus boto3 pinned as the worker pins it.
 
-    The runtime ships its own boto3, but aws-xray-sdk pulls botocore into the asset,
-    and a botocore that does not match the runtime's boto3 breaks in odd ways; pinning
-    boto3 here keeps the pair consistent and the same version the tests run.
+    The runtime ships its own boto3, which may lag or lead the one the tests run;
+    bundling the pinned boto3 makes the Lambdas run the same version as everything else.
     """
     lines = (repo_root / "requirements-lambdas.txt").read_text().splitlines()
     pins = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
