@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import ForbiddenError
@@ -34,12 +34,15 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentq import __version__
-from agentq.client import AgentqClient
 from agentq.config import Settings
 from agentq.definitions import DefinitionsTable, TaskDefinition
 from agentq.envelope import TENANT_PATTERN
 from agentq.errors import InvalidInput, NotFound
-from agentq.jobs import summary as views
+
+if TYPE_CHECKING:
+    from agentq.client import AgentqClient
+    from agentq.jobs.store import JobRecord
+    from agentq.store import TaskRecord
 
 app = APIGatewayRestResolver(enable_validation=True)
 
@@ -90,8 +93,25 @@ class DefinitionIn(BaseModel):
 # -- context -------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=4)
 def _client_for(settings: Settings) -> AgentqClient:
-    # Built on the first request (never at import) and kept for the warm container.
+    # Built on the first request (never at import) and kept for the warm container; the
+    # client and the job views (agentq.jobs, the store) load with it, like boto3.
+    from agentq.client import AgentqClient
+
     return AgentqClient.from_env(settings)
+
+
+def _job_dict(
+    job: JobRecord, tasks: Mapping[str, TaskRecord | None] | None = None
+) -> dict[str, Any]:
+    from agentq.jobs.summary import job_dict
+
+    return job_dict(job, tasks)
+
+
+def _task_dict(record: TaskRecord) -> dict[str, Any]:
+    from agentq.jobs.summary import task_dict
+
+    return task_dict(record)
 
 
 def _client() -> AgentqClient:
@@ -101,6 +121,7 @@ def _client() -> AgentqClient:
 def warm() -> None:
     """What the first request builds: settings, boto3 and the client's AWS clients."""
     _client()
+    import agentq.jobs.summary  # noqa: F401
 
 
 def tenant_of(event: Mapping[str, Any]) -> str:
@@ -129,7 +150,7 @@ def _definitions() -> DefinitionsTable:
 def create_job(body: JobIn) -> tuple[dict[str, Any], int]:
     spec = body.model_dump(exclude_none=True, exclude={"job_id"})
     job = _client().create_job(spec, job_id=body.job_id, tenant=_tenant())
-    return views.job_dict(job), 201
+    return _job_dict(job), 201
 
 
 @app.post("/jobs/<job_id>/tasks", summary="Add tasks to a running job")
@@ -138,20 +159,20 @@ def add_tasks(
 ) -> tuple[dict[str, Any], int]:
     tasks = {k: v.model_dump(exclude_none=True) for k, v in body.tasks.items()}
     job = _client().add_tasks(job_id, tasks, tenant=_tenant())
-    return views.job_dict(job), 201
+    return _job_dict(job), 201
 
 
 @app.get("/jobs", summary="The caller's jobs, newest first")
 def list_jobs(limit: Annotated[int, Query(ge=1, le=100)] = 20) -> dict[str, Any]:
     jobs = _client().list_jobs(tenant=_tenant(), limit=limit)
-    return {"jobs": [views.job_dict(job) for job in jobs]}
+    return {"jobs": [_job_dict(job) for job in jobs]}
 
 
 @app.get("/jobs/<job_id>", summary="A job and its tasks")
 def get_job(job_id: Annotated[str, Path(pattern=_ID)]) -> dict[str, Any]:
     client = _client()
     job = client.get_job(job_id, tenant=_tenant())
-    return views.job_dict(job, client.job_tasks(job))
+    return _job_dict(job, client.job_tasks(job))
 
 
 # -- tasks ---------------------------------------------------------------------------------
@@ -160,12 +181,12 @@ def submit_task(body: SubmitIn) -> tuple[dict[str, Any], int]:
     record = _client().submit(
         body.definition, body.input, idempotency_key=body.idempotency_key, tenant=_tenant()
     )
-    return views.task_dict(record), 201
+    return _task_dict(record), 201
 
 
 @app.get("/tasks/<request_id>", summary="A task")
 def get_task(request_id: Annotated[str, Path(pattern=r"^[a-zA-Z0-9_-]{1,256}$")]) -> dict[str, Any]:
-    return views.task_dict(_client().get_task(request_id, tenant=_tenant()))
+    return _task_dict(_client().get_task(request_id, tenant=_tenant()))
 
 
 # -- task definitions ----------------------------------------------------------------------

@@ -409,7 +409,16 @@ class MessageHandler:
             entry.lease = None  # the heartbeat stops renewing: the attempt is over
             _safely(lambda _: on_child_exit(), None)
             outcome = decide(child, task_dir, attempt=lease.attempt, max_attempts=max_attempts)
-            result = self._settle(entry, envelope, lease, task_dir, outcome, child.duration_ms)
+            try:
+                result = self._settle(entry, envelope, lease, task_dir, outcome, child.duration_ms)
+            except Exception:
+                if not outcome.fenced:
+                    raise
+                # Fenced because DynamoDB could not be reached, and still unreachable: the
+                # lease lapses and the message comes back, as for a lost lease.
+                logger.exception("a fenced attempt could not be settled",
+                                 extra={"requestId": lease.request_id})  # fmt: skip
+                result = "lease_lost"
         finally:
             if task_dir is not None and self._settings.delete_files_after_upload:
                 artifacts.remove(task_dir)
@@ -452,6 +461,16 @@ class MessageHandler:
             return "lease_lost"
         if outcome.verdict == "released":
             return self._release(entry, envelope, lease)
+        if outcome.fenced:
+            # Before its files could overwrite a newer attempt's: is the lease still ours?
+            try:
+                lease = self._store.renew(lease, lease_seconds=self._settings.lease_seconds)
+            except LeaseLost:
+                logger.warning("lease lost mid-task; child stopped",
+                               extra={"requestId": lease.request_id})  # fmt: skip
+                return "lease_lost"
+            logger.warning("child stopped over an unconfirmed lease, which was still ours",
+                           extra={"requestId": lease.request_id})  # fmt: skip
         try:
             artifacts.upload_outputs(self._s3, self._bucket, envelope.request_id, task_dir)
         except Exception:

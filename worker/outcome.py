@@ -33,6 +33,7 @@ class Outcome:
     verdict: Verdict
     error: ErrorInfo | None = None
     usage: dict[str, Any] | None = None
+    fenced: bool = False  # the worker stopped it over its lease; the finalize decides
 
 
 def backoff_s(attempt: int, *, base_s: float, max_s: float) -> float:
@@ -69,7 +70,15 @@ def decide(child: ChildExit, task_dir: Path, *, attempt: int, max_attempts: int)
             usage=usage,
         )
     if child.stopped == "lease_lost":
-        return Outcome(verdict="lease_lost", usage=usage)
+        # Stopped because its lease was lost, or could not be renewed in time (a slow
+        # or unreachable DynamoDB). Only the token-conditional finalize can tell which:
+        # settle as what happened; a refused finalize leaves the task to its new owner.
+        if child.returncode == 0 and (task_dir / RESULT_FILE).is_file():
+            return Outcome(verdict="completed", usage=usage, fenced=True)
+        fence = info("server", "stopped: its lease was lost or not renewed in time",
+                     "LeaseFenced")  # fmt: skip
+        verdict: Verdict = "retry" if attempt < max_attempts else "failed"
+        return Outcome(verdict=verdict, error=fence, usage=usage, fenced=True)
     if child.stopped == "shutdown":
         return Outcome(verdict="released", usage=usage)
     if child.returncode == 0:

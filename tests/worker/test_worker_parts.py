@@ -87,6 +87,19 @@ def test_worker_outcome_follows_the_seed_table(tmp_path: Path) -> None:
     (tmp_path / "artifacts").mkdir()
     (tmp_path / "artifacts/task-result.json").write_text("{}")
     assert decide(child(0), tmp_path, attempt=1, max_attempts=3).verdict == "completed"
+    # Stopped over its lease after it had finished: the finalize (by token) decides.
+    fenced = decide(child(0, "lease_lost"), tmp_path, attempt=1, max_attempts=3)
+    assert fenced.fenced and fenced.verdict == "completed"
+
+
+def test_a_fenced_attempt_without_a_result_is_retried_if_the_lease_is_still_ours(
+    tmp_path: Path,
+) -> None:
+    stopped = ChildExit(returncode=-15, duration_ms=5, stopped="lease_lost")
+    early = decide(stopped, tmp_path, attempt=1, max_attempts=3)
+    assert early.fenced and early.verdict == "retry"
+    assert early.error is not None and early.error.exception_type == "LeaseFenced"
+    assert decide(stopped, tmp_path, attempt=3, max_attempts=3).verdict == "failed"
 
 
 def test_worker_backoff_grows_with_jitter_and_a_cap() -> None:
