@@ -105,6 +105,15 @@ class TaskHeldElsewhere(LockNotAcquired):
         )
 
 
+class TaskStillHeld(AgentqError):
+    """A dead letter's task has a live lease: look again once its holder ended or lapsed."""
+
+    def __init__(self, request_id: str, detail: str) -> None:
+        super().__init__(f"{request_id}: {detail}")
+        self.request_id = request_id
+        self.detail = detail
+
+
 class TaskNotReady(LockNotAcquired):
     """The task waits on job dependencies (BLOCKED): it must not run yet."""
 

@@ -3,8 +3,9 @@
 SQS event source on the DLQ with partial batch responses: each record is archived to
 S3, its task marked FAILED (unless terminal, or a live lease says a worker still has
 it) and one `Task Failed` emitted. A malformed message is archived and reported, not
-failed, so it never cycles. Only infrastructure errors (S3, DynamoDB, EventBridge)
-fail a record; the Lambda service then retries just that record.
+failed, so it never cycles. Infrastructure errors (S3, DynamoDB, EventBridge) fail a
+record, and so does a live lease (the holder may die before it settles the task): the
+Lambda service then retries just that record, until the task ends or its lease lapses.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from agentq.dlq import DeadLetter, DlqArchive, DlqProcessor, DlqResult
+from agentq.errors import TaskStillHeld
 from agentq.publisher import EventPublisher
 from agentq.store import TaskStore
 from lambdas._common import powertools, runtime
@@ -51,6 +53,14 @@ def _processor() -> DlqProcessor:
 def record_handler(record: SQSRecord, processor: DlqProcessor) -> DlqResult:
     result = processor.process(DeadLetter.from_lambda_record(record.raw_event))
     metrics.add_metric(name=f"DeadLetters_{result.outcome}", unit=MetricUnit.Count, value=1)
+    if result.outcome == "lease-live":
+        # A live lease may belong to a worker that is about to die (a prefetched lock,
+        # a kill): only its end or its lapse settles the task. Fail the record, so SQS
+        # brings it back after the DLQ's visibility timeout and this looks again.
+        logger.info("dead letter waits for its holder", extra={
+            "messageId": result.message_id, "requestId": result.request_id,
+            "detail": result.detail})  # fmt: skip
+        raise TaskStillHeld(result.request_id or "", result.detail or "")
     log = logger.warning if result.outcome == "malformed" else logger.info
     log(
         "dead letter closed out",

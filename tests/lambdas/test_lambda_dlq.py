@@ -169,16 +169,26 @@ def test_a_finished_task_whose_event_was_lost_gets_it_from_the_dead_letter(
     assert not events.of(envelope.request_id, "Task Failed")
 
 
-def test_a_live_lease_is_left_to_its_holder(stack: Stack) -> None:
+def test_a_live_lease_is_left_to_its_holder_until_it_lapses(stack: Stack) -> None:
+    """The holder may die before it settles the task (a prefetched lock, a kill): the
+    record is failed so SQS brings it back, and once the lease lapsed it is closed out."""
     envelope = _envelope("r-dlq-live")
     _dead_letter(stack, envelope, crash=False)
-    _tasks(stack).acquire(envelope, worker_id="w-live", lease_seconds=60, max_attempts=3)
+    lease = _tasks(stack).acquire(envelope, worker_id="w-live", lease_seconds=2, max_attempts=3)
+    event = _dlq_event(stack)
 
-    dlq_processor.handler(_dlq_event(stack), local_context("dlq"))
+    # Every record of the batch failed: Powertools fails the invocation, so SQS retries
+    # the batch (with other records beside it, only this one would be reported).
+    with pytest.raises(BatchProcessingError, match="All records failed"):
+        dlq_processor.handler(event, local_context("dlq"))
 
     assert _tasks(stack).require("acme", "r-dlq-live").state is TaskState.PROCESSING
     (archived,) = DlqArchive(stack.s3, stack.resources.bucket).list()
     assert archived.outcome == "lease-live"
+
+    wait_for(lambda: now_ms() > lease.effective_until_ms, timeout=10, message="lease lapse")
+    assert dlq_processor.handler(event, local_context("dlq")) == {"batchItemFailures": []}
+    assert _tasks(stack).require("acme", "r-dlq-live").state is TaskState.FAILED
 
 
 def test_malformed_dead_letter_is_archived_and_not_retried(stack: Stack) -> None:
