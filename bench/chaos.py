@@ -82,7 +82,10 @@ class ChaosConfig:
     kill_until_done: float = 0.9
     visibility_timeout_s: int = 5
     heartbeat_interval_ms: int = 500
-    extension_s: int = 2  # leases last 1.5x this
+    # Leases last 1.5x this (6 s). With 3 s, renewals against a busy moto server came
+    # back late so often that workers fenced healthy attempts ~770 times in a 500-task
+    # run, and most tasks ended dead-lettered by the retries (safe, but not a test).
+    extension_s: int = 4
     timeout_s: float = 900.0
     # With the queue empty and no task finishing for this long, the rest are stuck.
     stall_s: float = 20.0
