@@ -549,20 +549,9 @@ class MessageHandler:
         return "released"
 
     # -- events --------------------------------------------------------------------------
-    def _emit(
-        self,
-        detail_type: DetailType,
-        *,
-        envelope: TaskEnvelope | None = None,
-        request_id: str | None = None,
-        tenant: str | None = None,
-        attempt: int = 0,
-        effective_until_ms: int | None = None,
-        **payload: Any,
-    ) -> None:
-        self._publish(self._event(detail_type, envelope=envelope, request_id=request_id,
-                                  tenant=tenant, attempt=attempt,
-                                  effective_until_ms=effective_until_ms, **payload))  # fmt: skip
+    def _emit(self, detail_type: DetailType, **fields: Any) -> None:
+        """Build (see `_event`) and publish a task event."""
+        self._publish(self._event(detail_type, **fields))
 
     def _event(
         self,
