@@ -14,7 +14,6 @@ import logging
 import os
 import random
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -97,7 +96,6 @@ class MessageHandler:
         self._inflight = inflight
         self._worker_id = worker_id
         self._middleware = list(middleware)
-        self._until_deleted = _Kept(inflight)
         self._child_env = child_environment(
             os.environ if environ is None else environ, home=str(home_dir)
         )
@@ -116,31 +114,24 @@ class MessageHandler:
         self,
         message: Mapping[str, Any],
         *,
-        entry: InFlight | None = None,
+        entry: InFlight,
         on_child_exit: Callable[[], object] | None = None,
         prepared: Prepared | str | None = None,
     ) -> str:
         """Settle one message; returns a short verdict for logs and tests.
 
-        `entry` is the message's in-flight record when the caller registered it already
-        (prefetch); `prepared` is what `prepare` returned for it ahead of time, if it
-        ran; `on_child_exit` runs as soon as the task's child is gone, before the settle
-        chain, so the caller can hand the slot to the next task.
+        `entry` is the message's record in the in-flight registry (the consumer adds it
+        when the message is received); `prepared` is what `prepare` returned for it
+        ahead of time, if it ran; `on_child_exit` runs as soon as the task's child is
+        gone, before the settle chain, so the caller can hand the slot to the next task.
         """
-        if entry is None:
-            entry = InFlight(
-                message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"]
-            )
-            if self._inflight.add(entry) is not None:
-                # Our own message, back after a lapse: the running slot now uses this handle.
-                return "held_here"
         try:
             ready = prepared if prepared is not None else self.prepare(message, entry)
             if isinstance(ready, str):
                 return ready
             return self._run(ready, on_child_exit or _nothing)
         finally:
-            if not self._until_deleted.holds(entry):
+            if not entry.awaiting_delete:
                 self._inflight.remove(entry)
 
     def prepare(self, message: Mapping[str, Any], entry: InFlight) -> Prepared | str:
@@ -498,8 +489,8 @@ class MessageHandler:
                 **fields, **extra, "terminalEvent": event.to_detail()})  # fmt: skip
             # The heartbeat keeps the message invisible until the delete is sent (the
             # event and delete batches may take longer than one visibility extension).
-            self._until_deleted.keep(entry)
-            forget = functools.partial(self._until_deleted.release, entry)
+            entry.awaiting_delete = True
+            forget = functools.partial(self._inflight.remove, entry)
             self._publish(
                 event,
                 then=lambda: self._batcher.delete(entry.receipt_handle, then=forget),
@@ -625,28 +616,6 @@ class Prepared:
     attributes: Mapping[str, Any]
     max_attempts: int
     timeout_ms: int
-
-
-class _Kept:
-    """In-flight entries that outlive their slot: settled, their delete not yet sent."""
-
-    def __init__(self, inflight: InFlightRegistry) -> None:
-        self._inflight = inflight
-        self._ids: set[int] = set()
-        self._lock = threading.Lock()
-
-    def keep(self, entry: InFlight) -> None:
-        with self._lock:
-            self._ids.add(id(entry))
-
-    def holds(self, entry: InFlight) -> bool:
-        with self._lock:
-            return id(entry) in self._ids
-
-    def release(self, entry: InFlight) -> None:
-        with self._lock:
-            self._ids.discard(id(entry))
-        self._inflight.remove(entry)
 
 
 def _message_request_id(message_id: str) -> str:

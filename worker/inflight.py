@@ -23,6 +23,9 @@ class InFlight:
     # Visibility extension gives up after consecutive failures (the seed's rule).
     extension_failures: int = 0
     extending: bool = True
+    # Settled, its delete not yet sent: the registry (and so the heartbeat) keeps it
+    # after its slot is done, until the delete batch removes it.
+    awaiting_delete: bool = False
 
     @property
     def request_id(self) -> str | None:
