@@ -247,14 +247,14 @@ def verify(
         timeline = events.timeline(message.tenant, message.request_id)
         if any(e.get("detailType") == "Task Failed" for e in timeline):
             continue
-        seen = rejected.get(message.request_id)
-        if seen is not None and _killed_soon_after(seen, kills):
+        rejection = rejected.get(message.request_id)
+        if rejection is not None and _killed_soon_after(rejection, kills):
             # Its worker died between the delete and the event's flush (two batchers):
             # an event lost to the kill, like a terminal event (counted with those).
             report.events_lost += 1
             report.findings.append(
                 f"malformed message {message.request_id}: Task Failed lost, its worker "
-                f"{seen[0]} was killed within 2 s of rejecting it"
+                f"{rejection[0]} was killed within 2 s of rejecting it"
             )
             continue
         violations.append(f"malformed message {message.request_id}: no Task Failed")

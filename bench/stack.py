@@ -84,13 +84,19 @@ class Stage:
             },
         )
 
-    def wait_drained(self, timeout_s: float, url: str | None = None) -> float:
-        """Wait until the queue holds nothing (visible or in flight); returns when."""
+    def wait_drained(
+        self, timeout_s: float, url: str | None = None, *, poll_s: float = 0.05
+    ) -> float:
+        """Wait until the queue holds nothing (visible or in flight); returns when.
+
+        Each poll costs moto a walk over every message in the queue: a benchmark that
+        times the workers rather than the drain polls slowly (or waits on its side log).
+        """
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.queue_counts(url) == (0, 0):
                 return time.time()
-            time.sleep(0.05)
+            time.sleep(poll_s)
         raise TimeoutError(f"queue not drained after {timeout_s}s: {self.queue_counts(url)}")
 
 
@@ -185,6 +191,18 @@ def read_side_log(path: Path) -> list[dict[str, Any]]:
         if line.strip():
             records.append(json.loads(line))
     return records
+
+
+def wait_side_log_ends(path: Path, count: int, timeout_s: float) -> None:
+    """Wait until `count` tasks have logged an ok end: a file read, no AWS call."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ended = {r["requestId"] for r in read_side_log(path)
+                 if r["event"] == "end" and r.get("outcome") == "ok"}  # fmt: skip
+        if len(ended) >= count:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"side log {path}: fewer than {count} tasks ended ok after {timeout_s}s")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
