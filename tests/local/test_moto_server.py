@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 import time
+from typing import Any
 
 import jsonpath_ng.ext
+import moto.dynamodb.models as dynamodb_models
 import moto.sqs.models as sqs_models
 import pytest
+from botocore.exceptions import ClientError
+from conftest import Stack
+from moto.dynamodb.models.table import Table
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
 from agentq.local.moto_server import _dispatcher, speed_up_moto
@@ -29,6 +35,9 @@ def patched(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jsonpath_ng.ext, "parse", jsonpath_ng.ext.parse)
     for name in ("unix_time", "unix_time_millis"):
         monkeypatch.setattr(sqs_models, name, getattr(sqs_models, name))
+    monkeypatch.setattr(dynamodb_models, "copy", dynamodb_models.copy)
+    backend = dynamodb_models.DynamoDBBackend
+    monkeypatch.setattr(backend, "transact_write_items", backend.transact_write_items)
     speed_up_moto()
 
 
@@ -70,3 +79,58 @@ def test_speeding_up_twice_wraps_once() -> None:
     speed_up_moto()
     assert jsonpath_ng.ext.parse is parse
     assert sqs_models.unix_time is clock
+
+
+def _counter(stack: Stack, name: str, value: int) -> dict[str, Any]:
+    stack.dynamodb.put_item(
+        TableName=stack.resources.table_name,
+        Item={"PK": {"S": name}, "SK": {"S": "STATE"}, "n": {"N": str(value)}},
+    )
+    return {"PK": {"S": name}, "SK": {"S": "STATE"}}
+
+
+def _bump(stack: Stack, key: dict[str, Any], expected: int) -> dict[str, Any]:
+    return {
+        "Update": {
+            "TableName": stack.resources.table_name,
+            "Key": key,
+            "UpdateExpression": "SET n = n + :one",
+            "ConditionExpression": "n = :expected",
+            "ExpressionAttributeValues": {":one": {"N": "1"}, ":expected": {"N": str(expected)}},
+        }
+    }
+
+
+def _value(stack: Stack, key: dict[str, Any]) -> int:
+    item = stack.dynamodb.get_item(TableName=stack.resources.table_name, Key=key)["Item"]
+    return int(item["n"]["N"])
+
+
+@pytest.mark.usefixtures("patched")
+def test_a_transaction_copies_its_table_once_and_still_rolls_back(
+    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = [_counter(inproc_stack, f"c{i}", 0) for i in range(5)]
+    table_copies = []
+    real_deepcopy = copy.deepcopy
+
+    def counting(value: Any, memo: Any = None) -> Any:
+        if isinstance(value, Table):
+            table_copies.append(value)
+        return real_deepcopy(value, memo)
+
+    monkeypatch.setattr(copy, "deepcopy", counting)
+
+    inproc_stack.dynamodb.transact_write_items(
+        TransactItems=[_bump(inproc_stack, k, 0) for k in keys]
+    )
+    assert [_value(inproc_stack, k) for k in keys] == [1] * 5
+    assert len(table_copies) == 1  # moto alone copies the table once per item: 5
+
+    # The last item's condition fails: the four writes before it are undone.
+    items = [_bump(inproc_stack, k, 1) for k in keys[:4]] + [_bump(inproc_stack, keys[4], 7)]
+    with pytest.raises(ClientError) as failure:
+        inproc_stack.dynamodb.transact_write_items(TransactItems=items)
+    assert failure.value.response["Error"]["Code"] == "TransactionCanceledException"
+    assert [_value(inproc_stack, k) for k in keys] == [1] * 5
+    assert len(table_copies) == 2
