@@ -1,0 +1,120 @@
+"""Getting a received message ready to run: validate it, then lock its task.
+
+The lock is a conditional update of the task's STATE item (`TaskStore.acquire`): it
+holds for one worker at a time, and its lease token fences every later write. What
+could not be prepared is settled by worker.refusals; what was prepared but will not
+start here (a drain) gives its lock back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentq.config import Settings
+from agentq.definitions import DefinitionRegistry, TaskDefinition
+from agentq.envelope import TaskEnvelope, parse_message
+from agentq.errors import InvalidInput, LeaseLost, LockNotAcquired, NotFound
+from agentq.events import now_ms
+from agentq.states import TaskState
+from agentq.store.tasks import Lease, TaskStore
+from worker.batcher import SqsBatcher
+from worker.inflight import InFlight, InFlightRegistry
+from worker.leasefile import lease_times
+from worker.refusals import Refusals
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """A validated, locked task waiting for its child."""
+
+    entry: InFlight
+    envelope: TaskEnvelope
+    definition: TaskDefinition
+    lease: Lease
+    attributes: Mapping[str, Any]
+    max_attempts: int
+    timeout_ms: int
+
+
+class Preparer:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        store: TaskStore,
+        batcher: SqsBatcher,
+        registry: DefinitionRegistry,
+        inflight: InFlightRegistry,
+        worker_id: str,
+        refusals: Refusals,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._batcher = batcher
+        self._registry = registry
+        self._inflight = inflight
+        self._worker_id = worker_id
+        self._refusals = refusals
+
+    def prepare(self, message: Mapping[str, Any], entry: InFlight) -> Prepared | str:
+        """Validate and lock: a task ready to run, or the verdict that settled it.
+
+        A prefetched message is prepared while it waits for a slot, so the lock's round
+        trip is off the slot's path; its lease is renewed by the heartbeat meanwhile.
+        """
+        attributes = message.get("Attributes", {})
+        try:
+            envelope = parse_message(
+                message.get("Body", ""),
+                message.get("MessageAttributes"),
+                default_tenant=self._settings.tenant_id,
+            )
+            definition = self._registry.get(envelope.definition)
+        except (InvalidInput, NotFound) as exc:
+            return self._refusals.reject(message, exc)
+        entry.envelope = envelope
+        receives = int(attributes.get("ApproximateReceiveCount", 1))
+        if receives > self._settings.max_message_retries:
+            verdict = self._refusals.too_many_receives(entry, envelope, receives, message)
+            if verdict is not None:
+                return verdict
+        max_attempts = definition.attempts(self._settings.max_message_retries)
+        timeout_ms = definition.timeout_ms(self._settings.task_timeout_ms)
+        try:
+            lease = self._store.acquire(
+                envelope,
+                worker_id=self._worker_id,
+                lease_seconds=self._settings.lease_seconds,
+                max_attempts=max_attempts,
+                timeout_ms=timeout_ms,
+            )
+        except LockNotAcquired as refusal:
+            return self._refusals.refused(entry, envelope, refusal, message=message)
+        entry.lease = lease
+        # Arms the worker's fence and the child's lease file from the first moment.
+        entry.stop.hold(lease_times(lease.effective_until_ms, self._settings))
+        return Prepared(entry=entry, envelope=envelope, definition=definition, lease=lease,
+                        attributes=attributes, max_attempts=max_attempts,
+                        timeout_ms=timeout_ms)  # fmt: skip
+
+    def unprepare(self, prepared: Prepared) -> None:
+        """A prepared task that will not start here (drain): give its lock back.
+
+        Nothing ran and no event said it started, so the attempt is not counted and no
+        event is sent; the message becomes visible again for any worker.
+        """
+        entry = prepared.entry
+        entry.lease = None
+        try:
+            self._store.finalize(
+                prepared.lease, TaskState.RETRYING, retry_at_ms=now_ms(),
+                fields={"attempt": max(0, prepared.lease.attempt - 1),
+                        "releasedBy": self._worker_id},
+            )  # fmt: skip
+        except LeaseLost:
+            pass
+        finally:
+            self._batcher.change_visibility(entry.receipt_handle, 0)
+            self._inflight.remove(entry)

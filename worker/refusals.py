@@ -1,0 +1,221 @@
+"""Messages that settle without running: bad input, refused locks, too many receives.
+
+Bad input is reported (`Task Failed`) and deleted, never redelivered in a loop. A
+refused lock backs off or, for a task already finished or out of attempts, ends with
+the terminal event first and the delete after it (the outbox, worker.outbox). A task
+whose lease is live elsewhere is never deleted here: the message may be its holder's.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import random
+from collections.abc import Mapping
+from typing import Any, Final
+
+from agentq.config import Settings
+from agentq.envelope import REQUEST_ID_PATTERN, TENANT_PATTERN, TaskEnvelope
+from agentq.errors import (
+    AttemptsExhausted,
+    LockNotAcquired,
+    NotFound,
+    TaskAlreadyTerminal,
+    TaskHeldElsewhere,
+    TaskNotReady,
+)
+from agentq.events import now_ms
+from agentq.states import TaskState
+from agentq.store.tasks import TaskStore
+from agentq.taxonomy import ErrorInfo, classify_exception, info
+from worker.batcher import SqsBatcher
+from worker.inflight import InFlight
+from worker.outbox import Outbox
+from worker.outcome import backoff_s
+
+logger = logging.getLogger(__name__)
+
+# A lock refused for an unclear reason (a concurrent change) is looked at again soon.
+CONTENTION_BACKOFF_S: Final = 5.0
+_LIVE: Final = (TaskState.PENDING, TaskState.RETRYING, TaskState.PROCESSING)
+
+
+class Refusals:
+    def __init__(
+        self, *, settings: Settings, store: TaskStore, batcher: SqsBatcher, outbox: Outbox
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._batcher = batcher
+        self._outbox = outbox
+
+    def reject(self, message: Mapping[str, Any], exc: Exception) -> str:
+        """Bad input: `Task Failed` (validation) and delete; never a redelivery loop."""
+        request_id, tenant = self._best_identity(message)
+        error = classify_exception(exc)
+        if isinstance(exc, NotFound):
+            error = info("not_found", str(exc), type(exc).__name__)
+        logger.warning(
+            "message rejected",
+            extra={"requestId": request_id, "messageId": message["MessageId"],
+                   "error": error.message},
+        )  # fmt: skip
+        if request_id is not None:
+            # A producer may have written a PENDING STATE item: close it too.
+            self._store.transition(
+                tenant, request_id, from_states=(TaskState.PENDING, TaskState.RETRYING),
+                to_state=TaskState.FAILED, fields={"error": error.to_record()},
+                unless_lease_live=True,
+            )  # fmt: skip
+        event = self._outbox.event(
+            "Task Failed",
+            request_id=request_id or _message_request_id(message["MessageId"]),
+            tenant=tenant,
+            error=error.to_record(),
+            reason="invalid message",
+            messageId=message["MessageId"],
+        )
+        # Deleted once the event is out: a crash in between brings the message back and
+        # it is rejected (and reported) again, never silently lost.
+        self._outbox.publish(
+            event, then=functools.partial(self._batcher.delete, message["ReceiptHandle"])
+        )
+        return "rejected"
+
+    def _best_identity(self, message: Mapping[str, Any]) -> tuple[str | None, str]:
+        tenant = self._settings.tenant_id
+        candidates: list[object] = []
+        attribute = (message.get("MessageAttributes") or {}).get("requestId")
+        if isinstance(attribute, Mapping):
+            candidates.append(attribute.get("StringValue"))
+        try:
+            body = json.loads(message.get("Body", ""))
+        except ValueError:
+            body = None
+        if isinstance(body, dict):
+            candidates.append(body.get("requestId"))
+            body_tenant = body.get("tenant")
+            if isinstance(body_tenant, str) and TENANT_PATTERN.fullmatch(body_tenant):
+                tenant = body_tenant
+        # Only an unambiguous, valid id may touch a STATE item.
+        valid = {c for c in candidates if isinstance(c, str) and REQUEST_ID_PATTERN.fullmatch(c)}
+        if len(valid) == 1 and all(c in valid or c is None for c in candidates):
+            return valid.pop(), tenant
+        return None, tenant
+
+    def too_many_receives(
+        self, entry: InFlight, envelope: TaskEnvelope, receives: int, message: Mapping[str, Any]
+    ) -> str | None:
+        """SQS redelivered this message more often than attempts allow.
+
+        Receives are not attempts (contention counts too), so a task whose lease is live
+        is left to its holder; otherwise the task ends here instead of looping.
+        """
+        record = self._store.get(envelope.tenant, envelope.request_id)
+        if record is not None and record.lease_live():
+            return self.refused(
+                entry,
+                envelope,
+                TaskHeldElsewhere(
+                    envelope.request_id, record.owner, record.effective_until_ms or 0
+                ),
+                message=message,
+            )
+        if record is not None and record.state.terminal:
+            self._outbox.resend_terminal_event_then_delete(entry, envelope)
+            return "duplicate"
+        error = info("validation", f"message received {receives} times", "MaxReceivesExceeded")
+        self._fail_without_lease(
+            entry, envelope, error, attempt=record.attempt if record else 0,
+            reason="max receives exceeded",
+        )  # fmt: skip
+        return "failed"
+
+    def refused(
+        self,
+        entry: InFlight,
+        envelope: TaskEnvelope,
+        refusal: LockNotAcquired,
+        *,
+        message: Mapping[str, Any] | None = None,
+    ) -> str:
+        log = {"requestId": envelope.request_id, "refusal": type(refusal).__name__}
+        if isinstance(refusal, TaskAlreadyTerminal):
+            logger.info("duplicate of a finished task; deleting", extra=log)
+            self._outbox.resend_terminal_event_then_delete(entry, envelope)
+            return "duplicate"
+        if isinstance(refusal, TaskHeldElsewhere):
+            # Never delete: this may be the holder's own message. Look again after its lease.
+            remaining = max(0.0, (refusal.effective_until_ms - now_ms()) / 1000)
+            delay = remaining + random.uniform(1.0, 3.0)
+            logger.info("task held elsewhere; backing off", extra={**log, "delay_s": delay})
+            self._back_off(entry, delay, message)
+            return "held_elsewhere"
+        if isinstance(refusal, AttemptsExhausted):
+            error = info(
+                "validation", f"attempts exhausted ({refusal.attempts})", "AttemptsExhausted"
+            )
+            self._fail_without_lease(
+                entry, envelope, error, attempt=refusal.attempts, reason="attempts exhausted"
+            )
+            return "failed"
+        if isinstance(refusal, TaskNotReady):
+            delay = backoff_s(3, base_s=self._settings.retry_backoff_base_s,
+                              max_s=self._settings.retry_backoff_max_s)  # fmt: skip
+            self._back_off(entry, delay, message)
+            return "not_ready"
+        self._back_off(entry, random.uniform(1, CONTENTION_BACKOFF_S), message)
+        return "contended"
+
+    def _back_off(self, entry: InFlight, delay_s: float, message: Mapping[str, Any] | None) -> None:
+        """Look at a task again later without running it now.
+
+        Every receive counts toward the queue's maxReceiveCount, attempt or not: a
+        message that backs off more than once (a takeover after a crash, a duplicate
+        of a long task) would be dead-lettered with attempts left. From its second
+        receive on it is requeued as a fresh copy instead; the STATE item, not the
+        receive count, decides how often the task runs.
+        """
+        receives = int((message or {}).get("Attributes", {}).get("ApproximateReceiveCount", 1))
+        if message is not None and receives > 1:
+            try:
+                self._batcher.requeue(message, delay_s)
+                logger.info("backing off: requeued as a fresh copy",
+                            extra={"requestId": entry.request_id, "receives": receives})  # fmt: skip
+                return
+            except Exception:
+                logger.exception("requeue failed; backing off in place",
+                                 extra={"requestId": entry.request_id})  # fmt: skip
+        self._batcher.change_visibility(entry.receipt_handle, delay_s)
+
+    def _fail_without_lease(
+        self,
+        entry: InFlight,
+        envelope: TaskEnvelope,
+        error: ErrorInfo,
+        *,
+        attempt: int,
+        reason: str,
+    ) -> None:
+        # Outbox, as for a finished attempt: the event rides on the STATE item, and the
+        # message goes once the event is out (a returning duplicate re-sends it).
+        event = self._outbox.event("Task Failed", envelope=envelope, attempt=attempt,
+                                   error=error.to_record(), reason=reason)  # fmt: skip
+        record = self._store.transition(
+            envelope.tenant, envelope.request_id, from_states=_LIVE, to_state=TaskState.FAILED,
+            fields={"error": error.to_record(), "reason": reason,
+                    "terminalEvent": event.to_detail()},
+            unless_lease_live=True,
+        )  # fmt: skip
+        if record is None and self._store.get(envelope.tenant, envelope.request_id) is not None:
+            # Someone else moved it first (it is live or terminal now): leave it to them.
+            self._batcher.change_visibility(entry.receipt_handle, CONTENTION_BACKOFF_S)
+            return
+        self._outbox.publish(
+            event, then=functools.partial(self._batcher.delete, entry.receipt_handle)
+        )
+
+
+def _message_request_id(message_id: str) -> str:
+    return "msg-" + "".join(c for c in message_id if c.isalnum() or c in "-_")[:250]

@@ -1,0 +1,159 @@
+"""Settling a finished attempt: decide what its outcome means for the task and its
+message, by lease token.
+
+Outputs go to S3 first; then the STATE item's final write (fenced by the lease token)
+carries the terminal event, which is published before the message is deleted (the
+outbox, worker.outbox). A retry is finalized `RETRYING` and its message made visible
+after the backoff; a lost lease touches neither the task nor its message.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+from typing import Any
+
+from agentq.config import Settings
+from agentq.envelope import TaskEnvelope
+from agentq.errors import LeaseLost
+from agentq.events import DetailType, now_ms
+from agentq.states import TaskState
+from agentq.store.tasks import Lease, TaskStore
+from agentq.taxonomy import info
+from worker import artifacts
+from worker.batcher import SqsBatcher
+from worker.child import RESULT_FILE
+from worker.inflight import InFlight, InFlightRegistry
+from worker.outbox import Outbox
+from worker.outcome import Outcome, backoff_s
+from worker.telemetry import Result
+
+logger = logging.getLogger(__name__)
+
+
+class Settler:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        store: TaskStore,
+        batcher: SqsBatcher,
+        inflight: InFlightRegistry,
+        s3: Any,
+        bucket: str,
+        worker_id: str,
+        outbox: Outbox,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._batcher = batcher
+        self._inflight = inflight
+        self._s3 = s3
+        self._bucket = bucket
+        self._worker_id = worker_id
+        self._outbox = outbox
+
+    def settle(
+        self,
+        entry: InFlight,
+        envelope: TaskEnvelope,
+        lease: Lease,
+        task_dir: Path,
+        outcome: Outcome,
+        duration_ms: int,
+    ) -> Result:
+        if outcome.verdict == "lease_lost":
+            # A newer attempt owns the task and its message: touch neither.
+            logger.warning(
+                "lease lost mid-task; child stopped", extra={"requestId": lease.request_id}
+            )
+            return "lease_lost"
+        if outcome.verdict == "released":
+            return self._release(entry, envelope, lease)
+        if outcome.fenced:
+            # Before its files could overwrite a newer attempt's: is the lease still ours?
+            try:
+                lease = self._store.renew(lease, lease_seconds=self._settings.lease_seconds)
+            except LeaseLost:
+                logger.warning("lease lost mid-task; child stopped",
+                               extra={"requestId": lease.request_id})  # fmt: skip
+                return "lease_lost"
+            logger.warning("child stopped over an unconfirmed lease, which was still ours",
+                           extra={"requestId": lease.request_id})  # fmt: skip
+        try:
+            artifacts.upload_outputs(self._s3, self._bucket, envelope.request_id, task_dir)
+        except Exception:
+            logger.exception("artifact upload failed", extra={"requestId": lease.request_id})
+        usage = outcome.usage or {}
+        fields: dict[str, Any] = {"durationMs": duration_ms}
+        if usage:
+            fields.update(usage=usage.get("usage"), costUsd=usage.get("cost_usd"))
+        error = outcome.error.to_record() if outcome.error else None
+
+        def emit(detail_type: DetailType, **payload: Any) -> None:
+            self._outbox.emit(detail_type, envelope=envelope, attempt=lease.attempt,
+                              duration_ms=duration_ms, **payload)  # fmt: skip
+
+        def finish(state: TaskState, detail_type: DetailType, **payload: Any) -> None:
+            # Outbox: the terminal event rides on the STATE item's final write, and the
+            # message goes only once the event is sent. A crash in between brings the
+            # message back as a duplicate, which sends the same event (same id) again.
+            event = self._outbox.event(detail_type, envelope=envelope, attempt=lease.attempt,
+                                       duration_ms=duration_ms, **payload)  # fmt: skip
+            extra = {"result": payload["result"]} if "result" in payload else {}
+            if error is not None:
+                extra["error"] = error
+            self._store.finalize(lease, state, fields={
+                **fields, **extra, "terminalEvent": event.to_detail()})  # fmt: skip
+            # The heartbeat keeps the message invisible until the delete is sent (the
+            # event and delete batches may take longer than one visibility extension).
+            entry.awaiting_delete = True
+            forget = functools.partial(self._inflight.remove, entry)
+            self._outbox.publish(
+                event,
+                then=lambda: self._batcher.delete(entry.receipt_handle, then=forget),
+                otherwise=forget,
+            )
+
+        try:
+            if outcome.verdict == "completed":
+                pointer = {"bucket": self._bucket,
+                           "key": artifacts.prefix_for(envelope.request_id) + RESULT_FILE}  # fmt: skip
+                finish(TaskState.COMPLETED, "Task Completed", result=pointer,
+                       usage=usage.get("usage"), cost_usd=usage.get("cost_usd"))  # fmt: skip
+                return "completed"
+            if outcome.verdict == "retry":
+                delay = backoff_s(lease.attempt, base_s=self._settings.retry_backoff_base_s,
+                                  max_s=self._settings.retry_backoff_max_s)  # fmt: skip
+                retry_at = now_ms() + int(delay * 1000)
+                self._store.finalize(lease, TaskState.RETRYING, retry_at_ms=retry_at,
+                                     fields={**fields, "error": error})  # fmt: skip
+                emit("Task Processing Failed", error=error, retryAt=retry_at)
+                self._batcher.change_visibility(entry.receipt_handle, delay)
+                return "retrying"
+            timed_out = outcome.verdict == "timeout"
+            state = TaskState.TIMEOUT if timed_out else TaskState.FAILED
+            detail: DetailType = "Task Timeout" if timed_out else "Task Failed"
+            finish(state, detail, error=error)
+            return "timeout" if outcome.verdict == "timeout" else "failed"
+        except LeaseLost:
+            logger.warning("lease lost before finalize; leaving the task to its new holder",
+                           extra={"requestId": lease.request_id})  # fmt: skip
+            return "lease_lost"
+
+    def _release(self, entry: InFlight, envelope: TaskEnvelope, lease: Lease) -> Result:
+        """Shutdown stopped the child: give the attempt back and make the message visible."""
+        try:
+            self._store.finalize(
+                lease, TaskState.RETRYING, retry_at_ms=now_ms(),
+                # The attempt did not fail; it was interrupted: do not count it.
+                fields={"attempt": max(0, lease.attempt - 1), "releasedBy": self._worker_id},
+            )  # fmt: skip
+            error = info("timeout", "worker shut down before the task finished", "WorkerShutdown")
+            self._outbox.emit("Task Processing Failed", envelope=envelope, attempt=lease.attempt,
+                              error=error.to_record(), retryAt=now_ms())  # fmt: skip
+        except LeaseLost:
+            pass
+        self._batcher.change_visibility(entry.receipt_handle, 0)
+        return "released"
