@@ -29,6 +29,11 @@ from worker.inflight import InFlight
 # How far back the start rate is measured; long enough to smooth, short enough to adapt.
 RATE_WINDOW_S: Final = 10.0
 MAX_RECEIVE: Final = 10  # SQS ReceiveMessage maximum
+# The prefetch holds up to this many messages per slot. Short tasks started together
+# end together: every slot of such a burst must find a prepared message while the
+# refill's receive and locks are still on their way (with one per slot, a burst emptied
+# the buffer and slots idled ~0.2 s; measured in bench/saturation.py).
+PREFETCH_PER_SLOT: Final = 2
 
 Message = dict[str, Any]
 # A received message, its in-flight record and, once buffered, its preparation.
@@ -89,7 +94,7 @@ class Intake:
         while self._starts and self._starts[0] < now - RATE_WINDOW_S:
             self._starts.popleft()
         window = min(RATE_WINDOW_S, max(now - self._born, 1.0))
-        return min(self.size, int(len(self._starts) / window * self._horizon))
+        return min(PREFETCH_PER_SLOT * self.size, int(len(self._starts) / window * self._horizon))
 
     # -- messages in and out -------------------------------------------------------------
     def offer(self, held: Held, prepare: Callable[[Held], Held] | None = None) -> bool:
