@@ -7,7 +7,7 @@ launcher serializes DynamoDB requests (they are fast) and leaves every other ser
 (SQS long polls above all) concurrent.
 
 It also takes the cost out of four of moto's hot spots, none of which changes what
-moto answers (profiled under a busy worker, they were most of the server's CPU):
+moto answers (profiled under the saturation benchmark, about half of the server's CPU):
 - its dispatcher finds a request's backend anew every time, listing its own package
   directory and trying a few hundred URL patterns under a global lock: remembered;
 - EventBridge builds a JSONPath parser (yacc tables and all) for each of eight paths
