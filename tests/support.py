@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from conftest import Stack
 
@@ -13,7 +13,8 @@ T = TypeVar("T")
 
 
 def wait_for(
-    condition: Callable[[], T | None],
+    # Literal[False] admits `lambda: (x := read()) and len(x) == n and x`, the usual shape.
+    condition: Callable[[], T | Literal[False] | None],
     *,
     timeout: float = 30.0,
     interval: float = 0.05,
@@ -21,7 +22,7 @@ def wait_for(
 ) -> T:
     """Poll `condition` until it returns a truthy value; fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    last: T | None = None
+    last: T | Literal[False] | None = None
     while time.monotonic() < deadline:
         last = condition()
         if last:

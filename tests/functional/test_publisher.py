@@ -27,7 +27,8 @@ class _CountingEvents:
             response = self._client.put_events(Entries=Entries[failing:])
             results = [{"ErrorCode": "ThrottlingException", "ErrorMessage": "slow"}] * failing
             return {"FailedEntryCount": failing, "Entries": results + response["Entries"]}
-        return self._client.put_events(Entries=Entries)
+        passed: dict[str, Any] = self._client.put_events(Entries=Entries)
+        return passed
 
 
 def _drain(stack: Stack) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ def dev() -> SynthesizedStage:
 
 
 def _one(stage: SynthesizedStage, stack: str, resource_type: str, **match: Any) -> dict[str, Any]:
-    found = [
+    found: list[dict[str, Any]] = [
         r["Properties"]
         for r in stage.resources(stack, resource_type).values()
         if all(r["Properties"].get(k) == v for k, v in match.items())

@@ -4,6 +4,7 @@ message in the documented wire format both reach the queue as a valid task envel
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from conftest import Stack
@@ -16,7 +17,7 @@ from agentq.states import TaskState
 pytestmark = pytest.mark.timeout(120)
 
 
-def _received(stack: Stack) -> list[dict[str, object]]:
+def _received(stack: Stack) -> list[dict[str, Any]]:
     response = stack.sqs.receive_message(
         QueueUrl=stack.resources.queue_url,
         MaxNumberOfMessages=10,

@@ -223,7 +223,7 @@ def test_marker_grammar_errors(bad: str) -> None:
 
 
 def test_script_files_json_and_yaml(tmp_path: Path) -> None:
-    rules = [
+    rules: list[dict[str, Any]] = [
         {"match": "report", "do": "fail 429 x1", "output": {"x": 1}},
         {
             "key": "tools",

@@ -60,7 +60,8 @@ def test_http_statuses(status: int, category: str) -> None:
 def test_botocore_client_error_uses_http_status() -> None:
     error = ClientError(
         {"Error": {"Code": "Throttling", "Message": "slow down"},
-         "ResponseMetadata": {"HTTPStatusCode": 429}},
+         "ResponseMetadata": {"HTTPStatusCode": 429, "RequestId": "r-1", "HostId": "",
+                              "HTTPHeaders": {}, "RetryAttempts": 0}},
         "PutEvents",
     )  # fmt: skip
     assert classify_exception(error).category == "rate_limit"

@@ -155,8 +155,9 @@ def test_worker_batcher_deletes_and_changes_visibility_in_batches(inproc_stack: 
     for n in range(15):
         sqs.send_message(QueueUrl=url, MessageBody=str(n))
     handles: list[str] = []
+    # extend() runs for its effect and returns None, so `or` goes on to the count.
     wait_for(
-        lambda: handles.extend(
+        lambda: handles.extend(  # type: ignore[func-returns-value]
             m["ReceiptHandle"]
             for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
         ) or len(handles) >= 15,
