@@ -3,15 +3,19 @@
 Each function gets a role of its own holding only inline statements (no AWS managed
 policy: `AWSLambdaBasicExecutionRole` would grant logs on every group) and a log group
 with the stage's retention, created before the function so Lambda never makes an
-unbounded one.
+unbounded one. An event-driven function also owns the queue its failed events land in,
+and `subscribe` wires a bus rule to it with the retry policy that queue is meant for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Final
 
 import aws_cdk as cdk
 from aws_cdk import Duration
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -19,9 +23,15 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from agentq.config import env_name
+from agentq.resources import RuleSpec
 from infra.assets import LAMBDA_ARCHITECTURE, LAMBDA_RUNTIME
 from infra.nag import acknowledge
+from infra.stacks.infrastructure import event_pattern
 from infra.stages import StageSettings
+
+# EventBridge's maxima: a failing event is retried for a day before it is dead-lettered.
+EVENT_RETRY_ATTEMPTS: Final = 185
+EVENT_MAX_AGE: Final = Duration.hours(24)
 
 
 class AgentqFunction(Construct):
@@ -40,6 +50,7 @@ class AgentqFunction(Construct):
         event_driven: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
+        self._settings = settings
         # EventBridge invokes asynchronously: after Lambda's own retries a failed event
         # would be dropped. Event-driven functions keep such events in a queue of their
         # own (the rule target sends undeliverable ones there too) for inspection/redrive.
@@ -113,4 +124,32 @@ class AgentqFunction(Construct):
             "X-Ray's PutTraceSegments/PutTelemetryRecords support no resource-level "
             "permissions; AWS documents Resource '*' as the only option",
             applies_to="Resource::*",
+        )
+
+    def subscribe(
+        self, scope: Construct, construct_id: str, *, rule: RuleSpec, bus: events.IEventBus
+    ) -> events.Rule:
+        """The bus rule `rule` (agentq.resources), named for the stage, invoking this function.
+
+        The rule is made in `scope` under `construct_id` rather than inside this construct:
+        a named rule must keep its logical ID, since CloudFormation cannot replace it under
+        the name it already holds.
+        """
+        if self.failed_events is None:
+            raise ValueError(f"{self.node.path}: only an event_driven function can subscribe")
+        return events.Rule(
+            scope,
+            construct_id,
+            rule_name=f"{self._settings.names.prefix}-{rule.name}",
+            description=rule.description,
+            event_bus=bus,
+            event_pattern=event_pattern(rule, self._settings.app_name),
+            targets=[
+                targets.LambdaFunction(
+                    self.function,
+                    retry_attempts=EVENT_RETRY_ATTEMPTS,
+                    max_event_age=EVENT_MAX_AGE,
+                    dead_letter_queue=self.failed_events,
+                )
+            ],
         )

@@ -6,8 +6,6 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import Duration
-from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
@@ -22,11 +20,7 @@ from agentq.resources import (
 )
 from infra.function import AgentqFunction
 from infra.policies import grant_objects, table_statement
-from infra.stacks.infrastructure import (
-    DLQ_PROCESSOR_TIMEOUT_S,
-    InfrastructureStack,
-    event_pattern,
-)
+from infra.stacks.infrastructure import DLQ_PROCESSOR_TIMEOUT_S, InfrastructureStack
 from infra.stages import StageSettings
 
 
@@ -42,8 +36,6 @@ class EventsStack(cdk.Stack):
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        names = settings.names
-
         self.save_event = AgentqFunction(
             self,
             "SaveEvent",
@@ -63,22 +55,7 @@ class EventsStack(cdk.Stack):
         )
         # Oversized events arrive as a pointer into the overflow prefix.
         grant_objects(self.save_event.role, core.bucket, [EVENT_OVERFLOW_PREFIX], ["GetObject"])
-        events.Rule(
-            self,
-            "SaveEventRule",
-            rule_name=f"{names.prefix}-{SAVE_EVENT_RULE.name}",
-            description=SAVE_EVENT_RULE.description,
-            event_bus=core.bus,
-            event_pattern=event_pattern(SAVE_EVENT_RULE, settings.app_name),
-            targets=[
-                targets.LambdaFunction(
-                    self.save_event.function,
-                    retry_attempts=185,
-                    max_event_age=Duration.hours(24),
-                    dead_letter_queue=self.save_event.failed_events,
-                )
-            ],
-        )
+        self.save_event.subscribe(self, "SaveEventRule", rule=SAVE_EVENT_RULE, bus=core.bus)
 
         self.dlq_processor = AgentqFunction(
             self,

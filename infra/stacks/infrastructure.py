@@ -14,6 +14,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
@@ -30,6 +31,7 @@ from agentq.resources import (
     TableSpec,
 )
 from infra.nag import acknowledge
+from infra.policies import table_statement
 from infra.stages import StageSettings
 
 DLQ_PROCESSOR_TIMEOUT_S: Final = 60
@@ -196,3 +198,20 @@ class InfrastructureStack(cdk.Stack):
             "bucket": self.bucket.bucket_name,
         }
         return {env_name(attribute): values[attribute] for attribute in attributes}
+
+    def client_statements(self) -> list[iam.PolicyStatement]:
+        """What an agentq.client.AgentqClient does here: TaskStore's conditional creates and
+        transitions, job counters and reads by job (its indexes), definition lookups, the
+        enqueue and the event. Its bucket access is per prefix (infra.policies.grant_objects).
+        """
+        return [
+            table_statement(
+                self.events_table,
+                EVENTS_TABLE,
+                ["GetItem", "BatchGetItem", "PutItem", "UpdateItem", "Query", "ConditionCheckItem"],
+                indexes=True,
+            ),
+            table_statement(self.definitions_table, DEFINITIONS_TABLE, ["GetItem"]),
+            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.task_queue.queue_arn]),
+            iam.PolicyStatement(actions=["events:PutEvents"], resources=[self.bus.event_bus_arn]),
+        ]

@@ -11,17 +11,11 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_apigateway as apigateway
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from agentq.resources import (
-    ARTIFACTS_PREFIX,
-    DEFINITIONS_TABLE,
-    EVENT_OVERFLOW_PREFIX,
-    EVENTS_TABLE,
-)
+from agentq.resources import ARTIFACTS_PREFIX, DEFINITIONS_TABLE, EVENT_OVERFLOW_PREFIX
 from infra.function import AgentqFunction
 from infra.nag import acknowledge
 from infra.policies import grant_objects, table_statement
@@ -52,29 +46,10 @@ class ProducerApiStack(cdk.Stack):
                 "queue_url", "table_name", "definitions_table", "bus_name", "bucket"
             ),
             statements=[
+                *core.client_statements(),
+                # Producers manage definitions as well as reading them.
                 table_statement(
-                    core.events_table,
-                    EVENTS_TABLE,
-                    [
-                        "GetItem",
-                        "BatchGetItem",
-                        "PutItem",
-                        "UpdateItem",
-                        "Query",
-                        "ConditionCheckItem",
-                    ],
-                    indexes=True,
-                ),
-                table_statement(
-                    core.definitions_table,
-                    DEFINITIONS_TABLE,
-                    ["GetItem", "PutItem", "DeleteItem", "Scan"],
-                ),
-                iam.PolicyStatement(
-                    actions=["sqs:SendMessage"], resources=[core.task_queue.queue_arn]
-                ),
-                iam.PolicyStatement(
-                    actions=["events:PutEvents"], resources=[core.bus.event_bus_arn]
+                    core.definitions_table, DEFINITIONS_TABLE, ["PutItem", "DeleteItem", "Scan"]
                 ),
             ],
         )
