@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
+
+from worker.batchloop import BatchLoop, run_after
 
 MAX_BATCH: Final = 10
 MAX_VISIBILITY_S: Final = 43_200
@@ -35,18 +36,14 @@ class _Item:
 
     def finish(self) -> None:
         self.done.set()
-        if self.then is not None:
-            try:
-                self.then()
-            except Exception:
-                logger.exception("after-batch step failed")
+        run_after(self.then, "after-batch step failed")
 
 
 def clamp_visibility(seconds: float) -> int:
     return max(0, min(MAX_VISIBILITY_S, int(seconds + 0.999)))
 
 
-class SqsBatcher:
+class SqsBatcher(BatchLoop[_Item]):
     def __init__(
         self,
         sqs: Any,
@@ -57,13 +54,8 @@ class SqsBatcher:
     ) -> None:
         self._sqs = sqs
         self._queue_url = queue_url
-        self._delay = delay_s
         self._on_error = on_error
-        self._pending: list[_Item] = []
-        self._cond = threading.Condition()
-        self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="sqs-batcher", daemon=True)
-        self._thread.start()
+        super().__init__(name="sqs-batcher", delay_s=delay_s, max_batch=MAX_BATCH)
 
     def delete(
         self, receipt_handle: str, *, then: Callable[[], object] | None = None
@@ -96,52 +88,14 @@ class SqsBatcher:
         return self.delete(message["ReceiptHandle"])
 
     def _add(self, item: _Item) -> threading.Event:
-        with self._cond:
-            if self._closed:
-                # After close, send inline: nothing queued may be lost at shutdown.
-                self._send([item])
-                return item.done
-            self._pending.append(item)
-            self._cond.notify_all()
+        self._submit([item])
         return item.done
 
-    def flush(self, timeout_s: float = 10.0) -> None:
-        with self._cond:
-            waiting = list(self._pending)
-            self._cond.notify_all()
-        deadline = time.monotonic() + timeout_s
-        for item in waiting:
-            item.done.wait(max(0.0, deadline - time.monotonic()))
-
-    def close(self, timeout_s: float = 10.0) -> None:
-        self.flush(timeout_s)
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        self._thread.join(timeout=timeout_s)
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._pending and not self._closed:
-                    self._cond.wait()
-                if self._closed and not self._pending:
-                    return
-                first = time.monotonic()
-                # Give companions a moment to arrive, unless a full batch is ready.
-                while len(self._pending) < MAX_BATCH and not self._closed:
-                    left = self._delay - (time.monotonic() - first)
-                    if left <= 0:
-                        break
-                    self._cond.wait(left)
-                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-            try:
-                self._send(batch)
-            except Exception:
-                logger.exception("sqs batch failed")
-                for item in batch:
-                    if not item.done.is_set():
-                        item.finish()
+    def _failed(self, batch: list[_Item]) -> None:
+        logger.exception("sqs batch failed")
+        for item in batch:
+            if not item.done.is_set():
+                item.finish()
 
     def _send(self, items: list[_Item]) -> None:
         for op in ("delete", "visibility"):

@@ -14,13 +14,12 @@ to be sent again (see handler).
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable
 from typing import Final
 
 from agentq.events import Event
 from agentq.publisher import MAX_ENTRIES_PER_CALL, EventPublisher, PublishError
+from worker.batchloop import BatchLoop, run_after
 
 logger = logging.getLogger(__name__)
 # Long enough for neighbouring tasks to share a call, short against any interval.
@@ -29,16 +28,10 @@ AfterSent = Callable[[], object]
 Pending = tuple[Event, AfterSent | None, AfterSent | None]
 
 
-class EventBatcher:
+class EventBatcher(BatchLoop[Pending]):
     def __init__(self, publisher: EventPublisher, *, delay_s: float = DEFAULT_DELAY_S) -> None:
         self._publisher = publisher
-        self._delay = delay_s
-        self._pending: list[Pending] = []
-        self._in_progress = 0
-        self._cond = threading.Condition()
-        self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="event-batcher", daemon=True)
-        self._thread.start()
+        super().__init__(name="event-batcher", delay_s=delay_s, max_batch=MAX_ENTRIES_PER_CALL)
 
     def publish(
         self,
@@ -53,52 +46,6 @@ class EventBatcher:
     def publish_many(self, events: list[Event]) -> None:
         self._submit([(event, None, None) for event in events])
 
-    def _submit(self, items: list[Pending]) -> None:
-        with self._cond:
-            if not self._closed:
-                self._pending.extend(items)
-                self._cond.notify_all()
-                return
-        self._send(items)
-
-    def flush(self, timeout_s: float = 10.0) -> bool:
-        """Wait until everything handed over so far is sent; False on timeout."""
-        with self._cond:
-            self._cond.notify_all()
-            return self._cond.wait_for(
-                lambda: not self._pending and not self._in_progress, timeout=timeout_s
-            )
-
-    def close(self, timeout_s: float = 10.0) -> None:
-        self.flush(timeout_s)
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        self._thread.join(timeout=timeout_s)
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._pending and not self._closed:
-                    self._cond.wait()
-                if not self._pending:
-                    return
-                first = time.monotonic()
-                while len(self._pending) < MAX_ENTRIES_PER_CALL and not self._closed:
-                    left = self._delay - (time.monotonic() - first)
-                    if left <= 0:
-                        break
-                    self._cond.wait(left)
-                batch = self._pending[:MAX_ENTRIES_PER_CALL]
-                self._pending = self._pending[MAX_ENTRIES_PER_CALL:]
-                self._in_progress += 1
-            try:
-                self._send(batch)
-            finally:
-                with self._cond:
-                    self._in_progress -= 1
-                    self._cond.notify_all()
-
     def _send(self, batch: list[Pending]) -> None:
         failed: set[str] = set()
         try:
@@ -112,9 +59,4 @@ class EventBatcher:
             logger.exception("events not published", extra={"events": len(batch)})
         for event, then, otherwise in batch:
             step = otherwise if event.event_id in failed else then
-            if step is None:
-                continue
-            try:
-                step()
-            except Exception:
-                logger.exception("after-publish step failed", extra={"eventId": event.event_id})
+            run_after(step, "after-publish step failed", eventId=event.event_id)
