@@ -15,11 +15,14 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar, get_args
 
 from agentq.errors import ConfigError
 
 T = TypeVar("T")
+
+# When a worker's warm spares import the Claude SDK (see worker/spares.py).
+WarmAgent = Literal["recent", "always", "never"]
 
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
@@ -55,6 +58,7 @@ def _var(
     readers: str,
     *,
     minimum: float | None = None,
+    choices: tuple[str, ...] | None = None,
     secret: bool = False,
 ) -> Any:
     """Declare a setting; the metadata drives parsing and the docs table."""
@@ -68,6 +72,7 @@ def _var(
             "doc": doc,
             "readers": readers,
             "minimum": minimum,
+            "choices": choices,
             "secret": secret,
         },
     )
@@ -204,8 +209,17 @@ class Settings:
     warm_children: bool = _var(
         "WARM_CHILDREN",
         True,
-        "Keep pre-started child processes (SDK imported) ready for the next tasks.",
+        "Keep pre-started child processes ready for the next tasks.",
         "worker",
+    )
+    # (RUF009: ruff cannot tell that a Literal alias is immutable; `_var` is a field().)
+    warm_agent: WarmAgent = _var(  # noqa: RUF009
+        "WARM_AGENT",
+        "recent",
+        "When warm children import the Claude SDK: `recent` (an agent task started in "
+        "the last 10 minutes), `always` (workers that run agent tasks), `never`.",
+        "worker",
+        choices=get_args(WarmAgent),
     )
     model: str = _var("CLAUDE_MODEL", "claude-opus-4-5", "Default model of agent tasks.", "child")
     step_timeout_ms: int = _var(
@@ -280,7 +294,7 @@ class Settings:
             raw = env.get(name)
             if raw is None or (raw == "" and f.default is None):
                 continue
-            values[f.name] = _coerce(f.name, name, raw, f.default, f.metadata["minimum"])
+            values[f.name] = _coerce(name, raw, f.default, f.metadata)
         settings = cls(**values)
         settings._check()
         return settings
@@ -327,7 +341,12 @@ def env_name(attribute: str) -> str:
     raise KeyError(attribute)
 
 
-def _coerce(attr: str, name: str, raw: str, default: Any, minimum: float | None) -> Any:
+def _coerce(name: str, raw: str, default: Any, metadata: Mapping[str, Any]) -> Any:
+    choices, minimum = metadata["choices"], metadata["minimum"]
+    if choices is not None:
+        if raw.strip() not in choices:
+            raise ConfigError(name, f"expected one of {', '.join(choices)}, got {raw!r}")
+        return raw.strip()
     parser: Callable[[str, str], Any]
     if isinstance(default, bool):
         parser = _parse_bool

@@ -86,6 +86,7 @@ class MessageHandler:
                 size=settings.max_concurrent,
                 cwd=home_dir,
                 grace_s=settings.kill_grace_ms / 1000,
+                warm_agent=settings.warm_agent,
             )
 
     # -- entry point -------------------------------------------------------------------

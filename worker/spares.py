@@ -8,8 +8,9 @@ prints `READY_LINE` and blocks reading one line from stdin: the task dir. One sp
 serves one task and exits, so tasks stay isolated per process.
 
 Spares import the SDK only while this worker runs agent tasks (one started within
-`AGENT_WARM_S`, or `warm_agent="always"`): warming it for python tasks would spend ~2 s
-of CPU per task on an import nobody uses. A task takes a spare warmed for its kind
+`AGENT_WARM_S`; `WARM_AGENT=always` for a worker that only runs them, `never` for one
+that never does): warming it for python tasks would spend ~2 s of CPU per task on an
+import nobody uses. A task takes a spare warmed for its kind
 first, any spare otherwise (an agent task in a python spare imports the SDK itself).
 
 The pool keeps `size` spares idle. It warms one spare at a time (a warming spare takes a
@@ -33,8 +34,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
+from agentq.config import WarmAgent
 from agentq.security import sanitize_error_message
 from worker.child import READY_LINE
 from worker.supervisor import terminate_tree
@@ -45,7 +47,6 @@ SPARE_COMMAND: Final = (sys.executable, "-m", "worker.child", "--spare")
 AGENT_FLAG: Final = "--agent"
 # How long after its last agent task a worker keeps warming the SDK into its spares.
 AGENT_WARM_S: Final = 600.0
-WarmAgent = Literal["recent", "always", "never"]
 KEEPER_POLL_S: Final = 0.5
 REPLACE_DELAY_S: Final = 3.0
 # Importing the SDK under heavy load has been seen to take ~10 s; beyond this it is stuck.

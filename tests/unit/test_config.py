@@ -28,6 +28,7 @@ def test_defaults_and_parsing() -> None:
         ({"MAX_CONCURRENT_CLAUDE": "0"}, "MAX_CONCURRENT_CLAUDE"),
         ({"AGENTQ_LOCAL": "maybe"}, "AGENTQ_LOCAL"),
         ({"VISIBILITY_EXTENSION_INTERVAL": "40000"}, "VISIBILITY_EXTENSION_INTERVAL"),
+        ({"WARM_AGENT": "sometimes"}, "WARM_AGENT"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], variable: str) -> None:
@@ -35,6 +36,13 @@ def test_bad_values_name_the_variable(env: dict[str, str], variable: str) -> Non
         Settings.from_env(env)
     assert caught.value.variable == variable
     assert variable in str(caught.value)
+
+
+def test_enumerated_settings_take_only_their_values() -> None:
+    assert Settings.from_env({}).warm_agent == "recent"
+    assert Settings.from_env({"WARM_AGENT": " always "}).warm_agent == "always"
+    with pytest.raises(ConfigError, match="expected one of recent, always, never"):
+        Settings.from_env({"WARM_AGENT": "Always"})
 
 
 def test_required_resource_names_have_no_silent_default() -> None:

@@ -178,6 +178,32 @@ def test_spares_import_the_sdk_only_for_a_worker_running_agent_tasks(tmp_path: P
         pool.close()
 
 
+def test_a_pool_that_never_warms_the_sdk_stays_plain_after_agent_tasks(tmp_path: Path) -> None:
+    pool = _pool(tmp_path, warm_agent="never")
+    pool.start()
+    try:
+        assert pool.wait_ready(60)
+        taken = pool.take("agent")
+        assert taken is not None and not taken.agent
+        pool.discard(taken)
+        wait_for(pool.idle_pids, timeout=60, message="a replacement")
+        assert pool.wait_ready(60)
+        (replacement,) = pool.idle_pids()
+        assert "--agent" not in psutil.Process(replacement).cmdline()
+    finally:
+        pool.close()
+
+
+def test_warm_agent_always_gives_a_fresh_worker_sdk_spares(stack: Stack) -> None:
+    with running_worker(stack, MAX_CONCURRENT_CLAUDE="1", WARM_AGENT="always") as worker:
+        (spare,) = _wait_ready(worker)
+        # No agent task has run: only the setting can have asked for the SDK.
+        assert "--agent" in psutil.Process(spare).cmdline()
+        assert _sdk_loaded(spare)
+        assert worker.stop() == 0
+    assert _gone([spare])
+
+
 def _sdk_loaded(pid: int) -> bool:
     """Whether the process has imported the SDK: its dependencies (pydantic, through
     mcp) map a C extension, which pure-Python imports would not show in /proc maps."""
