@@ -155,14 +155,13 @@ def test_worker_batcher_deletes_and_changes_visibility_in_batches(inproc_stack: 
     for n in range(15):
         sqs.send_message(QueueUrl=url, MessageBody=str(n))
     handles: list[str] = []
-    # extend() runs for its effect and returns None, so `or` goes on to the count.
-    wait_for(
-        lambda: handles.extend(  # type: ignore[func-returns-value]
-            m["ReceiptHandle"]
-            for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
-        ) or len(handles) >= 15,
-        message="15 messages received",
-    )  # fmt: skip
+
+    def received_all() -> bool:
+        reply = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+        handles.extend(m["ReceiptHandle"] for m in reply.get("Messages", []))
+        return len(handles) >= 15
+
+    wait_for(received_all, message="15 messages received")
     calls: list[str] = []
     sqs.meta.events.register("before-call.sqs", lambda model, **_: calls.append(model.name))
     batcher = SqsBatcher(sqs, url, delay_s=0.2)
