@@ -209,12 +209,14 @@ class Consumer:
         self, message: dict[str, Any], entry: InFlight, preparation: Future[Any] | None
     ) -> None:
         started = time.monotonic()
-        freed = threading.Event()
+        # Called on this thread only: when the child exits, and again when handling ends.
+        freed = False
 
         def free_slot() -> None:
-            if freed.is_set():
+            nonlocal freed
+            if freed:
                 return
-            freed.set()
+            freed = True
             following = self.slots.release()
             while following is not None and self._stopping.is_set():
                 # Nothing new starts while draining: give it back and free the slot.
