@@ -2,9 +2,11 @@
 one background thread sends them in batches of at most `max_batch`, after a short
 window for companions to arrive (at once when a batch is full or the loop is closing).
 
-`flush()` waits until everything handed over before it was sent; `close()` flushes,
-drains what is left and stops the thread; entries handed over after that are sent at
-once on the caller's thread, so nothing is lost at shutdown. Every wait is bounded.
+`flush()` sends what is pending at once (no window) and waits until everything handed
+over before it was sent; `close()` flushes, drains what is left and stops the thread;
+entries handed over after that are sent at once on the caller's thread, in batches of
+`max_batch` with failures handled as in the loop, so nothing is lost at shutdown. Every
+wait is bounded.
 
 Subclasses say what an entry is and how a batch is sent (`_send`), and what a batch
 whose send raised leaves behind (`_failed`).
@@ -35,6 +37,7 @@ class BatchLoop(Generic[Entry]):
         self._done = 0
         self._cond = threading.Condition()
         self._closed = False
+        self._flushing = 0  # flush() calls waiting: the window is not waited out for them
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -42,8 +45,12 @@ class BatchLoop(Generic[Entry]):
         """Wait until everything handed over so far is sent; False on timeout."""
         with self._cond:
             target = self._queued
+            self._flushing += 1
             self._cond.notify_all()
-            return self._cond.wait_for(lambda: self._done >= target, timeout=timeout_s)
+            try:
+                return self._cond.wait_for(lambda: self._done >= target, timeout=timeout_s)
+            finally:
+                self._flushing -= 1
 
     def close(self, timeout_s: float = 10.0) -> None:
         self.flush(timeout_s)
@@ -60,7 +67,8 @@ class BatchLoop(Generic[Entry]):
                 self._cond.notify_all()
                 return
         # After close, send inline: nothing handed over may be lost at shutdown.
-        self._send(entries)
+        for start in range(0, len(entries), self._max_batch):
+            self._send_or_fail(entries[start : start + self._max_batch])
 
     def _send(self, batch: list[Entry]) -> None:
         raise NotImplementedError
@@ -78,7 +86,9 @@ class BatchLoop(Generic[Entry]):
                     return  # closed, and everything handed over is sent
                 first = time.monotonic()
                 # Give companions a moment to arrive, unless a full batch is ready.
-                while len(self._pending) < self._max_batch and not self._closed:
+                while (
+                    len(self._pending) < self._max_batch and not self._closed and not self._flushing
+                ):
                     left = self._delay - (time.monotonic() - first)
                     if left <= 0:
                         break
@@ -86,13 +96,17 @@ class BatchLoop(Generic[Entry]):
                 batch = self._pending[: self._max_batch]
                 del self._pending[: self._max_batch]
             try:
-                self._send(batch)
-            except Exception:
-                self._failed(batch)
+                self._send_or_fail(batch)
             finally:
                 with self._cond:
                     self._done += len(batch)
                     self._cond.notify_all()
+
+    def _send_or_fail(self, batch: list[Entry]) -> None:
+        try:
+            self._send(batch)
+        except Exception:
+            self._failed(batch)
 
 
 def run_after(step: Callable[[], object] | None, failure: str, **extra: Any) -> None:

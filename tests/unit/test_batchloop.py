@@ -225,3 +225,28 @@ def test_run_after_logs_a_raising_step_and_does_not_raise(
     assert record.getMessage() == "after-publish step failed"
     assert record.exc_info is not None and record.exc_info[0] is ValueError
     assert record.__dict__["eventId"] == "ev-1"
+
+
+def test_close_sends_a_pending_batch_at_once(make_loop: MakeLoop) -> None:
+    # Shutdown must not wait out the window: close() flushes, and a flush sends at once.
+    loop = make_loop(delay_s=30.0)
+    loop.add(1)
+    started = time.monotonic()
+    loop.close(timeout_s=BOUND_S)  # waiting out the window would take all of BOUND_S
+    assert loop.sent == [[1]]
+    assert time.monotonic() - started < BOUND_S / 2
+
+
+def test_after_close_inline_sends_keep_max_batch(make_loop: MakeLoop) -> None:
+    loop = make_loop(max_batch=2)
+    loop.close(timeout_s=BOUND_S)
+    loop.add(1, 2, 3)
+    assert all(len(batch) <= 2 for batch in loop.sent), loop.sent
+
+
+def test_after_close_a_failed_inline_send_goes_to_failed(make_loop: MakeLoop) -> None:
+    loop = make_loop()
+    loop.fail_when = lambda batch: 13 in batch
+    loop.close(timeout_s=BOUND_S)
+    loop.add(13)  # handled like a failed send in the loop, not raised into the caller
+    assert loop.failed == [[13]]
