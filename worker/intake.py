@@ -29,11 +29,6 @@ from worker.inflight import InFlight
 # How far back the start rate is measured; long enough to smooth, short enough to adapt.
 RATE_WINDOW_S: Final = 10.0
 MAX_RECEIVE: Final = 10  # SQS ReceiveMessage maximum
-# The prefetch holds up to this many messages per slot. Short tasks started together
-# end together: every slot of such a burst must find a prepared message while the
-# refill's receive and locks are still on their way (with one per slot, a burst emptied
-# the buffer and slots idled ~0.2 s; measured in bench/saturation.py).
-PREFETCH_PER_SLOT: Final = 2
 
 Message = dict[str, Any]
 # A received message, its in-flight record and, once buffered, its preparation.
@@ -94,7 +89,11 @@ class Intake:
         while self._starts and self._starts[0] < now - RATE_WINDOW_S:
             self._starts.popleft()
         window = min(RATE_WINDOW_S, max(now - self._born, 1.0))
-        return min(PREFETCH_PER_SLOT * self.size, int(len(self._starts) / window * self._horizon))
+        # At most one per slot: a worker killed while holding prefetched locks costs each
+        # of those tasks an attempt. With the receiver woken at every hand-over that
+        # lowers the buffer, one per slot keeps the slots busy (bench/saturation.py:
+        # 1.02-1.03 even, 1.05 uneven; two per slot measured within 0.01 of that).
+        return min(self.size, int(len(self._starts) / window * self._horizon))
 
     # -- messages in and out -------------------------------------------------------------
     def offer(self, held: Held, prepare: Callable[[Held], Held] | None = None) -> bool:
@@ -115,6 +114,9 @@ class Intake:
         with self._cond:
             if self._buffer:
                 self._starts.append(self._clock())
+                # The buffer may now be below its refill mark: wake the receiver, or it
+                # would only notice at its next wait's timeout.
+                self._cond.notify_all()
                 return self._buffer.popleft()
             self._busy -= 1
             self._cond.notify_all()

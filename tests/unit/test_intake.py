@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import Future
 from typing import Any
 
 from worker.inflight import InFlight
-from worker.intake import PREFETCH_PER_SLOT, RATE_WINDOW_S, Held, Intake
+from worker.intake import RATE_WINDOW_S, Held, Intake
 
 
 class Clock:
@@ -49,14 +50,14 @@ def test_prefetch_follows_the_recent_start_rate_and_fades() -> None:
     for n in range(4):
         intake.offer(held(n))
     # Ten starts per second for a while: one second of horizon is ten messages, capped at
-    # two per slot.
+    # the slot count.
     for n in range(4, 40):
         clock.now += 0.1
         intake.offer(held(n))
         assert intake.release() is not None
     intake.drop_buffered()
     assert intake.release() is None, "one slot frees with nothing buffered"
-    assert intake.wait_wanted(0) == 1 + PREFETCH_PER_SLOT * 4
+    assert intake.wait_wanted(0) == 1 + 4
     clock.now += RATE_WINDOW_S + 1
     assert intake.wait_wanted(0) == 1, "no recent starts: no prefetch"
 
@@ -102,14 +103,37 @@ def test_the_prefetch_is_refilled_before_it_runs_dry() -> None:
     for n in range(2):
         intake.offer(held(n))
     for n in range(2, 30):
-        clock.now += 0.1  # ten starts a second: the prefetch is two per slot, 4
+        clock.now += 0.1  # ten starts a second: the prefetch is the slot count, 2
         intake.offer(held(n))
         intake.release()
     intake.drop_buffered()
-    intake.offer(held(98))
     intake.offer(held(99))
-    assert (intake.busy, intake.buffered) == (2, 2)
-    assert intake.wait_wanted(0) == 0, "two of four still buffered: no receive yet"
-    assert intake.release() is not None
     assert (intake.busy, intake.buffered) == (2, 1)
-    assert intake.wait_wanted(0) == 3, "below half: refill to four, net of the one left"
+    assert intake.wait_wanted(0) == 0, "one of two still buffered: no receive yet"
+    assert intake.release() is not None
+    assert (intake.busy, intake.buffered) == (2, 0)
+    assert intake.wait_wanted(0) == 2, "every slot busy, but the buffer is empty: refill"
+
+
+def test_a_hand_over_that_leaves_the_buffer_low_wakes_the_waiting_receiver() -> None:
+    clock = Clock()
+    intake = Intake(4, horizon_s=1.0, clock=clock)
+    for n in range(4):
+        intake.offer(held(n))
+    for n in range(4, 40):
+        clock.now += 0.1  # ten starts a second: the prefetch is the slot count, 4
+        intake.offer(held(n))
+        intake.release()
+    intake.drop_buffered()
+    for n in range(4):
+        intake.offer(held(100 + n))
+    assert intake.wait_wanted(0) == 0, "a full prefetch: nothing wanted"
+    answers: list[int] = []
+    receiver = threading.Thread(target=lambda: answers.append(intake.wait_wanted(30)))
+    receiver.start()
+    for _ in range(3):
+        assert intake.release() is not None  # four buffered, one left: below half
+    receiver.join(timeout=10)
+    # Without the wake-up the receiver would sleep out its 30 s wait.
+    assert not receiver.is_alive(), "the receiver was not woken"
+    assert answers == [3]
