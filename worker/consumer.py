@@ -125,11 +125,11 @@ class Consumer:
     def drain(self) -> ExitCode:
         self._stopping.set()
         deadline = time.monotonic() + self._settings.drain_timeout_ms / 1000
-        self._give_back(self.slots.drop_buffered())
+        self._give_back(self.slots.drop_buffered(), deadline=deadline)
         # Let the receiver leave its long poll (whatever it brings back is released), so
         # no message starts once draining has begun.
         self._receiver.join(timeout=self._settings.wait_time_seconds + 10)
-        self._give_back(self.slots.drop_buffered())
+        self._give_back(self.slots.drop_buffered(), deadline=deadline)
         code = ExitCode.OK
         if not self.slots.wait_idle(max(0.0, deadline - time.monotonic())):
             code = ExitCode.DRAIN_TIMEOUT
@@ -176,14 +176,23 @@ class Consumer:
         message, entry, _ = held
         return message, entry, self._preparer.submit(self._handler.prepare, message, entry)
 
-    def _give_back(self, held: list[Held]) -> None:
-        """Messages that will not start here: unlock what was locked, make them visible."""
+    def _give_back(self, held: list[Held], *, deadline: float | None = None) -> None:
+        """Messages that will not start here: unlock what was locked, make them visible.
+
+        One deadline bounds the whole give-back (a drain's, or PREPARE_TIMEOUT_S), not
+        each preparation in turn: with DynamoDB unreachable, a full prefetch would
+        otherwise hold a drain for minutes. A preparation not yet begun is cancelled."""
+        if deadline is None:
+            deadline = time.monotonic() + PREPARE_TIMEOUT_S
         for message, entry, preparation in held:
             ready: Prepared | str | None = None
-            if preparation is not None:
+            if preparation is not None and not preparation.cancel():
+                left = max(0.0, min(deadline - time.monotonic(), PREPARE_TIMEOUT_S))
                 try:
-                    ready = preparation.result(timeout=PREPARE_TIMEOUT_S)
+                    ready = preparation.result(timeout=left)
                 except Exception:
+                    # Still locking, or failed: if it did lock, the lease lapses and the
+                    # next holder takes the task (the attempt counts, as for a crash).
                     logger.exception("preparing a prefetched message failed")
             if isinstance(ready, Prepared):
                 self._handler.unprepare(ready)

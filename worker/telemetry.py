@@ -7,14 +7,18 @@ as EMF JSON lines on stdout that the CloudWatch agent / awslogs driver ingests.
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
 from agentq.aws import CallCounter
 
@@ -36,6 +40,24 @@ def make_logger(level: str) -> Logger:
         std.setLevel(level.upper())
         std.propagate = False
     return logger
+
+
+def write_line(line: str) -> None:
+    """One whole line on stdout that no log record can split.
+
+    Log records are written under their handler's lock, from many threads; Powertools'
+    `flush_metrics` prints, and `print` writes the line and its newline in two calls, so
+    a record could land between them and glue itself to an EMF line (seen in a test:
+    both lines lost to a JSON parser, as they would be to CloudWatch)."""
+    handlers = logging.getLogger("worker").handlers
+    handler = next((h for h in handlers if isinstance(h, logging.StreamHandler)), None)
+    if handler is None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        return
+    with handler.lock or threading.RLock():
+        handler.stream.write(line + "\n")
+        handler.flush()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,8 +89,15 @@ class Middleware:
 class MetricsMiddleware(Middleware):
     """TasksStarted/Completed/Failed/TimedOut, TaskDuration, QueueWait, SlotsBusy, AwsCalls."""
 
-    def __init__(self, *, slots_busy: Any, counter: CallCounter | None) -> None:
+    def __init__(
+        self,
+        *,
+        slots_busy: Any,
+        counter: CallCounter | None,
+        write: Callable[[str], None] = write_line,
+    ) -> None:
         self._metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+        self._write = write
         self._slots_busy = slots_busy
         self._counter = counter
         self._lock = threading.Lock()
@@ -115,4 +144,8 @@ class MetricsMiddleware(Middleware):
                     name="AwsCalls", unit=MetricUnit.Count, value=total - self._calls_reported
                 )
                 self._calls_reported = total
-            self._metrics.flush_metrics()
+            # What `flush_metrics` does, with one atomic line instead of `print`.
+            if not is_metrics_disabled():
+                payload = self._metrics.serialize_metric_set()
+                self._write(json.dumps(payload, separators=(",", ":")))
+            self._metrics.clear_metrics()
