@@ -98,6 +98,10 @@ class _CopyTablesOnce:
             copies[id(value)] = copy.deepcopy(value, memo)
         return copies[id(value)]
 
+    def __getattr__(self, name: str) -> Any:
+        # Anything else a later moto takes from `copy` there (copy.copy, say) is the real one.
+        return getattr(copy, name)
+
     def transaction(self, write: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(write)
         def transact_write_items(backend: Any, *args: Any, **kwargs: Any) -> Any:

@@ -76,9 +76,21 @@ def test_jsonpath_paths_are_parsed_once_and_still_find() -> None:
 @pytest.mark.usefixtures("patched")
 def test_speeding_up_twice_wraps_once() -> None:
     parse, clock = jsonpath_ng.ext.parse, sqs_models.unix_time
+    transact = dynamodb_models.DynamoDBBackend.transact_write_items
     speed_up_moto()
     assert jsonpath_ng.ext.parse is parse
     assert sqs_models.unix_time is clock
+    assert dynamodb_models.DynamoDBBackend.transact_write_items is transact
+
+
+@pytest.mark.usefixtures("patched")
+def test_the_copy_stand_in_passes_everything_else_to_copy() -> None:
+    stand_in = dynamodb_models.copy
+    assert stand_in is not copy
+    assert stand_in.copy is copy.copy
+    value = {"a": [1, 2]}
+    cloned = stand_in.deepcopy(value)
+    assert cloned == value and cloned["a"] is not value["a"]
 
 
 def _counter(stack: Stack, name: str, value: int) -> dict[str, Any]:
