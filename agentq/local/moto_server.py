@@ -122,7 +122,7 @@ def speed_up_moto() -> None:
     import moto.sqs.models as sqs_models
     from moto.dynamodb.models.table import Table
 
-    parse = getattr(jsonpath_ng.ext, "parse")  # noqa: B009 (not re-exported for mypy)
+    parse = getattr(jsonpath_ng.ext, "parse")  # noqa: B009 (typed as a plain function)
     if not hasattr(parse, "cache_info"):
         # Parsed paths are only read (`find`), never changed: safe to share.
         setattr(jsonpath_ng.ext, "parse", functools.lru_cache(maxsize=256)(parse))  # noqa: B010
