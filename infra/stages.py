@@ -13,6 +13,7 @@ from typing import Final
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_logs as logs
 
+from agentq.config import WarmAgent
 from agentq.resources import APP_NAME_DEFAULT, ResourceNames
 
 # Fargate waits at most 120 s between SIGTERM and SIGKILL; a longer stopTimeout is rejected.
@@ -36,6 +37,9 @@ class WorkerSettings:
     # Between SIGTERM and SIGKILL; must exceed the drain so ECS never kills a draining worker.
     stop_timeout_s: int = FARGATE_MAX_STOP_TIMEOUT_S
     task_timeout_s: int = 200
+    # WARM_AGENT: "always" for a service that mostly runs agent tasks (no cold SDK import
+    # for the first task after a quiet spell), "never" for python-only services.
+    warm_agent: WarmAgent = "recent"
     scale_out_cooldown_s: int = 60
     scale_in_cooldown_s: int = 300
     nat_gateways: int = 1

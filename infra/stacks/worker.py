@@ -202,6 +202,7 @@ class WorkerStack(cdk.Stack):
             env_name("max_concurrent"): str(worker.slots),
             env_name("drain_timeout_ms"): str(worker.drain_timeout_s * 1000),
             env_name("task_timeout_ms"): str(worker.task_timeout_s * 1000),
+            env_name("warm_agent"): worker.warm_agent,
             env_name("log_level"): "INFO",
         }
 

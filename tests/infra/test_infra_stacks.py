@@ -412,6 +412,7 @@ def test_infra_worker_runs_the_repo_image_with_secrets_and_a_long_enough_stop(
     drain_ms = int(variables[env_name("drain_timeout_ms")])
     assert drain_ms < container["StopTimeout"] * 1000
     assert variables[env_name("max_concurrent")] == str(worker.slots)
+    assert variables[env_name("warm_agent")] == worker.warm_agent
     assert [s["Name"] for s in container["Secrets"]] == ["ANTHROPIC_API_KEY"]
     assert container["LinuxParameters"]["InitProcessEnabled"] is True
     assert container["LogConfiguration"]["LogDriver"] == "awslogs"
