@@ -97,16 +97,23 @@ def test_drop_buffered_returns_what_never_started() -> None:
     assert intake.release() is None and intake.wait_idle(0)
 
 
-def test_the_prefetch_is_refilled_before_it_runs_dry() -> None:
+def _starting_ten_a_second(slots: int) -> Intake:
+    """Every slot busy after a few seconds of ten starts a second, nothing buffered: the
+    prefetch (one second of horizon) is capped at the slot count."""
     clock = Clock()
-    intake = Intake(2, horizon_s=1.0, clock=clock)
-    for n in range(2):
+    intake = Intake(slots, horizon_s=1.0, clock=clock)
+    for n in range(slots):
         intake.offer(held(n))
-    for n in range(2, 30):
-        clock.now += 0.1  # ten starts a second: the prefetch is the slot count, 2
+    for n in range(slots, slots + 36):
+        clock.now += 0.1
         intake.offer(held(n))
         intake.release()
     intake.drop_buffered()
+    return intake
+
+
+def test_the_prefetch_is_refilled_before_it_runs_dry() -> None:
+    intake = _starting_ten_a_second(2)
     intake.offer(held(99))
     assert (intake.busy, intake.buffered) == (2, 1)
     assert intake.wait_wanted(0) == 0, "one of two still buffered: no receive yet"
@@ -116,15 +123,7 @@ def test_the_prefetch_is_refilled_before_it_runs_dry() -> None:
 
 
 def test_a_hand_over_that_leaves_the_buffer_low_wakes_the_waiting_receiver() -> None:
-    clock = Clock()
-    intake = Intake(4, horizon_s=1.0, clock=clock)
-    for n in range(4):
-        intake.offer(held(n))
-    for n in range(4, 40):
-        clock.now += 0.1  # ten starts a second: the prefetch is the slot count, 4
-        intake.offer(held(n))
-        intake.release()
-    intake.drop_buffered()
+    intake = _starting_ten_a_second(4)
     for n in range(4):
         intake.offer(held(100 + n))
     assert intake.wait_wanted(0) == 0, "a full prefetch: nothing wanted"
