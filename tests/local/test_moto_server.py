@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import jsonpath_ng.ext
+import moto.core.utils as moto_utils
 import moto.dynamodb.models as dynamodb_models
 import moto.sqs.models as sqs_models
 import pytest
@@ -51,7 +52,12 @@ def test_the_remembering_dispatcher_routes_every_host_as_moto_does() -> None:
 
 
 @pytest.mark.usefixtures("patched")
-def test_sqs_reads_the_same_clock_faster() -> None:
+def test_sqs_reads_the_same_clock_without_datetime(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_datetime() -> datetime.datetime:
+        raise AssertionError("the clock went through moto's datetime arithmetic")
+
+    # moto's own unix_time() builds datetimes through utcnow(); the fast one must not.
+    monkeypatch.setattr(moto_utils, "utcnow", no_datetime)
     before = time.time()
     seconds = sqs_models.unix_time()
     millis = sqs_models.unix_time_millis()
