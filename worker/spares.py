@@ -39,7 +39,7 @@ from typing import Final
 from agentq.config import WarmAgent
 from agentq.security import sanitize_error_message
 from worker.child import READY_LINE
-from worker.supervisor import terminate_tree
+from worker.proctree import terminate_tree
 
 logger = logging.getLogger(__name__)
 

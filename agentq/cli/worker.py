@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+import pkgutil
+from collections.abc import Callable
+from typing import Any, Final
+
+# The worker stands on agentq, so agentq names its entry point instead of importing
+# it, as the local Lambda host names the handlers (agentq/local/lambda_host.py).
+WORKER_MAIN: Final = "worker.app:main"
 
 
 def register(subparsers: Any) -> None:
@@ -29,8 +35,5 @@ def _run(args: argparse.Namespace) -> int:
         os.environ["MAX_CONCURRENT_CLAUDE"] = str(args.concurrency)
     if args.definitions:
         os.environ["TASK_DEFINITIONS_DIR"] = args.definitions
-    # The worker lives outside the agentq package (agentq imports no worker code at
-    # import time); import on use.
-    from worker.app import main
-
+    main: Callable[[], int] = pkgutil.resolve_name(WORKER_MAIN)
     return main()
