@@ -5,307 +5,337 @@ resource names they need, which raises `ConfigError` naming the variable when it
 missing. There are no silent defaults for resource names: the local stack exports
 real names and URLs into the environment like a deployment would.
 
-`python -m agentq.config` prints the reference table kept in docs/configuration.md.
+Each setting is a pydantic field: its type, its allowed range or choices, and the
+variable it is read from. A bad value fails with `ConfigError` naming the variable
+and what it allows. `python -m agentq.config_doc` writes the reference table of
+docs/configuration.md from these fields.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal, TypeVar, get_args
+from typing import Annotated, Literal, Self
 
+from pydantic import ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from agentq.config_fields import (
+    DAY_MS,
+    NAME,
+    URL,
+    Choice,
+    Environment,
+    Flag,
+    Float,
+    Int,
+    Level,
+    config_error,
+    var,
+)
 from agentq.errors import ConfigError
-
-T = TypeVar("T")
 
 # When a worker's warm spares import the Claude SDK (see worker/spares.py).
 WarmAgent = Literal["recent", "always", "never"]
-
-_TRUE: Final = frozenset({"1", "true", "yes", "on"})
-_FALSE: Final = frozenset({"0", "false", "no", "off", ""})
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
-def _parse_bool(name: str, raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ConfigError(name, f"expected true/false, got {raw!r}")
-
-
-def _parse_int(name: str, raw: str) -> int:
-    try:
-        return int(raw.strip())
-    except ValueError:
-        raise ConfigError(name, f"expected an integer, got {raw!r}") from None
-
-
-def _parse_float(name: str, raw: str) -> float:
-    try:
-        return float(raw.strip())
-    except ValueError:
-        raise ConfigError(name, f"expected a number, got {raw!r}") from None
-
-
-def _var(
-    env: str,
-    default: Any,
-    doc: str,
-    readers: str,
-    *,
-    minimum: float | None = None,
-    choices: tuple[str, ...] | None = None,
-    secret: bool = False,
-) -> Any:
-    """Declare a setting; the metadata drives parsing and the docs table."""
-    from dataclasses import field
-
-    return field(
-        default=default,
-        repr=not secret,
-        metadata={
-            "env": env,
-            "doc": doc,
-            "readers": readers,
-            "minimum": minimum,
-            "choices": choices,
-            "secret": secret,
-        },
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="forbid",
+        validate_by_name=True,
+        validate_by_alias=True,
+        case_sensitive=True,
     )
 
-
-@dataclass(frozen=True, kw_only=True)
-class Settings:
     # -- where things are ------------------------------------------------------------
-    local: bool = _var(
+    local: Flag = var(
         "AGENTQ_LOCAL",
         False,
         "Running against the embedded local stack (moto + offline model server).",
         "all",
     )
-    stage: str = _var("AGENTQ_STAGE", "dev", "Deployment stage name (dev, prod, ...).", "all")
-    region: str = _var("AWS_REGION", "eu-west-1", "AWS region for every client.", "all")
-    app_name: str = _var(
-        "APP_NAME", "agentq", "EventBridge `source` of every event; index prefix.", "all"
+    stage: str = var(
+        "AGENTQ_STAGE", "dev", "Deployment stage name (dev, prod, ...).", "all", **NAME
     )
-    tenant_id: str = _var(
-        "TENANT_ID", "default", "Tenant used when a task names none.", "worker, client"
+    region: str = var(
+        "AWS_REGION", "eu-west-1", "AWS region for every client.", "all", min_length=1,
+        max_length=32, pattern=r"^[a-z0-9-]+$",
+    )  # fmt: skip
+    app_name: str = var(
+        "APP_NAME", "agentq", "EventBridge `source` of every event; index prefix.", "all",
+        min_length=1, max_length=64, pattern=r"^\S+$",
+    )  # fmt: skip
+    tenant_id: str = var(
+        "TENANT_ID", "default", "Tenant used when a task names none.", "worker, client", **NAME
     )
-    queue_url: str | None = _var(
-        "SQS_QUEUE_URL", None, "Task queue URL (required).", "worker, client, dispatcher"
+    queue_url: str | None = var(
+        "SQS_QUEUE_URL", None, "Task queue URL (required).", "worker, client, dispatcher", **URL
     )
-    dlq_url: str | None = _var(
-        "SQS_DLQ_URL", None, "Dead-letter queue URL.", "health-check, CLI `dlq`"
+    dlq_url: str | None = var(
+        "SQS_DLQ_URL", None, "Dead-letter queue URL.", "health-check, CLI `dlq`", **URL
     )
-    table_name: str | None = _var(
+    table_name: str | None = var(
         "DYNAMODB_EVENTS_TABLE_NAME",
         None,
         "Events table: STATE items (the lock), events, jobs (required).",
         "all",
+        **NAME,
     )
-    definitions_table: str | None = _var(
+    definitions_table: str | None = var(
         "TASK_DEFINITIONS_TABLE",
         None,
         "Task-definitions table (optional; definitions may come from a directory).",
         "worker, client, API",
+        **NAME,
     )
-    definitions_dir: str | None = _var(
+    definitions_dir: str | None = var(
         "TASK_DEFINITIONS_DIR",
         None,
         "Directories of task definition files (*.yaml, *.json), separated like PATH.",
         "worker, client",
+        min_length=1,
+        max_length=16_384,
     )
-    bus_name: str | None = _var(
-        "EVENTBRIDGE_BUS_NAME", None, "Event bus for every agentq event (required).", "all"
-    )
-    bucket: str | None = _var(
-        "S3_BUCKET", None, "Artifacts, event overflow and DLQ archive bucket (required).", "all"
-    )
+    bus_name: str | None = var(
+        "EVENTBRIDGE_BUS_NAME", None, "Event bus for every agentq event (required).", "all",
+        **NAME,
+    )  # fmt: skip
+    bucket: str | None = var(
+        "S3_BUCKET", None, "Artifacts, event overflow and DLQ archive bucket (required).", "all",
+        min_length=1, max_length=63,
+    )  # fmt: skip
     # -- receiving and leases --------------------------------------------------------
-    wait_time_seconds: int = _var(
-        "WAIT_TIME_SECONDS", 20, "SQS long-poll wait.", "worker", minimum=0
+    wait_time_seconds: Int = var(
+        "WAIT_TIME_SECONDS", 20, "SQS long-poll wait.", "worker", ge=0, le=20
     )
-    visibility_timeout: int = _var(
-        "VISIBILITY_TIMEOUT", 900, "Queue visibility timeout (s) set by the stacks.", "infra"
-    )
-    extension_interval_ms: int = _var(
+    visibility_timeout: Int = var(
+        "VISIBILITY_TIMEOUT", 900, "Queue visibility timeout (s) set by the stacks.", "infra",
+        ge=0, le=43_200,
+    )  # fmt: skip
+    extension_interval_ms: Int = var(
         "VISIBILITY_EXTENSION_INTERVAL",
         20_000,
-        "Heartbeat interval (ms): visibility extension, lease renewal, heartbeat event.",
+        "Heartbeat interval (ms): visibility extension, lease renewal, heartbeat event. "
+        "Shorter than VISIBILITY_EXTENSION_AMOUNT and VISIBILITY_TIMEOUT.",
         "worker",
-        minimum=50,
+        ge=50,
+        le=43_200_000,
     )
-    extension_amount_s: int = _var(
+    extension_amount_s: Int = var(
         "VISIBILITY_EXTENSION_AMOUNT",
         30,
         "Visibility extension per heartbeat (s); the lease lasts 1.5x this.",
         "worker",
-        minimum=1,
+        ge=1,
+        le=43_200,
     )
-    max_concurrent: int = _var(
-        "MAX_CONCURRENT_CLAUDE", 3, "Task slots per worker process.", "worker", minimum=1
+    max_concurrent: Int = var(
+        "MAX_CONCURRENT_CLAUDE", 3, "Task slots per worker process.", "worker", ge=1, le=1024
     )
-    prefetch_horizon_ms: int = _var(
+    prefetch_horizon_ms: Int = var(
         "PREFETCH_HORIZON",
         2_000,
         "Prefetch (ms): a receive also takes the messages this worker expects to start "
         "within this time at its recent rate (0: only free slots).",
         "worker",
-        minimum=0,
+        ge=0,
+        le=600_000,
     )
-    event_batch_window_ms: int = _var(
+    event_batch_window_ms: Int = var(
         "EVENT_BATCH_WINDOW",
         1_000,
         "How long (ms) a task event may wait for companions before its PutEvents call "
         "(sent at once when 10 are ready).",
         "worker",
-        minimum=0,
+        ge=0,
+        le=60_000,
     )
-    sqs_batch_window_ms: int = _var(
+    sqs_batch_window_ms: Int = var(
         "SQS_BATCH_WINDOW",
         500,
         "How long (ms) a delete or visibility change may wait for companions before its "
         "batch call (sent at once when 10 are ready).",
         "worker",
-        minimum=0,
+        ge=0,
+        le=60_000,
     )
-    max_message_retries: int = _var(
+    max_message_retries: Int = var(
         "MAX_MESSAGE_RETRIES",
         3,
         "Attempts per task (counted on the STATE item) before a terminal failure.",
         "worker",
-        minimum=1,
+        ge=1,
+        le=100,
     )
-    retry_backoff_base_s: float = _var(
-        "RETRY_BACKOFF_BASE", 5.0, "Base (s) of the jittered exponential retry backoff.", "worker"
+    retry_backoff_base_s: Float = var(
+        "RETRY_BACKOFF_BASE",
+        5.0,
+        "Base (s) of the jittered exponential retry backoff (at most RETRY_BACKOFF_MAX).",
+        "worker",
+        ge=0,
+        le=43_200,
     )
-    retry_backoff_max_s: float = _var(
-        "RETRY_BACKOFF_MAX", 300.0, "Cap (s) of the retry backoff.", "worker"
+    retry_backoff_max_s: Float = var(
+        "RETRY_BACKOFF_MAX", 300.0, "Cap (s) of the retry backoff.", "worker", ge=0, le=43_200
     )
-    drain_timeout_ms: int = _var(
+    drain_timeout_ms: Int = var(
         "DRAIN_TIMEOUT",
         120_000,
         "On SIGTERM, how long (ms) running tasks may finish before they are stopped.",
         "worker",
+        ge=0,
+        le=DAY_MS,
     )
-    worker_id: str | None = _var(
-        "WORKER_ID", None, "Worker identity in leases and events (default host:pid).", "worker"
-    )
+    worker_id: str | None = var(
+        "WORKER_ID", None, "Worker identity in leases and events (default host:pid).", "worker",
+        **NAME,
+    )  # fmt: skip
     # -- the child and Claude ----------------------------------------------------------
-    task_timeout_ms: int = _var(
+    task_timeout_ms: Int = var(
         "CLAUDE_TIMEOUT",
         200_000,
         "Child process timeout (ms) when the definition sets none.",
         "worker",
-        minimum=100,
+        ge=100,
+        le=DAY_MS,
     )
-    kill_grace_ms: int = _var(
-        "CLAUDE_KILL_GRACE", 5_000, "SIGTERM → SIGKILL grace (ms).", "worker", minimum=0
+    kill_grace_ms: Int = var(
+        "CLAUDE_KILL_GRACE", 5_000, "SIGTERM → SIGKILL grace (ms).", "worker", ge=0, le=600_000
     )
-    warm_children: bool = _var(
+    warm_children: Flag = var(
         "WARM_CHILDREN",
         True,
         "Keep pre-started child processes ready for the next tasks.",
         "worker",
     )
-    # (RUF009: ruff cannot tell that a Literal alias is immutable; `_var` is a field().)
-    warm_agent: WarmAgent = _var(  # noqa: RUF009
+    warm_agent: Annotated[WarmAgent, Choice] = var(
         "WARM_AGENT",
         "recent",
         "When warm children import the Claude SDK: `recent` (an agent task started in "
         "the last 10 minutes), `always` (workers that run agent tasks), `never`.",
         "worker",
-        choices=get_args(WarmAgent),
     )
-    model: str = _var("CLAUDE_MODEL", "claude-opus-4-5", "Default model of agent tasks.", "child")
-    step_timeout_ms: int = _var(
+    model: str = var(
+        "CLAUDE_MODEL", "claude-opus-4-5", "Default model of agent tasks.", "child", **NAME
+    )
+    step_timeout_ms: Int = var(
         "DEFAULT_TIMEOUT",
         300_000,
         "Default SDK step timeout (ms), clamped to 1 s to 15 min.",
         "child",
+        ge=1,
+        le=DAY_MS,
     )
-    work_dir: str | None = _var(
-        "AGENTQ_WORK_DIR", None, "Parent of per-task temp dirs (default: system temp).", "worker"
-    )
-    delete_files_after_upload: bool = _var(
+    work_dir: str | None = var(
+        "AGENTQ_WORK_DIR", None, "Parent of per-task temp dirs (default: system temp).",
+        "worker", min_length=1, max_length=4096,
+    )  # fmt: skip
+    delete_files_after_upload: Flag = var(
         "DELETE_FILES_AFTER_UPLOAD", True, "Remove a task's local files after upload.", "worker"
     )
     # -- events ----------------------------------------------------------------------
-    event_ttl_days: int = _var(
-        "EVENT_TTL_DAYS", 30, "Days an event item lives in the table (0 = forever).", "save-event"
-    )
-    persist_heartbeats: bool = _var(
+    event_ttl_days: Int = var(
+        "EVENT_TTL_DAYS", 30, "Days an event item lives in the table (0 = forever).",
+        "save-event", ge=0, le=36_500,
+    )  # fmt: skip
+    persist_heartbeats: Flag = var(
         "PERSIST_HEARTBEATS", False, "Store `Task Heartbeat` events in the timeline.", "save-event"
     )
-    dlq_batch_size: int = _var(
+    dlq_batch_size: Int = var(
         "DLQ_BATCH_SIZE",
         10,
         "Messages per dlq-processor invocation (event source batch size; local host too).",
         "dlq-processor, infra",
-        minimum=1,
+        ge=1,
+        le=10_000,
     )
     # -- health check ----------------------------------------------------------------
-    health_check_interval_s: int = _var(
+    health_check_interval_s: Int = var(
         "HEALTH_CHECK_INTERVAL",
         300,
         "Seconds between health checks run by the local Lambda host (0 = off).",
         "local host",
-        minimum=0,
+        ge=0,
+        le=86_400,
     )
-    alert_dedupe_days: int = _var(
+    alert_dedupe_days: Int = var(
         "ALERT_DEDUPE_DAYS",
         14,
         "Days an alert marker keeps the same task and condition from alerting again.",
         "health",
-        minimum=1,
+        ge=1,
+        le=365,
     )
-    pending_alert_after_s: int = _var(
-        "PENDING_ALERT_AFTER", 900, "A PENDING task older than this (s) is starving.", "health"
+    pending_alert_after_s: Int = var(
+        "PENDING_ALERT_AFTER", 900, "A PENDING task older than this (s) is starving.", "health",
+        ge=0, le=604_800,
+    )  # fmt: skip
+    overtime_grace_s: Int = var(
+        "OVERTIME_GRACE", 60, "Grace (s) past a task's timeout before it is overtime.",
+        "health", ge=0, le=86_400,
+    )  # fmt: skip
+    slack_token: str | None = var(
+        "SLACK_BOT_TOKEN", None, "Slack bot token (or use the secret ARN).", "health",
+        secret=True, **NAME,
+    )  # fmt: skip
+    slack_token_secret_arn: str | None = var(
+        "SLACK_TOKEN_SECRET_ARN", None, "Secrets Manager secret holding the token.", "health",
+        **URL,
+    )  # fmt: skip
+    alert_channel: str | None = var(
+        "ALERT_CHANNEL", None, "Slack channel for alerts.", "health", **NAME
     )
-    overtime_grace_s: int = _var(
-        "OVERTIME_GRACE", 60, "Grace (s) past a task's timeout before it is overtime.", "health"
-    )
-    slack_token: str | None = _var(
-        "SLACK_BOT_TOKEN", None, "Slack bot token (or use the secret ARN).", "health", secret=True
-    )
-    slack_token_secret_arn: str | None = _var(
-        "SLACK_TOKEN_SECRET_ARN", None, "Secrets Manager secret holding the token.", "health"
-    )
-    alert_channel: str | None = _var("ALERT_CHANNEL", None, "Slack channel for alerts.", "health")
-    slack_api_url: str | None = _var(
-        "SLACK_API_URL", None, "Slack Web API base URL (tests point it at a stand-in).", "health"
-    )
+    slack_api_url: str | None = var(
+        "SLACK_API_URL", None, "Slack Web API base URL (tests point it at a stand-in).",
+        "health", **URL,
+    )  # fmt: skip
     # -- runtime ---------------------------------------------------------------------
-    ecs_agent_uri: str | None = _var(
-        "ECS_AGENT_URI", None, "Set by ECS; enables task scale-in protection.", "worker"
+    ecs_agent_uri: str | None = var(
+        "ECS_AGENT_URI", None, "Set by ECS; enables task scale-in protection.", "worker", **URL
     )
-    log_level: str = _var("LOG_LEVEL", "INFO", "Log level.", "all")
+    log_level: Annotated[LogLevel, Level] = var("LOG_LEVEL", "INFO", "Log level.", "all")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # `Settings(...)` is the defaults plus what the caller passes, as it always was;
+        # the environment is read only by `from_env`, from the mapping it is given.
+        return (init_settings,)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            name = f.metadata["env"]
-            raw = env.get(name)
-            if raw is None or (raw == "" and f.default is None):
-                continue
-            values[f.name] = _coerce(name, raw, f.default, f.metadata)
-        settings = cls(**values)
-        settings._check()
-        return settings
+        values = Environment(cls, os.environ if environ is None else environ)()
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise config_error(cls, exc, values) from None
 
-    def _check(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Self:
         if self.extension_interval_ms >= self.extension_amount_s * 1000:
             raise ConfigError(
                 "VISIBILITY_EXTENSION_INTERVAL",
                 "must be shorter than VISIBILITY_EXTENSION_AMOUNT, or a lease expires "
                 "between two heartbeats",
             )
+        if self.extension_interval_ms >= self.visibility_timeout * 1000 > 0:
+            raise ConfigError(
+                "VISIBILITY_EXTENSION_INTERVAL",
+                "must be shorter than VISIBILITY_TIMEOUT, or a running task's message "
+                "becomes visible between two heartbeats",
+            )
+        if self.retry_backoff_base_s > self.retry_backoff_max_s:
+            raise ConfigError("RETRY_BACKOFF_BASE", "must not exceed RETRY_BACKOFF_MAX")
+        return self
 
     def require(self, *attributes: str) -> Settings:
         """Fail fast, naming the environment variable, when a needed setting is absent."""
@@ -335,43 +365,7 @@ class Settings:
 
 
 def env_name(attribute: str) -> str:
-    for f in fields(Settings):
-        if f.name == attribute:
-            return str(f.metadata["env"])
-    raise KeyError(attribute)
-
-
-def _coerce(name: str, raw: str, default: Any, metadata: Mapping[str, Any]) -> Any:
-    choices, minimum = metadata["choices"], metadata["minimum"]
-    if choices is not None:
-        if raw.strip() not in choices:
-            raise ConfigError(name, f"expected one of {', '.join(choices)}, got {raw!r}")
-        return raw.strip()
-    parser: Callable[[str, str], Any]
-    if isinstance(default, bool):
-        parser = _parse_bool
-    elif isinstance(default, int):
-        parser = _parse_int
-    elif isinstance(default, float):
-        parser = _parse_float
-    else:
-        return raw
-    value = parser(name, raw)
-    if minimum is not None and value < minimum:
-        raise ConfigError(name, f"must be at least {minimum:g}, got {value}")
-    return value
-
-
-def reference_table() -> str:
-    """The Markdown table of docs/configuration.md."""
-    lines = ["| variable | default | used by | meaning |", "|---|---|---|---|"]
-    for f in fields(Settings):
-        default = "—" if f.default is None else f"`{f.default}`"
-        lines.append(
-            f"| `{f.metadata['env']}` | {default} | {f.metadata['readers']} | {f.metadata['doc']} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    sys.stdout.write(reference_table())
+    field = Settings.model_fields.get(attribute)
+    if field is None:
+        raise KeyError(attribute)
+    return str(field.validation_alias)
