@@ -22,9 +22,10 @@ import json
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal, get_args
+from typing import Annotated, Any, Final, Literal, get_args
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from agentq.config import Settings
 from agentq.envelope import DEFINITION_PATTERN
@@ -35,26 +36,35 @@ TASK_KINDS: Final[tuple[TaskKind, ...]] = get_args(TaskKind)
 MAX_TIMEOUT_S: Final = 24 * 3600
 
 
-@dataclass(frozen=True, kw_only=True)
-class TaskDefinition:
-    name: str
-    kind: TaskKind
-    description: str = ""
-    timeout_s: float | None = None
-    max_attempts: int | None = None
-    settings: Mapping[str, Any] = field(default_factory=dict)
+def _or_empty(value: object) -> object:
+    # A blank `description:` or `settings:` line in YAML reads as null: it means none.
+    return {} if value is None else value
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not DEFINITION_PATTERN.fullmatch(self.name):
-            raise InvalidInput("name", f"must match {DEFINITION_PATTERN.pattern}")
-        if self.kind not in TASK_KINDS:
-            raise InvalidInput("kind", f"must be one of {', '.join(TASK_KINDS)}, got {self.kind!r}")
-        if self.timeout_s is not None and not 0 < self.timeout_s <= MAX_TIMEOUT_S:
-            raise InvalidInput("timeout_s", f"must be in (0, {MAX_TIMEOUT_S}]")
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise InvalidInput("max_attempts", "must be at least 1")
-        if not isinstance(self.settings, Mapping):
-            raise InvalidInput("settings", "must be a mapping")
+
+class DefinitionBody(BaseModel):
+    """A definition without its name (the producer API takes the name from the path)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: TaskKind = Field(description="which task kind runs it")
+    description: Annotated[str, BeforeValidator(lambda v: "" if v is None else str(v))] = ""
+    timeout_s: float | None = Field(
+        default=None, gt=0, le=MAX_TIMEOUT_S, description="child timeout; default CLAUDE_TIMEOUT"
+    )
+    max_attempts: int | None = Field(
+        default=None, ge=1, description="attempts before a terminal failure"
+    )
+    settings: Annotated[dict[str, Any], BeforeValidator(_or_empty)] = Field(
+        default_factory=dict, description="kind-specific settings"
+    )
+
+
+class TaskDefinition(DefinitionBody):
+    """A registered definition. `settings` are the kind's own (worker.kinds.<kind>)."""
+
+    model_config = ConfigDict(title="Task definition")
+    name: Annotated[str, Field(strict=True)] = Field(
+        pattern=DEFINITION_PATTERN.pattern, description="what messages name"
+    )
 
     def timeout_ms(self, default_ms: int) -> int:
         return int(self.timeout_s * 1000) if self.timeout_s else default_ms
@@ -63,31 +73,35 @@ class TaskDefinition:
         return self.max_attempts or default
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["settings"] = dict(self.settings)
-        return {k: v for k, v in data.items() if v is not None}
+        return self.model_dump(exclude_none=True)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "definition") -> TaskDefinition:
         if not isinstance(data, Mapping):
             raise InvalidInput(source, "must be a mapping")
-        known = {"name", "kind", "description", "timeout_s", "max_attempts", "settings"}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise InvalidInput(source, f"unknown field(s): {', '.join(unknown)}")
-        for required in ("name", "kind"):
-            if required not in data:
-                raise InvalidInput(f"{source}.{required}", "is required")
-        timeout = data.get("timeout_s")
-        attempts = data.get("max_attempts")
-        return cls(
-            name=data["name"],
-            kind=data["kind"],
-            description=str(data.get("description") or ""),
-            timeout_s=float(timeout) if timeout is not None else None,
-            max_attempts=int(attempts) if attempts is not None else None,
-            settings=dict(data.get("settings") or {}),
+        try:
+            return cls.model_validate(dict(data))
+        except ValidationError as exc:
+            raise _invalid(exc, source) from None
+
+
+def _invalid(exc: ValidationError, source: str) -> InvalidInput:
+    """The first problem as `InvalidInput`: unknown fields name the source, others the field."""
+    errors = exc.errors()
+    unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden")
+    if unknown:
+        return InvalidInput(source, f"unknown field(s): {', '.join(unknown)}")
+    first = errors[0]
+    field = str(first["loc"][0]) if first["loc"] else source
+    if first["type"] == "missing":
+        return InvalidInput(f"{source}.{field}", "is required")
+    if first["type"] == "value_error":
+        return InvalidInput(field, str((first.get("ctx") or {})["error"]))
+    if first["type"] == "literal_error":
+        return InvalidInput(
+            field, f"must be one of {', '.join(TASK_KINDS)}, got {first['input']!r}"
         )
+    return InvalidInput(field, first["msg"])
 
 
 def load_file(path: Path) -> list[TaskDefinition]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import ForbiddenError
@@ -35,9 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentq import __version__
 from agentq.config import Settings
-from agentq.definitions import DefinitionsTable, TaskDefinition
+from agentq.definitions import DefinitionBody, DefinitionsTable, TaskDefinition
 from agentq.envelope import TENANT_PATTERN
 from agentq.errors import InvalidInput, NotFound
+from agentq.spec_models import JOB_ID, JobIn, TasksIn
 
 if TYPE_CHECKING:
     from agentq.client import AgentqClient
@@ -46,48 +47,18 @@ if TYPE_CHECKING:
 
 app = APIGatewayRestResolver(enable_validation=True)
 
-_ID = r"^[a-zA-Z0-9_-]{1,128}$"
+_ID = JOB_ID
 
 
 # -- request models ------------------------------------------------------------------------
-class TaskIn(BaseModel):
-    """One task of a job spec (see docs/jobs.md for references and fan-out)."""
-
-    model_config = ConfigDict(extra="forbid")
-    definition: str = Field(min_length=1, max_length=128)
-    input: dict[str, Any] = Field(default_factory=dict)
-    depends_on: list[str] | str | None = None
-    group: str | None = None
-    for_each: list[Any] | None = None
-
-
-class JobIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    job_id: str | None = Field(default=None, pattern=_ID)
-    name: str | None = Field(default=None, max_length=256)
-    failure_policy: Literal["fail_fast", "continue"] = "fail_fast"
-    tasks: dict[str, TaskIn] = Field(min_length=1)
-
-
-class TasksIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    tasks: dict[str, TaskIn] = Field(min_length=1)
-
-
+# The job spec's models (JobIn, TasksIn) are the ones parse_spec validates with, and a
+# definition's body is the definition's own model: one source for each shape, here and
+# in the OpenAPI document.
 class SubmitIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     definition: str = Field(min_length=1, max_length=128)
     input: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(default=None, max_length=512)
-
-
-class DefinitionIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    kind: Literal["python", "agent"]
-    description: str = ""
-    timeout_s: float | None = Field(default=None, gt=0)
-    max_attempts: int | None = Field(default=None, ge=1)
-    settings: dict[str, Any] = Field(default_factory=dict)
 
 
 # -- context -------------------------------------------------------------------------------
@@ -204,7 +175,7 @@ def get_definition(name: str) -> dict[str, Any]:
 
 
 @app.put("/task-definitions/<name>", summary="Create or replace a task definition")
-def put_definition(name: str, body: DefinitionIn) -> dict[str, Any]:
+def put_definition(name: str, body: DefinitionBody) -> dict[str, Any]:
     definition = TaskDefinition.from_dict({"name": name, **body.model_dump(exclude_none=True)})
     _definitions().put(definition)
     return definition.to_dict()

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from agentq.errors import InvalidInput
+from agentq.spec_models import TASK_NAME
 
 _TOKEN: Final = re.compile(r"\$\$\{|\$\{([^{}]*)\}")
-NAME: Final = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+NAME: Final = re.compile(TASK_NAME)
 
 RefKind = Literal["task", "group", "item", "index"]
 

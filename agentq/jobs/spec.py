@@ -23,21 +23,29 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final
 
-from agentq.envelope import DEFINITION_PATTERN, REQUEST_ID_PATTERN
+from pydantic import ValidationError
+
+from agentq.envelope import REQUEST_ID_PATTERN
 from agentq.errors import InvalidInput, NotFound
 from agentq.jobs import refs
 from agentq.jobs.refs import Ref
+from agentq.spec_models import (
+    FAILURE_POLICIES,
+    MAX_FAN_OUT,
+    FailurePolicy,
+    JobFile,
+    TaskIn,
+    invalid_input,
+)
 
-FailurePolicy = Literal["fail_fast", "continue"]
-FAILURE_POLICIES: Final[tuple[FailurePolicy, ...]] = get_args(FailurePolicy)
+__all__ = ["FAILURE_POLICIES", "MAX_FAN_OUT", "FailurePolicy", "JobSpec", "TaskSpec"]
+
 MAX_TASKS: Final = 1000
-MAX_FAN_OUT: Final = 500
 MAX_JOB_ID_LENGTH: Final = 128
-_TASK_FIELDS: Final = frozenset({"definition", "input", "depends_on", "group", "for_each"})
-_SPEC_FIELDS: Final = frozenset({"name", "failure_policy", "tasks", "tenant", "job_id"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,17 +132,15 @@ def parse_spec(data: Mapping[str, Any], *, existing: JobSpec | None = None) -> J
     """
     if not isinstance(data, Mapping):
         raise InvalidInput("spec", "must be a mapping with `tasks`")
-    unknown = sorted(set(data) - _SPEC_FIELDS)
-    if unknown:
-        raise InvalidInput("spec", f"unknown field(s): {', '.join(unknown)}")
-    policy = data.get("failure_policy", existing.failure_policy if existing else "fail_fast")
-    if policy not in FAILURE_POLICIES:
-        raise InvalidInput("failure_policy", f"must be one of {', '.join(FAILURE_POLICIES)}")
-    name = data.get("name", existing.name if existing else None)
-    if name is not None and not isinstance(name, str):
-        raise InvalidInput("name", "must be a string")
-    raw_tasks = _task_entries(data.get("tasks"))
-    new = [task for key, raw in raw_tasks for task in _expand(key, raw)]
+    try:
+        shape = JobFile.model_validate({**data, "tasks": _task_entries(data.get("tasks"))})
+    except ValidationError as exc:
+        raise invalid_input(exc) from None
+    policy: FailurePolicy = shape.failure_policy or (
+        existing.failure_policy if existing else "fail_fast"
+    )
+    name = shape.name if "name" in shape.model_fields_set else existing.name if existing else None
+    new = [task for key, raw in shape.tasks.items() for task in _expand(key, raw)]
     old = list(existing.tasks) if existing else []
     _check_keys(old, new)
     groups: dict[str, list[str]] = {}
@@ -185,57 +191,36 @@ def task_request_id(job_id: str, key: str) -> str:
 
 
 # -- parsing helpers ------------------------------------------------------------------
-def _task_entries(tasks: object) -> list[tuple[str, Mapping[str, Any]]]:
-    if isinstance(tasks, Mapping):
-        entries = list(tasks.items())
-    elif isinstance(tasks, list):
-        entries = []
-        for index, item in enumerate(tasks):
-            if not isinstance(item, Mapping) or "key" not in item:
-                raise InvalidInput(f"tasks[{index}]", "a task in a list needs a `key`")
-            entries.append((item["key"], {k: v for k, v in item.items() if k != "key"}))
-    else:
-        raise InvalidInput("tasks", "must be a mapping of task key → task (or a list)")
-    if not entries:
-        raise InvalidInput("tasks", "a job needs at least one task")
-    for key, raw in entries:
-        if not isinstance(key, str) or not refs.NAME.fullmatch(key):
-            raise InvalidInput(f"tasks.{key}", "task keys must match ^[a-zA-Z0-9_-]{1,64}$")
-        if not isinstance(raw, Mapping):
-            raise InvalidInput(f"tasks.{key}", "must be a mapping with `definition`")
+def _task_entries(tasks: object) -> object:
+    """The list form (`[{key: ..., ...}]`) as the mapping the model takes; else as is."""
+    if not isinstance(tasks, list):
+        return tasks
+    entries: dict[str, Any] = {}
+    for index, item in enumerate(tasks):
+        if not isinstance(item, Mapping) or "key" not in item:
+            raise InvalidInput(f"tasks[{index}]", "a task in a list needs a `key`")
+        key = item["key"]
+        if key in entries:
+            raise InvalidInput(f"tasks.{key}", "duplicate task key")
+        entries[key] = {k: v for k, v in item.items() if k != "key"}
     return entries
 
 
-def _expand(key: str, raw: Mapping[str, Any]) -> list[TaskSpec]:
+def _expand(key: str, raw: TaskIn) -> list[TaskSpec]:
     where = f"tasks.{key}"
-    unknown = sorted(set(raw) - _TASK_FIELDS)
-    if unknown:
-        raise InvalidInput(where, f"unknown field(s): {', '.join(unknown)}")
-    definition = raw.get("definition")
-    if not isinstance(definition, str) or not DEFINITION_PATTERN.fullmatch(definition):
-        raise InvalidInput(f"{where}.definition", f"must match {DEFINITION_PATTERN.pattern}")
-    task_input = raw.get("input") or {}
-    if not isinstance(task_input, Mapping):
-        raise InvalidInput(f"{where}.input", "must be a JSON object")
-    depends = raw.get("depends_on") or []
-    if isinstance(depends, str):
-        depends = [depends]
-    if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
-        raise InvalidInput(f"{where}.depends_on", "must be a list of task keys or groups")
-    group = raw.get("group")
-    if group is not None and (not isinstance(group, str) or not refs.NAME.fullmatch(group)):
-        raise InvalidInput(f"{where}.group", "must match ^[a-zA-Z0-9_-]{1,64}$")
-    if "for_each" not in raw:
+    definition = raw.definition
+    task_input = raw.input or {}
+    depends = [raw.depends_on] if isinstance(raw.depends_on, str) else raw.depends_on or []
+    group = raw.group
+    if raw.for_each is None:
+        if "for_each" in raw.model_fields_set:
+            raise InvalidInput(f"{where}.for_each", "must be a non-empty list")
         for ref in refs.find_refs(task_input, f"{where}.input"):
             if ref.kind in ("item", "index"):
                 raise InvalidInput(f"{where}.input", f"{ref} is only allowed in a for_each task")
         return [TaskSpec(key=key, definition=definition, input=dict(task_input),
                          depends_on=tuple(depends), group=group)]  # fmt: skip
-    items = raw["for_each"]
-    if not isinstance(items, list) or not items:
-        raise InvalidInput(f"{where}.for_each", "must be a non-empty list")
-    if len(items) > MAX_FAN_OUT:
-        raise InvalidInput(f"{where}.for_each", f"at most {MAX_FAN_OUT} elements")
+    items = raw.for_each
     if group is not None and group != key:
         raise InvalidInput(f"{where}.group", "a for_each task is its own group (its key)")
     expanded = []
@@ -296,28 +281,28 @@ def _with_dependencies(task: TaskSpec, keys: set[str], groups: Mapping[str, list
 
 
 def _topological(tasks: list[TaskSpec]) -> list[TaskSpec]:
-    """Kahn's algorithm in declaration order; a leftover means a cycle, which we name."""
+    """Dependencies first; tasks ready at the same time keep their declaration order.
+
+    Stored jobs are compared with a new parse of their spec, so the order is part of
+    the contract: each batch graphlib makes ready is sorted back into declaration order.
+    """
+    index = {task.key: i for i, task in enumerate(tasks)}
+    sorter: TopologicalSorter[str] = TopologicalSorter()
+    for task in tasks:
+        sorter.add(task.key)
+    for task in tasks:
+        sorter.add(task.key, *task.depends_on)
+    try:
+        sorter.prepare()
+    except CycleError as exc:
+        # graphlib walks from a task to those depending on it; name the cycle the other
+        # way, each task followed by what it waits for.
+        cycle: list[str] = list(reversed(exc.args[1]))
+        raise InvalidInput("tasks", f"dependency cycle: {' → '.join(cycle)}") from None
     by_key = {task.key: task for task in tasks}
-    placed: set[str] = set()
     ordered: list[TaskSpec] = []
-    remaining = list(tasks)
-    while remaining:
-        ready = [t for t in remaining if all(d in placed for d in t.depends_on)]
-        if not ready:
-            raise InvalidInput("tasks", f"dependency cycle: {_cycle(remaining, by_key)}")
-        for task in ready:
-            placed.add(task.key)
-            ordered.append(task)
-        remaining = [t for t in remaining if t.key not in placed]
+    while sorter.is_active():
+        ready = sorted(sorter.get_ready(), key=index.__getitem__)
+        ordered.extend(by_key[key] for key in ready)
+        sorter.done(*ready)
     return ordered
-
-
-def _cycle(remaining: list[TaskSpec], by_key: Mapping[str, TaskSpec]) -> str:
-    # Every leftover task waits on another leftover; walking first edges must loop.
-    left = {t.key for t in remaining}
-    path: list[str] = []
-    key = remaining[0].key
-    while key not in path:
-        path.append(key)
-        key = next(d for d in by_key[key].depends_on if d in left)
-    return " → ".join([*path[path.index(key) :], key])

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, cast, get_args
+from typing import Annotated, Any, Final, Literal, get_args
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from agentq.config import Settings
 from agentq.errors import InvalidInput
@@ -29,23 +30,52 @@ DEFAULT_SYSTEM_PROMPT: Final = (
     "call the StructuredOutput tool exactly once with an object that matches its schema."
 )
 
-_KNOWN: Final = frozenset(
-    {
-        "prompt",
-        "output_schema",
-        "model",
-        "max_turns",
-        "allowed_tools",
-        "permission_mode",
-        "step_timeout_s",
-        "max_budget_usd",
-        "system_prompt",
-        "retry_attempts",
-        "retry_backoff_s",
-        "retry_backoff_max_s",
-        "cli_max_retries",
-    }
-)
+Number = Annotated[float, Field(ge=0, strict=True)]
+
+
+def _prompt(text: str) -> str:
+    if not text.strip():
+        raise ValueError("is required (a template with {placeholders})")
+    return text
+
+
+def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    if schema.get("type") != "object":
+        raise ValueError("must be a JSON schema of an object")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise ValueError(f"invalid schema: {exc.message}") from None
+    return schema
+
+
+class AgentSettings(BaseModel):
+    """The `settings` of an agent definition, as written; docs/agent-tasks.md has each."""
+
+    model_config = ConfigDict(extra="forbid", title="Agent settings")
+    prompt: Annotated[str, Field(strict=True), AfterValidator(_prompt)] = Field(
+        description="the prompt template, {placeholders} filled from the task input"
+    )
+    output_schema: Annotated[dict[str, Any], AfterValidator(_object_schema)] = Field(
+        description="JSON Schema (2020-12) of the object the agent must return"
+    )
+    model: Annotated[str, Field(strict=True)] | None = Field(
+        default=None, description="default: CLAUDE_MODEL"
+    )
+    max_turns: Annotated[int, Field(ge=1, strict=True)] = DEFAULT_MAX_TURNS
+    allowed_tools: list[Annotated[str, Field(min_length=1, strict=True)]] | None = None
+    # bypassPermissions is left out on purpose: unattended tasks must not run arbitrary
+    # tools, and the CLI refuses it as root anyway.
+    permission_mode: PermissionMode = "dontAsk"
+    step_timeout_s: Number | None = Field(
+        default=None, description="clamped to 1 s to 15 min; default: DEFAULT_TIMEOUT"
+    )
+    max_budget_usd: Annotated[float, Field(gt=0, strict=True)] | None = None
+    system_prompt: Annotated[str, Field(strict=True)] = DEFAULT_SYSTEM_PROMPT
+    retry_attempts: Annotated[int, Field(ge=1, strict=True)] = DEFAULT_ATTEMPTS
+    retry_backoff_s: Number = 2.0
+    retry_backoff_max_s: Number = 30.0
+    cli_max_retries: Annotated[int, Field(ge=0, strict=True)] = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,51 +98,27 @@ class AgentSpec:
 
     @classmethod
     def from_settings(cls, raw: Mapping[str, Any], settings: Settings) -> AgentSpec:
-        unknown = sorted(set(raw) - _KNOWN)
-        if unknown:
-            raise InvalidInput("settings", f"unknown agent setting(s): {', '.join(unknown)}")
-        prompt = raw.get("prompt")
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise InvalidInput("settings.prompt", "is required (a template with {placeholders})")
-        schema = raw.get("output_schema")
-        if not isinstance(schema, Mapping) or schema.get("type") != "object":
-            raise InvalidInput("settings.output_schema", "must be a JSON schema of an object")
         try:
-            Draft202012Validator.check_schema(schema)
-        except SchemaError as exc:
-            raise InvalidInput("settings.output_schema", f"invalid schema: {exc.message}") from None
-        tools = raw.get("allowed_tools") or []
-        if not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools):
-            raise InvalidInput("settings.allowed_tools", "must be a list of tool names")
-        mode = raw.get("permission_mode", "dontAsk")
-        if mode not in PERMISSION_MODES:
-            # bypassPermissions is left out on purpose: unattended tasks must not run
-            # arbitrary tools, and the CLI refuses it as root anyway.
-            raise InvalidInput(
-                "settings.permission_mode", f"must be one of {', '.join(PERMISSION_MODES)}"
-            )
-        default_step_s = settings.step_timeout_ms / 1000
-        step = _number(raw, "step_timeout_s", default_step_s)
-        budget = raw.get("max_budget_usd")
-        if budget is not None and (not isinstance(budget, int | float) or budget <= 0):
-            raise InvalidInput("settings.max_budget_usd", "must be a positive number")
-        system_prompt = raw.get("system_prompt", DEFAULT_SYSTEM_PROMPT)
-        if not isinstance(system_prompt, str):
-            raise InvalidInput("settings.system_prompt", "must be text")
+            given = AgentSettings.model_validate(dict(raw))
+        except ValidationError as exc:
+            raise _invalid(exc) from None
+        step = given.step_timeout_s
         return cls(
-            template=Template.parse(prompt),
-            output_schema=dict(schema),
-            model=str(raw.get("model") or settings.model),
-            max_turns=_integer(raw, "max_turns", DEFAULT_MAX_TURNS, minimum=1),
-            allowed_tools=tuple(tools),
-            permission_mode=cast(PermissionMode, mode),
-            step_timeout_s=clamp_step_timeout(step),
-            max_budget_usd=float(budget) if budget is not None else None,
-            system_prompt=system_prompt,
-            retry_attempts=_integer(raw, "retry_attempts", DEFAULT_ATTEMPTS, minimum=1),
-            retry_backoff_s=_number(raw, "retry_backoff_s", 2.0),
-            retry_backoff_max_s=_number(raw, "retry_backoff_max_s", 30.0),
-            cli_max_retries=_integer(raw, "cli_max_retries", 0, minimum=0),
+            template=Template.parse(given.prompt),
+            output_schema=dict(given.output_schema),
+            model=given.model or settings.model,
+            max_turns=given.max_turns,
+            allowed_tools=tuple(given.allowed_tools or ()),
+            permission_mode=given.permission_mode,
+            step_timeout_s=clamp_step_timeout(
+                settings.step_timeout_ms / 1000 if step is None else step
+            ),
+            max_budget_usd=given.max_budget_usd,
+            system_prompt=given.system_prompt,
+            retry_attempts=given.retry_attempts,
+            retry_backoff_s=given.retry_backoff_s,
+            retry_backoff_max_s=given.retry_backoff_max_s,
+            cli_max_retries=given.cli_max_retries,
         )
 
 
@@ -120,15 +126,18 @@ def clamp_step_timeout(seconds: float) -> float:
     return min(max(seconds, MIN_STEP_TIMEOUT_S), MAX_STEP_TIMEOUT_S)
 
 
-def _number(raw: Mapping[str, Any], key: str, default: float) -> float:
-    value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise InvalidInput(f"settings.{key}", f"must be a non-negative number, got {value!r}")
-    return float(value)
-
-
-def _integer(raw: Mapping[str, Any], key: str, default: int, *, minimum: int) -> int:
-    value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidInput(f"settings.{key}", f"must be an integer >= {minimum}, got {value!r}")
-    return value
+def _invalid(exc: ValidationError) -> InvalidInput:
+    """The first problem as `InvalidInput` naming the setting (`settings.max_turns`)."""
+    errors = exc.errors()
+    unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden")
+    if unknown:
+        return InvalidInput("settings", f"unknown agent setting(s): {', '.join(unknown)}")
+    first = errors[0]
+    where = "settings." + str(first["loc"][0]) if first["loc"] else "settings"
+    if first["type"] == "value_error":
+        return InvalidInput(where, str((first.get("ctx") or {})["error"]))
+    if first["type"] == "literal_error":
+        return InvalidInput(where, f"must be one of {', '.join(PERMISSION_MODES)}")
+    if first["type"] == "missing":
+        return InvalidInput(where, "is required")
+    return InvalidInput(where, first["msg"])
