@@ -127,14 +127,17 @@ class SlackNotifier:
     @functools.cached_property
     def client(self) -> WebClient:
         from slack_sdk import WebClient
+        from slack_sdk.http_retry import default_retry_handlers
         from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
         return WebClient(
             token=self._token,
             base_url=self._base_url,
             timeout=10,
+            # Added to slack-sdk's defaults (a retry on connection errors), not instead.
             retry_handlers=[
-                RateLimitErrorRetryHandler(max_retry_count=self._max_rate_limit_retries)
+                *default_retry_handlers(),
+                RateLimitErrorRetryHandler(max_retry_count=self._max_rate_limit_retries),
             ],
         )
 

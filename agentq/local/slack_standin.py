@@ -32,6 +32,7 @@ class SlackStandIn:
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
         self._rate_limited = 0
+        self._dropped = 0
         self._retry_after_s = 1
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -42,6 +43,18 @@ class SlackStandIn:
         with self._lock:
             self._rate_limited = times
             self._retry_after_s = retry_after_s
+
+    def drop_connections(self, times: int) -> None:
+        """Close the connection of the next `times` calls without answering them."""
+        with self._lock:
+            self._dropped = times
+
+    def _drop(self) -> bool:
+        with self._lock:
+            if self._dropped > 0:
+                self._dropped -= 1
+                return True
+            return False
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -141,6 +154,10 @@ class SlackStandIn:
                         payload["blocks"] = json.loads(payload["blocks"])
                 method = self.path.rsplit("/", 1)[-1].split("?", 1)[0]
                 headers = {k.lower(): v for k, v in self.headers.items()}
+                if standin._drop():
+                    standin._record(method, 0, headers, payload, ok=False)
+                    self.close_connection = True
+                    return  # the client sees the connection closed with no answer
                 status, extra, body = standin._answer(method, headers, payload)
                 data = json.dumps(body).encode()
                 self.send_response(status)

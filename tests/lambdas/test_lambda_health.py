@@ -99,6 +99,17 @@ def test_slack_rate_limit_is_retried(stack: Stack, slack: SlackStandIn) -> None:
     assert len(slack.messages()) == 1
 
 
+def test_a_dropped_connection_is_retried_as_well(stack: Stack, slack: SlackStandIn) -> None:
+    # The rate-limit handler is added to slack-sdk's default connection-error handler.
+    _stuck(stack, "r-drop")
+    slack.drop_connections(1)
+
+    assert health_check.handler(scheduled_event(), CTX)["alerted"] == ["stuck:r-drop"]
+    statuses = [r.status for r in slack.requests if r.method == "chat.postMessage"]
+    assert statuses == [0, 200]
+    assert len(slack.messages()) == 1
+
+
 def test_undelivered_alert_is_retried_next_run(
     stack: Stack, slack: SlackStandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
