@@ -10,16 +10,18 @@ retries the event); a malformed event or a missing job is logged and dropped.
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Mapping
 from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
 
 from agentq.client import AgentqClient
 from agentq.config import Settings
 from agentq.errors import InvalidInput, NotFound
 from agentq.events import Event
+from lambdas._common import powertools
 
-logger = logging.getLogger(__name__)
+logger, metrics = powertools("dispatcher")
 
 
 @functools.lru_cache(maxsize=4)
@@ -37,19 +39,28 @@ def warm() -> None:
     _client()
 
 
+# No @logger.inject_lambda_context: tests call the handler without a Lambda context,
+# which that decorator cannot take.
+@metrics.log_metrics
 def handler(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     try:
         detail = event["detail"]
         task_event = Event.from_detail(detail, event.get("detail-type"))
     except (KeyError, TypeError, InvalidInput) as error:
-        logger.error("dropping malformed dispatcher event: %s", error)
+        logger.error("dropping malformed dispatcher event", extra={"error": str(error)})
+        metrics.add_metric(name="EventsInvalid", unit=MetricUnit.Count, value=1)
         return {"status": "invalid", "error": str(error)}
     if not task_event.job_id:
+        metrics.add_metric(name="EventsIgnored", unit=MetricUnit.Count, value=1)
         return {"status": "ignored", "reason": "not a job task"}
     try:
         outcome = _client().dispatcher.on_task_event(task_event)
     except NotFound as error:
-        logger.error("job event for a missing job: %s", error)
+        logger.error("job event for a missing job", extra={"error": str(error)})
+        metrics.add_metric(name="JobsMissing", unit=MetricUnit.Count, value=1)
         return {"status": "missing", "error": str(error)}
     logger.info("dispatched", extra=outcome.to_dict())
+    metrics.add_metric(name="TasksEnqueued", unit=MetricUnit.Count, value=len(outcome.enqueued))
+    if outcome.closed:
+        metrics.add_metric(name="JobsClosed", unit=MetricUnit.Count, value=1)
     return {"status": "ok", **outcome.to_dict()}

@@ -31,6 +31,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import ForbiddenError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentq import __version__
@@ -39,6 +40,7 @@ from agentq.definitions import DefinitionBody, DefinitionsTable, TaskDefinition
 from agentq.envelope import TENANT_PATTERN
 from agentq.errors import InvalidInput, NotFound
 from agentq.spec_models import JOB_ID, JobIn, TasksIn
+from lambdas._common import powertools
 
 if TYPE_CHECKING:
     from agentq.client import AgentqClient
@@ -46,6 +48,13 @@ if TYPE_CHECKING:
     from agentq.store import TaskRecord
 
 app = APIGatewayRestResolver(enable_validation=True)
+# The resolver builds the OpenAPI document from the routes and their models.
+app.configure_openapi(
+    title="agentq producer API",
+    version=__version__,
+    description="Submit tasks and jobs, read them back, manage task definitions.",
+)
+logger, metrics = powertools("producer-api")
 
 _ID = JOB_ID
 
@@ -121,6 +130,7 @@ def _definitions() -> DefinitionsTable:
 def create_job(body: JobIn) -> tuple[dict[str, Any], int]:
     spec = body.model_dump(exclude_none=True, exclude={"job_id"})
     job = _client().create_job(spec, job_id=body.job_id, tenant=_tenant())
+    metrics.add_metric(name="JobsCreated", unit=MetricUnit.Count, value=1)
     return _job_dict(job), 201
 
 
@@ -130,6 +140,7 @@ def add_tasks(
 ) -> tuple[dict[str, Any], int]:
     tasks = {k: v.model_dump(exclude_none=True) for k, v in body.tasks.items()}
     job = _client().add_tasks(job_id, tasks, tenant=_tenant())
+    metrics.add_metric(name="JobTasksAdded", unit=MetricUnit.Count, value=len(tasks))
     return _job_dict(job), 201
 
 
@@ -152,6 +163,7 @@ def submit_task(body: SubmitIn) -> tuple[dict[str, Any], int]:
     record = _client().submit(
         body.definition, body.input, idempotency_key=body.idempotency_key, tenant=_tenant()
     )
+    metrics.add_metric(name="TasksSubmitted", unit=MetricUnit.Count, value=1)
     return _task_dict(record), 201
 
 
@@ -193,12 +205,15 @@ def openapi() -> Response[str]:
     return Response(
         status_code=200,
         content_type=content_types.APPLICATION_JSON,
-        body=app.get_openapi_json_schema(title="agentq producer API", version=__version__),
+        body=app.get_openapi_json_schema(),
     )
 
 
 # -- errors --------------------------------------------------------------------------------
 def _error(status: int, message: str, **extra: Any) -> Response[str]:
+    # Only the status and the field are logged: a message may quote the caller's input.
+    logger.info("request refused", extra={"status": status, "field": extra.get("field")})
+    metrics.add_metric(name=f"Refused{status}", unit=MetricUnit.Count, value=1)
     return Response(
         status_code=status,
         content_type=content_types.APPLICATION_JSON,
@@ -223,6 +238,9 @@ def _malformed(error: RequestValidationError) -> Response[str]:
     return _error(422, "; ".join(problems), errors=problems)
 
 
+# No @logger.inject_lambda_context: tests and local callers pass no Lambda context.
+@metrics.log_metrics
 def handler(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+    logger.set_correlation_id((event.get("requestContext") or {}).get("requestId"))
     result: dict[str, Any] = app.resolve(dict(event), context)
     return result

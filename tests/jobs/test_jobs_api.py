@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from conftest import Stack
 from jobs_support import client_for, drain, eventbridge, finish
+from openapi_spec_validator import validate
 
 from lambdas import dispatcher, producer_api
 
@@ -161,3 +162,15 @@ def test_jobs_api_serves_its_openapi_document(stack: Stack) -> None:
         document["paths"]
     )
     assert "JobIn" in document["components"]["schemas"]
+    # The resolver generates it from the routes: a valid OpenAPI document with every route.
+    validate(document)
+    routes = {
+        "/jobs": {"get", "post"},
+        "/jobs/{job_id}": {"get"},
+        "/jobs/{job_id}/tasks": {"post"},
+        "/tasks": {"post"},
+        "/tasks/{request_id}": {"get"},
+        "/task-definitions": {"get"},
+        "/task-definitions/{name}": {"get", "put", "delete"},
+    }
+    assert {path: set(operations) for path, operations in document["paths"].items()} == routes

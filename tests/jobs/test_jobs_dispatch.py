@@ -7,6 +7,8 @@ Messages are counted by draining the task queue.
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 
 import pytest
@@ -270,3 +272,23 @@ def test_jobs_dispatcher_ignores_events_it_cannot_use(stack: Stack) -> None:
     assert deliver(orphan)["status"] == "missing"
     assert keys.job_pk("default", "nojob")  # nothing was created for it
     assert drain(stack) == []
+
+
+def test_jobs_dispatcher_logs_and_counts_through_powertools(
+    stack: Stack,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")  # the local stack mutes them
+    with caplog.at_level(logging.ERROR, logger="agentq-dispatcher"):
+        dispatcher.handler({"detail-type": "Task Completed", "detail": {}}, None)
+    # The Powertools logger of the function's service, with the error as a key.
+    [record] = [r for r in caplog.records if r.name == "agentq-dispatcher"]
+    assert record.getMessage() == "dropping malformed dispatcher event"
+    assert "tenant" in record.__dict__["error"]
+    # And its metric, as CloudWatch embedded metric format on stdout.
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line[:1] == "{"]
+    [emf] = [line for line in lines if "_aws" in line]
+    assert emf["EventsInvalid"] in (1.0, [1.0])
+    assert emf["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "agentq"
