@@ -38,6 +38,17 @@ class ConfigError(AgentqError):
         super().__init__(f"configuration: {variable} {problem}")
 
 
+class IncompatibleDependency(AgentqError):
+    """An installed package no longer has the shape agentq's code relies on (a patch's
+    target moved, say); refuse to start rather than run subtly wrong."""
+
+    def __init__(self, package: str, version: str, problem: str) -> None:
+        self.package = package
+        self.version = version
+        self.problem = problem
+        super().__init__(f"{package} {version}: {problem}")
+
+
 class InvalidInput(AgentqError):
     """Bad input from a producer or user. `field` names what is wrong."""
 

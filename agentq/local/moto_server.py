@@ -18,6 +18,10 @@ moto answers (profiled under the saturation benchmark, about half of the server'
   (a 14-lease heartbeat renewal took 156 ms at 200 items and 790 ms at 1,000, holding
   the DynamoDB lock): it copies each table once per transaction.
 
+Each patch's target is checked before anything is patched (agentq/local/moto_guards.py):
+a moto that moved one refuses to start, naming its version, rather than run unpatched
+or wrongly patched; tests/local/test_moto_guards.py shows each patch answers as moto does.
+
     python -m agentq.local.moto_server --host 127.0.0.1 --port 5000
 """
 
@@ -33,6 +37,8 @@ import time
 from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
+
+from agentq.local import moto_guards
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -53,9 +59,9 @@ class SerializedDynamoDB:
 
 
 def _dispatcher(create_app: Callable[[Any], Any]) -> WsgiApp:
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+    domain_dispatcher: Any = moto_guards.dispatcher()
 
-    class RememberingDispatcher(DomainDispatcherApplication):
+    class RememberingDispatcher(domain_dispatcher):  # type: ignore[misc]
         """moto's dispatcher with its host -> backend lookup remembered (it is pure)."""
 
         def __init__(self, create: Callable[[Any], Any]) -> None:
@@ -116,25 +122,25 @@ class _CopyTablesOnce:
 
 
 def speed_up_moto() -> None:
-    """Patch moto's pure hot spots (see the module doc). Idempotent."""
-    import jsonpath_ng.ext
-    import moto.dynamodb.models as dynamodb_models
-    import moto.sqs.models as sqs_models
-    from moto.dynamodb.models.table import Table
+    """Patch moto's pure hot spots (see the module doc). Idempotent.
 
-    parse = getattr(jsonpath_ng.ext, "parse")  # noqa: B009 (typed as a plain function)
+    Every target is checked first (agentq/local/moto_guards.py): a moto whose internals
+    moved is refused with `IncompatibleDependency` before anything is patched.
+    """
+    jsonpath, parse = moto_guards.jsonpath_parse()
+    sqs_models, clocks = moto_guards.sqs_clocks()
+    dynamodb_models, backend, table = moto_guards.transaction_copies()
     if not hasattr(parse, "cache_info"):
         # Parsed paths are only read (`find`), never changed: safe to share.
-        setattr(jsonpath_ng.ext, "parse", functools.lru_cache(maxsize=256)(parse))  # noqa: B010
+        setattr(jsonpath, "parse", functools.lru_cache(maxsize=256)(parse))  # noqa: B010
     for name, fast in (("unix_time", _unix_time), ("unix_time_millis", _unix_time_millis)):
-        clock = getattr(sqs_models, name)
+        clock = clocks[name]
         if not isinstance(clock, functools.partial):
             setattr(sqs_models, name, functools.partial(fast, original=clock))
-    backend = dynamodb_models.DynamoDBBackend
     if not hasattr(backend.transact_write_items, "copies_tables_once"):
-        once = _CopyTablesOnce(Table)
+        once = _CopyTablesOnce(table)
         setattr(dynamodb_models, "copy", once)  # noqa: B010
-        backend.transact_write_items = once.transaction(backend.transact_write_items)  # type: ignore[method-assign]
+        backend.transact_write_items = once.transaction(backend.transact_write_items)
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
