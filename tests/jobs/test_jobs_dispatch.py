@@ -49,7 +49,8 @@ DIAMOND: dict[str, Any] = {
 
 
 def deliver(event: Any) -> dict[str, Any]:
-    return dispatcher.handler(eventbridge(event), None)
+    answer: dict[str, Any] = dispatcher.handler(eventbridge(event), None)
+    return answer
 
 
 def state_of(stack: Stack, job_id: str, key: str) -> TaskState:
