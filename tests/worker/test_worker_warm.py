@@ -205,6 +205,9 @@ def test_warm_agent_always_gives_a_fresh_worker_sdk_spares(stack: Stack) -> None
 
 
 def _sdk_loaded(pid: int) -> bool:
-    """Whether the process has imported the SDK: its dependencies (pydantic, through
-    mcp) map a C extension, which pure-Python imports would not show in /proc maps."""
-    return any("pydantic_core" in m.path for m in psutil.Process(pid).memory_maps())
+    """Whether the process has imported the SDK: its dependencies (cryptography, through
+    mcp) map a C extension, which pure-Python imports would not show in /proc maps.
+    (Not pydantic's: agentq's own settings and definitions are pydantic models.)"""
+    return any(
+        "cryptography" in m.path and "_rust" in m.path for m in psutil.Process(pid).memory_maps()
+    )
