@@ -206,6 +206,7 @@ class MessageHandler:
             "requestId": envelope.request_id,
             "tenant": envelope.tenant,
             "attempt": lease.attempt,
+            "leaseToken": lease.token,  # with attempt, the task code's fencing token
             "jobId": envelope.job_id,
             "definition": definition.to_dict(),
             "input": dict(envelope.input),
