@@ -20,6 +20,7 @@ from agentq.events import task_event
 from agentq.faults.config import Kind
 from agentq.faults.log import read_counts
 from agentq.jobs import result_key, task_request_id
+from agentq.jobs.store import JobStore
 from agentq.publisher import EventPublisher, PublishError
 from agentq.states import TaskState
 from agentq.store.tasks import TaskStore
@@ -146,3 +147,42 @@ def test_dispatch_whose_unblocking_write_was_applied_then_retried_still_sends(
     sent = drain_bodies(stack, stack.resources.queue_url)
     assert [b["taskKey"] for b in sent] == ["B"]
     assert tasks.require("default", task_request_id(job_id, "B")).state is TaskState.PENDING
+
+
+def test_a_job_whose_last_count_was_applied_then_retried_still_closes(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Same class as defect 3: the job counter's retry found the task counted already,
+    the dispatcher kept its stale copy of the job, saw it unfinished and never closed it."""
+    table = DefinitionsTable(stack.dynamodb, stack.resources.definitions_table)
+    table.put(TaskDefinition(name="noop", kind="python"))
+    job_id = f"j{uuid.uuid4().hex[:10]}"
+    AgentqClient.from_env().create_job({"tasks": {"A": {"definition": "noop"}}}, job_id=job_id)
+    tasks = TaskStore(stack.dynamodb, stack.resources.table_name)
+    a_id = task_request_id(job_id, "A")
+    record = tasks.require("default", a_id)
+    lease = tasks.acquire(
+        TaskEnvelope.from_dict(dict(record.envelope or {}), default_tenant="default"),
+        worker_id="w1",
+        lease_seconds=60,
+        max_attempts=3,
+    )
+    tasks.finalize(lease, TaskState.FAILED)
+
+    log = tmp_path / "faults.jsonl"
+    monkeypatch.setenv(
+        "AGENTQ_FAULTS",
+        json.dumps({"rules": [{"op": "dynamodb:UpdateItem", "kind": "applied_then_failed",
+                               "rate": 1, "limit": 1, "match": "countedTasks"}]}),
+    )  # fmt: skip
+    monkeypatch.setenv("AGENTQ_FAULTS_SEED", unique_seed())
+    monkeypatch.setenv("AGENTQ_FAULTS_LOG", str(log))
+    event = task_event("Task Failed", request_id=a_id, tenant="default", job_id=job_id, attempt=1)
+    dispatcher.handler(
+        {"version": "0", "id": event.event_id, "detail-type": event.detail_type,
+         "source": "agentq", "time": event.timestamp, "detail": event.to_detail()},
+        None,
+    )  # fmt: skip
+    assert read_counts(str(log)) == {"dynamodb:UpdateItem:applied_then_failed": 1}
+    job = JobStore(stack.dynamodb, stack.resources.table_name).get("default", job_id)
+    assert job is not None and job.state == "FAILED"
