@@ -21,6 +21,7 @@ from agentq.faults.config import Kind
 from agentq.states import TaskState
 from agentq.store.tasks import Lease, TaskStore
 from worker.inflight import InFlight
+from worker.outcome import Outcome
 from worker.prepare import Prepared
 
 pytestmark = pytest.mark.timeout(120)
@@ -189,3 +190,49 @@ def test_a_lease_cleared_mid_beat_never_stops_the_other_renewals(
     assert steady.lease is not None
     assert steady.lease.effective_until_ms > leases[1].effective_until_ms
     assert not steady.stop.is_set()
+
+
+@pytest.mark.parametrize(
+    ("kind", "state"),
+    [
+        (Kind.TRANSACTION_CONFLICT, TaskState.RETRYING),  # three conflicts, then the write
+        (Kind.SERVER_ERROR, TaskState.PROCESSING),  # every try fails: the lease lapses
+    ],
+)
+def test_a_shutdown_release_survives_its_final_write_failing(
+    stack: Stack, kind: Kind, state: TaskState, tmp_path: Any
+) -> None:
+    """Defect 1 in `_release`: a conflict (retried now) or an error that outlasts
+    botocore's retries escaped before the message was made visible again."""
+    dynamodb = faulty_client(
+        stack,
+        "dynamodb",
+        injector(
+            rule(
+                "dynamodb:UpdateItem",
+                kind,
+                match="releasedBy",
+                limit=3 if kind is Kind.TRANSACTION_CONFLICT else None,
+            )
+        ),
+    )
+    parts = worker_parts(stack, dynamodb)
+    envelope, message, entry = send_and_receive(stack, "sample-echo")
+    parts.inflight.add(entry)
+    prepared = parts.handler.prepare(message, entry)
+    assert isinstance(prepared, Prepared)
+
+    result = parts.handler._settler.settle(
+        entry, envelope, prepared.lease, tmp_path, Outcome(verdict="released"), 10
+    )
+
+    assert result == "released"
+    assert parts.batcher.flush()
+    assert parts.store.require("acme", envelope.request_id).state is state
+    wait_for(
+        lambda: stack.sqs.receive_message(
+            QueueUrl=stack.resources.queue_url, WaitTimeSeconds=1
+        ).get("Messages"),
+        timeout=20,
+        message="the message visible again",
+    )
