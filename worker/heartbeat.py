@@ -152,8 +152,8 @@ class Heartbeat:
             entry.stop.set("lease_lost")
         events = []
         for lease in renewed:
-            entry = held[lease.token][0]
-            if entry.lease is None:
+            entry, read = held[lease.token]
+            if entry.lease is not read:
                 continue  # the child ended meanwhile; no heartbeat for a finished attempt
             entry.lease = lease
             entry.stop.hold(lease_times(lease.effective_until_ms, self._settings))
