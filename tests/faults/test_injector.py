@@ -15,7 +15,7 @@ from agentq.aws import AwsClients
 from agentq.faults.config import Kind
 from agentq.faults.injector import FaultInjector, injected_counts
 from agentq.faults.log import read_counts
-from agentq.local.aws import LOCAL_REGION
+from agentq.local.aws import LOCAL_REGION, local_session_clients
 
 
 def _key() -> dict[str, dict[str, str]]:
@@ -228,3 +228,19 @@ def test_latency_delays_and_lets_the_call_through(stack: Stack) -> None:
     client = faulty_client(stack, "sqs", faults)
     client.get_queue_attributes(QueueUrl=stack.resources.queue_url, AttributeNames=["All"])
     assert faults.counts() == {"sqs:GetQueueAttributes:latency": 1}
+
+
+def test_every_client_factory_installs_the_environment_s_faults(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers, the Lambda host and the CLI build clients through AwsClients; the local
+    stack, the tests and the bench harness through local_session_clients."""
+    monkeypatch.setenv("AGENTQ_FAULTS", "sqs:SendMessage=latency@0")
+    monkeypatch.setenv("AGENTQ_FAULTS_SEED", "1")
+    built = [
+        AwsClients(LOCAL_REGION).sqs,
+        local_session_clients(stack.resources.endpoint_url)["sqs"],
+    ]
+    assert all(isinstance(getattr(c, "_agentq_fault_injector", None), FaultInjector) for c in built)
+    monkeypatch.delenv("AGENTQ_FAULTS")
+    assert getattr(AwsClients(LOCAL_REGION).sqs, "_agentq_fault_injector", None) is None
