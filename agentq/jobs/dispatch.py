@@ -336,10 +336,8 @@ class JobDispatcher:
             if counted is not None:
                 job = counted
                 outcome.counted.append(key)
-            else:
-                # Counted already: by another invocation, or by this one's own count that
-                # was applied and then retried by botocore. Either way `job` predates it.
-                stale = True
+            # Counted already (elsewhere, or ours applied then retried): `job` predates it.
+            stale = stale or counted is None
         if stale:
             job = self._jobs.get(job.tenant, job.job_id) or job
         if job.state != "RUNNING":
