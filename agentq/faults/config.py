@@ -5,7 +5,8 @@ sets them, and a fault spec is a test harness's business, not the worker's.
 
 - `AGENTQ_FAULTS`: the spec. JSON (`{"rules": [{"op": ..., "kind": ..., "rate": ...}]}`)
   or the compact form `op=kind@rate;op=kind@rate` (e.g.
-  `dynamodb:UpdateItem=applied_then_failed@0.05;*=throttle@0.05`).
+  `dynamodb:UpdateItem=applied_then_failed@0.05;*=throttle@0.05`), where `mix@0.05`
+  stands for every kind on every operation at about 5 % in all (`mixed`).
 - `AGENTQ_FAULTS_SEED`: an integer; the same seed replays the same decisions per
   (service, operation) call sequence.
 - `AGENTQ_FAULTS_LOG`: a file that gets one JSON line per injected fault.
@@ -78,13 +79,37 @@ class FaultSpec(BaseModel):
     rules: tuple[FaultRule, ...] = Field(max_length=64)
 
 
+# The kinds a "mix" spreads its rate over, with their share of it.
+_MIX: tuple[tuple[Kind, float], ...] = (
+    (Kind.THROTTLE, 0.25),
+    (Kind.SERVER_ERROR, 0.15),
+    (Kind.CONNECTION_RESET, 0.1),
+    (Kind.READ_TIMEOUT, 0.1),
+    (Kind.APPLIED_THEN_FAILED, 0.2),
+    (Kind.TRANSACTION_CONFLICT, 0.1),
+    (Kind.LATENCY, 0.1),
+)
+_COMPACT_MIX = re.compile(r"^mix@(?P<rate>[0-9.eE+-]+)$")
+
+
+def mixed(rate: float, *, delay: float = 0.05) -> tuple[FaultRule, ...]:
+    """Every kind on every data-plane operation, about `rate` per attempt in all, and
+    `partial_batch` at `rate` per batch call: what `mix@0.05` expands to."""
+    rules = [FaultRule(op="*", kind=kind, rate=rate * share, delay=delay) for kind, share in _MIX]
+    return (*rules, FaultRule(op="*", kind=Kind.PARTIAL_BATCH, rate=rate))
+
+
 def parse_spec(text: str) -> FaultSpec:
     """A spec from JSON or the compact form; `ConfigError` names what is wrong."""
     stripped = text.strip()
     try:
         if stripped.startswith("{"):
             return FaultSpec.model_validate(json.loads(stripped))
-        return FaultSpec(rules=tuple(_compact_rule(part) for part in _parts(stripped)))
+        rules: list[FaultRule] = []
+        for part in _parts(stripped):
+            found = _COMPACT_MIX.match(part)
+            rules.extend(mixed(float(found["rate"])) if found else [_compact_rule(part)])
+        return FaultSpec(rules=tuple(rules))
     except (ValidationError, ValueError) as exc:
         raise ConfigError(SPEC_VAR, f"is not a valid fault spec: {_short(exc)}") from None
 

@@ -72,3 +72,13 @@ def test_settings_are_off_without_a_spec_and_read_seed_and_log() -> None:
     assert settings.spec.rules == (FaultRule(op="*", kind=Kind.THROTTLE, rate=0.05),)
     with pytest.raises(ConfigError):
         FaultSettings.from_env({"AGENTQ_FAULTS": "*=throttle@0.05", "AGENTQ_FAULTS_SEED": "x"})
+
+
+@given(st.floats(min_value=0.0, max_value=1.0, allow_nan=False))
+def test_a_mix_spreads_its_rate_over_every_kind(rate: float) -> None:
+    spec = parse_spec(f"mix@{rate!r};dynamodb:UpdateItem=throttle@0.5")
+    kinds = {rule.kind for rule in spec.rules}
+    assert kinds == set(Kind)
+    pre_send = [r for r in spec.rules if r.kind is not Kind.PARTIAL_BATCH and r.op == "*"]
+    assert sum(r.rate for r in pre_send) == pytest.approx(rate)
+    assert spec.rules[-1] == FaultRule(op="dynamodb:UpdateItem", kind=Kind.THROTTLE, rate=0.5)
