@@ -326,6 +326,7 @@ class JobDispatcher:
         trigger: str,
         outcome: DispatchOutcome,
     ) -> None:
+        stale = False
         for key, record in states.items():
             if record is None or not record.state.terminal or key in job.counted:
                 continue
@@ -335,6 +336,10 @@ class JobDispatcher:
             if counted is not None:
                 job = counted
                 outcome.counted.append(key)
+            # Counted already (elsewhere, or ours applied then retried): `job` predates it.
+            stale = stale or counted is None
+        if stale:
+            job = self._jobs.get(job.tenant, job.job_id) or job
         if job.state != "RUNNING":
             if job.closed_by == trigger and not job.raw.get("closePublished"):
                 self._publish_close(job)  # a retry of the invocation that closed it
