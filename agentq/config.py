@@ -279,6 +279,32 @@ class Settings:
     slack_api_url: str | None = _var(
         "SLACK_API_URL", None, "Slack Web API base URL (tests point it at a stand-in).", "health"
     )
+    # -- reconciler ------------------------------------------------------------------
+    reconcile_interval_s: int = _var(
+        "RECONCILE_INTERVAL",
+        60,
+        "Seconds between reconciler runs by the local Lambda host (0 = off).",
+        "local host",
+        minimum=0,
+    )
+    reconcile_lost_after_s: int = _var(
+        "RECONCILE_LOST_AFTER",
+        1800,
+        "A PENDING/RETRYING task due, or a PROCESSING lease lapsed, longer than this (s) "
+        "has lost its message and is sent again. Keep it above the queue's visibility "
+        "timeout and the retry backoff cap, or healthy backlogs get duplicate messages.",
+        "reconciler",
+        minimum=1,
+    )
+    reconcile_stall_after_s: int = _var(
+        "RECONCILE_STALL_AFTER",
+        300,
+        "A running job whose last task change is older than this (s) and that the "
+        "dispatcher should have moved on (uncounted terminal task, BLOCKED task with "
+        "finished dependencies, every task counted) is moved on by the reconciler.",
+        "reconciler",
+        minimum=1,
+    )
     # -- runtime ---------------------------------------------------------------------
     ecs_agent_uri: str | None = _var(
         "ECS_AGENT_URI", None, "Set by ECS; enables task scale-in protection.", "worker"

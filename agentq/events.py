@@ -32,8 +32,10 @@ DetailType = Literal[
     "Task Failed",
     "Task Timeout",
     "Task Cancelled",
+    "Task Repaired",
     "Job Completed",
     "Job Failed",
+    "Job Repaired",
 ]
 DETAIL_TYPES: Final[tuple[DetailType, ...]] = get_args(DetailType)
 
@@ -48,8 +50,11 @@ STATE_AFTER: Final[dict[DetailType, TaskState | None]] = {
     "Task Failed": TaskState.FAILED,
     "Task Timeout": TaskState.TIMEOUT,
     "Task Cancelled": TaskState.CANCELLED,
+    # The reconciler re-sent a lost message; the state itself did not change.
+    "Task Repaired": None,
     "Job Completed": None,
     "Job Failed": None,
+    "Job Repaired": None,
 }
 
 
@@ -189,7 +194,7 @@ def task_event(
 
 
 def job_event(
-    detail_type: Literal["Job Completed", "Job Failed"],
+    detail_type: Literal["Job Completed", "Job Failed", "Job Repaired"],
     *,
     job_id: str,
     tenant: str,
