@@ -56,6 +56,23 @@ def client_config(*, max_pool_connections: int = 20, connect_timeout: float = 5)
     )
 
 
+def make_client(
+    session: Any,
+    service: str,
+    *,
+    endpoint_url: str | None = None,
+    counter: CallCounter | None = None,
+) -> Any:
+    """The one place agentq builds a boto3 client: standard retries, counting, and the
+    environment's fault injection (AGENTQ_FAULTS, off unless set; docs/faults.md)."""
+    from agentq.faults import install_from_env
+
+    client = session.client(service, endpoint_url=endpoint_url, config=client_config())
+    if counter is not None:
+        counter.attach(client)
+    return install_from_env(client)
+
+
 class AwsClients:
     """Lazily created, shared clients of one process (boto3 clients are thread-safe)."""
 
@@ -71,10 +88,7 @@ class AwsClients:
     def get(self, service: str) -> Any:
         with self._lock:
             if service not in self._clients:
-                client = self._session.client(service, config=client_config())
-                if self.counter is not None:
-                    self.counter.attach(client)
-                self._clients[service] = client
+                self._clients[service] = make_client(self._session, service, counter=self.counter)
             return self._clients[service]
 
     @property

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import boto3
 
-from agentq.aws import client_config
+from agentq.aws import make_client
 from agentq.resources import (
     DEFINITIONS_TABLE,
     EVENTS_TABLE,
@@ -160,7 +160,7 @@ def local_session_clients(endpoint_url: str | None) -> dict[str, Any]:
         aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
     )
     return {
-        name: session.client(name, endpoint_url=endpoint_url, config=client_config())
+        name: make_client(session, name, endpoint_url=endpoint_url)
         for name in ("sqs", "dynamodb", "events", "s3")
     }
 

@@ -3,10 +3,15 @@
 Every decision is one conditional UpdateItem on the STATE item (strongly consistent,
 never a GSI read). A refused condition returns the item as it is, and the refusal is
 turned into the exception that tells the caller what to do (see agentq.errors).
+
+Each write marks the item (its lease token or a fresh write id) and goes through
+agentq.store.idempotent: a retry that meets its own applied write reports success, and
+a transaction conflict (the heartbeat's renewal transaction) is retried, not surfaced.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -27,10 +32,11 @@ from agentq.errors import (
 from agentq.events import now_ms
 from agentq.resources import STATUS_SHARDS
 from agentq.states import TERMINAL_STATES, TaskState
-from agentq.store import keys
+from agentq.store import idempotent, keys
 from agentq.store._dynamo import condition_failed, query_all
 from agentq.store.codec import from_item, serialize, to_item, values
 
+logger = logging.getLogger(__name__)
 _TERMINAL_VALUES: Final = tuple(sorted(s.value for s in TERMINAL_STATES))
 MAX_TRANSACTION_ITEMS: Final = 100
 
@@ -132,6 +138,7 @@ class TaskStore:
         if state not in (TaskState.PENDING, TaskState.BLOCKED):
             raise ValueError(f"a task is created PENDING or BLOCKED, not {state}")
         now = now_ms()
+        write_id = uuid.uuid4().hex
         item: dict[str, Any] = {
             "PK": keys.task_pk(envelope.tenant, envelope.request_id),
             "SK": keys.STATE_SK,
@@ -148,25 +155,24 @@ class TaskStore:
             "idempotencyKey": idempotency_key,
             **self._job_keys(envelope),
             **(extra or {}),
+            idempotent.WRITE_ID: write_id,
         }
-        try:
-            self._ddb.put_item(
-                TableName=self._table,
-                Item=to_item(item),
-                ConditionExpression="attribute_not_exists(PK)",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as error:
-            if not condition_failed(error):
-                raise
-            existing: Mapping[str, Any] | None = error.response.get("Item")  # type: ignore[assignment]
-            record = (
-                TaskRecord.from_item(existing)
-                if existing
-                else self.require(envelope.tenant, envelope.request_id)
-            )
-            return record, False
-        return TaskRecord.from_item(to_item(item)), True
+        written = idempotent.put(
+            self._ddb,
+            mark=(idempotent.WRITE_ID, write_id),
+            TableName=self._table,
+            Item=to_item(item),
+            ConditionExpression="attribute_not_exists(PK)",
+        )
+        if written.written:
+            return TaskRecord.from_item(written.item or to_item(item)), True
+        existing = written.item
+        record = (
+            TaskRecord.from_item(existing)
+            if existing
+            else self.require(envelope.tenant, envelope.request_id)
+        )
+        return record, False
 
     # -- the lock ------------------------------------------------------------------
     def acquire(
@@ -231,27 +237,24 @@ class TaskStore:
         for name, value in self._job_keys(envelope).items():
             attrs[f":{name}"] = serialize(value)
             sets.append(f"{name} = if_not_exists({name}, :{name})")
-        try:
-            response = self._ddb.update_item(
-                TableName=self._table,
-                Key=self._key(envelope.tenant, envelope.request_id),
-                UpdateExpression="SET " + ", ".join(sets),
-                ConditionExpression=(
-                    "(attribute_not_exists(PK) OR #state IN (:pending, :retrying) "
-                    "OR (#state = :processing AND effectiveUntil < :now)) "
-                    "AND (attribute_not_exists(#attempt) OR #attempt < :max)"
-                ),
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=attrs,
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as error:
-            if not condition_failed(error):
-                raise
-            held: Mapping[str, Any] | None = error.response.get("Item")  # type: ignore[assignment]
-            raise self._refusal(envelope, held, now, max_attempts) from None
-        record = TaskRecord.from_item(response["Attributes"])
+        written = idempotent.update(
+            self._ddb,
+            mark=("leaseToken", token),
+            TableName=self._table,
+            Key=self._key(envelope.tenant, envelope.request_id),
+            UpdateExpression="SET " + ", ".join(sets),
+            ConditionExpression=(
+                "(attribute_not_exists(PK) OR #state IN (:pending, :retrying) "
+                "OR (#state = :processing AND effectiveUntil < :now)) "
+                "AND (attribute_not_exists(#attempt) OR #attempt < :max)"
+            ),
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=attrs,
+            ReturnValues="ALL_NEW",
+        )
+        if not written.written or written.item is None:
+            raise self._refusal(envelope, written.item, now, max_attempts)
+        record = TaskRecord.from_item(written.item)
         return Lease(
             request_id=envelope.request_id,
             tenant=envelope.tenant,
@@ -290,8 +293,10 @@ class TaskStore:
         """Extend a held lease; `LeaseLost` if another attempt owns the task now."""
         now = now_ms()
         effective_until = now + int(lease_seconds * 1000)
+        # A retried renewal meets its own condition unchanged (same token, PROCESSING),
+        # so only transaction conflicts need handling here.
         try:
-            self._ddb.update_item(
+            idempotent.retry_conflicts(lambda: self._ddb.update_item(
                 TableName=self._table,
                 Key=self._key(lease.tenant, lease.request_id),
                 UpdateExpression=(
@@ -306,7 +311,7 @@ class TaskStore:
                     token=lease.token,
                     processing=TaskState.PROCESSING.value,
                 ),
-            )
+            ))  # fmt: skip
         except ClientError as error:
             if condition_failed(error):
                 raise LeaseLost(lease.request_id, lease.token) from None
@@ -328,6 +333,7 @@ class TaskStore:
         One request per heartbeat instead of one per task keeps heartbeats cheap. A
         transaction is all-or-nothing, so lost leases (condition failures) are dropped
         and the rest retried; any other cancellation falls back to `renew` one by one.
+        A lease in neither list could not be renewed this time (the caller tries again).
         """
         renewed: list[Lease] = []
         lost: list[Lease] = []
@@ -357,11 +363,16 @@ class TaskStore:
                         if reason.get("Code") == "ConditionalCheckFailed"
                     }
                     if not failed:
+                        # A conflict, say: one by one, and one lease's error (after its
+                        # own retries) must not cost the others their renewal.
                         for lease in pending:
                             try:
                                 renewed.append(self.renew(lease, lease_seconds=lease_seconds))
                             except LeaseLost:
                                 lost.append(lease)
+                            except ClientError:
+                                logger.exception("renewing one lease failed; next beat retries",
+                                                 extra={"requestId": lease.request_id})  # fmt: skip
                         pending = []
                         continue
                     lost.extend(pending[i] for i in sorted(failed))
@@ -416,7 +427,9 @@ class TaskStore:
         names = {"#state": "state"}
         attrs = values(state=state.value, now=now, token=lease.token,
                        processing=TaskState.PROCESSING.value)  # fmt: skip
-        sets = ["#state = :state", "updatedAt = :now"]
+        # finalizedBy marks the write as this attempt's: a retry of an applied finalize
+        # finds it (leaseToken is gone by then) and reports success, not LeaseLost.
+        sets = ["#state = :state", "updatedAt = :now", "finalizedBy = :token"]
         removes = ["effectiveUntil", "leaseToken"]
         if state is TaskState.RETRYING:
             due = retry_at_ms or now
@@ -435,21 +448,20 @@ class TaskStore:
             names[f"#f{index}"] = name
             attrs[f":f{index}"] = serialize(value)
             sets.append(f"#f{index} = :f{index}")
-        try:
-            response = self._ddb.update_item(
-                TableName=self._table,
-                Key=self._key(lease.tenant, lease.request_id),
-                UpdateExpression=f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
-                ConditionExpression="leaseToken = :token AND #state = :processing",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=attrs,
-                ReturnValues="ALL_NEW",
-            )
-        except ClientError as error:
-            if condition_failed(error):
-                raise LeaseLost(lease.request_id, lease.token) from None
-            raise
-        return TaskRecord.from_item(response["Attributes"])
+        written = idempotent.update(
+            self._ddb,
+            mark=("finalizedBy", lease.token),
+            TableName=self._table,
+            Key=self._key(lease.tenant, lease.request_id),
+            UpdateExpression=f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+            ConditionExpression="leaseToken = :token AND #state = :processing",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=attrs,
+            ReturnValues="ALL_NEW",
+        )
+        if not written.written or written.item is None:
+            raise LeaseLost(lease.request_id, lease.token)
+        return TaskRecord.from_item(written.item)
 
     # -- lease-free transitions -------------------------------------------------------
     def transition(
@@ -469,9 +481,10 @@ class TaskStore:
         PROCESSING task whose lease is live is left alone.
         """
         now = now_ms()
+        write_id = uuid.uuid4().hex
         sources = sorted({s.value for s in from_states})
-        names = {"#state": "state"}
-        attrs = values(to=to_state.value, now=now)
+        names = {"#state": "state", "#wid": idempotent.WRITE_ID}
+        attrs = values(to=to_state.value, now=now, wid=write_id)
         placeholders = []
         for index, source in enumerate(sources):
             attrs[f":s{index}"] = serialize(source)
@@ -480,7 +493,7 @@ class TaskStore:
         if unless_lease_live:
             condition += " AND NOT (#state = :processing AND effectiveUntil >= :now)"
             attrs.update(values(processing=TaskState.PROCESSING.value))
-        sets = ["#state = :to", "updatedAt = :now"]
+        sets = ["#state = :to", "updatedAt = :now", "#wid = :wid"]
         removes: list[str] = []
         if to_state.terminal:
             sets.append("finishedAt = :now")
@@ -500,21 +513,20 @@ class TaskStore:
         expression = "SET " + ", ".join(sets)
         if removes:
             expression += " REMOVE " + ", ".join(removes)
-        try:
-            response = self._ddb.update_item(
-                TableName=self._table,
-                Key=self._key(tenant, request_id),
-                UpdateExpression=expression,
-                ConditionExpression=f"attribute_exists(PK) AND {condition}",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=attrs,
-                ReturnValues="ALL_NEW",
-            )
-        except ClientError as error:
-            if condition_failed(error):
-                return None
-            raise
-        return TaskRecord.from_item(response["Attributes"])
+        written = idempotent.update(
+            self._ddb,
+            mark=(idempotent.WRITE_ID, write_id),
+            TableName=self._table,
+            Key=self._key(tenant, request_id),
+            UpdateExpression=expression,
+            ConditionExpression=f"attribute_exists(PK) AND {condition}",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=attrs,
+            ReturnValues="ALL_NEW",
+        )
+        if not written.written or written.item is None:
+            return None
+        return TaskRecord.from_item(written.item)
 
     def reset_for_redrive(self, tenant: str, request_id: str) -> TaskRecord | None:
         """Give a dead-lettered task a fresh attempt budget: back to PENDING, attempt 0.
@@ -525,11 +537,13 @@ class TaskStore:
         now = now_ms()
         resettable = (TaskState.PENDING, TaskState.RETRYING, TaskState.PROCESSING,
                       TaskState.FAILED, TaskState.TIMEOUT)  # fmt: skip
+        write_id = uuid.uuid4().hex
         attrs = values(
             pending=TaskState.PENDING.value,
             processing=TaskState.PROCESSING.value,
             zero=0,
             now=now,
+            wid=write_id,
             spk=keys.status_pk(TaskState.PENDING.value, request_id),
             ssk=keys.status_sk(now, tenant, request_id),
         )
@@ -537,28 +551,31 @@ class TaskStore:
         for index, state in enumerate(resettable):
             attrs[f":r{index}"] = serialize(state.value)
             placeholders.append(f":r{index}")
-        try:
-            response = self._ddb.update_item(
-                TableName=self._table,
-                Key=self._key(tenant, request_id),
-                UpdateExpression=(
-                    "SET #state = :pending, #attempt = :zero, updatedAt = :now, "
-                    "redrivenAt = :now, statusPK = :spk, statusSK = :ssk "
-                    "REMOVE effectiveUntil, leaseToken, finishedAt, retryAt, deadlineAt"
-                ),
-                ConditionExpression=(
-                    f"attribute_exists(PK) AND #state IN ({', '.join(placeholders)}) "
-                    "AND NOT (#state = :processing AND effectiveUntil >= :now)"
-                ),
-                ExpressionAttributeNames={"#state": "state", "#attempt": "attempt"},
-                ExpressionAttributeValues=attrs,
-                ReturnValues="ALL_NEW",
-            )
-        except ClientError as error:
-            if condition_failed(error):
-                return None
-            raise
-        return TaskRecord.from_item(response["Attributes"])
+        written = idempotent.update(
+            self._ddb,
+            mark=(idempotent.WRITE_ID, write_id),
+            TableName=self._table,
+            Key=self._key(tenant, request_id),
+            UpdateExpression=(
+                "SET #state = :pending, #attempt = :zero, updatedAt = :now, "
+                "redrivenAt = :now, statusPK = :spk, statusSK = :ssk, #wid = :wid "
+                "REMOVE effectiveUntil, leaseToken, finishedAt, retryAt, deadlineAt"
+            ),
+            ConditionExpression=(
+                f"attribute_exists(PK) AND #state IN ({', '.join(placeholders)}) "
+                "AND NOT (#state = :processing AND effectiveUntil >= :now)"
+            ),
+            ExpressionAttributeNames={
+                "#state": "state",
+                "#attempt": "attempt",
+                "#wid": idempotent.WRITE_ID,
+            },
+            ExpressionAttributeValues=attrs,
+            ReturnValues="ALL_NEW",
+        )
+        if not written.written or written.item is None:
+            return None
+        return TaskRecord.from_item(written.item)
 
     # -- queries ----------------------------------------------------------------------
     def tasks_of_job(self, tenant: str, job_id: str) -> list[TaskRecord]:
