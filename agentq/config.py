@@ -10,6 +10,7 @@ real names and URLs into the environment like a deployment would.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -310,6 +311,14 @@ class Settings:
         "ECS_AGENT_URI", None, "Set by ECS; enables task scale-in protection.", "worker"
     )
     log_level: str = _var("LOG_LEVEL", "INFO", "Log level.", "all")
+    clock_offset_ms: int = _var(
+        "AGENTQ_TEST_CLOCK_OFFSET_MS",
+        0,
+        "TEST ONLY: shifts this process's agentq clock (`agentq.events.now_ms`: leases, "
+        "locks, retry times) by this many ms, to play a host with a skewed clock (the "
+        "chaos harness's --faults mode). Never set it in a deployment.",
+        "chaos harness",
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -358,6 +367,13 @@ class Settings:
     def lease_seconds(self) -> float:
         """How long a lock or heartbeat keeps a task: 1.5x the extension covers clock skew."""
         return self.extension_amount_s * 1.5
+
+
+@functools.cache
+def clock_offset_ms() -> int:
+    """AGENTQ_TEST_CLOCK_OFFSET_MS, read once per process (`now_ms` is a hot path)."""
+    raw = os.environ.get("AGENTQ_TEST_CLOCK_OFFSET_MS", "").strip()
+    return _parse_int("AGENTQ_TEST_CLOCK_OFFSET_MS", raw) if raw else 0
 
 
 def env_name(attribute: str) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, get_args
 
+from agentq.config import clock_offset_ms
 from agentq.envelope import validate_request_id
 from agentq.errors import InvalidInput, UnknownEventType
 from agentq.states import TaskState
@@ -59,7 +60,8 @@ STATE_AFTER: Final[dict[DetailType, TaskState | None]] = {
 
 
 def now_ms() -> int:
-    return int(datetime.now(UTC).timestamp() * 1000)
+    # The offset is 0 outside the chaos harness, which skews some workers' clocks.
+    return int(datetime.now(UTC).timestamp() * 1000) + clock_offset_ms()
 
 
 def iso_ms(epoch_ms: int) -> str:
