@@ -11,20 +11,25 @@ import dataclasses
 import json
 from typing import Any
 
+import boto3
 import pytest
 from conftest import Stack
 from jobs_support import bus_events, client_for, drain, eventbridge, finish, of_type, start
 from support import wait_for
 
+from agentq.aws import make_client
 from agentq.client import AgentqClient
 from agentq.config import Settings
 from agentq.envelope import TaskEnvelope, parse_message
 from agentq.events import Event, now_ms
+from agentq.faults.config import FaultRule, FaultSpec, Kind
+from agentq.faults.injector import FaultInjector, install
 from agentq.jobs import task_request_id
+from agentq.local.aws import LOCAL_CREDENTIALS, LOCAL_REGION
 from agentq.local.lambda_host import LambdaHost, local_context, scheduled_event
 from agentq.reconcile import Reconciler
 from agentq.states import TaskState
-from agentq.store import TaskRecord
+from agentq.store import TaskRecord, TaskStore
 from lambdas import health_check, reconciler, save_event
 
 pytestmark = pytest.mark.timeout(120)
@@ -232,3 +237,67 @@ def test_the_local_host_runs_the_reconciler_on_its_timer(stack: Stack) -> None:
         wait_for(lambda: host.invocations["reconciler"] >= 2, timeout=30,
                  message="two reconciler runs")  # fmt: skip
     assert host.errors["reconciler"] == 0
+
+
+def _faulty(stack: Stack, service: str, *rules: FaultRule) -> Any:
+    """A client built the way agentq builds them, with these faults installed."""
+    session = boto3.session.Session(
+        region_name=LOCAL_REGION,
+        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    )
+    client = make_client(session, service, endpoint_url=stack.resources.endpoint_url)
+    return install(client, FaultInjector(FaultSpec(rules=rules), seed=3))
+
+
+def test_a_claim_applied_then_retried_is_still_the_reconcilers_own(stack: Stack) -> None:
+    client = client_for(stack)
+    lost = submitted(client, "claim-retried")
+    drain(stack)
+    pass_bound(1.2)
+    # The claim reaches DynamoDB, its answer is lost, botocore sends it again and the
+    # retry meets its own claim as a failed condition.
+    ddb = _faulty(stack, "dynamodb", FaultRule(op="dynamodb:UpdateItem",
+                  kind=Kind.APPLIED_THEN_FAILED, rate=1.0, limit=1, match="repairToken"))  # fmt: skip
+    sweeper = Reconciler(
+        settings=dataclasses.replace(Settings.from_env(), reconcile_lost_after_s=1),
+        tasks=TaskStore(ddb, stack.resources.table_name), jobs=client.jobs,
+        dispatcher=client.dispatcher, publisher=client.publisher, dynamodb=ddb, sqs=stack.sqs,
+    )  # fmt: skip
+
+    report = sweeper.run()
+
+    assert [r.subject for r in report.repairs] == [lost.request_id], report.errors
+    assert sent_ids(stack) == [lost.request_id]
+    assert client.tasks.require("default", lost.request_id).raw["repairs"] == 1
+
+
+def test_a_failed_send_or_a_conflicting_claim_leaves_the_repair_to_the_next_run(
+    stack: Stack,
+) -> None:
+    client = client_for(stack)
+    lost = submitted(client, "send-fails")
+    drain(stack)
+    pass_bound(1.2)
+    settings = dataclasses.replace(Settings.from_env(), reconcile_lost_after_s=1)
+
+    def sweeper(ddb: Any, sqs: Any) -> Reconciler:
+        return Reconciler(settings=settings, tasks=TaskStore(ddb, stack.resources.table_name),
+                          jobs=client.jobs, dispatcher=client.dispatcher,
+                          publisher=client.publisher, dynamodb=ddb, sqs=sqs)  # fmt: skip
+
+    # Every attempt of the send fails (botocore gives up): the claim is given back.
+    failing_sqs = _faulty(stack, "sqs", FaultRule(op="sqs:SendMessage",
+                          kind=Kind.SERVER_ERROR, rate=1.0))  # fmt: skip
+    unsent = sweeper(stack.dynamodb, failing_sqs).run()
+    # A transaction conflict on the claim (botocore does not retry it): nothing claimed.
+    conflicted_ddb = _faulty(stack, "dynamodb", FaultRule(op="dynamodb:UpdateItem",
+                             kind=Kind.TRANSACTION_CONFLICT, rate=1.0, match="repairToken"))  # fmt: skip
+    conflicted = sweeper(conflicted_ddb, stack.sqs).run()
+    healthy = sweeper(stack.dynamodb, stack.sqs).run()
+
+    assert unsent.repairs == [] and len(unsent.errors) == 1
+    assert conflicted.repairs == [] and "TransactionConflict" in conflicted.errors[0]
+    assert [r.subject for r in healthy.repairs] == [lost.request_id]  # no bound to wait
+    assert sent_ids(stack) == [lost.request_id]
+    assert client.tasks.require("default", lost.request_id).raw["repairs"] == 1
