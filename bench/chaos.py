@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import random
 import signal
@@ -161,6 +162,12 @@ def run(
     lambda_log = (work_dir / "lambda-host.log").open("a")
     redirect = contextlib.redirect_stdout(lambda_log)
     redirect.__enter__()
+    # A handler that raises (AWS faults make them raise often) is logged with its
+    # traceback and retried: into the same file, not over the report.
+    host_logger = logging.getLogger("agentq.local.lambda_host")
+    host_handler = logging.StreamHandler(lambda_log)
+    host_logger.addHandler(host_handler)
+    host_logger.propagate = False
     began = time.monotonic()
     fleet = [WorkerProcess(f"w{i}", log_dir=work_dir) for i in range(config.workers)]
     killer = Killer(fleet, env, config.strikes(), rng, per_worker)
@@ -194,6 +201,8 @@ def run(
             host.stop()
         os.environ.clear()
         os.environ.update(saved_env)
+        host_logger.removeHandler(host_handler)
+        host_logger.propagate = True
         redirect.__exit__(None, None, None)
     report.seconds = time.monotonic() - began
     report.killing_seconds = killer.seconds

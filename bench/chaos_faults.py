@@ -174,9 +174,25 @@ def _check_job(
         completed = state is not None and state.state is TaskState.COMPLETED
         if job.kinds.get(key) == "permanent" and completed:
             problems.append(f"{key} meant to fail, COMPLETED")
+    problems += _upstream_mismatches(states)
     if problems:
         report.jobs_bad_close += 1
         report.violations.append(f"job {job.job_id}: {'; '.join(problems)}")
+
+
+def _upstream_mismatches(states: Mapping[str, TaskRecord | None]) -> list[str]:
+    """Parts whose input holds a split result other than the winning attempt's."""
+    split = states.get("split")
+    if split is None or split.state is not TaskState.COMPLETED:
+        return []
+    wrong = []
+    for key, record in states.items():
+        envelope = record.envelope if record is not None else None
+        given = (envelope or {}).get("input", {}).get("upstream")
+        # (A part cancelled while BLOCKED still holds the unresolved reference.)
+        if isinstance(given, int) and given != split.attempt:
+            wrong.append(f"{key} got attempt {given}'s result of split (won by {split.attempt})")
+    return wrong
 
 
 def _overlaps(

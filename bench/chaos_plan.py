@@ -83,6 +83,9 @@ def plan_jobs(count: int, rng: random.Random, side_log: Path, tenant: str) -> li
             kind: Kind = "permanent" if part == doomed else rng.choice(["ok", "ok", "flaky"])
             kinds[f"part{part}"] = kind
             tasks[f"part{part}"] = _task(rng, side_log, kind, depends_on=["split"])
+            # Downstream reads the split's result through the STATE item's pointer: the
+            # verdict checks it got the winning attempt's.
+            tasks[f"part{part}"]["input"]["upstream"] = "${tasks.split.result.attempt}"
         tasks["merge"] = _task(rng, side_log, "ok", depends_on=[f"part{p}" for p in range(PARTS)])
         job_id = f"chaos-job-{uuid.uuid4().hex[:10]}"
         spec = {"name": f"chaos {n}", "failure_policy": policy, "tasks": tasks}
