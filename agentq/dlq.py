@@ -241,13 +241,26 @@ class DlqProcessor:
             "message": DLQ_REASON,
             "reason": "dlq",
         }
+        event = task_event(
+            "Task Failed",
+            request_id=before.request_id,
+            tenant=before.tenant,
+            job_id=before.job_id,
+            attempt=before.attempt,
+            definition=before.definition,
+            error=error,
+            reason=DLQ_REASON,
+        )
+        # The event is stored with the transition, then published: if PutEvents fails or
+        # this Lambda dies in between, its retry finds the task terminal and re-sends the
+        # stored event (same id, deduplicated downstream), so the job still hears of it.
         record = self._tasks.transition(
             envelope.tenant,
             envelope.request_id,
             from_states=LIVE_STATES,
             to_state=TaskState.FAILED,
             unless_lease_live=True,
-            fields={"error": error},
+            fields={"error": error, "terminalEvent": event.to_detail()},
         )
         if record is None:
             now = self._tasks.require(envelope.tenant, envelope.request_id)
@@ -255,18 +268,7 @@ class DlqProcessor:
                 self._resend_terminal_event(now)
                 return "already-terminal", f"task is {now.state.value}"
             return "lease-live", f"left to its holder {now.owner}"
-        self._publisher.publish(
-            task_event(
-                "Task Failed",
-                request_id=record.request_id,
-                tenant=record.tenant,
-                job_id=record.job_id,
-                attempt=record.attempt,
-                definition=record.definition,
-                error=error,
-                reason=DLQ_REASON,
-            )
-        )
+        self._publisher.publish(event)
         return "failed", DLQ_REASON
 
     def _resend_terminal_event(self, record: TaskRecord) -> None:

@@ -62,6 +62,7 @@ def load_context(task_dir: Path) -> ChildContext:
         input=task.get("input") or {},
         task_dir=task_dir,
         settings=Settings.from_env(),
+        lease_token=task.get("leaseToken"),
     )
 
 

@@ -133,6 +133,10 @@ class MessageHandler:
     # -- the attempt -----------------------------------------------------------------------
     def _run(self, ready: Prepared, on_child_exit: Callable[[], object]) -> str:
         entry, envelope, definition = ready.entry, ready.envelope, ready.definition
+        if entry.stop.reason == "lease_lost":
+            # A prefetched lock lost while it waited (a renewal found a newer holder):
+            # that attempt is not ours to start, nor its message ours to touch.
+            return "lease_lost"
         lease = entry.lease or ready.lease  # renewed by the heartbeat while it waited
         attributes, max_attempts = ready.attributes, ready.max_attempts
         timeout_ms = ready.timeout_ms
@@ -202,6 +206,7 @@ class MessageHandler:
             "requestId": envelope.request_id,
             "tenant": envelope.tenant,
             "attempt": lease.attempt,
+            "leaseToken": lease.token,  # with attempt, the task code's fencing token
             "jobId": envelope.job_id,
             "definition": definition.to_dict(),
             "input": dict(envelope.input),

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from agentq.config import Settings
 from agentq.events import Event, task_event
-from agentq.store.tasks import TaskStore
+from agentq.store.tasks import Lease, TaskStore
 from worker.batcher import MAX_BATCH
 from worker.eventbatch import EventBatcher
 from worker.inflight import InFlight, InFlightRegistry
@@ -122,32 +122,38 @@ class Heartbeat:
                     )
 
     def _renew(self, entries: list[InFlight]) -> list[Event]:
-        held = {entry.lease.token: entry for entry in entries if entry.lease is not None}
+        # A slot thread clears `entry.lease` when its child ends, at any moment: each
+        # lease is read once, here, and only that local is used from then on.
+        held: dict[str, tuple[InFlight, Lease]] = {}
+        for entry in entries:
+            lease = entry.lease
+            if lease is not None:
+                held[lease.token] = (entry, lease)
         if not held:
             return []
-        for entry in held.values():
+        for entry, lease in held.values():
             # Before any request: a renewal that hangs must not keep the fence unset.
-            if entry.lease is not None:
-                entry.stop.hold(lease_times(entry.lease.effective_until_ms, self._settings))
+            entry.stop.hold(lease_times(lease.effective_until_ms, self._settings))
         try:
             renewed, lost = self._store.renew_many(
-                [entry.lease for entry in held.values() if entry.lease is not None],
-                lease_seconds=self._settings.lease_seconds,
+                [lease for _, lease in held.values()], lease_seconds=self._settings.lease_seconds
             )
         except Exception:
             logger.exception("lease renewal failed; trying again soon")
             self._renewal_failed = True
             return []
+        if len(renewed) + len(lost) < len(held):
+            self._renewal_failed = True  # some leases were neither: try them again soon
         for lease in lost:
-            entry = held[lease.token]
+            entry = held[lease.token][0]
             if entry.lease is None or not self._inflight.holds(entry):
                 continue  # its child ended meanwhile: finalize ends the lease, not us
             logger.warning("lease lost; stopping the task", extra={"requestId": lease.request_id})
             entry.stop.set("lease_lost")
         events = []
         for lease in renewed:
-            entry = held[lease.token]
-            if entry.lease is None:
+            entry, read = held[lease.token]
+            if entry.lease is not read:
                 continue  # the child ended meanwhile; no heartbeat for a finished attempt
             entry.lease = lease
             entry.stop.hold(lease_times(lease.effective_until_ms, self._settings))

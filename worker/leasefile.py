@@ -35,6 +35,10 @@ LEASE_FILE: Final = "lease.json"
 CHECK_S: Final = 0.1
 # Signal delivery, process exit and polling, all inside the lease, even on a loaded host.
 SETTLE_S: Final = 1.0
+# How far two hosts' clocks may disagree without two attempts overlapping: a taker whose
+# clock runs ahead sees the lease lapse early by that much, so the holder's SIGKILL lands
+# this much earlier still. Capped at L/12 for short leases (docs/architecture.md).
+CLOCK_SKEW_BUDGET_S: Final = 2.0
 # What each fence logs (the chaos harness counts them).
 FENCE_MESSAGE: Final = "lease not renewed in time; stopping the task"
 FENCED_MESSAGE: Final = "fenced child ended"
@@ -82,22 +86,36 @@ def margins(settings: Settings) -> Margins:
     """Where the fences sit, from the lease L, heartbeat interval I and kill grace G.
 
     The margins cover *stopping* an attempt, not renewing it: the child gets
-    g = min(G, L/6) between SIGTERM and SIGKILL and the kill lands s = min(1 s, L/6)
-    before the lease lapses, so the child's watchdog fires at g + s. A live worker
-    fences one more grace earlier (2g + s), so its own stop (same g) is over before the
-    watchdog would fire and the worker knows why the child ended (`lease_lost`). A
-    normal renewal comes every I, so the lease never has less than L - I left; the
-    worker's fence stays below half of that, or one late heartbeat would stop a task.
-    With the defaults (L 45 s, I 20 s, G 5 s): fence 11 s, SIGTERM 6 s, SIGKILL 1 s
-    before the lease lapses; with the tests' (L 3 s, I 0.3 s, G 0.5 s): 1.35, 1, 0.5 s.
+    g = min(G, L/6) between SIGTERM and SIGKILL, and the kill lands s + k before the
+    lease lapses: s = min(1 s, L/6) to deliver it, k = `skew_budget` (2 s by default)
+    for a taker whose clock runs ahead. The child's watchdog fires at g + s + k. A live
+    worker fences one more grace earlier (2g + s + k), so its own stop (same g) is over
+    before the watchdog would fire and the worker knows why the child ended
+    (`lease_lost`). A normal renewal comes every I, so the lease never has less than
+    L - I left; the worker's fence stays below half of that, or one late heartbeat would
+    stop a task. With the defaults (L 45 s, I 20 s, G 5 s): fence 12.5 s, SIGTERM 8 s,
+    SIGKILL 3 s before the lease lapses (skew budget 2 s); with the tests' (L 3 s,
+    I 0.3 s, G 0.5 s): 1.35, 1.25, 0.75 s (skew budget 0.25 s).
     """
     lease = settings.lease_seconds
     grace = min(settings.kill_grace_ms / 1000, lease / 6)
-    settle = min(SETTLE_S, lease / 6)
-    term = grace + settle
+    kill = min(SETTLE_S, lease / 6) + skew_budget(settings)
+    term = grace + kill
     normal_low = lease - settings.extension_interval_ms / 1000
-    fence = min(2 * grace + settle, max(term, normal_low / 2))
-    return Margins(fence_s=fence, term_s=term, kill_s=settle)
+    fence = min(2 * grace + kill, max(term, normal_low / 2))
+    return Margins(fence_s=fence, term_s=term, kill_s=kill)
+
+
+def skew_budget(settings: Settings) -> float:
+    """Seconds two hosts' clocks may differ by while executions still never overlap.
+
+    CLOCK_SKEW_BUDGET_S, less for short leases (L/12) and for a heartbeat interval so
+    close to the lease that the watchdog would otherwise fire between two renewals.
+    """
+    lease = settings.lease_seconds
+    grace = min(settings.kill_grace_ms / 1000, lease / 6)
+    spare = lease - settings.extension_interval_ms / 1000 - grace - min(SETTLE_S, lease / 6)
+    return max(0.0, min(CLOCK_SKEW_BUDGET_S, lease / 12, spare / 2))
 
 
 def lease_times(effective_until_ms: int, settings: Settings) -> LeaseTimes:

@@ -8,6 +8,7 @@ start here (a drain) gives its lock back.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,8 @@ from worker.batcher import SqsBatcher
 from worker.inflight import InFlight, InFlightRegistry
 from worker.leasefile import lease_times
 from worker.refusals import Refusals
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +76,7 @@ class Preparer:
             )
             definition = self._registry.get(envelope.definition)
         except (InvalidInput, NotFound) as exc:
-            return self._refusals.reject(message, exc)
+            return self._refusals.reject(message, exc, entry)
         entry.envelope = envelope
         receives = int(attributes.get("ApproximateReceiveCount", 1))
         if receives > self._settings.max_message_retries:
@@ -115,6 +118,11 @@ class Preparer:
             )  # fmt: skip
         except LeaseLost:
             pass
+        except Exception:
+            # One task's failed give-back must not abort the drain's others: its lease
+            # lapses and the next holder takes the task over (the attempt counts).
+            logger.exception("giving back a prepared task failed",
+                             extra={"requestId": prepared.lease.request_id})  # fmt: skip
         finally:
             self._batcher.change_visibility(entry.receipt_handle, 0)
             self._inflight.remove(entry)

@@ -12,22 +12,24 @@ import functools
 import json
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 from agentq.config import Settings
 from agentq.envelope import REQUEST_ID_PATTERN, TENANT_PATTERN, TaskEnvelope
 from agentq.errors import (
     AttemptsExhausted,
+    InvalidInput,
     LockNotAcquired,
     NotFound,
     TaskAlreadyTerminal,
     TaskHeldElsewhere,
     TaskNotReady,
 )
-from agentq.events import now_ms
+from agentq.events import Event, now_ms
 from agentq.states import TaskState
-from agentq.store.tasks import TaskStore
+from agentq.store.tasks import TaskRecord, TaskStore
 from agentq.taxonomy import ErrorInfo, classify_exception, info
 from worker.batcher import SqsBatcher
 from worker.inflight import InFlight
@@ -50,8 +52,16 @@ class Refusals:
         self._batcher = batcher
         self._outbox = outbox
 
-    def reject(self, message: Mapping[str, Any], exc: Exception) -> str:
-        """Bad input: `Task Failed` (validation) and delete; never a redelivery loop."""
+    def reject(
+        self, message: Mapping[str, Any], exc: Exception, entry: InFlight | None = None
+    ) -> str:
+        """Bad input (or a definition this worker does not know): `Task Failed` and delete,
+        never a redelivery loop; but only for a task this message may still end.
+
+        A task already finished keeps its own ending (its stored terminal event goes out
+        again), and a task another worker holds keeps its message: during a rolling
+        deploy that worker may know a definition this one does not.
+        """
         request_id, tenant = self._best_identity(message)
         error = classify_exception(exc)
         if isinstance(exc, NotFound):
@@ -61,13 +71,7 @@ class Refusals:
             extra={"requestId": request_id, "messageId": message["MessageId"],
                    "error": error.message},
         )  # fmt: skip
-        if request_id is not None:
-            # A producer may have written a PENDING STATE item: close it too.
-            self._store.transition(
-                tenant, request_id, from_states=(TaskState.PENDING, TaskState.RETRYING),
-                to_state=TaskState.FAILED, fields={"error": error.to_record()},
-                unless_lease_live=True,
-            )  # fmt: skip
+        delete = functools.partial(self._batcher.delete, message["ReceiptHandle"])
         event = self._outbox.event(
             "Task Failed",
             request_id=request_id or _message_request_id(message["MessageId"]),
@@ -76,12 +80,50 @@ class Refusals:
             reason="invalid message",
             messageId=message["MessageId"],
         )
-        # Deleted once the event is out: a crash in between brings the message back and
-        # it is rejected (and reported) again, never silently lost.
-        self._outbox.publish(
-            event, then=functools.partial(self._batcher.delete, message["ReceiptHandle"])
-        )
-        return "rejected"
+        current = self._store.get(tenant, request_id) if request_id is not None else None
+        if current is None:
+            # No task to close: report and drop. A crash before the delete brings the
+            # message back and it is rejected (and reported) again, never silently lost.
+            self._outbox.publish(event, then=delete)
+            return "rejected"
+        # A producer may have written a PENDING STATE item: close it, with the event
+        # (carrying the job, so dependents hear of it) stored before it is published.
+        event = replace(event, job_id=current.job_id, attempt=current.attempt,
+                        definition=current.definition)  # fmt: skip
+        closed = self._store.transition(
+            tenant, request_id or "", from_states=(TaskState.PENDING, TaskState.RETRYING),
+            to_state=TaskState.FAILED,
+            fields={"error": error.to_record(), "terminalEvent": event.to_detail()},
+            unless_lease_live=True,
+        )  # fmt: skip
+        if closed is not None:
+            self._outbox.publish(event, then=delete)
+            return "rejected"
+        now = self._store.get(tenant, request_id or "")
+        if now is not None and now.state.terminal:
+            self._resend_stored_then(now, delete)
+            return "duplicate"
+        # Live elsewhere, or blocked: not this message's to end, and never delete it.
+        delay = CONTENTION_BACKOFF_S
+        if now is not None and now.lease_live():
+            delay = max(0.0, ((now.effective_until_ms or 0) - now_ms()) / 1000)
+            delay += random.uniform(1.0, 3.0)
+        if entry is not None:
+            self._back_off(entry, delay, message)
+        else:
+            self._batcher.change_visibility(message["ReceiptHandle"], delay)
+        return "held_elsewhere"
+
+    def _resend_stored_then(self, record: TaskRecord, then: Callable[[], object]) -> None:
+        stored = record.raw.get("terminalEvent")
+        try:
+            event = Event.from_detail(stored) if isinstance(stored, Mapping) else None
+        except InvalidInput:
+            event = None
+        if event is None:
+            then()
+            return
+        self._outbox.publish(event, then=then)
 
     def _best_identity(self, message: Mapping[str, Any]) -> tuple[str | None, str]:
         tenant = self._settings.tenant_id

@@ -155,5 +155,9 @@ class Settler:
                               error=error.to_record(), retryAt=now_ms())  # fmt: skip
         except LeaseLost:
             pass
+        except Exception:
+            # The message must still come back now; the lease lapses on its own.
+            logger.exception("releasing a stopped task failed",
+                             extra={"requestId": lease.request_id})  # fmt: skip
         self._batcher.change_visibility(entry.receipt_handle, 0)
         return "released"

@@ -326,6 +326,7 @@ class JobDispatcher:
         trigger: str,
         outcome: DispatchOutcome,
     ) -> None:
+        stale = False
         for key, record in states.items():
             if record is None or not record.state.terminal or key in job.counted:
                 continue
@@ -335,6 +336,12 @@ class JobDispatcher:
             if counted is not None:
                 job = counted
                 outcome.counted.append(key)
+            else:
+                # Counted already: by another invocation, or by this one's own count that
+                # was applied and then retried by botocore. Either way `job` predates it.
+                stale = True
+        if stale:
+            job = self._jobs.get(job.tenant, job.job_id) or job
         if job.state != "RUNNING":
             if job.closed_by == trigger and not job.raw.get("closePublished"):
                 self._publish_close(job)  # a retry of the invocation that closed it

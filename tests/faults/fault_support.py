@@ -49,3 +49,29 @@ def faulty_client(stack: Stack, service: str, faults: FaultInjector) -> Any:
     )
     client = make_client(session, service, endpoint_url=stack.resources.endpoint_url)
     return install(client, faults)
+
+
+def drain_bodies(stack: Stack, queue_url: str) -> list[dict[str, Any]]:
+    """Every message now visible on a queue, deleted as read (bodies parsed as JSON)."""
+    import json
+
+    seen: list[dict[str, Any]] = []
+    while messages := stack.sqs.receive_message(
+        QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+    ).get("Messages", []):
+        seen.extend(json.loads(m["Body"]) for m in messages)
+        stack.sqs.delete_message_batch(
+            QueueUrl=queue_url,
+            Entries=[
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
+            ],
+        )
+    return seen
+
+
+def unique_seed() -> str:
+    """A seed of its own per test: the process keeps one injector per environment, and
+    a rule's `limit` must not be spent by an earlier test with the same spec."""
+    import uuid
+
+    return str(uuid.uuid4().int % 2**31)

@@ -14,6 +14,7 @@ from conftest import Stack
 from fault_support import faulty_client, injector, rule
 
 from agentq.envelope import TaskEnvelope
+from agentq.errors import LeaseLost
 from agentq.faults.config import Kind
 from agentq.states import TaskState
 from agentq.store.tasks import TaskStore
@@ -73,8 +74,6 @@ def test_finalize_of_a_lost_lease_is_still_refused(stack: Stack) -> None:
     stale = store.acquire(envelope, worker_id="w1", lease_seconds=0.001, max_attempts=3)
     fresh = store.acquire(envelope, worker_id="w2", lease_seconds=30, max_attempts=3)
     store.finalize(fresh, TaskState.COMPLETED)
-    from agentq.errors import LeaseLost
-
     with pytest.raises(LeaseLost):
         store.finalize(stale, TaskState.FAILED)
     assert store.require(envelope.tenant, envelope.request_id).state is TaskState.COMPLETED

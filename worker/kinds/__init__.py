@@ -35,6 +35,15 @@ class ChildContext:
     input: Mapping[str, Any]
     task_dir: Path
     settings: Settings
+    # This attempt's lease token (None from a worker that predates it): with `attempt`,
+    # the fencing token for side effects of the task's own (docs/child-protocol.md).
+    lease_token: str | None = None
+
+    @property
+    def fencing_token(self) -> str:
+        """`attempt:leaseToken`: unique per attempt; a store that keeps the highest
+        attempt it has seen can refuse a stale holder's late write."""
+        return f"{self.attempt}:{self.lease_token or ''}"
 
     @property
     def artifacts_dir(self) -> Path:

@@ -1,0 +1,118 @@
+"""A worker's real parts, wired in-process against the test stage, for fault tests that
+need to hold one moment (a prepared task, a beat) still."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conftest import Stack
+
+from agentq.config import Settings
+from agentq.definitions import DefinitionRegistry
+from agentq.envelope import TaskEnvelope
+from agentq.events import Event
+from agentq.local.workers import SAMPLE_DEFINITIONS, fast_env
+from agentq.store.tasks import TaskStore
+from worker.batcher import SqsBatcher
+from worker.handler import MessageHandler
+from worker.heartbeat import Heartbeat
+from worker.inflight import InFlight, InFlightRegistry
+
+
+@dataclass
+class RecordingSink:
+    """The event batcher's contract, sending nothing: each event counts as sent."""
+
+    events: list[Event] = field(default_factory=list)
+
+    def publish(
+        self,
+        event: Event,
+        /,
+        *,
+        then: Callable[[], object] | None = None,
+        otherwise: Callable[[], object] | None = None,
+    ) -> None:
+        self.events.append(event)
+        if then is not None:
+            then()
+
+    def publish_many(self, events: list[Event]) -> None:
+        self.events.extend(events)
+
+    def of(self, detail_type: str) -> list[Event]:
+        return [e for e in self.events if e.detail_type == detail_type]
+
+
+@dataclass
+class Parts:
+    settings: Settings
+    store: TaskStore
+    batcher: SqsBatcher
+    inflight: InFlightRegistry
+    sink: RecordingSink
+    handler: MessageHandler
+    heartbeat: Heartbeat
+
+
+def worker_parts(stack: Stack, dynamodb: Any = None, worker_id: str = "w1") -> Parts:
+    """`dynamodb`: the client the worker's store uses (a faulty one, say)."""
+    settings = Settings.from_env({**os.environ, **fast_env()})
+    store = TaskStore(dynamodb or stack.dynamodb, stack.resources.table_name)
+    batcher = SqsBatcher(stack.sqs, stack.resources.queue_url, delay_s=0.0)
+    inflight = InFlightRegistry()
+    sink = RecordingSink()
+    registry = DefinitionRegistry.from_sources(directories=[SAMPLE_DEFINITIONS])
+    handler = MessageHandler(
+        settings=settings,
+        store=store,
+        publisher=sink,
+        batcher=batcher,
+        s3=stack.s3,
+        registry=registry,
+        inflight=inflight,
+        worker_id=worker_id,
+        home_dir=Path(tempfile.mkdtemp(prefix="agentq-faults-home-")),
+    )
+    heartbeat = Heartbeat(
+        settings=settings,
+        sqs=stack.sqs,
+        store=store,
+        publisher=sink,  # type: ignore[arg-type]
+        inflight=inflight,
+        worker_id=worker_id,
+    )
+    return Parts(settings, store, batcher, inflight, sink, handler, heartbeat)
+
+
+def send_and_receive(
+    stack: Stack, definition: str, *, request_id: str | None = None, job_id: str | None = None
+) -> tuple[TaskEnvelope, dict[str, Any], InFlight]:
+    """Send a task message and take it off the queue as the consumer does."""
+    envelope = TaskEnvelope(
+        request_id=request_id or f"w-{uuid.uuid4().hex[:12]}",
+        tenant="acme",
+        definition=definition,
+        input={"text": "hi"},
+        job_id=job_id,
+        task_key="k" if job_id else None,
+    )
+    stack.sqs.send_message(
+        QueueUrl=stack.resources.queue_url,
+        MessageBody=envelope.to_body(),
+        MessageAttributes=envelope.message_attributes(),
+    )
+    [message] = stack.sqs.receive_message(
+        QueueUrl=stack.resources.queue_url,
+        WaitTimeSeconds=5,
+        MessageAttributeNames=["All"],
+        AttributeNames=["All"],
+    )["Messages"]
+    entry = InFlight(message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"])
+    return envelope, message, entry
