@@ -83,8 +83,9 @@ class ChaosConfig:
     fault_scale: float = 1.0  # times the mix of bench.chaos_plan.FAULT_RULES (~5 %)
     freeze_share: float = 0.25  # of strikes, on a worker running tasks
     clock_offset_ms: int = 2_000  # w0 runs this far ahead, w1 as far behind
-    # Two workers each this far off may disagree by twice as much about a lease.
-    skew_budget_s: float = 4.0
+    # Overlap tolerated between two attempts: the offsets above, which equal the
+    # documented default skew budget (worker/leasefile.py; L/12 with these short leases).
+    skew_budget_s: float = 2.0
     reconcile_interval_s: float = 3.0
     reconcile_lost_after_s: int = 20
     reconcile_stall_after_s: int = 10

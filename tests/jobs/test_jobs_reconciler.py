@@ -83,6 +83,9 @@ def test_lost_messages_are_sent_again_once_and_healthy_tasks_are_left_alone(
     tasks.finalize(lease, TaskState.RETRYING, retry_at_ms=now_ms())
     tasks.acquire(envelope_of(lapsed), worker_id="w-dead", lease_seconds=0.05, max_attempts=3)
     pass_bound(1.2)
+    # The sweeps run as of now: what is created from here on is younger than the bound
+    # however slowly this test goes on.
+    at = now_ms()
     # Healthy: fresh, running with a live lease, retrying later, finished.
     fresh = submitted(client, "fresh")
     running = submitted(client, "running")
@@ -97,9 +100,9 @@ def test_lost_messages_are_sent_again_once_and_healthy_tasks_are_left_alone(
     bus_events(stack)
     sweeper = build(client, stack, lost_after=1, stall_after=60)
 
-    first = sweeper.run()
+    first = sweeper.run(at_ms=at)
     resent = drain(stack)
-    second = sweeper.run()
+    second = sweeper.run(at_ms=at)
 
     assert not first.errors
     by_kind = {r.kind: r.subject for r in first.repairs}
@@ -131,12 +134,13 @@ def test_a_task_repaired_within_the_bound_waits_then_is_repaired_again(stack: St
     drain(stack)
     pass_bound(1.2)
     sweeper = build(client, stack, lost_after=1, stall_after=60)
-    assert [r.subject for r in sweeper.run().repairs] == [lost.request_id]
+    at = now_ms()
+    assert [r.subject for r in sweeper.run(at_ms=at).repairs] == [lost.request_id]
     drain(stack)  # the re-sent copy is lost as well
 
-    assert sweeper.run().repairs == []  # within the bound: that copy gets its chance
-    pass_bound(1.2)
-    assert [r.subject for r in sweeper.run().repairs] == [lost.request_id]
+    # Within the bound that copy gets its chance; past it, it is lost too.
+    assert sweeper.run(at_ms=at + 900).repairs == []
+    assert [r.subject for r in sweeper.run(at_ms=at + 1100).repairs] == [lost.request_id]
     assert client.tasks.require("default", lost.request_id).raw["repairs"] == 2
 
 
