@@ -36,7 +36,7 @@ from worker.leasefile import FENCE_MESSAGE, FENCED_MESSAGE, WATCHDOG_LINE
 
 # -- verifying ---------------------------------------------------------------------------
 @dataclass
-class _Execution:
+class Execution:
     request_id: str
     attempt: int
     pid: int
@@ -49,7 +49,7 @@ def executions_of(
     side_log: Sequence[Mapping[str, Any]],
     kills: Sequence[Kill],
     fenced: Mapping[int, float] | None = None,
-) -> dict[str, list[_Execution]]:
+) -> dict[str, list[Execution]]:
     """Executions per task, from the side log; one without an end line is bounded by the
     kill that ended it, or by the worker's record of a fenced child it ended (a lease
     about to lapse leaves too little grace for the task to record its end)."""
@@ -59,14 +59,14 @@ def executions_of(
             killed_at.setdefault(pid, kill.at)
     for pid, at in (fenced or {}).items():
         killed_at.setdefault(pid, at)
-    runs: dict[tuple[str, int, int], _Execution] = {}
+    runs: dict[tuple[str, int, int], Execution] = {}
     for line in side_log:
         key = (line["requestId"], int(line["attempt"]), int(line["pid"]))
         if line["event"] == "start":
-            runs[key] = _Execution(key[0], key[1], key[2], float(line["t"]))
+            runs[key] = Execution(key[0], key[1], key[2], float(line["t"]))
         elif key in runs:
             runs[key].end, runs[key].outcome = float(line["t"]), str(line["outcome"])
-    by_task: dict[str, list[_Execution]] = {}
+    by_task: dict[str, list[Execution]] = {}
     for execution in runs.values():
         if execution.end is None and execution.pid in killed_at:
             execution.end, execution.outcome = killed_at[execution.pid], "killed"
@@ -231,7 +231,7 @@ def fenced_children(fleet: Sequence[WorkerProcess]) -> dict[int, float]:
     return ended
 
 
-def _attempts_unrun(record: TaskRecord, executions: Sequence[_Execution]) -> bool:
+def _attempts_unrun(record: TaskRecord, executions: Sequence[Execution]) -> bool:
     error = record.raw.get("error")
     return (
         isinstance(error, Mapping)
@@ -300,8 +300,8 @@ def frozen_windows(freezes: Sequence[Freeze]) -> dict[int, list[tuple[float, flo
 
 
 def overlap_s(
-    before: _Execution,
-    after: _Execution,
+    before: Execution,
+    after: Execution,
     frozen: Mapping[int, Sequence[tuple[float, float]]],
     horizon: float,
 ) -> float:
@@ -319,7 +319,7 @@ def overlap_s(
 def _check_executions(
     item: Planned,
     record: TaskRecord,
-    executions: list[_Execution],
+    executions: list[Execution],
     report: ChaosReport,
     frozen: Mapping[int, Sequence[tuple[float, float]]],
     budget_s: float,
