@@ -332,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="AWS faults (~5 %% of calls), stale holders, skewed clocks, jobs")  # fmt: skip
     parser.add_argument("--fault-scale", type=float, default=1.0,
                         help="multiply every fault rate (with --faults)")  # fmt: skip
-    parser.add_argument("--timeout", type=float, default=900.0, help="give up after (s)")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="give up after (s); default 900, 1800 with --faults")  # fmt: skip
     parser.add_argument("--output", type=Path, default=None,
                         help="results JSON (default bench/results/chaos[-faults].json)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -340,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     config = ChaosConfig(tasks=args.tasks, workers=args.workers, slots=args.slots,
                          seed=args.seed, faults=args.faults, fault_scale=args.fault_scale,
-                         timeout_s=args.timeout)  # fmt: skip
+                         timeout_s=args.timeout or (1800.0 if args.faults else 900.0))  # fmt: skip
     report = run(config)
     print_report(report)
     output = args.output or RESULTS_DIR / ("chaos-faults.json" if args.faults else "chaos.json")
