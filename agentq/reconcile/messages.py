@@ -47,6 +47,9 @@ _WATCHED: Final[Sequence[tuple[TaskState, RepairKind]]] = (
     (TaskState.PROCESSING, "lease_lapsed"),
 )
 AWS_ERRORS: Final = (ClientError, BotoCoreError)
+# Oldest first, per state and run: a backlog that outgrew the bound (workers down for
+# an hour) is re-sent over several runs instead of in one that outlives its timeout.
+MAX_PER_STATE: Final = 1000
 
 
 class LostMessages:
@@ -75,7 +78,7 @@ class LostMessages:
         bound = now - self._lost_after_ms
         for state, kind in _WATCHED:
             try:
-                found = self._tasks.tasks_by_status(state, due_before_ms=bound)
+                found = self._tasks.tasks_by_status(state, due_before_ms=bound, limit=MAX_PER_STATE)
             except AWS_ERRORS as error:
                 errors.append(f"{state.value}: status index unreadable: {error}")
                 continue
