@@ -13,6 +13,7 @@ docs/configuration.md from these fields.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -292,11 +293,38 @@ class Settings(BaseSettings):
         "SLACK_API_URL", None, "Slack Web API base URL (tests point it at a stand-in).",
         "health", **URL,
     )  # fmt: skip
+    # -- reconciler ------------------------------------------------------------------
+    reconcile_interval_s: Int = var(
+        "RECONCILE_INTERVAL", 60,
+        "Seconds between reconciler runs by the local Lambda host (0 = off).",
+        "local host", ge=0, le=86_400,
+    )  # fmt: skip
+    reconcile_lost_after_s: Int = var(
+        "RECONCILE_LOST_AFTER", 1800,
+        "A PENDING/RETRYING task due, or a PROCESSING lease lapsed, longer than this (s) "
+        "has lost its message and is sent again. Keep it above the queue's visibility "
+        "timeout and the retry backoff cap, or healthy backlogs get duplicate messages.",
+        "reconciler", ge=1, le=604_800,
+    )  # fmt: skip
+    reconcile_stall_after_s: Int = var(
+        "RECONCILE_STALL_AFTER", 300,
+        "A running job whose last task change is older than this (s) and that the "
+        "dispatcher should have moved on (uncounted terminal task, BLOCKED task with "
+        "finished dependencies, every task counted) is moved on by the reconciler.",
+        "reconciler", ge=1, le=604_800,
+    )  # fmt: skip
     # -- runtime ---------------------------------------------------------------------
     ecs_agent_uri: str | None = var(
         "ECS_AGENT_URI", None, "Set by ECS; enables task scale-in protection.", "worker", **URL
     )
     log_level: Annotated[LogLevel, Level] = var("LOG_LEVEL", "INFO", "Log level.", "all")
+    clock_offset_ms: Int = var(
+        "AGENTQ_TEST_CLOCK_OFFSET_MS", 0,
+        "TEST ONLY: shifts this process's agentq clock (`agentq.events.now_ms`: leases, "
+        "locks, retry times) by this many ms, to play a host with a skewed clock (the "
+        "chaos harness's --faults mode). Never set it in a deployment.",
+        "chaos harness", ge=-60_000, le=60_000,
+    )  # fmt: skip
 
     @classmethod
     def settings_customise_sources(
@@ -364,6 +392,18 @@ class Settings(BaseSettings):
         reappears after a crash still finds the lease live. The clock-skew budget is
         worker/leasefile.py's `skew_budget` (2 s at the defaults), not this margin."""
         return self.extension_amount_s * 1.5
+
+
+@functools.cache
+def clock_offset_ms() -> int:
+    """AGENTQ_TEST_CLOCK_OFFSET_MS, read once per process (`now_ms` is a hot path)."""
+    raw = os.environ.get("AGENTQ_TEST_CLOCK_OFFSET_MS", "").strip()
+    if not raw:
+        return 0
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError("AGENTQ_TEST_CLOCK_OFFSET_MS", f"expected an integer, got {raw!r}") from None
 
 
 def env_name(attribute: str) -> str:

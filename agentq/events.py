@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, get_args
 
+from agentq.config import clock_offset_ms
 from agentq.envelope import validate_request_id
 from agentq.errors import InvalidInput, UnknownEventType
 from agentq.states import TaskState
@@ -32,8 +33,10 @@ DetailType = Literal[
     "Task Failed",
     "Task Timeout",
     "Task Cancelled",
+    "Task Repaired",
     "Job Completed",
     "Job Failed",
+    "Job Repaired",
 ]
 DETAIL_TYPES: Final[tuple[DetailType, ...]] = get_args(DetailType)
 
@@ -48,13 +51,17 @@ STATE_AFTER: Final[dict[DetailType, TaskState | None]] = {
     "Task Failed": TaskState.FAILED,
     "Task Timeout": TaskState.TIMEOUT,
     "Task Cancelled": TaskState.CANCELLED,
+    # The reconciler re-sent a lost message; the state itself did not change.
+    "Task Repaired": None,
     "Job Completed": None,
     "Job Failed": None,
+    "Job Repaired": None,
 }
 
 
 def now_ms() -> int:
-    return int(datetime.now(UTC).timestamp() * 1000)
+    # The offset is 0 outside the chaos harness, which skews some workers' clocks.
+    return int(datetime.now(UTC).timestamp() * 1000) + clock_offset_ms()
 
 
 def iso_ms(epoch_ms: int) -> str:
@@ -189,7 +196,7 @@ def task_event(
 
 
 def job_event(
-    detail_type: Literal["Job Completed", "Job Failed"],
+    detail_type: Literal["Job Completed", "Job Failed", "Job Repaired"],
     *,
     job_id: str,
     tenant: str,

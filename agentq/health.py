@@ -6,6 +6,9 @@ Every finding comes from the status index (`TaskStore.tasks_by_status`), never a
 - overtime: PROCESSING past its `deadlineAt` (the definition's timeout) plus a grace.
 - starving: PENDING, or RETRYING past its `retryAt`, for longer than a threshold.
 - dlq: messages waiting in the DLQ (the dlq-processor should keep it near empty).
+- repaired: the reconciler repaired something (`Task Repaired` / `Job Repaired`
+  events, through the byType index). A repair is a healthy outcome of an unhealthy
+  event (a lost message, a missed dispatch), so any repair at all is worth a look.
 
 `AlertLedger` deduplicates: a finding alerts once per (subject, condition, version),
 where the version changes when the situation changes (a new lease, attempt or depth).
@@ -28,10 +31,11 @@ from agentq.store import EventStore, TaskRecord, TaskStore
 from agentq.store._dynamo import condition_failed
 from agentq.store.codec import values
 
-Condition = Literal["stuck", "overtime", "starving", "dlq"]
+Condition = Literal["stuck", "overtime", "starving", "dlq", "repaired"]
 ALERT_PK_PREFIX: Final = "ALERT#"
 logger = logging.getLogger(__name__)
 _DAY_S: Final = 86_400
+_REPAIR_EVENTS: Final = ("Task Repaired", "Job Repaired")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,6 +149,7 @@ class HealthChecker:
         findings += self._stuck(processing, now)
         findings += self._overtime(processing, now)
         findings += self._starving(now)
+        findings += self._repaired(now)
         dlq = self._dlq_health() if self._settings.dlq_url else None
         if dlq is not None and dlq.depth > 0:
             findings.append(self._dlq_finding(dlq))
@@ -228,6 +233,35 @@ class HealthChecker:
             last_event=last_event,
             inspect=f"agentq status {record.request_id} --tenant {record.tenant}",
         )
+
+    def _repaired(self, now: int) -> list[Finding]:
+        # Alert markers live as long as this window, so a repair alerts exactly once.
+        since = now - self._settings.alert_dedupe_days * _DAY_S * 1000
+        result = []
+        for detail_type in _REPAIR_EVENTS:
+            for event in self._events.events_by_type(detail_type, since_ms=since):
+                payload = event.get("payload") or {}
+                is_job = detail_type == "Job Repaired"
+                subject = str(event.get("jobId") if is_job else event.get("requestId"))
+                at = event.get("timestampMs")
+                result.append(
+                    Finding(
+                        condition="repaired",
+                        subject=subject,
+                        tenant=str(event.get("tenant")),
+                        state=str(payload.get("observedState") or ("job" if is_job else "—")),
+                        age_s=max((now - at) / 1000, 0.0) if isinstance(at, int) else 0.0,
+                        version=str(event.get("eventId")),
+                        summary=f"{payload.get('repair', 'repair')}: {payload.get('detail', '')}",
+                        last_event=f"{detail_type} at {event.get('timestamp')}",
+                        inspect=(
+                            f"agentq job status {subject} --tenant {event.get('tenant')}"
+                            if is_job
+                            else f"agentq status {subject} --tenant {event.get('tenant')}"
+                        ),
+                    )
+                )
+        return result
 
     # -- the DLQ -------------------------------------------------------------------
     def _dlq_health(self) -> QueueHealth:

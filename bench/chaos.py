@@ -28,47 +28,35 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import random
 import signal
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import psutil
-
+from agentq.client import AgentqClient
 from agentq.config import Settings
 from agentq.envelope import TaskEnvelope
+from agentq.jobs import task_request_id
 from agentq.local.aws import MotoServer
 from agentq.local.lambda_host import LambdaHost
 from agentq.local.workers import WorkerProcess
 from agentq.states import TaskState
 from agentq.store import keys
-from bench.chaos_verify import (
-    MARKER,
-    ChaosReport,
-    Kill,
-    Kind,
-    Malformed,
-    Planned,
-    verify,
-)
-from bench.stack import (
-    Stage,
-    envelope,
-    moto_server,
-    new_stage,
-    read_side_log,
-    stop_all,
-    worker_env,
-)
+from bench.chaos_faults import results_document, verify_faults
+from bench.chaos_killer import Killer, Strikes
+from bench.chaos_model import MARKER, ChaosReport, Planned, PlannedJob
+from bench.chaos_plan import fault_spec, job_count, malformed_messages, plan, plan_jobs
+from bench.chaos_verify import verify
+from bench.stack import Stage, moto_server, new_stage, read_side_log, stop_all, worker_env
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,148 +78,30 @@ class ChaosConfig:
     # With the queue empty and no task finishing for this long, the rest are stuck.
     stall_s: float = 20.0
     seed: int | None = None
-
-
-# -- the plan ----------------------------------------------------------------------------
-def plan(config: ChaosConfig, rng: random.Random, side_log: Path) -> list[Planned]:
-    kinds: list[Kind] = rng.choices(
-        ["ok", "flaky", "permanent", "timeout", "duplicate"],
-        weights=[55, 15, 10, 5, 15],
-        k=config.tasks,
-    )
-    planned = []
-    for kind in kinds:
-        payload: dict[str, Any] = {"side_log": str(side_log), "seconds": rng.uniform(0.1, 1.0)}
-        definition = "bench-work"
-        if kind == "flaky":
-            payload["mode"] = "flaky"
-        elif kind == "permanent":
-            payload["mode"] = "permanent"
-        elif kind == "timeout":
-            definition, payload["seconds"] = "bench-hang", 30
-        planned.append(Planned(envelope=envelope(definition, payload), kind=kind))
-    return planned
-
-
-def malformed_messages(count: int) -> list[Malformed]:
-    shapes = []
-    for n in range(count):
-        rid = f"chaos-bad-{uuid.uuid4().hex[:10]}"
-        shape = n % 3
-        if shape == 0:
-            shapes.append(Malformed(body="{not json", attributes={"requestId": rid},
-                                    request_id=rid, tenant=Settings().tenant_id))  # fmt: skip
-        elif shape == 1:
-            body = envelope("bench-work", {}).to_body()
-            shapes.append(Malformed(body=body, attributes={"requestId": "bad id !"},
-                                    request_id=None, tenant=""))  # fmt: skip
-        else:
-            bad = TaskEnvelope(request_id=rid, tenant="bench", definition="no-such-definition")
-            shapes.append(Malformed(body=bad.to_body(), attributes={"requestId": rid},
-                                    request_id=rid, tenant="bench"))  # fmt: skip
-    return shapes
-
-
-# -- the killer --------------------------------------------------------------------------
-class Killer:
-    """Kills a random worker (with its children) or one task child, then restarts it."""
-
-    def __init__(
-        self,
-        fleet: list[WorkerProcess],
-        env: Mapping[str, str],
-        config: ChaosConfig,
-        rng: random.Random,
-    ) -> None:
-        self._fleet = fleet
-        self._env = env
-        self._config = config
-        self._rng = rng
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="killer", daemon=True)
-        self._incarnations: Counter[str] = Counter()
-        self._ids: dict[str, str] = {}
-        self.kills: list[Kill] = []
-        self.errors: list[str] = []
-        self.began: float | None = None  # monotonic; how long the killer struck
-        self.ended: float | None = None
-
-    def start_worker(self, worker: WorkerProcess) -> None:
-        self._incarnations[worker.name] += 1
-        self._ids[worker.name] = f"{worker.name}.{self._incarnations[worker.name]}"
-        worker.start({**self._env, "WORKER_ID": self._ids[worker.name]})
-
-    def start(self) -> None:
-        self.began = time.monotonic()
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
-        if self.began is not None and self.ended is None:
-            self.ended = time.monotonic()
+    # -- --faults: AWS faults, stale holders, skewed clocks, jobs, the reconciler ------
+    faults: bool = False
+    fault_scale: float = 1.0  # times the mix of bench.chaos_plan.FAULT_RULES (~5 %)
+    freeze_share: float = 0.25  # of strikes, on a worker running tasks
+    clock_offset_ms: int = 2_000  # w0 runs this far ahead, w1 as far behind
+    # Overlap tolerated between two attempts: the offsets above, which equal the
+    # documented default skew budget (worker/leasefile.py; L/12 with these short leases).
+    skew_budget_s: float = 2.0
+    reconcile_interval_s: float = 3.0
+    reconcile_lost_after_s: int = 20
+    reconcile_stall_after_s: int = 10
 
     @property
-    def seconds(self) -> float:
-        if self.began is None:
-            return 0.0
-        return (self.ended or time.monotonic()) - self.began
+    def lease_s(self) -> float:
+        return self.extension_s * 1.5
 
-    def _loop(self) -> None:
-        low, high = self._config.kill_interval_s
-        # Fixed rate: a strike's own time (finding a victim, restarting the worker) is
-        # part of the interval, not added to it.
-        due = time.monotonic() + self._rng.uniform(low, high)
-        while not self._stop.wait(max(0.0, due - time.monotonic())):
-            due = max(due, time.monotonic() - low) + self._rng.uniform(low, high)
-            try:
-                self._strike()
-            except Exception as exc:  # the run goes on; the report shows it
-                self.errors.append(f"killer: {exc!r}")
-
-    def _strike(self) -> None:
-        worker = self._rng.choice(self._fleet)
-        children = []
-        for proc in worker.task_children():
-            with contextlib.suppress(psutil.Error):
-                if proc.ppid() == worker.pid:
-                    children.append(proc)
-        # A process runs no more code once SIGKILL is sent: the time it was sent bounds
-        # its execution, and nothing waits for the victims to be reaped (a frozen
-        # worker's children stay zombies until it dies: waiting took most of a strike).
-        if children and self._rng.random() < self._config.child_kill_share:
-            child = self._rng.choice(children)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.pid, signal.SIGKILL)
-            self.kills.append(Kill(at=time.time(), worker=worker.name,
-                                   worker_id=self._ids[worker.name], pids=(child.pid,),
-                                   child_only=True))  # fmt: skip
-            return
-        # Freeze the worker, then kill its children, then the worker: a host that dies
-        # takes everything at once; the frozen worker cannot see its children end, just
-        # as it could not then.
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(worker.pid, signal.SIGSTOP)
-        victims = worker.task_children()
-        for proc in victims:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        at = time.time()
-        pids = tuple(p.pid for p in victims)
-        worker.send(signal.SIGKILL)
-        worker.wait(timeout=30)  # our own child: reaped at once
-        self.kills.append(
-            Kill(
-                at=at,
-                worker=worker.name,
-                worker_id=self._ids[worker.name],
-                pids=pids,
-                child_only=False,
-            )
+    def strikes(self) -> Strikes:
+        return Strikes(
+            interval_s=self.kill_interval_s,
+            child_kill_share=self.child_kill_share,
+            freeze_share=self.freeze_share if self.faults else 0.0,
+            # Past the lease, and past the clock skew, so another worker takes over.
+            freeze_s=self.lease_s + self.skew_budget_s + 2.0,
         )
-        self.start_worker(worker)
 
 
 # -- running -----------------------------------------------------------------------------
@@ -244,40 +114,77 @@ def run(
     rng = random.Random(config.seed)
     work_dir = work_dir or Path(tempfile.mkdtemp(prefix="agentq-chaos-"))
     side_log = work_dir / "executions.jsonl"
+    fault_log = work_dir / "faults.jsonl"
+    # The harness's own clients (submit, poll, verify) are built before any fault is
+    # configured: only the processes under test see faults.
     stage = new_stage(server, prefix="c")
     stage.set_visibility_timeout(config.visibility_timeout_s)
     run_id = uuid.uuid4().hex[:12]
+    extra: dict[str, str] = {}
+    per_worker: dict[str, dict[str, str]] = {}
+    if config.faults:
+        extra = {
+            "AGENTQ_FAULTS": fault_spec(config.fault_scale),
+            "AGENTQ_FAULTS_SEED": str(rng.randrange(2**31)),
+            "AGENTQ_FAULTS_LOG": str(fault_log),
+            "RECONCILE_LOST_AFTER": str(config.reconcile_lost_after_s),
+            "RECONCILE_STALL_AFTER": str(config.reconcile_stall_after_s),
+        }
+        offset = config.clock_offset_ms
+        per_worker = {"w0": {"AGENTQ_TEST_CLOCK_OFFSET_MS": str(offset)},
+                      "w1": {"AGENTQ_TEST_CLOCK_OFFSET_MS": str(-offset)}}  # fmt: skip
     env = worker_env(
         stage,
         MAX_CONCURRENT_CLAUDE=str(config.slots),
         VISIBILITY_EXTENSION_INTERVAL=str(config.heartbeat_interval_ms),
         VISIBILITY_EXTENSION_AMOUNT=str(config.extension_s),
         **{MARKER: run_id},
+        **extra,
     )
-    planned = plan(config, rng, side_log)
+    n_jobs = job_count(config.tasks) if config.faults else 0
+    jobs = plan_jobs(n_jobs, rng, side_log, tenant=Settings().tenant_id)
+    job_tasks = _job_tasks(jobs)
+    planned = plan(max(0, config.tasks - len(job_tasks)), rng, side_log)
     bad = malformed_messages(max(1, config.tasks // 20))
-    report = ChaosReport(tasks=len(planned), malformed=len(bad))
+    report = ChaosReport(tasks=len(planned) + len(job_tasks), malformed=len(bad),
+                         faults_mode=config.faults, jobs=len(jobs), job_tasks=len(job_tasks),
+                         skew_budget_s=config.skew_budget_s if config.faults else 0.0)  # fmt: skip
+    if per_worker:
+        report.skewed_workers = ", ".join(
+            f"{name} {int(env_['AGENTQ_TEST_CLOCK_OFFSET_MS']):+d}"
+            for name, env_ in per_worker.items()
+            if int(name[1:]) < config.workers
+        )
     saved_env = dict(os.environ)
-    os.environ.update(stage.env())  # the Lambda handlers read it, as on Lambda
+    # The Lambda handlers read it, as on Lambda (and the host's faults with it).
+    os.environ.update({**stage.env(), **extra})
     # The handlers log and print EMF metrics to stdout; keep them out of the report. The
     # file stays open: Powertools keeps the stream it saw at import.
     lambda_log = (work_dir / "lambda-host.log").open("a")
     redirect = contextlib.redirect_stdout(lambda_log)
     redirect.__enter__()
+    # A handler that raises (AWS faults make them raise often) is logged with its
+    # traceback and retried: into the same file, not over the report.
+    host_logger = logging.getLogger("agentq.local.lambda_host")
+    host_handler = logging.StreamHandler(lambda_log)
+    host_logger.addHandler(host_handler)
+    host_logger.propagate = False
     began = time.monotonic()
     fleet = [WorkerProcess(f"w{i}", log_dir=work_dir) for i in range(config.workers)]
-    killer = Killer(fleet, env, config, rng)
-    host = LambdaHost(stage.resources, Settings.from_env(), health_interval_s=0)
+    killer = Killer(fleet, env, config.strikes(), rng, per_worker)
+    host = LambdaHost(stage.resources, Settings.from_env(), health_interval_s=0,
+                      reconcile_interval_s=config.reconcile_interval_s if config.faults else 0)  # fmt: skip
     try:
         host.start()
         for worker in fleet:
             killer.start_worker(worker)
         duplicates = [p for p in planned if p.kind == "duplicate"]
         stage.send([p.envelope for p in planned])
+        _create_jobs(stage, jobs)
         for message in bad:
             stage.send_raw(message.body, message.attributes)
         killer.start()
-        _settle(stage, planned, duplicates, killer, config, began)
+        _settle(stage, [*planned, *job_tasks], duplicates, killer, config, began)
         killer.stop()
         with contextlib.suppress(TimeoutError):
             stage.wait_drained(30)  # verify reports what is left
@@ -295,14 +202,42 @@ def run(
             host.stop()
         os.environ.clear()
         os.environ.update(saved_env)
+        host_logger.removeHandler(host_handler)
+        host_logger.propagate = True
         redirect.__exit__(None, None, None)
     report.seconds = time.monotonic() - began
     report.killing_seconds = killer.seconds
+    report.stale_holders = len(killer.freezes)
     (work_dir / "kills.json").write_text(json.dumps([k.__dict__ for k in killer.kills], indent=1))
     report.duplicates_sent = len([p for p in planned if p.kind == "duplicate"])
     report.violations.extend(killer.errors)
-    verify(stage, planned, bad, read_side_log(side_log), killer.kills, fleet, run_id, report)
+    runs = read_side_log(side_log)
+    verify(stage, planned, bad, runs, killer.kills, fleet, run_id, report,
+           freezes=killer.freezes, budget_s=report.skew_budget_s)  # fmt: skip
+    if config.faults:
+        verify_faults(stage, planned, jobs, runs, killer.kills, killer.freezes, fleet, report,
+                      fault_log=fault_log, max_attempts=Settings().max_message_retries)  # fmt: skip
     return report
+
+
+def _job_tasks(jobs: Sequence[PlannedJob]) -> list[Planned]:
+    """Job tasks as the settle loop polls them (their envelopes come from the dispatcher)."""
+    return [
+        Planned(envelope=TaskEnvelope(request_id=task_request_id(job.job_id, key),
+                                      tenant=job.tenant, definition="bench-work"), kind=kind)
+        for job in jobs
+        for key, kind in job.kinds.items()
+    ]  # fmt: skip
+
+
+def _create_jobs(stage: Stage, jobs: Sequence[PlannedJob]) -> None:
+    # With the harness's own (fault-free) clients, like a producer outside the test.
+    clients = stage.clients
+    client = AgentqClient(settings=Settings.from_env(stage.env()), sqs=clients["sqs"],
+                          dynamodb=clients["dynamodb"], events=clients["events"],
+                          s3=clients["s3"])  # fmt: skip
+    for job in jobs:
+        client.create_job(job.spec, job_id=job.job_id, tenant=job.tenant)
 
 
 def _settle(
@@ -323,7 +258,11 @@ def _settle(
         now = time.monotonic()
         if now > deadline:
             return  # verify reports every task that is not terminal
-        if not killing and now - progress_at > config.stall_s and stage.queue_counts() == (0, 0):
+        # The reconciler needs its bounds and a run to repair a lost message or a job.
+        stall_s = config.stall_s + (
+            config.reconcile_lost_after_s + 3 * config.reconcile_interval_s if config.faults else 0
+        )
+        if not killing and now - progress_at > stall_s and stage.queue_counts() == (0, 0):
             return  # nothing left to deliver: the open tasks are stuck (verify reports them)
         for request_id in _terminal(stage, list(open_tasks.values())):
             del open_tasks[request_id]
@@ -389,13 +328,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--slots", type=int, default=3)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--faults", action="store_true",
+                        help="AWS faults (~5 %% of calls), stale holders, skewed clocks, jobs")  # fmt: skip
+    parser.add_argument("--fault-scale", type=float, default=1.0,
+                        help="multiply every fault rate (with --faults)")  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="give up after (s); default 900, 1800 with --faults")  # fmt: skip
+    parser.add_argument("--output", type=Path, default=None,
+                        help="results JSON (default bench/results/chaos[-faults].json)")  # fmt: skip
     args = parser.parse_args(argv)
     # A SIGTERM (CI timeout) unwinds through `run`'s cleanup instead of orphaning workers.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     config = ChaosConfig(tasks=args.tasks, workers=args.workers, slots=args.slots,
-                         seed=args.seed)  # fmt: skip
+                         seed=args.seed, faults=args.faults, fault_scale=args.fault_scale,
+                         timeout_s=args.timeout or (1800.0 if args.faults else 900.0))  # fmt: skip
     report = run(config)
     print_report(report)
+    output = args.output or RESULTS_DIR / ("chaos-faults.json" if args.faults else "chaos.json")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    document = results_document(report, command=" ".join(["python -m bench.chaos", *(argv or sys.argv[1:])]),
+                                config=config.__dict__)  # fmt: skip
+    output.write_text(json.dumps(document, indent=1, default=str) + "\n")
+    print(f"wrote {output}")
     return 1 if report.violations else 0
 
 
@@ -403,7 +357,10 @@ def print_report(report: ChaosReport) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="chaos: exactly-once under SIGKILL")
+    title = "chaos: exactly-once under SIGKILL" + (
+        ", AWS faults, stale holders, skew" if report.faults_mode else ""
+    )
+    table = Table(title=title)
     table.add_column("measure")
     table.add_column("value", justify="right")
     for key, value in report.summary().items():
@@ -414,6 +371,13 @@ def print_report(report: ChaosReport) -> None:
         console.print(f"[red]violation[/red] {violation}")
     for finding in report.findings[:20]:
         console.print(f"[yellow]finding[/yellow] {finding}")
+    if report.faults:
+        faults = Table(title="AWS faults injected, by kind")
+        faults.add_column("kind")
+        faults.add_column("count", justify="right")
+        for kind, count in sorted(report.faults.items()):
+            faults.add_row(kind, str(count))
+        console.print(faults)
 
 
 if __name__ == "__main__":

@@ -9,109 +9,34 @@ import itertools
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import psutil
 
 from agentq.dlq import DlqArchive
-from agentq.envelope import TaskEnvelope
 from agentq.local.workers import WorkerProcess
 from agentq.states import TaskState
 from agentq.store.events import EventStore
 from agentq.store.tasks import TaskRecord, TaskStore
+from bench.chaos_model import (
+    EXPECTED,
+    MARKER,
+    TERMINAL_EVENTS,
+    ChaosReport,
+    Freeze,
+    Kill,
+    Malformed,
+    Planned,
+)
 from bench.stack import Stage
 from worker.leasefile import FENCE_MESSAGE, FENCED_MESSAGE, WATCHDOG_LINE
-
-Kind = Literal["ok", "flaky", "permanent", "timeout", "duplicate"]
-EXPECTED: dict[Kind, TaskState] = {
-    "ok": TaskState.COMPLETED,
-    "flaky": TaskState.COMPLETED,
-    "permanent": TaskState.FAILED,
-    "timeout": TaskState.TIMEOUT,
-    "duplicate": TaskState.COMPLETED,
-}
-TERMINAL_EVENTS = {
-    "Task Completed": TaskState.COMPLETED,
-    "Task Failed": TaskState.FAILED,
-    "Task Timeout": TaskState.TIMEOUT,
-    "Task Cancelled": TaskState.CANCELLED,
-}
-MARKER = "AGENTQ_CHAOS_RUN"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Planned:
-    envelope: TaskEnvelope
-    kind: Kind
-
-
-@dataclass(frozen=True, kw_only=True)
-class Malformed:
-    body: str
-    attributes: Mapping[str, str]
-    request_id: str | None  # the id a `Task Failed` must carry, when there is one
-    tenant: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class Kill:
-    at: float
-    worker: str
-    worker_id: str  # the incarnation that died (its WORKER_ID)
-    pids: tuple[int, ...]  # the task children that died with it (or the one child)
-    child_only: bool
-
-
-@dataclass
-class ChaosReport:
-    tasks: int = 0
-    malformed: int = 0
-    duplicates_sent: int = 0
-    worker_kills: int = 0
-    child_kills: int = 0
-    executions: int = 0
-    retries: int = 0
-    duplicates_suppressed: int = 0
-    held_elsewhere: int = 0
-    dead_lettered: int = 0
-    failed_by_chaos: int = 0
-    seconds: float = 0.0
-    killing_seconds: float = 0.0  # how long the killer struck
-    events_lost: int = 0
-    dead_lettered_unrun: int = 0
-    # Attempts ended because their lease was about to lapse unrenewed (worker/leasefile.py).
-    worker_fences: int = 0
-    child_fences: int = 0
-    violations: list[str] = field(default_factory=list)
-    findings: list[str] = field(default_factory=list)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "tasks": self.tasks,
-            "malformed": self.malformed,
-            "duplicates sent": self.duplicates_sent,
-            "worker kills": self.worker_kills,
-            "child kills": self.child_kills,
-            "executions": self.executions,
-            "retries": self.retries,
-            "duplicates suppressed": self.duplicates_suppressed,
-            "held elsewhere (backed off)": self.held_elsewhere,
-            "dead-lettered": self.dead_lettered,
-            "failed by chaos": self.failed_by_chaos,
-            "dead-lettered without running": self.dead_lettered_unrun,
-            "terminal events lost": self.events_lost,
-            "lease fences (worker / child watchdog)": f"{self.worker_fences} / {self.child_fences}",
-            "seconds": round(self.seconds, 1),
-            "killing seconds": round(self.killing_seconds, 1),
-            "violations": len(self.violations),
-        }
 
 
 # -- verifying ---------------------------------------------------------------------------
 @dataclass
-class _Execution:
+class Execution:
     request_id: str
     attempt: int
     pid: int
@@ -124,7 +49,7 @@ def executions_of(
     side_log: Sequence[Mapping[str, Any]],
     kills: Sequence[Kill],
     fenced: Mapping[int, float] | None = None,
-) -> dict[str, list[_Execution]]:
+) -> dict[str, list[Execution]]:
     """Executions per task, from the side log; one without an end line is bounded by the
     kill that ended it, or by the worker's record of a fenced child it ended (a lease
     about to lapse leaves too little grace for the task to record its end)."""
@@ -134,14 +59,14 @@ def executions_of(
             killed_at.setdefault(pid, kill.at)
     for pid, at in (fenced or {}).items():
         killed_at.setdefault(pid, at)
-    runs: dict[tuple[str, int, int], _Execution] = {}
+    runs: dict[tuple[str, int, int], Execution] = {}
     for line in side_log:
         key = (line["requestId"], int(line["attempt"]), int(line["pid"]))
         if line["event"] == "start":
-            runs[key] = _Execution(key[0], key[1], key[2], float(line["t"]))
+            runs[key] = Execution(key[0], key[1], key[2], float(line["t"]))
         elif key in runs:
             runs[key].end, runs[key].outcome = float(line["t"]), str(line["outcome"])
-    by_task: dict[str, list[_Execution]] = {}
+    by_task: dict[str, list[Execution]] = {}
     for execution in runs.values():
         if execution.end is None and execution.pid in killed_at:
             execution.end, execution.outcome = killed_at[execution.pid], "killed"
@@ -160,7 +85,12 @@ def verify(
     fleet: Sequence[WorkerProcess],
     run_id: str,
     report: ChaosReport,
+    *,
+    freezes: Sequence[Freeze] = (),
+    budget_s: float = 0.0,
 ) -> None:
+    """`budget_s`: how far two attempts' executions may overlap (the clock-skew budget);
+    time a worker spent frozen (`freezes`) is not execution."""
     ddb = stage.clients["dynamodb"]
     table = stage.resources.table_name
     store = TaskStore(ddb, table)
@@ -172,6 +102,7 @@ def verify(
     report.executions = sum(len(r) for r in runs.values())
     report.retries = report.executions - len(runs)
     killed_holders = {k.worker_id for k in kills}
+    frozen = frozen_windows(freezes)
 
     for item in planned:
         rid = item.envelope.request_id
@@ -238,7 +169,7 @@ def verify(
                     f"{EXPECTED[item.kind].value} (error: {record.raw.get('error')}; "
                     f"executions {len(executions)}; holders {sorted(map(str, holders))})"
                 )
-        _check_executions(item, record, executions, violations)
+        _check_executions(item, record, executions, report, frozen, budget_s)
 
     rejected = _rejections(fleet)
     for message in bad:
@@ -300,7 +231,7 @@ def fenced_children(fleet: Sequence[WorkerProcess]) -> dict[int, float]:
     return ended
 
 
-def _attempts_unrun(record: TaskRecord, executions: Sequence[_Execution]) -> bool:
+def _attempts_unrun(record: TaskRecord, executions: Sequence[Execution]) -> bool:
     error = record.raw.get("error")
     return (
         isinstance(error, Mapping)
@@ -359,17 +290,52 @@ def _check_terminal_events(
         violations.append(f"{rid}: event {terminal[0]} disagrees with state {record.state.value}")
 
 
+def frozen_windows(freezes: Sequence[Freeze]) -> dict[int, list[tuple[float, float]]]:
+    """Child pid -> the (from, to) spans it spent stopped."""
+    windows: dict[int, list[tuple[float, float]]] = {}
+    for freeze in freezes:
+        for pid in freeze.pids:
+            windows.setdefault(pid, []).append((freeze.at, freeze.until))
+    return windows
+
+
+def overlap_s(
+    before: Execution,
+    after: Execution,
+    frozen: Mapping[int, Sequence[tuple[float, float]]],
+    horizon: float,
+) -> float:
+    """How long `before` still ran once `after` had started (its frozen time excluded)."""
+    end = min(before.end if before.end is not None else horizon,
+              after.end if after.end is not None else horizon)  # fmt: skip
+    if end <= after.start:
+        return 0.0
+    stopped = sum(
+        max(0.0, min(end, to) - max(after.start, since)) for since, to in frozen.get(before.pid, ())
+    )
+    return max(0.0, end - after.start - stopped)
+
+
 def _check_executions(
-    item: Planned, record: TaskRecord, executions: list[_Execution], violations: list[str]
+    item: Planned,
+    record: TaskRecord,
+    executions: list[Execution],
+    report: ChaosReport,
+    frozen: Mapping[int, Sequence[tuple[float, float]]],
+    budget_s: float,
 ) -> None:
     rid = item.envelope.request_id
+    violations = report.violations
     horizon = time.time()
-    for before, after in itertools.pairwise(executions):
-        end = before.end if before.end is not None else horizon
-        if after.start < end:
+    for before, after in itertools.combinations(executions, 2):
+        overlap = overlap_s(before, after, frozen, horizon)
+        report.max_overlap_s = max(report.max_overlap_s, overlap)
+        if overlap > budget_s:
+            report.overlaps_beyond_budget += 1
             violations.append(
-                f"{rid}: attempt {after.attempt} (pid {after.pid}) started {end - after.start:.3f}s "
+                f"{rid}: attempt {after.attempt} (pid {after.pid}) started {overlap:.3f}s "
                 f"before attempt {before.attempt} (pid {before.pid}) ended"
+                + (f" (skew budget {budget_s:g}s)" if budget_s else "")
             )
     if record.state is TaskState.COMPLETED:
         finisher = [e for e in executions if e.attempt == record.attempt and e.outcome == "ok"]

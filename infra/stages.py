@@ -77,6 +77,24 @@ class HealthCheckSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReconcilerSettings:
+    enabled: bool = True
+    rate_minutes: int = 5
+    # Above the queue's visibility timeout (900 s) and the retry backoff cap (300 s).
+    lost_after_s: int = 1800
+    stall_after_s: int = 300
+
+    def check(self) -> None:
+        if self.rate_minutes < 1:
+            raise StageError(f"reconciler rate_minutes must be >= 1, got {self.rate_minutes}")
+        if self.lost_after_s < 900:
+            raise StageError(
+                f"reconciler lost_after_s ({self.lost_after_s}) must be at least the queue's "
+                "visibility timeout (900 s), or every backlog gets duplicate messages"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
 class AlarmSettings:
     period_minutes: int = 5
     oldest_message_age_s: int = 1800
@@ -104,6 +122,7 @@ class StageSettings:
     removal_policy: RemovalPolicy = RemovalPolicy.DESTROY
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     health_check: HealthCheckSettings = field(default_factory=HealthCheckSettings)
+    reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings)
     alarms: AlarmSettings = field(default_factory=AlarmSettings)
 
     def __post_init__(self) -> None:
@@ -111,6 +130,7 @@ class StageSettings:
             raise StageError(f"stage name must be lowercase letters/digits, got {self.name!r}")
         self.worker.check()
         self.health_check.check()
+        self.reconciler.check()
 
     @property
     def names(self) -> ResourceNames:
@@ -131,6 +151,8 @@ STAGES: Final[dict[str, StageSettings]] = {
         health_check=HealthCheckSettings(
             enabled=False, rate_minutes=60, alert_channel="#agentq-dev"
         ),
+        # On in dev too: it repairs, it does not page.
+        reconciler=ReconcilerSettings(rate_minutes=15),
         alarms=AlarmSettings(task_failures=20, oldest_message_age_s=3600),
     ),
     "prod": StageSettings(

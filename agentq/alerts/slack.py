@@ -37,6 +37,7 @@ _TITLES: Final = {
     "overtime": ":hourglass: Overtime (past its deadline)",
     "starving": ":zzz: Starving (waiting for a worker)",
     "dlq": ":inbox_tray: Dead-letter queue",
+    "repaired": ":wrench: Repaired by the reconciler (something was lost)",
 }
 
 

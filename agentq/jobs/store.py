@@ -119,6 +119,10 @@ class JobStore:
             "updatedAt": now,
             "tenantPK": keys.tenant_jobs_pk(tenant),
             "tenantSK": f"{iso_ms(now)}#{job_id}",
+            # In the status index while RUNNING, so the reconciler finds open jobs
+            # without a scan; `close` removes it.
+            "statusPK": keys.running_job_pk(job_id),
+            "statusSK": keys.status_sk(now, tenant, job_id),
         }
         try:
             self._ddb.put_item(
@@ -199,7 +203,8 @@ class JobStore:
                 TableName=self._table,
                 Key=self._key(tenant, job_id),
                 UpdateExpression=(
-                    "SET #state = :state, closedAt = :now, closedBy = :by, updatedAt = :now"
+                    "SET #state = :state, closedAt = :now, closedBy = :by, updatedAt = :now "
+                    "REMOVE statusPK, statusSK"
                 ),
                 ConditionExpression="#state = :running AND #done >= #total",
                 ExpressionAttributeNames={"#state": "state", "#done": "done", "#total": "total"},

@@ -9,7 +9,8 @@ schedule. The host stands in for the Lambda service:
   per invocation, as for an EventBridge rule target;
 - one thread on the DLQ calling the dlq-processor with the Lambda SQS event shape
   (lower-camel records, `eventSourceARN`), honouring `batchItemFailures`;
-- a timer calling the health check every HEALTH_CHECK_INTERVAL seconds (0 = off).
+- a timer calling the health check every HEALTH_CHECK_INTERVAL seconds (0 = off);
+- a timer calling the reconciler every RECONCILE_INTERVAL seconds (0 = off).
 
 A handler that raises leaves its message for redelivery, as Lambda does. Handlers run
 one at a time: in one process they share Powertools' module-level state, which one
@@ -48,6 +49,7 @@ TARGET_HANDLERS: Final = {
 }
 DLQ_HANDLER: Final = "lambdas.dlq_processor.handler"
 HEALTH_HANDLER: Final = "lambdas.health_check.handler"
+RECONCILER_HANDLER: Final = "lambdas.reconciler.handler"
 _RETRY_VISIBILITY_S: Final = 5
 
 
@@ -159,6 +161,7 @@ class LambdaHost:
         sqs: Any = None,
         poll_wait_s: int = 1,
         health_interval_s: float | None = None,
+        reconcile_interval_s: float | None = None,
         serve_dlq: bool = True,
     ) -> None:
         self.resources = resources
@@ -167,6 +170,9 @@ class LambdaHost:
         self._wait_s = poll_wait_s
         self._health_interval_s = (
             settings.health_check_interval_s if health_interval_s is None else health_interval_s
+        )
+        self._reconcile_interval_s = (
+            settings.reconcile_interval_s if reconcile_interval_s is None else reconcile_interval_s
         )
         self._serve_dlq = serve_dlq
         self._stop = threading.Event()
@@ -187,7 +193,15 @@ class LambdaHost:
         for poller in self._pollers():
             self._spawn(f"lambda-host-{poller.name}", functools.partial(self._poll, poller))
         if self._health_interval_s > 0:
-            self._spawn("lambda-host-health", self._timer)
+            self._spawn(
+                "lambda-host-health",
+                functools.partial(self._timer, self._health_interval_s, self.run_health_check),
+            )
+        if self._reconcile_interval_s > 0:
+            self._spawn(
+                "lambda-host-reconciler",
+                functools.partial(self._timer, self._reconcile_interval_s, self.run_reconciler),
+            )
         return self
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -211,6 +225,12 @@ class LambdaHost:
         handler = load_handler(HEALTH_HANDLER)
         assert handler is not None
         return self._invoke("health-check", handler, scheduled_event("health-check"))
+
+    def run_reconciler(self) -> Any:
+        """One reconciler invocation now (what its timer does)."""
+        handler = load_handler(RECONCILER_HANDLER)
+        assert handler is not None
+        return self._invoke("reconciler", handler, scheduled_event("reconciler"))
 
     # -- wiring ------------------------------------------------------------------------
     def _check_environment(self) -> None:
@@ -328,11 +348,11 @@ class LambdaHost:
             except Exception:
                 logger.exception("lambda host: could not shorten visibility on %s", poller.name)
 
-    def _timer(self) -> None:
-        while not self._stop.wait(self._health_interval_s):
+    def _timer(self, interval_s: float, run: Callable[[], Any]) -> None:
+        while not self._stop.wait(interval_s):
             # A failure is logged by _invoke; the next tick tries again.
             with contextlib.suppress(Exception):
-                self.run_health_check()
+                run()
 
 
 def _arn(resources: LocalResources, url: str) -> str:

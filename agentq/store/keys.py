@@ -45,6 +45,15 @@ def status_sk(due_ms: int, tenant: str, request_id: str) -> str:
     return f"{due_ms:0{_DUE_DIGITS}d}#{tenant}#{request_id}"
 
 
+def running_job_partition(shard: int) -> str:
+    """RUNNING jobs share the status index with tasks, in partitions of their own."""
+    return f"JOBSTATUS#RUNNING#{shard}"
+
+
+def running_job_pk(job_id: str) -> str:
+    return running_job_partition(status_shard(job_id))
+
+
 def due_bound(before_ms: int) -> str:
     """Every status sort key due strictly before `before_ms` sorts below this."""
     return f"{before_ms:0{_DUE_DIGITS}d}"

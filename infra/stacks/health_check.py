@@ -20,6 +20,7 @@ from infra.function import AgentqFunction
 from infra.nag import acknowledge
 from infra.policies import table_statement
 from infra.stacks.infrastructure import InfrastructureStack
+from infra.stacks.reconciler import Reconciler
 from infra.stages import StageSettings
 
 
@@ -107,4 +108,8 @@ class HealthCheckStack(cdk.Stack):
             enabled=health.enabled,
             targets=[targets.LambdaFunction(self.handler.function, retry_attempts=0)],
         )
-        self.functions = {"health-check": self.handler.function}
+        self.reconciler = Reconciler(self, "Reconcile", settings=settings, core=core, code=code)
+        self.functions = {
+            "health-check": self.handler.function,
+            "reconciler": self.reconciler.handler.function,
+        }

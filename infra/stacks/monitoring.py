@@ -142,6 +142,20 @@ class MonitoringStack(cdk.Stack):
             "Workers killed tasks that ran past their timeout (EMF metric TasksTimedOut)",
         )
 
+        alarm(
+            "reconciler-repairs",
+            cloudwatch.Metric(
+                namespace=WORKER_NAMESPACE,
+                metric_name="Repairs",
+                dimensions_map={"service": "agentq-reconciler"},
+                statistic="Sum",
+                period=period,
+            ),
+            1,
+            "The reconciler re-sent lost messages or moved stalled jobs on: something "
+            "upstream lost them (the health check's Slack alert names each one)",
+        )
+
         self.dashboard = self._dashboard(settings, core, worker, functions, period)
 
     def _dashboard(

@@ -29,6 +29,7 @@ HANDLERS = {
     "lambdas.health_check.handler",
     "lambdas.dispatcher.handler",
     "lambdas.producer_api.handler",
+    "lambdas.reconciler.handler",
 }
 # Actions AWS authorizes only on Resource "*" (no resource-level permissions exist).
 STAR_ONLY_ACTIONS = {
@@ -241,7 +242,7 @@ def test_infra_lambdas_use_the_shared_asset_handlers_and_runtime(stage: Synthesi
         assert variables[env_name("stage")] == stage.stacks.settings.name
         assert env_name("table_name") in variables
         assert "LoggingConfig" in function  # its own log group, with retention
-    # One code asset for all five functions.
+    # One code asset for every function.
     keys = {json.dumps(f["Code"]["S3Key"]) for f in functions}
     assert len(keys) == 1
 

@@ -79,6 +79,7 @@ def test_every_handler_module_is_probed() -> None:
         "lambdas.health_check",
         "lambdas.dispatcher",
         "lambdas.producer_api",
+        "lambdas.reconciler",
     }
 
 

@@ -1,0 +1,187 @@
+"""The chaos harness's hand: kills workers and task children, and freezes workers.
+
+Each strike picks a random worker not frozen at the moment and either
+
+- SIGKILLs one task child (`child_kill_share` of strikes, when it has one);
+- freezes it with its children (SIGSTOP, `freeze_share` of strikes, when it runs a
+  task) for longer than a lease, then resumes them (SIGCONT): a stale holder that
+  wakes up believing it still holds its tasks, while another worker took them over;
+- or SIGKILLs it with its children, like a host that died, and starts it again.
+
+Workers get their environment from `env` plus `per_worker[name]` (a clock offset).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import psutil
+
+from agentq.local.workers import WorkerProcess
+from bench.chaos_model import Freeze, Kill
+
+
+@dataclass(frozen=True, kw_only=True)
+class Strikes:
+    interval_s: tuple[float, float] = (2.0, 5.0)
+    child_kill_share: float = 0.3
+    freeze_share: float = 0.0
+    freeze_s: float = 0.0  # how long a frozen worker stays stopped
+
+
+class Killer:
+    def __init__(
+        self,
+        fleet: list[WorkerProcess],
+        env: Mapping[str, str],
+        strikes: Strikes,
+        rng: random.Random,
+        per_worker: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
+        self._fleet = fleet
+        self._env = env
+        self._per_worker = per_worker or {}
+        self._strikes = strikes
+        self._rng = rng
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="killer", daemon=True)
+        self._incarnations: Counter[str] = Counter()
+        self._ids: dict[str, str] = {}
+        self._frozen: dict[str, tuple[int, ...]] = {}  # worker name -> stopped pids
+        self._frozen_lock = threading.Lock()
+        self._resumers: list[threading.Timer] = []
+        self.kills: list[Kill] = []
+        self.freezes: list[Freeze] = []
+        self.errors: list[str] = []
+        self.began: float | None = None  # monotonic; how long the killer struck
+        self.ended: float | None = None
+
+    def start_worker(self, worker: WorkerProcess) -> None:
+        self._incarnations[worker.name] += 1
+        self._ids[worker.name] = f"{worker.name}.{self._incarnations[worker.name]}"
+        env = {**self._env, **self._per_worker.get(worker.name, {})}
+        worker.start({**env, "WORKER_ID": self._ids[worker.name]})
+
+    def start(self) -> None:
+        self.began = time.monotonic()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        for timer in self._resumers:
+            timer.cancel()
+        for name in list(self._frozen):
+            self._resume(name)  # nothing may stay stopped past the run
+        if self.began is not None and self.ended is None:
+            self.ended = time.monotonic()
+
+    @property
+    def seconds(self) -> float:
+        if self.began is None:
+            return 0.0
+        return (self.ended or time.monotonic()) - self.began
+
+    def _loop(self) -> None:
+        low, high = self._strikes.interval_s
+        # Fixed rate: a strike's own time (finding a victim, restarting the worker) is
+        # part of the interval, not added to it.
+        due = time.monotonic() + self._rng.uniform(low, high)
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
+            due = max(due, time.monotonic() - low) + self._rng.uniform(low, high)
+            try:
+                self._strike()
+            except Exception as exc:  # the run goes on; the report shows it
+                self.errors.append(f"killer: {exc!r}")
+
+    def _strike(self) -> None:
+        with self._frozen_lock:
+            awake = [w for w in self._fleet if w.name not in self._frozen]
+        if not awake:
+            return
+        worker = self._rng.choice(awake)
+        children = []
+        for proc in worker.task_children():
+            with contextlib.suppress(psutil.Error):
+                if proc.ppid() == worker.pid:
+                    children.append(proc)
+        roll = self._rng.random()
+        # A process runs no more code once SIGKILL is sent: the time it was sent bounds
+        # its execution, and nothing waits for the victims to be reaped (a frozen
+        # worker's children stay zombies until it dies: waiting took most of a strike).
+        if children and roll < self._strikes.child_kill_share:
+            child = self._rng.choice(children)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)
+            self.kills.append(Kill(at=time.time(), worker=worker.name,
+                                   worker_id=self._ids[worker.name], pids=(child.pid,),
+                                   child_only=True))  # fmt: skip
+            return
+        if children and roll < self._strikes.child_kill_share + self._strikes.freeze_share:
+            self._freeze(worker, [c.pid for c in children])
+            return
+        self._kill(worker)
+
+    def _kill(self, worker: WorkerProcess) -> None:
+        # Freeze the worker, then kill its children, then the worker: a host that dies
+        # takes everything at once; the frozen worker cannot see its children end, just
+        # as it could not then.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.pid, signal.SIGSTOP)
+        victims = worker.task_children()
+        for proc in victims:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        at = time.time()
+        pids = tuple(p.pid for p in victims)
+        worker.send(signal.SIGKILL)
+        worker.wait(timeout=30)  # our own child: reaped at once
+        self.kills.append(Kill(at=at, worker=worker.name, worker_id=self._ids[worker.name],
+                               pids=pids, child_only=False))  # fmt: skip
+        self.start_worker(worker)
+
+    def _freeze(self, worker: WorkerProcess, children: list[int]) -> None:
+        # The worker first, so it cannot see its children stop; each child's whole
+        # process group (the task and anything it started) with it.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.pid, signal.SIGSTOP)
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGSTOP)
+        with self._frozen_lock:
+            self._frozen[worker.name] = tuple(children)
+        at = time.time()
+        self.freezes.append(Freeze(at=at, until=at + self._strikes.freeze_s, worker=worker.name,
+                                   worker_id=self._ids[worker.name], pids=tuple(children)))  # fmt: skip
+        timer = threading.Timer(self._strikes.freeze_s, self._resume, args=(worker.name,))
+        timer.daemon = True
+        self._resumers.append(timer)
+        timer.start()
+
+    def _resume(self, name: str) -> None:
+        with self._frozen_lock:
+            children = self._frozen.pop(name, None)
+        if children is None:
+            return
+        worker = next(w for w in self._fleet if w.name == name)
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError, AssertionError):
+            os.kill(worker.pid, signal.SIGCONT)
+        at = time.time()
+        # The record says when they really woke (a timer can fire late on a busy host).
+        for index, freeze in enumerate(self.freezes):
+            if freeze.worker == name and freeze.until >= at - 60 and freeze.pids == children:
+                self.freezes[index] = Freeze(at=freeze.at, until=at, worker=freeze.worker,
+                                             worker_id=freeze.worker_id, pids=freeze.pids)  # fmt: skip

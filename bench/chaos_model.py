@@ -1,0 +1,164 @@
+"""What the chaos harness plans, does and reports (shared by bench.chaos and its verdicts)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentq.envelope import TaskEnvelope
+from agentq.states import TaskState
+
+Kind = Literal["ok", "flaky", "permanent", "timeout", "duplicate"]
+EXPECTED: dict[Kind, TaskState] = {
+    "ok": TaskState.COMPLETED,
+    "flaky": TaskState.COMPLETED,
+    "permanent": TaskState.FAILED,
+    "timeout": TaskState.TIMEOUT,
+    "duplicate": TaskState.COMPLETED,
+}
+TERMINAL_EVENTS = {
+    "Task Completed": TaskState.COMPLETED,
+    "Task Failed": TaskState.FAILED,
+    "Task Timeout": TaskState.TIMEOUT,
+    "Task Cancelled": TaskState.CANCELLED,
+}
+MARKER = "AGENTQ_CHAOS_RUN"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Planned:
+    envelope: TaskEnvelope
+    kind: Kind
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannedJob:
+    """A job of the run: its spec, and the kind each of its tasks was given."""
+
+    job_id: str
+    tenant: str
+    spec: Mapping[str, Any]
+    kinds: Mapping[str, Kind]  # task key -> kind
+
+
+@dataclass(frozen=True, kw_only=True)
+class Malformed:
+    body: str
+    attributes: Mapping[str, str]
+    request_id: str | None  # the id a `Task Failed` must carry, when there is one
+    tenant: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Kill:
+    at: float
+    worker: str
+    worker_id: str  # the incarnation that died (its WORKER_ID)
+    pids: tuple[int, ...]  # the task children that died with it (or the one child)
+    child_only: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Freeze:
+    """A worker and its children stopped (SIGSTOP) past their lease, then resumed."""
+
+    at: float
+    until: float
+    worker: str
+    worker_id: str
+    pids: tuple[int, ...]  # the task children frozen with it
+
+
+@dataclass
+class ChaosReport:
+    tasks: int = 0
+    malformed: int = 0
+    duplicates_sent: int = 0
+    worker_kills: int = 0
+    child_kills: int = 0
+    executions: int = 0
+    retries: int = 0
+    duplicates_suppressed: int = 0
+    held_elsewhere: int = 0
+    dead_lettered: int = 0
+    failed_by_chaos: int = 0
+    seconds: float = 0.0
+    killing_seconds: float = 0.0  # how long the killer struck
+    events_lost: int = 0
+    dead_lettered_unrun: int = 0
+    # Attempts ended because their lease was about to lapse unrenewed (worker/leasefile.py).
+    worker_fences: int = 0
+    child_fences: int = 0
+    # -- --faults mode ------------------------------------------------------------------
+    faults_mode: bool = False
+    jobs: int = 0
+    job_tasks: int = 0
+    stale_holders: int = 0
+    skewed_workers: str = ""
+    jobs_open: int = 0
+    jobs_bad_close: int = 0
+    tasks_lost: int = 0
+    results_checked: int = 0
+    results_mismatched: int = 0
+    results_unchecked: int = 0  # completed tasks whose result names no attempt to compare
+    dead_lettered_with_attempts: int = 0
+    overlaps_beyond_budget: int = 0
+    max_overlap_s: float = 0.0
+    skew_budget_s: float = 0.0
+    repairs: dict[str, int] = field(default_factory=dict)
+    faults: dict[str, int] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        summary: dict[str, Any] = {
+            "tasks": self.tasks,
+            "malformed": self.malformed,
+            "duplicates sent": self.duplicates_sent,
+            "worker kills": self.worker_kills,
+            "child kills": self.child_kills,
+            "executions": self.executions,
+            "retries": self.retries,
+            "duplicates suppressed": self.duplicates_suppressed,
+            "held elsewhere (backed off)": self.held_elsewhere,
+            "dead-lettered": self.dead_lettered,
+            "failed by chaos": self.failed_by_chaos,
+            "dead-lettered without running": self.dead_lettered_unrun,
+            "terminal events lost": self.events_lost,
+            "lease fences (worker / child watchdog)": f"{self.worker_fences} / {self.child_fences}",
+            "seconds": round(self.seconds, 1),
+            "killing seconds": round(self.killing_seconds, 1),
+        }
+        if self.faults_mode:
+            summary.update(self.faults_summary())
+        summary["violations"] = len(self.violations)
+        return summary
+
+    def faults_summary(self) -> dict[str, Any]:
+        return {
+            "jobs (tasks)": f"{self.jobs} ({self.job_tasks})",
+            "stale holders (frozen past the lease)": self.stale_holders,
+            "skewed workers (ms)": self.skewed_workers or "-",
+            "INV tasks not terminal (lost)": self.tasks_lost,
+            "INV jobs left open": self.jobs_open,
+            "INV jobs closed wrongly (state or close events)": self.jobs_bad_close,
+            "INV results not the named attempt's": (
+                f"{self.results_mismatched} of {self.results_checked} "
+                f"({self.results_unchecked} unchecked)"
+            ),
+            "INV dead-lettered with attempts left": self.dead_lettered_with_attempts,
+            "INV overlaps beyond the skew budget": (
+                f"{self.overlaps_beyond_budget} (max {self.max_overlap_s:.2f}s, "
+                f"budget {self.skew_budget_s:g}s)"
+            ),
+            "reconciler repairs": _tally(self.repairs),
+            "faults injected": sum(self.faults.values()),
+        }
+
+
+def _tally(counts: Mapping[str, int]) -> str:
+    if not counts:
+        return "0"
+    total = sum(counts.values())
+    return f"{total} ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})"
