@@ -403,7 +403,9 @@ def clock_offset_ms() -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ConfigError("AGENTQ_TEST_CLOCK_OFFSET_MS", f"expected an integer, got {raw!r}") from None
+        raise ConfigError(
+            "AGENTQ_TEST_CLOCK_OFFSET_MS", f"expected an integer, got {raw!r}"
+        ) from None
 
 
 def env_name(attribute: str) -> str:

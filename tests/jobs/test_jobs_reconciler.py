@@ -7,7 +7,6 @@ never reached the dispatcher. Bounds are set to a second and passed for real.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
@@ -43,8 +42,8 @@ CHAIN: dict[str, Any] = {
 
 
 def build(client: AgentqClient, stack: Stack, *, lost_after: int, stall_after: int) -> Reconciler:
-    settings = dataclasses.replace(
-        Settings.from_env(), reconcile_lost_after_s=lost_after, reconcile_stall_after_s=stall_after
+    settings = Settings.from_env().model_copy(
+        update={"reconcile_lost_after_s": lost_after, "reconcile_stall_after_s": stall_after}
     )
     return Reconciler(settings=settings, tasks=client.tasks, jobs=client.jobs,
                       dispatcher=client.dispatcher, publisher=client.publisher,
@@ -264,7 +263,7 @@ def test_a_claim_applied_then_retried_is_still_the_reconcilers_own(stack: Stack)
     ddb = _faulty(stack, "dynamodb", FaultRule(op="dynamodb:UpdateItem",
                   kind=Kind.APPLIED_THEN_FAILED, rate=1.0, limit=1, match="repairToken"))  # fmt: skip
     sweeper = Reconciler(
-        settings=dataclasses.replace(Settings.from_env(), reconcile_lost_after_s=1),
+        settings=Settings.from_env().model_copy(update={"reconcile_lost_after_s": 1}),
         tasks=TaskStore(ddb, stack.resources.table_name), jobs=client.jobs,
         dispatcher=client.dispatcher, publisher=client.publisher, dynamodb=ddb, sqs=stack.sqs,
     )  # fmt: skip
@@ -283,7 +282,7 @@ def test_a_failed_send_or_a_conflicting_claim_leaves_the_repair_to_the_next_run(
     lost = submitted(client, "send-fails")
     drain(stack)
     pass_bound(1.2)
-    settings = dataclasses.replace(Settings.from_env(), reconcile_lost_after_s=1)
+    settings = Settings.from_env().model_copy(update={"reconcile_lost_after_s": 1})
 
     def sweeper(ddb: Any, sqs: Any) -> Reconciler:
         return Reconciler(settings=settings, tasks=TaskStore(ddb, stack.resources.table_name),
