@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -44,26 +45,40 @@ class CallCounter:
             return sum(self._counts.values())
 
 
-def client_config(*, max_pool_connections: int = 20, connect_timeout: float = 5) -> Config:
+def client_config(
+    *,
+    max_pool_connections: int = 20,
+    connect_timeout: float = 5,
+    read_timeout: float = 40,
+    max_attempts: int = 5,
+) -> Config:
     from botocore.config import Config
 
     # Long polls hold a connection for up to 20 s; the read timeout must exceed that.
     return Config(
-        retries={"mode": "standard", "max_attempts": 5},
+        retries={"mode": "standard", "max_attempts": max_attempts},
         max_pool_connections=max_pool_connections,
         connect_timeout=connect_timeout,
-        read_timeout=40,
+        read_timeout=read_timeout,
     )
 
 
 class AwsClients:
     """Lazily created, shared clients of one process (boto3 clients are thread-safe)."""
 
-    def __init__(self, region: str, *, counter: CallCounter | None = None) -> None:
+    def __init__(
+        self,
+        region: str,
+        *,
+        counter: CallCounter | None = None,
+        config_options: Mapping[str, Any] | None = None,
+    ) -> None:
         import boto3
 
         self.region = region
         self.counter = counter
+        # A command line wants to give up sooner than a worker (see agentq.cli.common).
+        self._config_options = dict(config_options or {})
         self._session = boto3.session.Session(region_name=region)
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -71,7 +86,7 @@ class AwsClients:
     def get(self, service: str) -> Any:
         with self._lock:
             if service not in self._clients:
-                client = self._session.client(service, config=client_config())
+                client = self._session.client(service, config=client_config(**self._config_options))
                 if self.counter is not None:
                     self.counter.attach(client)
                 self._clients[service] = client

@@ -88,7 +88,12 @@ class Settings:
         "all",
     )
     stage: str = _var("AGENTQ_STAGE", "dev", "Deployment stage name (dev, prod, ...).", "all")
-    region: str = _var("AWS_REGION", "eu-west-1", "AWS region for every client.", "all")
+    region: str = _var(
+        "AWS_REGION",
+        "eu-west-1",
+        "AWS region for every client; unset: AWS_DEFAULT_REGION, then the profile's region.",
+        "all",
+    )
     app_name: str = _var(
         "APP_NAME", "agentq", "EventBridge `source` of every event; index prefix.", "all"
     )
@@ -295,6 +300,8 @@ class Settings:
             if raw is None or (raw == "" and f.default is None):
                 continue
             values[f.name] = _coerce(name, raw, f.default, f.metadata)
+        if "region" not in values:
+            values["region"] = _fallback_region(env)
         settings = cls(**values)
         settings._check()
         return settings
@@ -332,6 +339,21 @@ class Settings:
     def lease_seconds(self) -> float:
         """How long a lock or heartbeat keeps a task: 1.5x the extension covers clock skew."""
         return self.extension_amount_s * 1.5
+
+
+def _fallback_region(env: Mapping[str, str]) -> str:
+    """Without AWS_REGION, the region boto3 itself would use: AWS_DEFAULT_REGION, then
+    the profile's; eu-west-1 only when neither names one."""
+    if env.get("AWS_DEFAULT_REGION"):
+        return env["AWS_DEFAULT_REGION"]
+    import botocore.session
+
+    profile = env.get("AWS_PROFILE")
+    try:
+        region = botocore.session.Session(profile=profile).get_config_variable("region")
+    except Exception:  # a broken or missing profile: the variables decide, as before
+        region = None
+    return str(region) if region else "eu-west-1"
 
 
 def env_name(attribute: str) -> str:

@@ -36,13 +36,12 @@ def register(subparsers: Any) -> None:
 
 
 def _table() -> Any:
-    from agentq.aws import AwsClients
     from agentq.config import Settings
     from agentq.definitions import DefinitionsTable
 
     settings = Settings.from_env()
     name = settings.required("definitions_table")
-    return DefinitionsTable(AwsClients(settings.region).dynamodb, name)
+    return DefinitionsTable(views.aws(settings.region).dynamodb, name)
 
 
 def _list(args: argparse.Namespace) -> int:
