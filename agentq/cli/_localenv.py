@@ -42,7 +42,8 @@ def find_env_file(start: Path | None = None) -> Path | None:
 def parse_env_file(text: str) -> dict[str, str]:
     """KEY → value for every `export KEY=value` line; comments and blanks are skipped."""
     env: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
+    # Only "\n" ends a line: values may hold other Unicode line separators.
+    for number, raw in enumerate(text.split("\n"), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue

@@ -24,6 +24,7 @@ from typing import Any, Final
 import psutil
 
 from agentq.config import Settings
+from agentq.errors import ConfigError
 from agentq.local.aws import LocalResources, MotoServer, local_session_clients, provision
 from agentq.resources import ResourceNames
 
@@ -229,6 +230,10 @@ ENV_FILE_HEADER: Final = (
 
 
 def format_env_file(env: Mapping[str, str]) -> str:
+    """`export KEY='value'` lines, one per variable (`agentq --local` reads them back)."""
+    for key, value in env.items():
+        if "\n" in value or "\x00" in value:
+            raise ConfigError(key, "cannot go in an env file: its value holds a newline or NUL")
     lines = [f"export {key}={shlex.quote(value)}" for key, value in sorted(env.items())]
     return ENV_FILE_HEADER + "\n".join(lines) + "\n"
 
