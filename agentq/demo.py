@@ -1,7 +1,7 @@
 """`make demo`: the whole of agentq on this machine, one job, in one command.
 
-Starts the local stack (moto, the offline model server unless Claude credentials are
-set, the Lambda host with its health-check timer) and two worker processes, then runs
+Starts the local stack (moto, the offline model server unless `--real-claude` asks for
+the Anthropic API, the Lambda host with its health-check timer) and two worker processes, then runs
 a job that shows the product: a fan-out of `summarize` agent tasks over the bundled
 sample documents, a fan-in `report`, one task scripted to fail and succeed on its SQS
 retry, and one scripted to stall until the worker's timeout kills it. It shows live
@@ -136,7 +136,7 @@ def run(console: Console, *, timeout_s: float, live: bool, real_claude: bool = F
         job = client.create_job(spec)
         console.print(f"job [bold]{job.job_id}[/bold]: {job.total} tasks\n")
         job, tasks = _follow(console, client, job, started, timeout_s, live)
-        outcome = _report(console, client, stack, job, tasks, expected)
+        outcome = _report(console, client, job, tasks, expected)
     stray = stack.stray_processes()
     if stray:
         console.print(f"[red]processes left behind: {[p.pid for p in stray]}[/red]")
@@ -174,7 +174,6 @@ def _follow(
 def _report(
     console: Console,
     client: Any,
-    stack: LocalStack,
     job: Any,
     tasks: dict[str, Any],
     expected: list[Expectation],
@@ -184,11 +183,14 @@ def _report(
     report_id = task_request_id(job.job_id, "report")
     if tasks.get("report") is not None and tasks["report"].state.value == "COMPLETED":
         console.print(Panel(Pretty(client.result(report_id)), title="the report (fan-in)"))
-    bucket = stack.env()["S3_BUCKET"]
-    console.print(
-        f"artifacts: s3://{bucket}/task/logs/<requestId>/ (artifacts/, logs/summary.log, "
-        f"traces/session_trace.json), e.g. s3://{bucket}/task/logs/{report_id}/"
-    )
+    report = tasks.get("report")
+    if report is not None:
+        bucket, prefix = client.outputs.location(report)
+        console.print(
+            f"artifacts of each task in S3 (artifacts/, logs/summary.log, "
+            f"traces/session_trace.json), e.g. s3://{bucket}/{prefix}\n"
+            f"read them with: agentq result|logs|trace {report_id}"
+        )
     flaky_id = task_request_id(job.job_id, "flaky")
     console.print(f"\ntimeline of {flaky_id} (failed, then succeeded on its retry):")
     console.print(timeline_table(client.events(flaky_id), title="event timeline"))

@@ -229,13 +229,13 @@ ENV_FILE_HEADER: Final = (
 )
 
 
-def format_env_file(env: Mapping[str, str]) -> str:
+def format_env_file(env: Mapping[str, str], *, header: str = ENV_FILE_HEADER) -> str:
     """`export KEY='value'` lines, one per variable (`agentq --local` reads them back)."""
     for key, value in env.items():
         if "\n" in value or "\x00" in value:
             raise ConfigError(key, "cannot go in an env file: its value holds a newline or NUL")
     lines = [f"export {key}={shlex.quote(value)}" for key, value in sorted(env.items())]
-    return ENV_FILE_HEADER + "\n".join(lines) + "\n"
+    return header + "\n".join(lines) + "\n"
 
 
 def _answers(url: str) -> bool:
