@@ -96,8 +96,9 @@ def print_task(record: TaskRecord) -> None:
 
 
 def money(usd: float) -> str:
-    """Dollars as people read them: 4 decimals (a cent fraction matters per task)."""
-    return f"${usd:.4f}"
+    """Dollars as people read them: 4 decimals below a dollar (a cent's fraction matters
+    per task), cents above."""
+    return f"${usd:.4f}" if abs(usd) < 1 else f"${usd:,.2f}"
 
 
 def error_line(error: Mapping[str, Any]) -> str:
