@@ -114,3 +114,19 @@ def test_the_region_falls_back_like_boto3(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     assert Settings.from_env({"AWS_PROFILE": "work"}).region == "sa-east-1"
     assert Settings.from_env({}).region == "eu-west-1"
+
+
+def test_every_error_kind_is_explained_in_troubleshooting() -> None:
+    import re
+
+    from cli_support import REPO
+
+    from agentq.cli import _errors, common
+
+    source = Path(_errors.__file__).read_text()
+    kinds = set(re.findall(r'Failure\(\s*EXIT_\w+,\s*"(\w+)"', source))
+    kinds |= set(common._KINDS.values()) | {"usage"}
+    assert {"unreachable", "missing_resource", "credentials", "config"} <= kinds
+    page = (REPO / "docs" / "troubleshooting.md").read_text()
+    missing = sorted(k for k in kinds if f"| `{k}` |" not in page)
+    assert not missing, f"docs/troubleshooting.md lacks a row for {missing}"
