@@ -97,7 +97,15 @@ def _one_line(text: object) -> str:
 def describe(exc: BaseException) -> Failure:
     """The failure a user sees for `exc` (anything a command may raise)."""
     if isinstance(exc, ConfigError):
-        return Failure(EXIT_CONFIG, "config", _one_line(exc), LOCAL_HINT)
+        # A missing variable means this shell was never pointed at a stack; a bad value
+        # is a typo to fix where it was set.
+        if exc.variable.startswith(("--local", "env file")):
+            hint = ""  # the message already says what to do
+        elif exc.problem.startswith("is required"):
+            hint = LOCAL_HINT
+        else:
+            hint = "see docs/configuration.md for its meaning and range"
+        return Failure(EXIT_CONFIG, "config", _one_line(exc), hint)
     if isinstance(exc, NotFound):
         return Failure(EXIT_NOT_FOUND, "not_found", _one_line(exc), _not_found_hint(exc))
     if isinstance(exc, InvalidInput):
