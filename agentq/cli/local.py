@@ -65,6 +65,7 @@ def _up(args: argparse.Namespace) -> int:
     )
     with LocalStack(options) as stack:
         env_file = stack.write_env_file(args.env_file.resolve())
+        written = env_file.read_text()
         env = stack.env()
         summary = {
             "aws_endpoint": env.get("AWS_ENDPOINT_URL"),
@@ -94,8 +95,10 @@ def _up(args: argparse.Namespace) -> int:
                 break
         print("stopping: draining workers, stopping Lambda host, model server and moto")
         sys.stdout.flush()
-        # A file naming a stopped stack only leads the next command to a dead endpoint.
-        env_file.unlink(missing_ok=True)
+        # A file naming a stopped stack only leads the next command to a dead endpoint;
+        # one another `local up` wrote since is that stack's, and stays.
+        if env_file.is_file() and env_file.read_text() == written:
+            env_file.unlink()
     if dead:
         return fail(f"the local stack lost: {', '.join(dead)}", EXIT_ERROR,
                     hint="start it again with `agentq local up` and source its env file")  # fmt: skip
