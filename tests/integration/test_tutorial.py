@@ -12,6 +12,7 @@ variables from one block to the next as a terminal would.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -20,6 +21,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -61,6 +63,15 @@ def _marked(marker: str) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
+
+
+def _result(env: dict[str, str], home: Path, definition: str, task_input: str, key: str) -> Any:
+    def agentq(*args: str) -> str:
+        return subprocess.run(["agentq", "--local", *args], env=env, cwd=home, text=True,
+                              capture_output=True, check=True, timeout=60).stdout  # fmt: skip
+
+    request_id = agentq("submit", definition, "--input", task_input, "--idempotency-key", key)
+    return json.loads(agentq("result", request_id.strip(), "--json"))
 
 
 def _wait_for_background(path: Path, process: subprocess.Popen[str]) -> None:
@@ -130,6 +141,14 @@ def test_tutorial_runs_in_order_on_the_local_stack(tmp_path: Path) -> None:
         assert ran >= 6
         home = Path(cwd.read_text().strip())
         assert (home / "trace.json").read_text().strip().startswith("{")
+        # What the reader's tasks returned (the same idempotency keys find them again).
+        count = _result(env, home, "word-count", '{"text": "agentq runs tasks in the background"}',
+                        "first-count")  # fmt: skip
+        assert count == {"words": 6, "longest": "background"}
+        headline = _result(env, home, "headline",
+                           '{"article": "The city opened its third bike lane this year."}',
+                           "first-headline")  # fmt: skip
+        assert set(headline) == {"headline", "summary"}
     finally:
         for process in background:
             if process.poll() is None:
