@@ -10,7 +10,7 @@ CDK_STAMP := node_modules/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install lint format test test-fast demo bench synth clean
+.PHONY: install lint format test test-fast demo bench synth deploy clean
 
 $(STAMP): requirements.txt requirements-local.txt requirements-cdk.txt requirements-dev.txt requirements-lambdas.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,15 @@ synth: $(STAMP) $(CDK_STAMP)
 	npx cdk synth --quiet -c stage=dev --output cdk.out/dev
 	npx cdk synth --quiet -c stage=prod --output cdk.out/prod
 	$(VENV)/bin/cfn-lint cdk.out/dev/*.template.json cdk.out/prod/*.template.json
+
+# One stage, end to end: the stacks, then its variables, then the task definitions its
+# table needs (the bundled samples and DEFINITIONS="dir ..."). Rerunning is an upgrade.
+STAGE ?= dev
+DEFINITIONS ?=
+deploy: $(STAMP) $(CDK_STAMP)
+	npx cdk deploy --all -c stage=$(STAGE)
+	$(VENV)/bin/agentq env --stage $(STAGE) --output .agentq/$(STAGE).env
+	$(VENV)/bin/agentq --local-env .agentq/$(STAGE).env definitions sync definitions/samples $(DEFINITIONS)
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .mypy_cache .ruff_cache .pytest_cache

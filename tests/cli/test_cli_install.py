@@ -82,3 +82,17 @@ def test_make_demo_installs_the_runtime_and_moto_only(tmp_path: Path) -> None:
         cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "-m agentq.demo --real-claude" in real
+
+
+def test_make_deploy_loads_the_stage_variables_then_the_definitions(tmp_path: Path) -> None:
+    planned = subprocess.run(
+        ["make", "-n", "--no-print-directory", "deploy", "STAGE=prod",
+         "DEFINITIONS=my_definitions", f"VENV={tmp_path / 'venv'}"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    steps = [line for line in planned if "cdk deploy" in line or "/bin/agentq " in line]
+    assert steps[0].startswith("npx cdk deploy --all -c stage=prod")
+    assert steps[1].endswith("agentq env --stage prod --output .agentq/prod.env")
+    assert steps[2].endswith(
+        "agentq --local-env .agentq/prod.env definitions sync definitions/samples my_definitions"
+    )
