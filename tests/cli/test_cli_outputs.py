@@ -13,8 +13,11 @@ from conftest import Stack
 from support import wait_for
 
 from agentq.config import Settings
+from agentq.envelope import TaskEnvelope
 from agentq.local.lambda_host import LambdaHost
 from agentq.local.workers import WorkerProcess, fast_env
+from agentq.states import TaskState
+from agentq.store import TaskStore
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -108,3 +111,24 @@ def test_a_prompt_placeholder_missing_from_the_input_is_refused_at_submit(stack:
     assert ran.code == 6, ran
     assert "input.document: is required by the prompt of 'summarize'" in one_line_error(ran)
     assert agentq(shell, "submit", "summarize", "--input", '{"document": "a"}').code == 0
+
+
+def test_a_float_cost_prints_as_dollars(stack: Stack) -> None:
+    # A cost summed from token prices is rarely a round float (the issue saw
+    # 0.010705000000000001 printed raw); the worker's lock and finalize record it.
+    shell = fresh_shell(**stack.env(), TASK_DEFINITIONS_DIR=fast_env()["TASK_DEFINITIONS_DIR"])
+    request_id = agentq(shell, "submit", "sample-echo", "--input", "{}").stdout.strip()
+    tasks = TaskStore(stack.dynamodb, stack.resources.table_name)
+    record = tasks.require("default", request_id)
+    assert record.envelope is not None
+    envelope = TaskEnvelope.from_dict(record.envelope, default_tenant="default")
+    lease = tasks.acquire(envelope, worker_id="w", lease_seconds=60, max_attempts=3)
+    tasks.finalize(lease, TaskState.COMPLETED, fields={"costUsd": 0.010705000000000001})
+
+    shown = agentq(shell, "status", request_id)
+    assert "$0.0107" in shown.stdout and "0.010705000000000001" not in shown.stdout
+    assert agentq(shell, "status", request_id, "--json").json()["costUsd"] == pytest.approx(
+        0.010705
+    )
+    recent = agentq(shell, "watch", "--once")  # no stored events here: the hint, exit 0
+    assert recent.code == 0
