@@ -4,18 +4,26 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The demo needs the runtime and moto only, not CDK, cfn-lint or mypy (≈1 GB less).
+DEMO_STAMP := $(VENV)/.installed-demo
 CDK_STAMP := node_modules/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install lint format test test-fast demo bench synth clean
+.PHONY: install lint format test test-fast demo bench synth deploy clean
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-lambdas.txt pyproject.toml
+$(STAMP): requirements.txt requirements-local.txt requirements-cdk.txt requirements-dev.txt requirements-lambdas.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): requirements.txt requirements-local.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-local.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	touch $(DEMO_STAMP)
 
 install: $(STAMP)
 
@@ -33,14 +41,18 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 
 # The whole suite: lint, types, unit, functional (moto), integration (local stack), infra (CDK).
+# tmux draws `agentq watch` for the tests that read its screen (CI runs as root).
 test: lint $(CDK_STAMP)
+	@command -v tmux >/dev/null || { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; }
 	$(PY) -m pytest
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow"
 
-demo: $(STAMP)
-	$(PY) -m agentq.demo $(DEMO_ARGS)
+# Offline (the local model server) unless DEMO_REAL_CLAUDE=1: then the real Anthropic
+# API with ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN, which costs money.
+demo: $(DEMO_STAMP)
+	$(PY) -m agentq.demo $(if $(filter 1 yes true,$(DEMO_REAL_CLAUDE)),--real-claude) $(DEMO_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m bench
@@ -49,6 +61,15 @@ synth: $(STAMP) $(CDK_STAMP)
 	npx cdk synth --quiet -c stage=dev --output cdk.out/dev
 	npx cdk synth --quiet -c stage=prod --output cdk.out/prod
 	$(VENV)/bin/cfn-lint cdk.out/dev/*.template.json cdk.out/prod/*.template.json
+
+# One stage, end to end: the stacks, then its variables, then the task definitions its
+# table needs (the bundled samples and DEFINITIONS="dir ..."). Rerunning is an upgrade.
+STAGE ?= dev
+DEFINITIONS ?=
+deploy: $(STAMP) $(CDK_STAMP)
+	npx cdk deploy --all -c stage=$(STAGE)
+	$(VENV)/bin/agentq env --stage $(STAGE) --output .agentq/$(STAGE).env
+	$(VENV)/bin/agentq --local-env .agentq/$(STAGE).env definitions sync definitions/samples $(DEFINITIONS)
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .mypy_cache .ruff_cache .pytest_cache

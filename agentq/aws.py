@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -44,15 +45,21 @@ class CallCounter:
             return sum(self._counts.values())
 
 
-def client_config(*, max_pool_connections: int = 20, connect_timeout: float = 5) -> Config:
+def client_config(
+    *,
+    max_pool_connections: int = 20,
+    connect_timeout: float = 5,
+    read_timeout: float = 40,
+    max_attempts: int = 5,
+) -> Config:
     from botocore.config import Config
 
     # Long polls hold a connection for up to 20 s; the read timeout must exceed that.
     return Config(
-        retries={"mode": "standard", "max_attempts": 5},
+        retries={"mode": "standard", "max_attempts": max_attempts},
         max_pool_connections=max_pool_connections,
         connect_timeout=connect_timeout,
-        read_timeout=40,
+        read_timeout=read_timeout,
     )
 
 
@@ -62,12 +69,15 @@ def make_client(
     *,
     endpoint_url: str | None = None,
     counter: CallCounter | None = None,
+    config_options: Mapping[str, Any] | None = None,
 ) -> Any:
     """The one place agentq builds a boto3 client: standard retries, counting, and the
     environment's fault injection (AGENTQ_FAULTS, off unless set; docs/faults.md)."""
     from agentq.faults import install_from_env
 
-    client = session.client(service, endpoint_url=endpoint_url, config=client_config())
+    client = session.client(
+        service, endpoint_url=endpoint_url, config=client_config(**(config_options or {}))
+    )
     if counter is not None:
         counter.attach(client)
     return install_from_env(client)
@@ -76,11 +86,19 @@ def make_client(
 class AwsClients:
     """Lazily created, shared clients of one process (boto3 clients are thread-safe)."""
 
-    def __init__(self, region: str, *, counter: CallCounter | None = None) -> None:
+    def __init__(
+        self,
+        region: str,
+        *,
+        counter: CallCounter | None = None,
+        config_options: Mapping[str, Any] | None = None,
+    ) -> None:
         import boto3
 
         self.region = region
         self.counter = counter
+        # A command line wants to give up sooner than a worker (see agentq.cli.common).
+        self._config_options = dict(config_options or {})
         self._session = boto3.session.Session(region_name=region)
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -88,7 +106,10 @@ class AwsClients:
     def get(self, service: str) -> Any:
         with self._lock:
             if service not in self._clients:
-                self._clients[service] = make_client(self._session, service, counter=self.counter)
+                self._clients[service] = make_client(
+                    self._session, service, counter=self.counter,
+                    config_options=self._config_options,
+                )  # fmt: skip
             return self._clients[service]
 
     @property

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from agentq.aws import AwsClients
 from agentq.config import Settings
-from agentq.definitions import DefinitionRegistry
+from agentq.definitions import DefinitionRegistry, TaskDefinition
 from agentq.envelope import TaskEnvelope, validate_request_id
 from agentq.errors import AgentqError, InvalidInput, NotFound
 from agentq.events import now_ms, task_event
@@ -35,9 +35,11 @@ from agentq.jobs import (
     task_request_id,
 )
 from agentq.jobs.spec import validate_job_id
+from agentq.prompts import check_prompt_inputs
 from agentq.publisher import EventPublisher
 from agentq.states import TaskState
 from agentq.store import EventStore, TaskRecord, TaskStore
+from agentq.task_outputs import TaskOutputs
 
 _CANCELLABLE: Final = frozenset({TaskState.BLOCKED, TaskState.PENDING, TaskState.RETRYING})
 
@@ -77,6 +79,7 @@ class AgentqClient:
             bucket=settings.bucket,
         )
         self.results = ResultReader(s3, settings.required("bucket"))
+        self.outputs = TaskOutputs(s3, self.results)
         self.definitions = definitions
         self.dynamodb = dynamodb
         self._sqs = sqs
@@ -137,7 +140,9 @@ class AgentqClient:
         With `job_id`, the task joins that (running) job as a root task.
         """
         tenant = tenant or self.settings.tenant_id
-        self._check_definition(definition, "definition")
+        found = self._check_definition(definition, "definition")
+        if found is not None and job_id is None:
+            check_prompt_inputs(found, input or {})
         if job_id is not None:
             # The key, like a request id, is derived from the idempotency key if any.
             key = "t-" + request_id_for(tenant, idempotency_key).removeprefix("idem-")[:16]
@@ -243,6 +248,22 @@ class AgentqClient:
     def list_jobs(self, *, tenant: str | None = None, limit: int = 50) -> list[JobRecord]:
         return self.jobs.list(tenant or self.settings.tenant_id, limit=limit)
 
+    def recent_tasks(
+        self, *, since_ms: int, tenant: str | None = None, limit: int = 20
+    ) -> list[TaskRecord]:
+        """Tasks submitted on their own (not in a job) since `since_ms`, newest first.
+
+        Found through the tenant's stored `Task Pending` events (the byTenant index), then
+        read from their STATE items, which hold the state.
+        """
+        tenant = tenant or self.settings.tenant_id
+        found: dict[str, None] = {}
+        for event in reversed(self.event_store.tenant_events(tenant, since_ms=since_ms)):
+            if event.get("detailType") == "Task Pending" and not event.get("jobId"):
+                found.setdefault(str(event.get("requestId")))
+        records = (self.tasks.get(tenant, request_id) for request_id in list(found)[:limit])
+        return [record for record in records if record is not None]
+
     def events(self, request_id: str, *, tenant: str | None = None) -> list[dict[str, Any]]:
         """A task's stored events, oldest first."""
         validate_request_id(request_id)
@@ -251,8 +272,17 @@ class AgentqClient:
     def result(self, request_id: str, *, tenant: str | None = None) -> Any:
         record = self.get_task(request_id, tenant=tenant)
         if record.state is not TaskState.COMPLETED:
-            raise InvalidInput("requestId", f"task {request_id} is {record.state}, no result")
+            raise InvalidInput("requestId", f"task {request_id} is {record.state.value}, no result")
         return self.results.load(record)
+
+    # -- a task's stored outputs (S3) -------------------------------------------------------
+    def logs(self, request_id: str, *, tenant: str | None = None) -> dict[str, str]:
+        """A task's log files (`logs/…`, and `error.json` if it failed) by name, as text."""
+        return self.outputs.logs(self.get_task(request_id, tenant=tenant))
+
+    def trace(self, request_id: str, *, tenant: str | None = None) -> Any:
+        """An agent task's session trace (what the agent did, step by step), parsed."""
+        return self.outputs.trace(self.get_task(request_id, tenant=tenant))
 
     # -- waiting --------------------------------------------------------------------------
     def wait(
@@ -340,11 +370,11 @@ class AgentqClient:
         )
         return True
 
-    def _check_definition(self, name: str, field: str) -> None:
+    def _check_definition(self, name: str, field: str) -> TaskDefinition | None:
         if self.definitions is None:
-            return
+            return None
         try:
-            self.definitions.get(name)
+            return self.definitions.get(name)
         except NotFound:
             raise InvalidInput(field, f"unknown task definition {name!r}") from None
 

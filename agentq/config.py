@@ -62,7 +62,9 @@ class Settings(BaseSettings):
         "AGENTQ_STAGE", "dev", "Deployment stage name (dev, prod, ...).", "all", **NAME
     )
     region: str = var(
-        "AWS_REGION", "eu-west-1", "AWS region for every client.", "all", min_length=1,
+        "AWS_REGION", "eu-west-1",
+        "AWS region for every client; unset: AWS_DEFAULT_REGION, then the profile's region.",
+        "all", min_length=1,
         max_length=32, pattern=r"^[a-z0-9-]+$",
     )  # fmt: skip
     app_name: str = var(
@@ -341,7 +343,10 @@ class Settings(BaseSettings):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        values = Environment(cls, os.environ if environ is None else environ)()
+        env = os.environ if environ is None else environ
+        values = Environment(cls, env)()
+        if "region" not in values:
+            values["region"] = _fallback_region(env)
         try:
             return cls(**values)
         except ValidationError as exc:
@@ -406,6 +411,21 @@ def clock_offset_ms() -> int:
         raise ConfigError(
             "AGENTQ_TEST_CLOCK_OFFSET_MS", f"expected an integer, got {raw!r}"
         ) from None
+
+
+def _fallback_region(env: Mapping[str, str]) -> str:
+    """Without AWS_REGION, the region boto3 itself would use: AWS_DEFAULT_REGION, then
+    the profile's; eu-west-1 only when neither names one."""
+    if env.get("AWS_DEFAULT_REGION"):
+        return env["AWS_DEFAULT_REGION"]
+    import botocore.session
+
+    profile = env.get("AWS_PROFILE")
+    try:
+        region = botocore.session.Session(profile=profile).get_config_variable("region")
+    except Exception:  # a broken or missing profile: the variables decide, as before
+        region = None
+    return str(region) if region else "eu-west-1"
 
 
 def env_name(attribute: str) -> str:

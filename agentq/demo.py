@@ -1,7 +1,7 @@
 """`make demo`: the whole of agentq on this machine, one job, in one command.
 
-Starts the local stack (moto, the offline model server unless Claude credentials are
-set, the Lambda host with its health-check timer) and two worker processes, then runs
+Starts the local stack (moto, the offline model server unless `--real-claude` asks for
+the Anthropic API, the Lambda host with its health-check timer) and two worker processes, then runs
 a job that shows the product: a fan-out of `summarize` agent tasks over the bundled
 sample documents, a fan-in `report`, one task scripted to fail and succeed on its SQS
 retry, and one scripted to stall until the worker's timeout kills it. It shows live
@@ -24,6 +24,7 @@ from rich.panel import Panel
 from rich.pretty import Pretty
 from rich.table import Table
 
+from agentq.cli._views import timeline_table
 from agentq.local.stack import REPO_ROOT, LocalStack, LocalStackOptions, real_claude_configured
 
 SAMPLES: Final = REPO_ROOT / "definitions" / "samples"
@@ -100,39 +101,20 @@ def _frame(job: Any, tasks: dict[str, Any], elapsed: float) -> RenderableType:
     return Group(job_frame(job, tasks), f"[dim]{elapsed:5.1f} s[/dim]")
 
 
-def _timeline(events: Sequence[dict[str, Any]]) -> Table:
-    table = Table(title="event timeline", title_justify="left")
-    for column in ("time", "event", "attempt", "worker", "detail"):
-        table.add_column(column)
-    for event in events:
-        payload = event.get("payload") or {}
-        error = payload.get("error") or {}
-        detail = error.get("category", "") and f"{error['category']}: {error.get('message', '')}"
-        if not detail and "cost_usd" in payload:
-            detail = f"cost ${payload['cost_usd']:.4f}"
-        table.add_row(
-            str(event.get("timestamp", ""))[11:23],
-            str(event.get("detailType")),
-            str(event.get("attempt", "")),
-            str(event.get("workerId") or ""),
-            str(detail)[:70],
-        )
-    return table
-
-
-def run(console: Console, *, timeout_s: float, live: bool) -> int:
+def run(console: Console, *, timeout_s: float, live: bool, real_claude: bool = False) -> int:
     from agentq.client import AgentqClient
 
-    offline = not real_claude_configured()
+    offline = not real_claude
     console.rule("[bold]agentq demo")
     if offline:
         console.print(
             "Claude: [bold]offline model server[/bold] (a local stand-in for the Anthropic "
-            "API; set ANTHROPIC_API_KEY to use real Claude)"
+            "API, free; `make demo DEMO_REAL_CLAUDE=1` runs the same job on the real API)"
         )
     else:
         console.print(
-            "Claude: [bold yellow]the real Anthropic API[/bold yellow] (credentials found)"
+            "Claude: [bold yellow]the real Anthropic API[/bold yellow] (--real-claude; "
+            "this costs money)"
         )
     options = LocalStackOptions(
         stage="demo",
@@ -154,7 +136,7 @@ def run(console: Console, *, timeout_s: float, live: bool) -> int:
         job = client.create_job(spec)
         console.print(f"job [bold]{job.job_id}[/bold]: {job.total} tasks\n")
         job, tasks = _follow(console, client, job, started, timeout_s, live)
-        outcome = _report(console, client, stack, job, tasks, expected)
+        outcome = _report(console, client, job, tasks, expected)
     stray = stack.stray_processes()
     if stray:
         console.print(f"[red]processes left behind: {[p.pid for p in stray]}[/red]")
@@ -192,7 +174,6 @@ def _follow(
 def _report(
     console: Console,
     client: Any,
-    stack: LocalStack,
     job: Any,
     tasks: dict[str, Any],
     expected: list[Expectation],
@@ -202,14 +183,17 @@ def _report(
     report_id = task_request_id(job.job_id, "report")
     if tasks.get("report") is not None and tasks["report"].state.value == "COMPLETED":
         console.print(Panel(Pretty(client.result(report_id)), title="the report (fan-in)"))
-    bucket = stack.env()["S3_BUCKET"]
-    console.print(
-        f"artifacts: s3://{bucket}/task/logs/<requestId>/ (artifacts/, logs/summary.log, "
-        f"traces/session_trace.json), e.g. s3://{bucket}/task/logs/{report_id}/"
-    )
+    report = tasks.get("report")
+    if report is not None:
+        bucket, prefix = client.outputs.location(report)
+        console.print(
+            f"artifacts of each task in S3 (artifacts/, logs/summary.log, "
+            f"traces/session_trace.json), e.g. s3://{bucket}/{prefix}\n"
+            f"read them with: agentq result|logs|trace {report_id}"
+        )
     flaky_id = task_request_id(job.job_id, "flaky")
     console.print(f"\ntimeline of {flaky_id} (failed, then succeeded on its retry):")
-    console.print(_timeline(client.events(flaky_id)))
+    console.print(timeline_table(client.events(flaky_id), title="event timeline"))
 
     checks = Table(title="did the job end as designed?", title_justify="left")
     for column in ("task", "expected", "got", "attempts", "ok"):
@@ -229,8 +213,23 @@ def _report(
             "[green]yes[/green]" if good else "[red]NO[/red]",
         )
     console.print(checks)
-    console.print(f"job {job.job_id}: [bold]{job.state}[/bold]")
+    console.print(_verdict(job, expected, ok=ok))
     return 0 if ok else 1
+
+
+def _verdict(job: Any, expected: list[Expectation], *, ok: bool) -> str:
+    if not ok:
+        return (
+            f"job {job.job_id}: [bold]{job.state}[/bold], [red]not as designed[/red] (see NO above)"
+        )
+    on_purpose = [e.key for e in expected if e.state != "COMPLETED"]
+    if job.state == "FAILED" and on_purpose:
+        return (
+            f"job {job.job_id}: [bold]{job.state}[/bold], [green]as designed[/green]: "
+            f"{', '.join(on_purpose)} timed out on purpose, and the job's failure policy "
+            "(continue) still ran every task that did not depend on it"
+        )
+    return f"job {job.job_id}: [bold]{job.state}[/bold], [green]as designed[/green]"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -239,9 +238,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--plain", action="store_true", help="line-by-line progress instead of a live table"
     )
+    parser.add_argument(
+        "--real-claude",
+        action="store_true",
+        help="run on the real Anthropic API with ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN "
+        "(costs money; default: the offline model server, whatever the shell holds)",
+    )
     args = parser.parse_args(argv)
     console = Console(highlight=False)
-    return run(console, timeout_s=args.timeout, live=not args.plain and console.is_terminal)
+    if args.real_claude and not real_claude_configured():
+        console.print("[red]--real-claude needs ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN[/red]")
+        return 5
+    return run(
+        console,
+        timeout_s=args.timeout,
+        live=not args.plain and console.is_terminal,
+        real_claude=args.real_claude,
+    )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 The rule on source `agentq` invokes this with the EventBridge envelope. Appending is
 idempotent on the event id, so a redelivered event is a no-op. An oversize event's
 `payloadPointer` is stored as it came (the blob stays in S3). `Task Heartbeat` is not
-persisted unless PERSIST_HEARTBEATS is on: the STATE item already holds the last beat.
+persisted unless PERSIST_HEARTBEATS is on: the STATE item already holds the last beat;
+`Task Requested` (a producer's request, which its own rule queues) is skipped too.
 
 A malformed event is logged and counted and the invocation returns normally: raising
 would make EventBridge retry an event that can never succeed. Errors talking to
@@ -39,6 +40,10 @@ def save(envelope: Mapping[str, Any], store: EventStore, settings: Settings) -> 
         detail = parsed.detail
         if not isinstance(detail, Mapping):
             raise InvalidInput("detail", "must be a JSON object")
+        if parsed.detail_type == "Task Requested":
+            # A producer's request, not a step of a task's life: its rule queues it, and
+            # the worker's lock records the task. Nothing to store, nothing malformed.
+            return "skipped"
         event = Event.from_detail(detail, parsed.detail_type)
     except (InvalidInput, KeyError, TypeError, ValueError) as exc:
         logger.warning(

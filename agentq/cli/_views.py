@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agentq.cli.common import EXIT_OK, EXIT_TASK_FAILED
+from agentq.cli.common import CLI_AWS_CONFIG, EXIT_OK, EXIT_TASK_FAILED
 from agentq.errors import InvalidInput
 from agentq.events import iso_ms
 from agentq.jobs import JobRecord
@@ -30,10 +30,19 @@ __all__ = ["cost_of", "duration_ms", "job_dict", "task_dict"]
 console = Console(highlight=False, soft_wrap=True)
 
 
+def aws(region: str) -> Any:
+    """AWS clients with the command line's short timeouts and few retries."""
+    from agentq.aws import AwsClients
+
+    return AwsClients(region, config_options=CLI_AWS_CONFIG)
+
+
 def client() -> Any:
     from agentq.client import AgentqClient
+    from agentq.config import Settings
 
-    return AgentqClient.from_env()
+    settings = Settings.from_env()
+    return AgentqClient.from_env(settings, aws=aws(settings.region))
 
 
 def add_json_flag(parser: Any) -> None:
@@ -72,24 +81,70 @@ def print_task(record: TaskRecord) -> None:
     data = task_dict(record)
     table = Table(show_header=False, box=None)
     for name, value in data.items():
-        if value not in (None, ""):
-            table.add_row(f"[bold]{name}[/bold]", _show(value))
+        if value in (None, ""):
+            continue
+        if name == "costUsd":
+            shown = money(float(value))
+        elif name == "durationMs":
+            shown = f"{int(value) / 1000:.1f}s"
+        elif name == "error" and isinstance(value, Mapping):
+            shown = escape(error_line(value))
+        else:
+            shown = _show(value)
+        table.add_row(f"[bold]{name}[/bold]", shown)
     console.print(table)
 
 
-def print_events(items: Iterable[Mapping[str, Any]]) -> None:
-    table = Table("time", "event", "state", "attempt", "worker", "details")
+def money(usd: float) -> str:
+    """Dollars as people read them: 4 decimals below a dollar (a cent's fraction matters
+    per task), cents above."""
+    return f"${usd:.4f}" if abs(usd) < 1 else f"${usd:,.2f}"
+
+
+def error_line(error: Mapping[str, Any]) -> str:
+    category = error.get("category") or "error"
+    return f"{category}: {error.get('message') or ''}".strip()
+
+
+def event_detail(payload: Mapping[str, Any]) -> str:
+    """The one thing worth reading in an event's payload, as text (never cut here)."""
+    parts: list[str] = []
+    error = payload.get("error")
+    if isinstance(error, Mapping):
+        parts.append(error_line(error))
+    if payload.get("reason"):
+        parts.append(str(payload["reason"]))
+    if isinstance(payload.get("retryAt"), int):
+        parts.append(f"retry at {iso_ms(payload['retryAt'])[11:19]}")
+    cost = payload.get("cost_usd", payload.get("costUsd"))
+    if isinstance(cost, int | float):
+        parts.append(f"cost {money(float(cost))}")
+    if isinstance(payload.get("duration_ms"), int):
+        parts.append(f"{payload['duration_ms'] / 1000:.1f}s")
+    if payload.get("payloadPointer"):
+        parts.append("payload stored in S3 (too large for an event)")
+    return "; ".join(parts)
+
+
+def timeline_table(items: Iterable[Mapping[str, Any]], *, title: str | None = None) -> Table:
+    """A task's events as one table: the CLI's `events` and the demo draw the same."""
+    table = Table("time", "event", "state", "attempt", "worker", "detail", title=title,
+                  title_justify="left")  # fmt: skip
     for item in items:
         payload = item.get("payload") or {}
         table.add_row(
-            str(item.get("timestamp", "")),
-            str(item.get("detailType", "")),
+            str(item.get("timestamp", ""))[11:23],
+            escape(str(item.get("detailType", ""))),
             str(item.get("state") or ""),
             str(item.get("attempt", "")),
-            str(item.get("workerId") or ""),
-            _show(payload) if payload else "",
+            escape(str(item.get("workerId") or "")),
+            escape(event_detail(payload)) if isinstance(payload, Mapping) else "",
         )
-    console.print(table)
+    return table
+
+
+def print_events(items: Iterable[Mapping[str, Any]]) -> None:
+    console.print(timeline_table(items))
 
 
 # -- jobs ----------------------------------------------------------------------------------
@@ -102,27 +157,57 @@ def print_job(job: JobRecord, tasks: Mapping[str, TaskRecord | None]) -> None:
     console.print(
         f"[bold]job {job.job_id}[/bold] {escape(summary['name'] or '')}  state={job.state}  "
         f"{job.done}/{job.total} done  policy={job.spec.failure_policy}  "
-        f"cost=${job.cost_usd:.4f}"
+        f"cost={money(job.cost_usd)}"
     )
     console.print(tasks_table(tasks))
 
 
 def tasks_table(tasks: Mapping[str, TaskRecord | None]) -> Table:
-    table = Table("task", "definition", "state", "attempt", "duration", "cost")
+    table = Table("task", "definition", "state", "attempt", "duration", "cost", "note")
     for key, record in tasks.items():
         if record is None:
-            table.add_row(key, "", "(not created)", "", "", "")
+            table.add_row(escape(key), "", "(not created)", "", "", "", "")
             continue
         ms = duration_ms(record)
         table.add_row(
-            key,
-            record.definition or "",
+            escape(key),
+            escape(record.definition or ""),
             _styled_state(record.state),
             str(record.attempt),
             f"{ms / 1000:.1f}s" if ms is not None else "",
-            f"${cost_of(record):.4f}",
+            money(cost_of(record)),
+            escape(task_note(record)),
         )
     return table
+
+
+def recent_table(records: Iterable[TaskRecord]) -> Table:
+    """Tasks outside jobs, keyed by request id (what `agentq status ID` takes)."""
+    table = Table("request id", "definition", "state", "attempt", "duration", "cost", "note")
+    for record in records:
+        ms = duration_ms(record)
+        table.add_row(
+            record.request_id,
+            escape(record.definition or ""),
+            _styled_state(record.state),
+            str(record.attempt),
+            f"{ms / 1000:.1f}s" if ms is not None else "",
+            money(cost_of(record)),
+            escape(task_note(record)),
+        )
+    return table
+
+
+def task_note(record: TaskRecord) -> str:
+    """Why a task is where it is, when that is not obvious from its state."""
+    if record.state is TaskState.CANCELLED:
+        return str(record.raw.get("cancelReason") or "cancelled")
+    error = record.raw.get("error")
+    if record.state in (TaskState.FAILED, TaskState.TIMEOUT, TaskState.RETRYING) and isinstance(
+        error, Mapping
+    ):
+        return error_line(error)
+    return ""
 
 
 def jobs_table(jobs: Iterable[JobRecord]) -> Table:
@@ -136,7 +221,7 @@ def jobs_table(jobs: Iterable[JobRecord]) -> Table:
             f"{job.done}/{job.total}",
             str(failed),
             iso_ms(job.created_at_ms),
-            f"${job.cost_usd:.4f}",
+            money(job.cost_usd),
         )
     return table
 

@@ -1,4 +1,4 @@
-"""`agentq definitions list|show|put|delete`: the task-definitions table."""
+"""`agentq definitions list|show|put|delete|sync`: the task-definitions table."""
 
 from __future__ import annotations
 
@@ -33,16 +33,22 @@ def register(subparsers: Any) -> None:
     delete.add_argument("name")
     views.add_json_flag(delete)
     delete.set_defaults(func=_delete)
+    sync = commands.add_parser(
+        "sync", help="make the table hold the definitions of these directories (after a deploy)"
+    )
+    sync.add_argument("directories", type=Path, nargs="+", help="definition directories")
+    sync.add_argument("--prune", action="store_true", help="also delete definitions not in them")
+    views.add_json_flag(sync)
+    sync.set_defaults(func=_sync)
 
 
 def _table() -> Any:
-    from agentq.aws import AwsClients
     from agentq.config import Settings
     from agentq.definitions import DefinitionsTable
 
     settings = Settings.from_env()
     name = settings.required("definitions_table")
-    return DefinitionsTable(AwsClients(settings.region).dynamodb, name)
+    return DefinitionsTable(views.aws(settings.region).dynamodb, name)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -95,4 +101,40 @@ def _delete(args: argparse.Namespace) -> int:
         emit_json({"deleted": args.name})
     else:
         print(f"deleted {args.name}")
+    return EXIT_OK
+
+
+def _sync(args: argparse.Namespace) -> int:
+    """Idempotent: every put writes the whole definition, so a rerun after a throttle, a
+    retried call or a crash half-way converges on the same table."""
+    from agentq.definitions import load_directory
+
+    wanted: dict[str, Any] = {}
+    for directory in args.directories:
+        if not directory.is_dir():
+            raise InvalidInput(str(directory), "no such directory")
+        for name, definition in load_directory(directory).items():  # all validated first
+            if name in wanted:
+                raise InvalidInput(str(directory), f"defines {name!r} again")
+            wanted[name] = definition
+    table = _table()
+    stored = {d.name: d for d in table.all()}
+    report: dict[str, list[str]] = {"added": [], "updated": [], "unchanged": [], "deleted": []}
+    for name, definition in sorted(wanted.items()):
+        current = stored.get(name)
+        if current is not None and current.to_dict() == definition.to_dict():
+            report["unchanged"].append(name)
+            continue
+        table.put(definition)
+        report["added" if current is None else "updated"].append(name)
+    if args.prune:
+        for name in sorted(set(stored) - set(wanted)):
+            table.delete(name)
+            report["deleted"].append(name)
+    if args.json:
+        emit_json(report)
+    else:
+        for what, names in report.items():
+            if names:
+                print(f"{what}: {', '.join(names)}")
     return EXIT_OK

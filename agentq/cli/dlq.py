@@ -12,7 +12,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from agentq.aws import AwsClients
+from agentq.cli import _views as views
 from agentq.cli.common import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, emit_json, fail
 from agentq.config import Settings
 from agentq.dlq import DlqArchive, Redriver, peek
@@ -46,7 +46,7 @@ def register(subparsers: Any) -> None:
 
 def _list(args: argparse.Namespace) -> int:
     settings = Settings.from_env().require("bucket")
-    clients = AwsClients(settings.region)
+    clients = views.aws(settings.region)
     messages = DlqArchive(clients.s3, settings.required("bucket")).list()
     waiting = peek(clients.sqs, settings.required("dlq_url")) if args.peek else []
     if args.json:
@@ -77,7 +77,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _redrive(args: argparse.Namespace) -> int:
     settings = Settings.from_env().require("bucket", "queue_url", "table_name", "bus_name")
-    clients = AwsClients(settings.region)
+    clients = views.aws(settings.region)
     bucket = settings.required("bucket")
     redriver = Redriver(
         sqs=clients.sqs,

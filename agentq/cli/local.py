@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
-from agentq.cli.common import EXIT_OK, emit_json
+from agentq.cli.common import EXIT_ERROR, EXIT_OK, emit_json, fail
+
+# How often the foreground process checks that moto, the model server and the
+# workers are still alive: a dead part must not leave a stack that looks up.
+HEALTH_EVERY_S: Final = 2.0
 
 
 def register(subparsers: Any) -> None:
@@ -30,13 +35,22 @@ def register(subparsers: Any) -> None:
         default=[],
         help="task definitions directory (repeatable; default definitions/samples)",
     )
+    up.add_argument(
+        "--real-claude",
+        action="store_true",
+        help="workers call the real Anthropic API with ANTHROPIC_API_KEY or "
+        "CLAUDE_CODE_OAUTH_TOKEN from this shell (default: the offline model server)",
+    )
     up.add_argument("--json", action="store_true", help="print the endpoints as JSON")
     up.set_defaults(func=_up)
 
 
 def _up(args: argparse.Namespace) -> int:
-    from agentq.local.stack import LocalStack, LocalStackOptions
+    from agentq.local.stack import LocalStack, LocalStackOptions, real_claude_configured
 
+    if args.real_claude and not real_claude_configured():
+        return fail("--real-claude needs ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN", 5,
+                    hint="export one of them, or leave out --real-claude")  # fmt: skip
     stopping = threading.Event()
 
     def _on_signal(signum: int, frame: FrameType | None) -> None:
@@ -44,9 +58,14 @@ def _up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
-    options = LocalStackOptions(workers=args.workers, definitions_dirs=tuple(args.definitions))
+    options = LocalStackOptions(
+        workers=args.workers,
+        definitions_dirs=tuple(d.resolve() for d in args.definitions),
+        use_real_claude=args.real_claude,
+    )
     with LocalStack(options) as stack:
         env_file = stack.write_env_file(args.env_file.resolve())
+        written = env_file.read_text()
         env = stack.env()
         summary = {
             "aws_endpoint": env.get("AWS_ENDPOINT_URL"),
@@ -56,6 +75,7 @@ def _up(args: argparse.Namespace) -> int:
             "bus": env["EVENTBRIDGE_BUS_NAME"],
             "bucket": env["S3_BUCKET"],
             "workers": [w.name for w in stack.workers],
+            "worker_logs": str(stack.log_dir),
             "env_file": str(env_file),
         }
         if args.json:
@@ -64,9 +84,22 @@ def _up(args: argparse.Namespace) -> int:
             print("agentq local stack is up")
             for key, value in summary.items():
                 print(f"  {key:<13} {value}")
-            print(f"\nIn another shell:  source {env_file}")
+            print(f"\nIn another shell:  source {env_file}   (or add --local to each command)")
             print("  agentq submit <definition> --input '{...}'   agentq watch   agentq job list")
-            print("Ctrl-C stops everything.")
-        stopping.wait()
+            print("Ctrl-C stops everything (the worker logs go with it).")
+        sys.stdout.flush()
+        dead: list[str] = []
+        while not stopping.wait(HEALTH_EVERY_S):
+            dead = stack.failed_components()
+            if dead:
+                break
         print("stopping: draining workers, stopping Lambda host, model server and moto")
+        sys.stdout.flush()
+        # A file naming a stopped stack only leads the next command to a dead endpoint;
+        # one another `local up` wrote since is that stack's, and stays.
+        if env_file.is_file() and env_file.read_text() == written:
+            env_file.unlink()
+    if dead:
+        return fail(f"the local stack lost: {', '.join(dead)}", EXIT_ERROR,
+                    hint="start it again with `agentq local up` and source its env file")  # fmt: skip
     return EXIT_OK

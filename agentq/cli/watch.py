@@ -1,8 +1,10 @@
-"""`agentq watch [JOB_ID]`: a live view of a job (or of the tenant's recent jobs).
+"""`agentq watch [JOB_ID]`: a live view of a job, or of the tenant's recent work.
 
 The view redraws every `--interval` seconds from the job item and the tasks' STATE
-items: tasks by state, a progress bar, durations and cost so far. Watching a job
-ends when it closes, with the job's exit code (0 completed, 4 failed).
+items: tasks by state, a progress bar, durations and cost so far. Without a job id it
+shows the tenant's recent jobs and the tasks submitted on their own (`agentq submit`).
+Watching a job ends when it closes, with the job's exit code (0 completed, 4 failed);
+`--once` and `--json` draw one frame and exit with the same code.
 """
 
 from __future__ import annotations
@@ -14,20 +16,25 @@ from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.live import Live
+from rich.markup import escape
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
 from agentq.cli import _views as views
 from agentq.cli.common import EXIT_OK, EXIT_WAIT_TIMEOUT, emit_json, fail
+from agentq.events import now_ms
 
 
 def register(subparsers: Any) -> None:
-    watch = subparsers.add_parser("watch", help="live view of a job or of recent jobs")
-    watch.add_argument("job_id", nargs="?", help="the job to follow (default: recent jobs)")
+    watch = subparsers.add_parser("watch", help="live view of a job or of recent work")
+    watch.add_argument("job_id", nargs="?", help="the job to follow (default: recent work)")
     watch.add_argument("--interval", type=float, default=2.0, help="refresh every N seconds")
     watch.add_argument("--timeout", type=float, default=None, help="stop after N seconds")
     watch.add_argument("--once", action="store_true", help="draw one frame and exit")
+    watch.add_argument(
+        "--since", type=float, default=60.0, help="recent work: the last N minutes (default 60)"
+    )
     views.add_tenant_flag(watch)
     views.add_json_flag(watch)
     watch.set_defaults(func=_watch)
@@ -41,7 +48,7 @@ def _watch(args: argparse.Namespace) -> int:
             emit_json(data)
         else:
             views.console.print(frame)
-        return EXIT_OK
+        return _exit_code(job)
     deadline = time.monotonic() + args.timeout if args.timeout else None
     with Live(console=views.console, auto_refresh=False) as live:
         while True:
@@ -54,13 +61,49 @@ def _watch(args: argparse.Namespace) -> int:
             time.sleep(args.interval)
 
 
+def _exit_code(job: Any) -> int:
+    # The same answer as `agentq job status`: a closed job that failed is exit 4.
+    if job is None or job.state == "RUNNING":
+        return EXIT_OK
+    return views.job_exit_code(job)
+
+
 def _snapshot(client: Any, args: argparse.Namespace) -> tuple[Any, RenderableType, Any]:
     if args.job_id is None:
+        since = now_ms() - int(args.since * 60_000)
         jobs = client.list_jobs(tenant=args.tenant, limit=20)
-        return None, views.jobs_table(jobs), [views.job_dict(j) for j in jobs]
+        tasks = client.recent_tasks(tenant=args.tenant, since_ms=since)
+        data = {"jobs": [views.job_dict(j) for j in jobs],
+                "tasks": [views.task_dict(t) for t in tasks]}  # fmt: skip
+        return None, recent_frame(jobs, tasks, args), data
     job = client.get_job(args.job_id, tenant=args.tenant)
-    tasks = client.job_tasks(job)
-    return job, job_frame(job, tasks), views.job_dict(job, tasks)
+    tasks_by_key = client.job_tasks(job)
+    return job, job_frame(job, tasks_by_key), views.job_dict(job, tasks_by_key)
+
+
+def recent_frame(jobs: list[Any], tasks: list[Any], args: argparse.Namespace) -> RenderableType:
+    tenant = args.tenant or client_tenant()
+    if not jobs and not tasks:
+        return Text.from_markup(
+            f"No jobs, and no tasks in the last {args.since:g} min, for tenant "
+            f"[bold]{escape(tenant)}[/bold].\n"
+            'Submit one:  agentq submit sample-echo --input \'{"hello": "agentq"}\'\n'
+            "Or a job:    agentq job create examples/job.yaml\n"
+            "Work submitted through the producer API lives under the caller's AWS account "
+            "id: add --tenant ACCOUNT_ID."
+        )
+    parts: list[RenderableType] = []
+    if jobs:
+        parts += [Text("jobs", style="bold"), views.jobs_table(jobs)]
+    if tasks:
+        parts += [Text("tasks submitted on their own", style="bold"), views.recent_table(tasks)]
+    return Group(*parts)
+
+
+def client_tenant() -> str:
+    from agentq.config import Settings
+
+    return Settings.from_env().tenant_id
 
 
 def job_frame(job: Any, tasks: dict[str, Any]) -> RenderableType:
@@ -68,7 +111,7 @@ def job_frame(job: Any, tasks: dict[str, Any]) -> RenderableType:
     header = Text.assemble(
         (f"job {job.job_id}", "bold"),
         f"  {job.spec.name or ''}  {job.state}  policy={job.spec.failure_policy}  ",
-        (f"cost so far ${job.cost_usd + _running_cost(tasks):.4f}", "bold"),
+        (f"cost so far {views.money(job.cost_usd + _running_cost(tasks))}", "bold"),
     )
     counts = Table.grid(padding=(0, 2))
     counts.add_row(*(f"{state}: {n}" for state, n in sorted(by_state.items())))

@@ -30,6 +30,7 @@ def task_dict(record: TaskRecord) -> dict[str, Any]:
         "durationMs": duration_ms(record),
         "costUsd": cost_of(record),
         "error": raw.get("error"),
+        "cancelReason": raw.get("cancelReason"),
         "result": raw.get("result"),
     }
 

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import tempfile
+import urllib.error
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +24,7 @@ from typing import Any, Final
 import psutil
 
 from agentq.config import Settings
+from agentq.errors import ConfigError
 from agentq.local.aws import LocalResources, MotoServer, local_session_clients, provision
 from agentq.resources import ResourceNames
 
@@ -110,9 +114,8 @@ class LocalStack:
     def add_worker(self, name: str, **extra_env: str) -> Any:
         from agentq.local.workers import WorkerProcess
 
-        log_dir = self.work_dir / "logs"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        worker = WorkerProcess(name, log_dir=log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        worker = WorkerProcess(name, log_dir=self.log_dir)
         worker.start({**self.env(), "WORKER_ID": name, **extra_env})
         self.workers.append(worker)
         return worker
@@ -148,11 +151,8 @@ class LocalStack:
 
     # -- environment ---------------------------------------------------------------------
     def env(self) -> dict[str, str]:
-        """What a process needs to use this stack: AWS endpoints, names, Claude, definitions."""
-        assert self.resources is not None, "start() first"
-        env = dict(self.resources.env())
-        dirs = self.options.definitions_dirs or (REPO_ROOT / "definitions" / "samples",)
-        env["TASK_DEFINITIONS_DIR"] = os.pathsep.join(str(d) for d in dirs)
+        """What a worker needs to use this stack: AWS endpoints, names, Claude, definitions."""
+        env = self.user_env()
         if self.model_server is not None:
             from agentq.local.claude_env import offline_claude_env
 
@@ -161,6 +161,34 @@ class LocalStack:
             env.update(offline_claude_env(self.model_server.url, home))
         env.update(self.options.worker_env)
         return env
+
+    def user_env(self) -> dict[str, str]:
+        """What a user's shell needs to reach this stack: agentq's and AWS's variables only.
+
+        Nothing for Claude (HOME, API keys): workers get those from the stack, and a
+        shell that sourced them would send its own `claude` or `make demo` to a model
+        server that is gone once the stack stops.
+        """
+        assert self.resources is not None, "start() first"
+        env = dict(self.resources.env())
+        dirs = self.options.definitions_dirs or (REPO_ROOT / "definitions" / "samples",)
+        # Absolute: the file is sourced, and the CLI run, from any directory.
+        env["TASK_DEFINITIONS_DIR"] = os.pathsep.join(str(d.resolve()) for d in dirs)
+        return env
+
+    @property
+    def log_dir(self) -> Path:
+        """Where each worker's output goes (`<worker name>.log`)."""
+        return self.work_dir / "logs"
+
+    def failed_components(self) -> list[str]:
+        """Parts of a started stack that have died (empty while all is well)."""
+        dead = [f"worker {w.name}" for w in self.workers if not w.alive()]
+        if self.moto is not None and not _answers(f"{self.moto.url}/moto-api/"):
+            dead.append(f"local AWS (moto) at {self.moto.url}")
+        if self.model_server is not None and not _answers(self.model_server.url):
+            dead.append(f"model server at {self.model_server.url}")
+        return dead
 
     def _apply_environment(self) -> None:
         # The Lambda host and in-process clients read the same variables as workers do;
@@ -186,8 +214,7 @@ class LocalStack:
     def write_env_file(self, path: Path) -> Path:
         """A file to `source` in another shell, so `agentq` and boto3 reach this stack."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        lines = [f"export {key}={_shell_quote(value)}" for key, value in sorted(self.env().items())]
-        path.write_text("\n".join(lines) + "\n")
+        path.write_text(format_env_file(self.user_env()))
         return path
 
     def stray_processes(self) -> list[psutil.Process]:
@@ -196,5 +223,26 @@ class LocalStack:
         return [p for p in me.children(recursive=True) if p.is_running()]
 
 
-def _shell_quote(value: str) -> str:
-    return "'" + value.replace("'", "'\"'\"'") + "'"
+ENV_FILE_HEADER: Final = (
+    "# agentq local stack: source this file, or run `agentq --local ...` instead.\n"
+    "# It sets only agentq's and AWS's variables (the stack's endpoint and test credentials).\n"
+)
+
+
+def format_env_file(env: Mapping[str, str], *, header: str = ENV_FILE_HEADER) -> str:
+    """`export KEY='value'` lines, one per variable (`agentq --local` reads them back)."""
+    for key, value in env.items():
+        if "\n" in value or "\x00" in value:
+            raise ConfigError(key, "cannot go in an env file: its value holds a newline or NUL")
+    lines = [f"export {key}={shlex.quote(value)}" for key, value in sorted(env.items())]
+    return header + "\n".join(lines) + "\n"
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except urllib.error.HTTPError:
+        return True  # it answered, with an error status
+    except OSError:
+        return False

@@ -32,9 +32,10 @@ def _marked(marker: str) -> list[psutil.Process]:
 def test_make_demo_runs_the_job_as_designed_and_leaves_no_process() -> None:
     marker = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
-    # The demo must use the offline model server here, whatever the shell holds.
-    for name in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "AWS_ENDPOINT_URL"):
+    # Offline unless asked (DEMO_REAL_CLAUDE=1), even with a key in the shell.
+    for name in ("CLAUDE_CODE_OAUTH_TOKEN", "AWS_ENDPOINT_URL", "DEMO_REAL_CLAUDE"):
         env.pop(name, None)
+    env["ANTHROPIC_API_KEY"] = "sk-ant-not-a-real-key"
     env["COLUMNS"] = "160"  # one table row per line
     env["AGENTQ_DEMO_MARKER"] = marker  # inherited by every process the demo starts
     completed = subprocess.run(
@@ -60,4 +61,6 @@ def test_make_demo_runs_the_job_as_designed_and_leaves_no_process() -> None:
     # The retried task's timeline shows the failed attempt and the completed retry.
     assert "Task Processing Failed" in output and "Task Completed" in output
     assert "all stopped cleanly" in output
+    # A job that failed by design says so, rather than a bare FAILED after all-yes checks.
+    assert "as designed: deadline timed out on purpose" in output
     assert _marked(marker) == [], "the demo left processes running"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -15,15 +14,9 @@ import psutil
 import pytest
 from support import wait_for
 
+from agentq.cli._localenv import allowed_variable, parse_env_file
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _read_env_file(path: Path) -> dict[str, str]:
-    env = {}
-    for line in path.read_text().splitlines():
-        key, _, value = line.removeprefix("export ").partition("=")
-        env[key] = shlex.split(value)[0] if value else ""
-    return env
 
 
 def _marked(marker: str) -> list[psutil.Process]:
@@ -44,17 +37,23 @@ def test_local_up_serves_another_shell_and_stops_cleanly_on_ctrl_c(tmp_path: Pat
     env_file = tmp_path / "local.env"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT")}
     env["AGENTQ_TEST_MARKER"] = marker
+    # A key in the shell must not switch the stack to the paid API (--real-claude does).
+    env["ANTHROPIC_API_KEY"] = "sk-ant-not-a-real-key"
+    relative = os.path.relpath(REPO / "definitions" / "testing", tmp_path)
     up = subprocess.Popen(
         [sys.executable, "-m", "agentq.cli", "local", "up", "--workers", "1",
-         "--definitions", str(REPO / "definitions" / "testing"),
-         "--env-file", str(env_file), "--json"],
+         "--definitions", relative, "--env-file", str(env_file), "--json"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         wait_for(env_file.exists, timeout=120, message="the env file")
-        stack_env = _read_env_file(env_file)
+        stack_env = parse_env_file(env_file.read_text())
         assert stack_env["AGENTQ_LOCAL"] == "1"
         assert stack_env["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
+        # Only agentq's and AWS's variables: the user's HOME and Claude settings stay theirs.
+        assert all(allowed_variable(name) for name in stack_env), sorted(stack_env)
+        assert not {"HOME", "ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"} & set(stack_env)
+        assert stack_env["TASK_DEFINITIONS_DIR"] == str(REPO / "definitions" / "testing")
 
         # Another shell: only the env file, the CLI and raw boto3.
         shell = {**os.environ, **stack_env}
@@ -67,10 +66,51 @@ def test_local_up_serves_another_shell_and_stops_cleanly_on_ctrl_c(tmp_path: Pat
         task = json.loads(submitted.stdout)
         assert task["state"] == "COMPLETED"
         assert len(_marked(marker)) >= 2  # the stack and its worker
+        # From another directory, without sourcing anything: `--local-env`.
+        elsewhere = subprocess.run(
+            [sys.executable, "-m", "agentq.cli", "--local-env", str(env_file), "status",
+             task["requestId"], "--json"],
+            cwd="/", env=os.environ, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert elsewhere.returncode == 0, elsewhere.stderr
+
     finally:
         up.send_signal(signal.SIGINT)
         out, err = up.communicate(timeout=120)
     assert up.returncode == 0, err[-3000:]
     summary = json.loads(out[: out.index("\nstopping")])
     assert summary["env_file"] == str(env_file)
+    assert summary["model_server"].startswith("http://127.0.0.1:")  # offline
+    assert summary["worker_logs"].endswith("logs")
+    assert not env_file.exists()  # a file naming a stopped stack would mislead
+    wait_for(lambda: not _marked(marker), timeout=30, message="no process left")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_local_up_stops_and_says_so_when_its_moto_server_dies(tmp_path: Path) -> None:
+    marker = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT")}
+    env["AGENTQ_TEST_MARKER"] = marker
+    env_file = tmp_path / "local.env"
+    up = subprocess.Popen(
+        [sys.executable, "-m", "agentq.cli", "local", "up", "--workers", "0",
+         "--env-file", str(env_file)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(env_file.exists, timeout=120, message="the env file")
+        (moto,) = [p for p in _marked(marker) if "agentq.local.moto_server" in p.cmdline()]
+        moto.kill()
+        out, err = up.communicate(timeout=120)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.communicate()
+    assert up.returncode == 1, out + err
+    # The Lambda host's pollers may log the refused connections first; the verdict is last.
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("agentq: the local stack lost: local AWS (moto)")
+    assert "agentq local up" in line
+    assert not env_file.exists()
     wait_for(lambda: not _marked(marker), timeout=30, message="no process left")

@@ -78,6 +78,19 @@ def test_heartbeats_are_not_persisted_unless_asked(
     assert len(_store(stack).timeline("acme", "r-beat")) == 1
 
 
+def test_a_documented_task_requested_event_is_skipped_not_malformed(stack: Stack) -> None:
+    # The producers page's example, as the bus delivers it to every agentq rule.
+    envelope = {
+        "version": "0", "id": "e-1", "detail-type": "Task Requested", "source": "agentq",
+        "account": "123456789012", "time": "2026-11-25T10:00:00Z", "region": "eu-west-1",
+        "resources": [],
+        "detail": {"requestId": "billing-run-2026-11-25", "definition": "summarize",
+                   "tenant": "acme", "input": {"document": "..."}},
+    }  # fmt: skip
+    assert save_event.handler(envelope, CTX) == {"outcome": "skipped"}
+    assert _store(stack).timeline("acme", "billing-run-2026-11-25") == []
+
+
 @pytest.mark.parametrize(
     "mangle",
     [

@@ -1,0 +1,65 @@
+"""`agentq result`, `agentq logs`, `agentq trace`: what a task left behind, from S3.
+
+The S3 locations come from the producer client (`AgentqClient.result/logs/trace`),
+never from keys built here, so a change of layout flows through one function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any, Final
+
+from rich.markup import escape
+
+from agentq.cli import _views as views
+from agentq.cli.common import EXIT_OK, emit_json
+
+# Task output is untrusted: a log line must not move the cursor or retitle the terminal.
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def register(subparsers: Any) -> None:
+    for name, handler, text in (
+        ("result", _result, "a completed task's result (its JSON output)"),
+        ("logs", _logs, "a task's log files (summary, CLI stderr, error record)"),
+        ("trace", _trace, "an agent task's session trace (tool calls, turns, tokens)"),
+    ):
+        command = subparsers.add_parser(name, help=text)
+        command.add_argument("request_id")
+        views.add_tenant_flag(command)
+        views.add_json_flag(command)
+        command.set_defaults(func=handler)
+
+
+def terminal_safe(text: str) -> str:
+    return _CONTROL.sub("\N{REPLACEMENT CHARACTER}", text)
+
+
+def _result(args: argparse.Namespace) -> int:
+    output = views.client().result(args.request_id, tenant=args.tenant)
+    if args.json:
+        emit_json(output)
+    else:
+        views.console.print_json(data=output)
+    return EXIT_OK
+
+
+def _logs(args: argparse.Namespace) -> int:
+    files = views.client().logs(args.request_id, tenant=args.tenant)
+    if args.json:
+        emit_json(files)
+        return EXIT_OK
+    for name, text in files.items():
+        views.console.rule(escape(name), align="left")
+        views.console.out(terminal_safe(text), highlight=False)
+    return EXIT_OK
+
+
+def _trace(args: argparse.Namespace) -> int:
+    trace = views.client().trace(args.request_id, tenant=args.tenant)
+    if args.json:
+        emit_json(trace)
+    else:
+        views.console.print_json(data=trace)
+    return EXIT_OK

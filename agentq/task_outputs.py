@@ -1,0 +1,58 @@
+"""What a task's attempt left in S3 besides its result: logs and the agent's trace.
+
+`TaskOutputs.location` is the one place that turns a STATE item into the S3 prefix
+of its objects, from the result pointer the item holds (the conventional key when it
+holds none), so the result, logs and trace are always read from the same attempt.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from agentq.errors import InvalidInput, NotFound
+from agentq.jobs import ResultReader
+from agentq.jobs.results import RESULT_FILE
+from agentq.store import TaskRecord
+
+TRACE_FILE: Final = "traces/session_trace.json"
+ERROR_FILE: Final = "error.json"
+# The worker bounds what it uploads; this cap keeps one odd object off a terminal.
+MAX_OUTPUT_BYTES: Final = 4 * 1024 * 1024
+
+
+class TaskOutputs:
+    def __init__(self, s3: Any, results: ResultReader) -> None:
+        self._s3 = s3
+        self._results = results
+
+    def location(self, record: TaskRecord) -> tuple[str, str]:
+        """(bucket, key prefix) of the objects the task's attempt uploaded."""
+        bucket, key = self._results.pointer(record)
+        return bucket, key.removesuffix(RESULT_FILE)
+
+    def logs(self, record: TaskRecord) -> dict[str, str]:
+        bucket, prefix = self.location(record)
+        keys = self._keys(bucket, prefix + "logs/")
+        keys += [k for k in self._keys(bucket, prefix + ERROR_FILE) if k == prefix + ERROR_FILE]
+        if not keys:
+            raise NotFound("task logs", f"s3://{bucket}/{prefix}logs/")
+        return {key.removeprefix(prefix): self._read_text(bucket, key) for key in keys}
+
+    def trace(self, record: TaskRecord) -> Any:
+        bucket, prefix = self.location(record)
+        key = prefix + TRACE_FILE
+        if key not in self._keys(bucket, key):
+            raise NotFound("agent trace", f"s3://{bucket}/{key}")
+        try:
+            return json.loads(self._read_text(bucket, key))
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"s3://{bucket}/{key}", f"trace is not JSON: {exc.msg}") from None
+
+    def _keys(self, bucket: str, prefix: str) -> list[str]:
+        pages = self._s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        return sorted(obj["Key"] for page in pages for obj in page.get("Contents", []))
+
+    def _read_text(self, bucket: str, key: str) -> str:
+        data: bytes = self._s3.get_object(Bucket=bucket, Key=key)["Body"].read(MAX_OUTPUT_BYTES)
+        return data.decode("utf-8", errors="replace")
