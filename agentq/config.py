@@ -8,13 +8,14 @@ real names and URLs into the environment like a deployment would.
 Each setting is a pydantic field: its type, its allowed range or choices, and the
 variable it is read from. A bad value fails with `ConfigError` naming the variable
 and what it allows. `python -m agentq.config_doc` writes the reference table of
-docs/configuration.md from these fields.
+docs/configuration.md from these fields; `python -m agentq.config` prints it.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal, Self
@@ -32,6 +33,7 @@ from agentq.config_fields import (
     Float,
     Int,
     Level,
+    allowed,
     config_error,
     var,
 )
@@ -433,3 +435,24 @@ def env_name(attribute: str) -> str:
     if field is None:
         raise KeyError(attribute)
     return str(field.validation_alias)
+
+
+def reference_table() -> str:
+    """The Markdown table of docs/configuration.md."""
+    lines = [
+        "| variable | default | allowed | used by | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for field in Settings.model_fields.values():
+        extra = field.json_schema_extra
+        assert isinstance(extra, dict)
+        default = "—" if field.default is None else f"`{field.default}`"
+        lines.append(
+            f"| `{field.validation_alias}` | {default} | {allowed(field)} "
+            f"| {extra['readers']} | {field.description} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(reference_table())

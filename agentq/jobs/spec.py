@@ -200,6 +200,8 @@ def _task_entries(tasks: object) -> object:
         if not isinstance(item, Mapping) or "key" not in item:
             raise InvalidInput(f"tasks[{index}]", "a task in a list needs a `key`")
         key = item["key"]
+        if not isinstance(key, str):
+            raise InvalidInput(f"tasks[{index}].key", "task keys must match ^[a-zA-Z0-9_-]{1,64}$")
         if key in entries:
             raise InvalidInput(f"tasks.{key}", "duplicate task key")
         entries[key] = {k: v for k, v in item.items() if k != "key"}

@@ -98,3 +98,28 @@ def test_a_job_spec_is_either_valid_or_an_invalid_input(data: dict[str, Any]) ->
     except InvalidInput:
         return
     assert parse_spec(spec.to_dict()) == spec
+
+
+# Plausible values next to arbitrary ones, so that some specs are valid and round-trip.
+VALUES = st.one_of(st.sampled_from(["d", "a", "b", ["a"], [1, 2], {"x": "${item}"}]), JSON)
+TASK = st.dictionaries(
+    st.sampled_from(["definition", "input", "depends_on", "group", "for_each", "x"]),
+    VALUES,
+    max_size=4,
+)
+TASKS = st.one_of(
+    st.dictionaries(st.sampled_from(["a", "b", "c d"]), TASK, max_size=3),
+    st.lists(
+        st.builds(lambda key, task: {"key": key, **task}, st.sampled_from(["a", "b", 7]), TASK),
+        max_size=3,
+    ),
+)
+
+
+@given(TASKS, st.sampled_from(["fail_fast", "continue", "never"]))
+def test_a_job_spec_in_either_form_is_valid_or_an_invalid_input(tasks: Any, policy: str) -> None:
+    try:
+        spec = parse_spec({"tasks": tasks, "failure_policy": policy})
+    except InvalidInput:
+        return
+    assert parse_spec(spec.to_dict()) == spec

@@ -1,14 +1,17 @@
-"""The schema-pattern sampler: every answer matches its pattern, for the syntax it reads."""
+"""The model server's parsers: schema-pattern samples match their pattern; markers parse."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentq.local.model_server import ScriptError, parse_directives, parse_markers
 from agentq.local.model_server.pattern import pattern_sample
+from agentq.local.model_server.scenario import MARKER_OPEN
 from agentq.local.model_server.values import generate_value
 
 LITERALS = st.sampled_from([*"abcXYZ019_-@.", r"\.", r"\-", r"\\", r"\/", r"\x41", r"\u00e9"])
@@ -82,3 +85,46 @@ def test_syntax_outside_the_subset_gives_no_sample(pattern: str) -> None:
 def test_generated_strings_satisfy_the_schema_pattern(pattern: str, prompt: str) -> None:
     value = generate_value({"type": "string", "pattern": pattern}, prompt)
     assert re.search(pattern, value)
+
+
+# -- the directive grammar ---------------------------------------------------------------
+
+DIRECTIVES = st.sampled_from(
+    [
+        "key k1",
+        "fail 429 x2",
+        "fail 500 turn 1 retry-after 1.5 no-retry",
+        "stall midstream x1",
+        "delay 250ms",
+        'output {"a": 1}',
+        'tool Bash {"command": "ls"}',
+        "text done",
+        "usage input=3 output=4",
+    ]
+)
+
+
+@given(st.text(max_size=80))
+def test_text_without_markers_is_kept_whole(text: str) -> None:
+    if MARKER_OPEN in text:
+        return
+    assert parse_markers(text) == (None, text)
+
+
+@given(st.text(max_size=40), st.lists(DIRECTIVES, min_size=1, max_size=4), st.text(max_size=40))
+def test_a_marker_is_parsed_and_cut_out_wherever_it_stands(
+    before: str, directives: list[str], after: str
+) -> None:
+    if MARKER_OPEN in before + after or MARKER_OPEN[:-1] in before[-8:]:
+        return
+    scenario, rest = parse_markers(f"{before}[[model: {'; '.join(directives)}]]{after}")
+    assert rest == before + after
+    expected = parse_directives("; ".join(directives))
+    expected.source = "; ".join(directives)
+    assert scenario == expected
+
+
+@given(st.text(max_size=60))
+def test_any_marker_body_parses_or_is_a_script_error(body: str) -> None:
+    with contextlib.suppress(ScriptError):
+        parse_markers(f"{MARKER_OPEN}{body}")
