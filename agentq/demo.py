@@ -197,15 +197,19 @@ def _report(
     tasks: dict[str, Any],
     expected: list[Expectation],
 ) -> int:
+    from agentq.jobs.results import artifacts_pointer
     from agentq.jobs.spec import task_request_id
 
     report_id = task_request_id(job.job_id, "report")
     if tasks.get("report") is not None and tasks["report"].state.value == "COMPLETED":
         console.print(Panel(Pretty(client.result(report_id)), title="the report (fan-in)"))
-    bucket = stack.env()["S3_BUCKET"]
+    report = tasks.get("report")
+    named = artifacts_pointer(report) if report is not None else None
+    example = f", e.g. s3://{named[0]}/{named[1]}" if named else ""
     console.print(
-        f"artifacts: s3://{bucket}/task/logs/<requestId>/ (artifacts/, logs/summary.log, "
-        f"traces/session_trace.json), e.g. s3://{bucket}/task/logs/{report_id}/"
+        "artifacts: s3://{bucket}/task/{tenant}/{requestId}/attempt-{n}/ (artifacts/, "
+        f"logs/summary.log, traces/session_trace.json); the STATE item names the "
+        f"attempt that won{example}"
     )
     flaky_id = task_request_id(job.job_id, "flaky")
     console.print(f"\ntimeline of {flaky_id} (failed, then succeeded on its retry):")

@@ -116,5 +116,6 @@ class Preparer:
         except LeaseLost:
             pass
         finally:
-            self._batcher.change_visibility(entry.receipt_handle, 0)
+            # A fresh copy: this receive ran no attempt, so it must not count toward the DLQ.
+            self._batcher.give_back(entry.receipt_handle, entry.message)
             self._inflight.remove(entry)

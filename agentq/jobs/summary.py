@@ -31,6 +31,8 @@ def task_dict(record: TaskRecord) -> dict[str, Any]:
         "costUsd": cost_of(record),
         "error": raw.get("error"),
         "result": raw.get("result"),
+        # The folder of the attempt that settled the task (its logs, traces, artifacts).
+        "artifacts": raw.get("artifacts"),
     }
 
 
