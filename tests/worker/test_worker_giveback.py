@@ -1,26 +1,34 @@
-"""A drain gives prefetched messages back within its deadline, whatever their locks do.
+"""A drain gives messages back within its deadline, and without spending receives.
 
 The consumer's give-back, on a worker built in-process against moto: preparations that
 never finish (DynamoDB unreachable, say) must not hold the drain for a minute each, and
-one not begun is cancelled rather than waited for.
+one not begun is cancelled rather than waited for. What is given back (prefetched, or
+released by a drain that timed out) is requeued as a fresh copy: only real attempts
+may bring a task to the dead-letter queue.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Stack
 from support import wait_for
+from worker_support import queue_counts, running_worker, send, state
 
 from agentq.config import Settings
+from agentq.local.workers import REPO_ROOT, SAMPLE_DEFINITIONS, WorkerProcess
+from agentq.states import TaskState
+from bench.stack import BENCH_DEFINITIONS
 from worker.app import build
 from worker.inflight import InFlight
 from worker.intake import Held
-
-pytestmark = pytest.mark.timeout(120)
 
 
 def _receive_all(stack: Stack, count: int) -> list[dict[str, Any]]:
@@ -37,6 +45,7 @@ def _receive_all(stack: Stack, count: int) -> list[dict[str, Any]]:
     return got
 
 
+@pytest.mark.timeout(120)
 def test_a_drain_gives_back_stuck_preparations_by_its_deadline(
     inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -73,3 +82,69 @@ def test_a_drain_gives_back_stuck_preparations_by_its_deadline(
             future.set_result(None)
         consumer._batcher.close()
         consumer._events.close()
+
+
+@pytest.mark.timeout(240)
+def test_a_shutdown_release_spends_no_receive(stack: Stack, tmp_path: Path) -> None:
+    """Released, failed, failed, then it succeeds: three real attempts, never the DLQ.
+
+    The queue dead-letters on the fourth receive. A release that gave the message back
+    in place spent one, so the third attempt's receive was its fourth: dead-lettered
+    with an attempt left. A release requeues a fresh copy instead.
+    """
+    side_log = tmp_path / "runs.jsonl"
+    payload = {"seconds": 2, "mode": "flaky", "fail_times": 2, "side_log": str(side_log)}
+    with running_worker(stack, "leaving", **_bench_env(DRAIN_TIMEOUT="200")) as leaving:
+        task = send(stack, "bench-work", payload)
+        wait_for(lambda: _ended(side_log) or _started(side_log), timeout=60,
+                 message="the first run started")  # fmt: skip
+        leaving.send(signal.SIGTERM)  # the drain times out: the run is stopped and released
+        assert leaving.wait(60) == 3, leaving.output()[-3000:]
+    assert "released" in _verdicts(leaving)
+    with running_worker(stack, "staying", **_bench_env()) as staying:
+        wait_for(
+            lambda: (
+                _finished(stack, task) or queue_counts(stack, stack.resources.dlq_url) != (0, 0)
+            ),
+            timeout=120,
+            message="the task finished or was dead-lettered",
+        )
+        staying.stop()
+    assert queue_counts(stack, stack.resources.dlq_url) == (0, 0), "dead-lettered"
+    record = state(stack, task)
+    assert record is not None and record.state is TaskState.COMPLETED, record
+    assert record.attempt == 3
+    assert _verdicts(staying) == ["retrying", "retrying", "completed"]
+
+
+def _bench_env(**overrides: str) -> dict[str, str]:
+    paths = (str(REPO_ROOT), os.environ.get("PYTHONPATH"))
+    return {
+        "TASK_DEFINITIONS_DIR": os.pathsep.join([str(BENCH_DEFINITIONS), str(SAMPLE_DEFINITIONS)]),
+        "PYTHONPATH": os.pathsep.join(p for p in paths if p),
+        **overrides,
+    }
+
+
+def _lines(side_log: Path) -> list[dict[str, Any]]:
+    if not side_log.exists():
+        return []
+    return [json.loads(line) for line in side_log.read_text().splitlines() if line.strip()]
+
+
+def _started(side_log: Path) -> bool:
+    return any(r["event"] == "start" for r in _lines(side_log))
+
+
+def _ended(side_log: Path) -> bool:
+    return any(r["event"] == "end" for r in _lines(side_log))
+
+
+def _finished(stack: Stack, task: Any) -> bool:
+    record = state(stack, task)
+    return record is not None and record.state.terminal
+
+
+def _verdicts(worker: WorkerProcess) -> list[str]:
+    return [str(r.get("verdict")) for r in worker.log_records()
+            if r.get("message") == "message settled"]  # fmt: skip
