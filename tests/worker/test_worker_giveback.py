@@ -27,6 +27,7 @@ from agentq.local.workers import REPO_ROOT, SAMPLE_DEFINITIONS, WorkerProcess
 from agentq.states import TaskState
 from bench.stack import BENCH_DEFINITIONS
 from worker.app import build
+from worker.batcher import SqsBatcher
 from worker.inflight import InFlight
 from worker.intake import Held
 
@@ -148,3 +149,50 @@ def _finished(stack: Stack, task: Any) -> bool:
 def _verdicts(worker: WorkerProcess) -> list[str]:
     return [str(r.get("verdict")) for r in worker.log_records()
             if r.get("message") == "message settled"]  # fmt: skip
+
+
+@pytest.mark.timeout(60)
+def test_a_give_back_sends_a_copy_then_deletes_or_else_gives_back_in_place(
+    inproc_stack: Stack,
+) -> None:
+    sqs, url = inproc_stack.sqs, inproc_stack.resources.queue_url
+    attributes = {"requestId": {"DataType": "String", "StringValue": "r-give"}}
+    sqs.send_message(QueueUrl=url, MessageBody='{"b": 1}', MessageAttributes=attributes)
+
+    def receive() -> dict[str, Any]:
+        [message] = wait_for(
+            lambda: sqs.receive_message(
+                QueueUrl=url, VisibilityTimeout=300, MessageAttributeNames=["All"],
+                MessageSystemAttributeNames=["ApproximateReceiveCount"],
+            ).get("Messages"),
+            timeout=10, message="the message back on the queue",
+        )  # fmt: skip
+        return dict(message)
+
+    batcher = SqsBatcher(sqs, url, delay_s=0)
+    try:
+        first = receive()
+        batcher.give_back(first["ReceiptHandle"], first)
+        batcher.flush()
+        copy = receive()
+        assert copy["MessageId"] != first["MessageId"], "a fresh copy"
+        assert copy["Body"] == first["Body"]
+        assert copy["MessageAttributes"]["requestId"]["StringValue"] == "r-give"
+        assert copy["Attributes"]["ApproximateReceiveCount"] == "1", "no receive spent"
+
+        def refuse(**_: Any) -> None:
+            raise RuntimeError("SendMessage denied")
+
+        # The copy cannot be sent (throttled past retries, or denied): back in place.
+        sqs.meta.events.register("before-call.sqs.SendMessage", refuse)
+        try:
+            batcher.give_back(copy["ReceiptHandle"], copy)
+            batcher.flush()
+        finally:
+            sqs.meta.events.unregister("before-call.sqs.SendMessage", refuse)
+        again = receive()
+        assert again["MessageId"] == copy["MessageId"]
+        assert again["Attributes"]["ApproximateReceiveCount"] == "2"
+        assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages") is None
+    finally:
+        batcher.close()
