@@ -90,8 +90,8 @@ def _submit_everywhere(
     """Every producer path, for both tenants; returns (path, tenant) → request id."""
     ids: dict[tuple[str, str], str] = {}
     for tenant in TENANTS:
-        bus = {"requestId": f"same-bus-{tag}", "tenant": tenant, "definition": DEFINITION,
-               "input": _input(tenant, "bus")}  # fmt: skip
+        bus: dict[str, Any] = {"requestId": f"same-bus-{tag}", "tenant": tenant,
+                               "definition": DEFINITION, "input": _input(tenant, "bus")}  # fmt: skip
         stack.events.put_events(
             Entries=[{"Source": "agentq", "DetailType": "Task Requested",
                       "Detail": json.dumps(bus), "EventBusName": stack.resources.bus_name}]
