@@ -171,7 +171,8 @@ class Settler:
             self._outbox.emit("Task Processing Failed", envelope=envelope, attempt=lease.attempt,
                               error=error.to_record(), retryAt=now_ms())  # fmt: skip
         except LeaseLost:
-            # A newer attempt owns the task, and this message may be its holder's.
-            return "released"
+            # A newer attempt owns the task. Giving the message back anyway is harmless:
+            # if it was the holder's, the copy meets the holder's lease like a duplicate.
+            pass
         self._batcher.give_back(entry.receipt_handle, entry.message)
         return "released"
