@@ -196,3 +196,24 @@ def test_a_give_back_sends_a_copy_then_deletes_or_else_gives_back_in_place(
         assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages") is None
     finally:
         batcher.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_message_received_while_draining_is_requeued_fresh(
+    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WARM_CHILDREN", "false")
+    monkeypatch.setenv("SQS_BATCH_WINDOW", "0")
+    consumer = build(Settings.from_env()).consumer
+    inproc_stack.sqs.send_message(QueueUrl=inproc_stack.resources.queue_url, MessageBody="late")
+    [message] = _receive_all(inproc_stack, 1)
+    try:
+        consumer._stopping.set()  # the long poll that brought it ended after the drain began
+        consumer._accept(message)
+        consumer._batcher.flush()
+        [back] = _receive_all(inproc_stack, 1)
+        assert back["Body"] == "late" and back["MessageId"] != message["MessageId"]
+        assert consumer.received == 0 and not consumer._inflight.snapshot()
+    finally:
+        consumer._batcher.close()
+        consumer._events.close()
