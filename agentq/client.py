@@ -21,7 +21,7 @@ from agentq.config import Settings
 from agentq.definitions import DefinitionRegistry, TaskDefinition
 from agentq.envelope import TaskEnvelope, validate_request_id
 from agentq.errors import AgentqError, InvalidInput, NotFound
-from agentq.events import now_ms, task_event
+from agentq.events import REJECTED_REASON, now_ms, task_event
 from agentq.jobs import (
     JobDispatcher,
     JobRecord,
@@ -235,8 +235,21 @@ class AgentqClient:
 
     # -- reading ----------------------------------------------------------------------
     def get_task(self, request_id: str, *, tenant: str | None = None) -> TaskRecord:
+        """The task's STATE item; for a message the worker rejected, its `Task Failed`.
+
+        A rejected message never becomes a task: it has no valid envelope to store, and
+        a STATE item written from it would let a malformed message claim a request id
+        before the real task arrives. Its stored `Task Failed` event answers instead,
+        and only while no STATE item exists for the id.
+        """
         validate_request_id(request_id)
-        return self.tasks.require(tenant or self.settings.tenant_id, request_id)
+        tenant = tenant or self.settings.tenant_id
+        record = self.tasks.get(tenant, request_id)
+        if record is None:
+            record = rejected_record(self.event_store.timeline(tenant, request_id))
+        if record is None:
+            raise NotFound("task", request_id)
+        return record
 
     def get_job(self, job_id: str, *, tenant: str | None = None) -> JobRecord:
         return self.jobs.require(tenant or self.settings.tenant_id, validate_job_id(job_id))
@@ -270,6 +283,7 @@ class AgentqClient:
         return self.event_store.timeline(tenant or self.settings.tenant_id, request_id)
 
     def result(self, request_id: str, *, tenant: str | None = None) -> Any:
+        """The result the STATE item names: the winning attempt's, in the task's tenant."""
         record = self.get_task(request_id, tenant=tenant)
         if record.state is not TaskState.COMPLETED:
             raise InvalidInput("requestId", f"task {request_id} is {record.state.value}, no result")
@@ -283,6 +297,11 @@ class AgentqClient:
     def trace(self, request_id: str, *, tenant: str | None = None) -> Any:
         """An agent task's session trace (what the agent did, step by step), parsed."""
         return self.outputs.trace(self.get_task(request_id, tenant=tenant))
+
+    def artifacts(self, request_id: str, *, tenant: str | None = None) -> dict[str, str]:
+        """The files (logs, traces, artifacts) of the attempt the STATE item names:
+        name within the attempt's folder → S3 key (empty before any attempt settled)."""
+        return self.results.files(self.get_task(request_id, tenant=tenant))
 
     # -- waiting --------------------------------------------------------------------------
     def wait(
@@ -385,3 +404,23 @@ def default_registry(settings: Settings, dynamodb: Any) -> DefinitionRegistry | 
         return None
     # Producers validate against what is stored now: no cache.
     return DefinitionRegistry.from_settings(settings, dynamodb, cache_seconds=0)
+
+
+def rejected_record(timeline: list[dict[str, Any]]) -> TaskRecord | None:
+    """A FAILED record from the `Task Failed` the worker stored for a rejected message."""
+    for event in reversed(timeline):
+        payload = event.get("payload") or {}
+        if event.get("detailType") != "Task Failed" or payload.get("reason") != REJECTED_REASON:
+            continue
+        at = event.get("timestampMs")
+        at_ms = at if isinstance(at, int) else None
+        raw = {"requestId": event["requestId"], "tenant": event["tenant"],
+               "state": TaskState.FAILED.value, "attempt": 0, "rejected": True,
+               "error": payload.get("error"), "terminalEvent": event, "finishedAt": at_ms}  # fmt: skip
+        return TaskRecord(
+            request_id=str(event["requestId"]), tenant=str(event["tenant"]),
+            state=TaskState.FAILED, attempt=0, definition=None, job_id=None, owner=None,
+            lease_token=None, effective_until_ms=None, created_at_ms=at_ms,
+            updated_at_ms=at_ms, raw=raw,
+        )  # fmt: skip
+    return None

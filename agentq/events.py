@@ -57,6 +57,9 @@ STATE_AFTER: Final[dict[DetailType, TaskState | None]] = {
     "Job Failed": None,
     "Job Repaired": None,
 }
+# The `reason` of the `Task Failed` a worker sends for a message it rejects unread (no
+# STATE item exists for it; `agentq status` answers from this event).
+REJECTED_REASON: Final = "invalid message"
 
 
 def now_ms() -> int:

@@ -181,6 +181,11 @@ TASK_REQUESTED_RULE: Final = RuleSpec(
 )
 RULES: Final = (SAVE_EVENT_RULE, DISPATCHER_RULE, TASK_REQUESTED_RULE)
 
-ARTIFACTS_PREFIX: Final = "task/logs/"
+# Every object a task attempt writes lives under
+# `{ARTIFACTS_PREFIX}{tenant}/{requestId}/attempt-{n}/` (agentq.store.keys.attempt_prefix):
+# scoped by tenant so one tenant never reads another's, and by attempt so a stale holder
+# writes only into its own attempt's folder. IAM grants and the lifecycle rule use the
+# prefix as it is.
+ARTIFACTS_PREFIX: Final = "task/"
 EVENT_OVERFLOW_PREFIX: Final = "events/overflow/"
 DLQ_ARCHIVE_PREFIX: Final = "dlq/archive/"

@@ -1,8 +1,9 @@
 """What a task's attempt left in S3 besides its result: logs and the agent's trace.
 
 `TaskOutputs.location` is the one place that turns a STATE item into the S3 prefix
-of its objects, from the result pointer the item holds (the conventional key when it
-holds none), so the result, logs and trace are always read from the same attempt.
+of its objects, from the pointers the item holds (the attempt folder the worker's
+final write named, else the result's), so the result, logs and trace are always read
+from the same attempt; no key is guessed.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, Final
 
 from agentq.errors import InvalidInput, NotFound
 from agentq.jobs import ResultReader
-from agentq.jobs.results import RESULT_FILE
+from agentq.jobs.results import RESULT_FILE, artifacts_pointer
 from agentq.store import TaskRecord
 
 TRACE_FILE: Final = "traces/session_trace.json"
@@ -28,6 +29,9 @@ class TaskOutputs:
 
     def location(self, record: TaskRecord) -> tuple[str, str]:
         """(bucket, key prefix) of the objects the task's attempt uploaded."""
+        named = artifacts_pointer(record)
+        if named is not None:
+            return named
         bucket, key = self._results.pointer(record)
         return bucket, key.removesuffix(RESULT_FILE)
 

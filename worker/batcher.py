@@ -66,12 +66,39 @@ class SqsBatcher(BatchLoop[_Item]):
     def change_visibility(self, receipt_handle: str, seconds: float) -> threading.Event:
         return self._add(_Item("visibility", receipt_handle, clamp_visibility(seconds)))
 
-    def requeue(self, message: Mapping[str, Any], seconds: float) -> threading.Event:
+    def give_back(
+        self,
+        receipt_handle: str,
+        message: Mapping[str, Any] | None,
+        seconds: float = 0.0,
+        *,
+        fresh: bool = True,
+    ) -> None:
+        """Make a received message that ran no attempt available again after `seconds`.
+
+        Fresh (the default when the message is known), it is requeued as a copy, so the
+        receive it spent does not count toward the queue's maxReceiveCount: only real
+        attempts may bring a task to the DLQ. Otherwise, or if the copy cannot be sent,
+        its visibility is changed in place (one request instead of two, one receive spent).
+        """
+        if fresh and message is not None:
+            try:
+                self.requeue(message, seconds, receipt_handle=receipt_handle)
+                return
+            except Exception:
+                logger.exception("requeue failed; giving the message back in place")
+        self.change_visibility(receipt_handle, seconds)
+
+    def requeue(
+        self, message: Mapping[str, Any], seconds: float, *, receipt_handle: str | None = None
+    ) -> threading.Event:
         """Send a copy of `message` that becomes visible after `seconds`, then delete it.
 
         The copy starts with a receive count of zero, so waiting does not spend the
-        receives SQS allows before it dead-letters the message. If the delete fails the
-        copy is a duplicate, which the STATE item settles like any other.
+        receives SQS allows before it dead-letters the message. Send first, delete after:
+        a crash, a failed delete or a SendMessage retried after it was applied leaves a
+        duplicate, which the lock settles like any other; the other order could lose
+        the task. `receipt_handle` is the newest handle (default: the message's own).
         """
         attributes = {
             name: {
@@ -85,7 +112,7 @@ class SqsBatcher(BatchLoop[_Item]):
             MessageAttributes=attributes,
             DelaySeconds=max(0, min(MAX_DELAY_S, int(seconds + 0.999))),
         )
-        return self.delete(message["ReceiptHandle"])
+        return self.delete(receipt_handle or message["ReceiptHandle"])
 
     def _add(self, item: _Item) -> threading.Event:
         self._submit([item])

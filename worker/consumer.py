@@ -7,8 +7,10 @@ One heartbeat keeps every held message, prefetched or running, invisible and eve
 alive.
 
 Shutdown (first SIGTERM/SIGINT): stop receiving; running tasks keep their heartbeats
-until DRAIN_TIMEOUT; then they are stopped and released (visibility 0, attempt given
-back). A second signal exits at once. Exit codes: see `ExitCode`.
+until DRAIN_TIMEOUT; then they are stopped and released (attempt given back). Every
+message given back without having run an attempt (prefetched, released, received while
+draining) is requeued as a fresh copy (worker.batcher `give_back`): only real attempts
+spend the queue's receives. A second signal exits at once. Exit codes: see `ExitCode`.
 """
 
 from __future__ import annotations
@@ -160,10 +162,11 @@ class Consumer:
 
     def _accept(self, message: dict[str, Any]) -> None:
         if self._stopping.is_set():
-            self._batcher.change_visibility(message["ReceiptHandle"], 0)
+            self._batcher.give_back(message["ReceiptHandle"], message)
             return
         self.received += 1
-        entry = InFlight(message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"])
+        entry = InFlight(message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"],
+                         message=message)  # fmt: skip
         if self._inflight.add(entry) is not None:
             # Our own message, back after a lapse: the running slot now uses this handle.
             self._count("held_here")
@@ -177,7 +180,7 @@ class Consumer:
         return message, entry, self._preparer.submit(self._handler.prepare, message, entry)
 
     def _give_back(self, held: list[Held], *, deadline: float | None = None) -> None:
-        """Messages that will not start here: unlock what was locked, make them visible.
+        """Messages that will not start here: unlock what was locked, requeue them fresh.
 
         One deadline bounds the whole give-back (a drain's, or PREPARE_TIMEOUT_S), not
         each preparation in turn: with DynamoDB unreachable, a full prefetch would
@@ -201,7 +204,7 @@ class Consumer:
             if isinstance(ready, str):
                 self._count(ready)  # settled while preparing (a duplicate, say)
             else:
-                self._batcher.change_visibility(message["ReceiptHandle"], 0)
+                self._batcher.give_back(entry.receipt_handle, message)
 
     def _receive(self, count: int) -> list[dict[str, Any]]:
         response = self._sqs.receive_message(

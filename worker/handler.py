@@ -1,7 +1,8 @@
 """One received message, from validation to settlement.
 
-validate → lock (conditional STATE update) → run the child → decide → upload →
-finalize the STATE item by lease token → event → delete or back off.
+validate → lock (conditional STATE update) → run the child → decide → upload (to the
+attempt's own folder, lease still renewed) → finalize the STATE item by lease token
+→ event → delete or back off.
 Every path settles the message exactly one way: deleted, made visible later, or left
 to the live holder of the task's lease.
 
@@ -173,7 +174,8 @@ class MessageHandler:
                 spares=self.spares,
                 kind=definition.kind,
             )
-            entry.lease = None  # the heartbeat stops renewing: the attempt is over
+            # The lease stays with the heartbeat until the settler's finalize: the upload
+            # between may be slow, and a lapsed lease there would invite a takeover.
             _safely(lambda _: on_child_exit(), None)
             outcome = decide(child, task_dir, attempt=lease.attempt, max_attempts=max_attempts)
             try:
@@ -189,6 +191,7 @@ class MessageHandler:
                                  extra={"requestId": lease.request_id})  # fmt: skip
                 result = "lease_lost"
         finally:
+            entry.lease = None  # whatever happened, nothing renews this attempt any more
             if task_dir is not None and self._settings.delete_files_after_upload:
                 artifacts.remove(task_dir)
             end = TaskEnd(start=start, result=result,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentq.envelope import TaskEnvelope
 from agentq.store.tasks import Lease
@@ -15,6 +17,8 @@ from worker.supervisor import StopSignal
 class InFlight:
     message_id: str
     receipt_handle: str
+    # As received (body and attributes): what a give-back requeues as a fresh copy.
+    message: Mapping[str, Any] | None = None
     received_at: float = field(default_factory=time.monotonic)
     envelope: TaskEnvelope | None = None
     lease: Lease | None = None

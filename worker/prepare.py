@@ -124,5 +124,6 @@ class Preparer:
             logger.exception("giving back a prepared task failed",
                              extra={"requestId": prepared.lease.request_id})  # fmt: skip
         finally:
-            self._batcher.change_visibility(entry.receipt_handle, 0)
+            # A fresh copy: this receive ran no attempt, so it must not count toward the DLQ.
+            self._batcher.give_back(entry.receipt_handle, entry.message)
             self._inflight.remove(entry)

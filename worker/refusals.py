@@ -27,7 +27,7 @@ from agentq.errors import (
     TaskHeldElsewhere,
     TaskNotReady,
 )
-from agentq.events import Event, now_ms
+from agentq.events import REJECTED_REASON, Event, now_ms
 from agentq.states import TaskState
 from agentq.store.tasks import TaskRecord, TaskStore
 from agentq.taxonomy import ErrorInfo, classify_exception, info
@@ -77,7 +77,7 @@ class Refusals:
             request_id=request_id or _message_request_id(message["MessageId"]),
             tenant=tenant,
             error=error.to_record(),
-            reason="invalid message",
+            reason=REJECTED_REASON,
             messageId=message["MessageId"],
         )
         current = self._store.get(tenant, request_id) if request_id is not None else None
@@ -220,16 +220,11 @@ class Refusals:
         receive count, decides how often the task runs.
         """
         receives = int((message or {}).get("Attributes", {}).get("ApproximateReceiveCount", 1))
-        if message is not None and receives > 1:
-            try:
-                self._batcher.requeue(message, delay_s)
-                logger.info("backing off: requeued as a fresh copy",
-                            extra={"requestId": entry.request_id, "receives": receives})  # fmt: skip
-                return
-            except Exception:
-                logger.exception("requeue failed; backing off in place",
-                                 extra={"requestId": entry.request_id})  # fmt: skip
-        self._batcher.change_visibility(entry.receipt_handle, delay_s)
+        fresh = message is not None and receives > 1
+        if fresh:
+            logger.info("backing off: requeued as a fresh copy",
+                        extra={"requestId": entry.request_id, "receives": receives})  # fmt: skip
+        self._batcher.give_back(entry.receipt_handle, message, delay_s, fresh=fresh)
 
     def _fail_without_lease(
         self,

@@ -1,10 +1,16 @@
 """Settling a finished attempt: decide what its outcome means for the task and its
 message, by lease token.
 
-Outputs go to S3 first; then the STATE item's final write (fenced by the lease token)
-carries the terminal event, which is published before the message is deleted (the
-outbox, worker.outbox). A retry is finalized `RETRYING` and its message made visible
-after the backoff; a lost lease touches neither the task nor its message.
+Outputs go to S3 first, into the attempt's own folder
+(`task/{tenant}/{requestId}/attempt-{n}/`); then the STATE item's final write (fenced by
+the lease token) names those objects and carries the terminal event, which is published
+before the message is deleted (the outbox, worker.outbox). A stale holder can upload
+only into its own attempt's folder and its finalize is refused, so the STATE item never
+names a loser's objects. The lease is renewed by the heartbeat until that write: a slow
+upload does not invite a takeover. A retry is finalized `RETRYING` and its message made
+visible after the backoff; a lost lease touches neither the task nor its message. A
+shutdown's release gives the attempt back and requeues a fresh copy of the message, so
+the interrupted attempt spends none of the queue's receives either.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ class Settler:
     ) -> Result:
         if outcome.verdict == "lease_lost":
             # A newer attempt owns the task and its message: touch neither.
+            entry.lease = None
             logger.warning(
                 "lease lost mid-task; child stopped", extra={"requestId": lease.request_id}
             )
@@ -76,17 +83,25 @@ class Settler:
             try:
                 lease = self._store.renew(lease, lease_seconds=self._settings.lease_seconds)
             except LeaseLost:
+                entry.lease = None
                 logger.warning("lease lost mid-task; child stopped",
                                extra={"requestId": lease.request_id})  # fmt: skip
                 return "lease_lost"
             logger.warning("child stopped over an unconfirmed lease, which was still ours",
                            extra={"requestId": lease.request_id})  # fmt: skip
+        prefix = artifacts.attempt_prefix(lease.tenant, lease.request_id, lease.attempt)
         try:
-            artifacts.upload_outputs(self._s3, self._bucket, envelope.request_id, task_dir)
+            artifacts.upload_outputs(self._s3, self._bucket, prefix, task_dir)
         except Exception:
             logger.exception("artifact upload failed", extra={"requestId": lease.request_id})
+        # Renewals end here, not at the child's exit: until now a slow upload kept the
+        # lease, and from here the finalize ends it (a renewal after it would be refused).
+        entry.lease = None
         usage = outcome.usage or {}
-        fields: dict[str, Any] = {"durationMs": duration_ms}
+        fields: dict[str, Any] = {
+            "durationMs": duration_ms,
+            "artifacts": {"bucket": self._bucket, "prefix": prefix},
+        }
         if usage:
             fields.update(usage=usage.get("usage"), costUsd=usage.get("cost_usd"))
         error = outcome.error.to_record() if outcome.error else None
@@ -118,8 +133,7 @@ class Settler:
 
         try:
             if outcome.verdict == "completed":
-                pointer = {"bucket": self._bucket,
-                           "key": artifacts.prefix_for(envelope.request_id) + RESULT_FILE}  # fmt: skip
+                pointer = {"bucket": self._bucket, "key": prefix + RESULT_FILE}
                 finish(TaskState.COMPLETED, "Task Completed", result=pointer,
                        usage=usage.get("usage"), cost_usd=usage.get("cost_usd"))  # fmt: skip
                 return "completed"
@@ -143,7 +157,10 @@ class Settler:
             return "lease_lost"
 
     def _release(self, entry: InFlight, envelope: TaskEnvelope, lease: Lease) -> Result:
-        """Shutdown stopped the child: give the attempt back and make the message visible."""
+        """Shutdown stopped the child: give the attempt back, and the message as a fresh
+        copy (a release in place would spend one of the queue's receives, and enough of
+        them dead-letter a task with attempts left)."""
+        entry.lease = None
         try:
             self._store.finalize(
                 lease, TaskState.RETRYING, retry_at_ms=now_ms(),
@@ -154,10 +171,12 @@ class Settler:
             self._outbox.emit("Task Processing Failed", envelope=envelope, attempt=lease.attempt,
                               error=error.to_record(), retryAt=now_ms())  # fmt: skip
         except LeaseLost:
+            # A newer attempt owns the task. Giving the message back anyway is harmless:
+            # if it was the holder's, the copy meets the holder's lease like a duplicate.
             pass
         except Exception:
             # The message must still come back now; the lease lapses on its own.
             logger.exception("releasing a stopped task failed",
                              extra={"requestId": lease.request_id})  # fmt: skip
-        self._batcher.change_visibility(entry.receipt_handle, 0)
+        self._batcher.give_back(entry.receipt_handle, entry.message)
         return "released"

@@ -4,7 +4,7 @@ See docs/jobs.md for the spec format and the reference syntax.
 """
 
 from agentq.jobs.dispatch import DispatchOutcome, JobDispatcher
-from agentq.jobs.results import ResultReader, result_key
+from agentq.jobs.results import ResultReader, artifacts_pointer, result_key
 from agentq.jobs.spec import (
     FailurePolicy,
     JobSpec,
@@ -27,6 +27,7 @@ __all__ = [
     "ResultReader",
     "TaskSpec",
     "TaskSubmitter",
+    "artifacts_pointer",
     "check_definitions",
     "load_spec_file",
     "parse_spec",

@@ -32,6 +32,8 @@ def task_dict(record: TaskRecord) -> dict[str, Any]:
         "error": raw.get("error"),
         "cancelReason": raw.get("cancelReason"),
         "result": raw.get("result"),
+        # The folder of the attempt that settled the task (its logs, traces, artifacts).
+        "artifacts": raw.get("artifacts"),
     }
 
 

@@ -131,7 +131,8 @@ def environment(payload: Mapping[str, Any], ctx: Any) -> Any:
 
 @_side_logged
 def write_artifact(payload: Mapping[str, Any], ctx: Any) -> Any:
-    """Writes `files` ({relative name: text}) under artifacts/ and logs/."""
+    """Writes `files` ({relative name: text}) under artifacts/ and logs/; returns their
+    names and `echo` (so a result can tell whose task produced it)."""
     files = payload.get("files") or {"artifacts/extra.txt": "hello"}
     for name, text in dict(files).items():
         target = (ctx.task_dir / str(name)).resolve()
@@ -139,4 +140,4 @@ def write_artifact(payload: Mapping[str, Any], ctx: Any) -> Any:
             raise ValueError(f"{name} is outside the task directory")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(str(text))
-    return {"files": sorted(files)}
+    return {"files": sorted(files), "echo": payload.get("echo")}

@@ -6,13 +6,18 @@
 | task event  | TASK#{tenant}#{requestId}     | EVENT#{iso timestamp}#{eventId}   |
 | job         | JOB#{tenant}#{jobId}          | JOB                               |
 | job event   | JOB#{tenant}#{jobId}          | EVENT#{iso timestamp}#{eventId}   |
+
+The S3 objects of a task live beside it, keyed the same way (tenant, then request id)
+and by attempt: `task/{tenant}/{requestId}/attempt-{n}/` (`attempt_prefix`). The STATE
+item names the winning attempt's objects; readers follow that pointer, never a key they
+build themselves.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from agentq.resources import status_shard
+from agentq.resources import ARTIFACTS_PREFIX, status_shard
 
 STATE_SK: Final = "STATE"
 JOB_SK: Final = "JOB"
@@ -69,3 +74,13 @@ def tenant_jobs_pk(tenant: str) -> str:
 
 def type_pk(app_name: str, detail_type: str) -> str:
     return f"TYPE#{app_name}#{detail_type}"
+
+
+def task_prefix(tenant: str, request_id: str) -> str:
+    """Every S3 object of one tenant's task (all its attempts)."""
+    return f"{ARTIFACTS_PREFIX}{tenant}/{request_id}/"
+
+
+def attempt_prefix(tenant: str, request_id: str, attempt: int) -> str:
+    """The S3 objects one attempt wrote: a stale holder's land here, never in the winner's."""
+    return f"{task_prefix(tenant, request_id)}attempt-{attempt}/"

@@ -21,6 +21,7 @@ from agentq.envelope import TaskEnvelope
 from agentq.local.claude_env import offline_claude_env
 from agentq.local.model_server import ModelServer
 from agentq.local.workers import WorkerProcess, fast_env
+from agentq.store.tasks import TaskStore
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "definitions" / "samples"
@@ -85,8 +86,15 @@ class AgentRig:
         body = self.stack.s3.get_object(Bucket=self.stack.resources.bucket, Key=key)["Body"]
         return str(body.read().decode())
 
+    def prefix(self, request_id: str) -> str:
+        """The S3 folder of the attempt the task's STATE item names (as every reader finds it)."""
+        record = TaskStore(self.stack.dynamodb, self.stack.resources.table_name).require(
+            "acme", request_id
+        )
+        return str(record.raw["artifacts"]["prefix"])
+
     def s3_files(self, request_id: str) -> dict[str, str]:
-        prefix = f"task/logs/{request_id}/"
+        prefix = self.prefix(request_id)
         listing = self.stack.s3.list_objects_v2(Bucket=self.stack.resources.bucket, Prefix=prefix)
         return {
             obj["Key"][len(prefix) :]: self.s3_text(obj["Key"])

@@ -76,7 +76,7 @@ def test_agent_task_completes_with_valid_output_usage_cost_and_a_faithful_trace(
     assert isinstance(cost, float) and cost > 0
 
     # The trace tells the same story: the tool calls in order, tokens, cache, todos.
-    trace = rig.s3_json(f"task/logs/{task.request_id}/traces/session_trace.json")
+    trace = rig.s3_json(rig.prefix(task.request_id) + "traces/session_trace.json")
     assert trace["outcome"] == "completed"
     assert [c["name"] for c in trace["tool_calls"]] == [
         "Bash",
@@ -141,7 +141,7 @@ def test_agent_retries_inside_the_child_and_then_through_sqs_to_the_dlq(stack: S
     assert busy_statuses[:3] == [429, 429, 200]
     assert completed["attempt"] == 1
     assert not rig.events.of(busy.request_id, "Task Processing Failed")
-    trace = rig.s3_json(f"task/logs/{busy.request_id}/traces/session_trace.json")
+    trace = rig.s3_json(rig.prefix(busy.request_id) + "traces/session_trace.json")
     assert [a["outcome"] for a in trace["attempts"]] == ["rate_limit", "rate_limit", "success"]
     assert trace["attempts"][0]["error"]["retryable"] is True
 
@@ -201,7 +201,7 @@ def test_agent_auth_parse_stall_and_step_timeout_end_the_task_for_good(stack: St
     # A step timeout inside the child is a cancellation, classified as a timeout.
     assert rig.model.requests("hasty"), "the CLI reached the model before the deadline"
     assert hasty_failed["payload"]["error"]["category"] == "timeout"
-    hasty_trace = rig.s3_json(f"task/logs/{hasty.request_id}/traces/session_trace.json")
+    hasty_trace = rig.s3_json(rig.prefix(hasty.request_id) + "traces/session_trace.json")
     assert [a["outcome"] for a in hasty_trace["attempts"]] == ["timeout"]
     assert "exceeded 8 s" in hasty_trace["attempts"][0]["error"]["message"]
 

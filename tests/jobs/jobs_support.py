@@ -52,7 +52,7 @@ def finish(
         lease = store.acquire(envelope, worker_id="test-worker", lease_seconds=60, max_attempts=3)
     fields: dict[str, Any] = {"costUsd": cost_usd}
     if state is TaskState.COMPLETED:
-        key_name = result_key(request_id)
+        key_name = result_key(tenant, request_id, lease.attempt)
         stack.s3.put_object(
             Bucket=stack.resources.bucket,
             Key=key_name,

@@ -40,11 +40,16 @@ def test_worker_happy_path_completes_uploads_and_deletes(stack: Stack, tmp_path:
     assert record.raw["durationMs"] == completed["payload"]["duration_ms"] > 0
     body = stack.s3.get_object(Bucket=pointer["bucket"], Key=pointer["key"])["Body"].read()
     assert json.loads(body) == {"hello": "world"}
-    assert pointer["key"] == f"task/logs/{task.request_id}/artifacts/task-result.json"
-    listed = stack.s3.list_objects_v2(
-        Bucket=stack.resources.bucket, Prefix=f"task/logs/{files.request_id}/"
-    )
-    keys = {o["Key"].removeprefix(f"task/logs/{files.request_id}/") for o in listed["Contents"]}
+    # Scoped by tenant and attempt; the STATE item names the folder and the result in it.
+    folder = f"task/acme/{task.request_id}/attempt-1/"
+    assert pointer["key"] == f"{folder}artifacts/task-result.json"
+    assert record.raw["artifacts"] == {"bucket": stack.resources.bucket, "prefix": folder}
+    files_record = state(stack, files)
+    assert files_record is not None
+    files_folder = files_record.raw["artifacts"]["prefix"]
+    assert files_folder == f"task/acme/{files.request_id}/attempt-1/"
+    listed = stack.s3.list_objects_v2(Bucket=stack.resources.bucket, Prefix=files_folder)
+    keys = {o["Key"].removeprefix(files_folder) for o in listed["Contents"]}
     assert keys == {"artifacts/task-result.json", "artifacts/extra.txt", "logs/summary.log"}
     # DELETE_FILES_AFTER_UPLOAD (default on): nothing of the tasks is left locally.
     assert not [p for p in work_dir.iterdir() if p.name.startswith("agentq-r-")]

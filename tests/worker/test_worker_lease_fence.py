@@ -128,6 +128,11 @@ def test_worker_lease_frozen_worker_child_ends_before_its_lease_lapses(
     _assert_one_run_after_the_other(side_log)
     final = state(stack, task)
     assert final is not None and final.state is TaskState.COMPLETED and final.attempt == 2
+    # The frozen holder's LeaseExpired error.json went to its own attempt's folder, not
+    # beside the result of the attempt that completed the task.
+    winner_folder = str(final.raw["result"]["key"]).removesuffix("artifacts/task-result.json")
+    listed = stack.s3.list_objects_v2(Bucket=stack.resources.bucket, Prefix=winner_folder)
+    assert "error.json" not in {o["Key"].removeprefix(winner_folder) for o in listed["Contents"]}
 
 
 class Cable:
