@@ -52,8 +52,9 @@ class MotoServer:
     atomic as they are on AWS.
     """
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, *, iam: bool = False) -> None:
         self.port = port or free_port()
+        self.iam = iam  # enforce IAM (agentq.local.moto_iam): only the operator key is admin
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -63,7 +64,8 @@ class MotoServer:
     def start(self, timeout_s: float = 30.0) -> MotoServer:
         env = {**os.environ, **LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION": LOCAL_REGION}
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "agentq.local.moto_server", "--port", str(self.port)],
+            [sys.executable, "-m", "agentq.local.moto_server", "--port", str(self.port)]
+            + (["--iam"] if self.iam else []),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=env,
