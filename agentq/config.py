@@ -87,6 +87,14 @@ class Settings:
         "Running against the embedded local stack (moto + offline model server).",
         "all",
     )
+    local_iam: str = _var(
+        "AGENTQ_LOCAL_IAM",
+        "off",
+        "Local stack only: `enforce` runs moto with IAM checked, each component signing "
+        "with exactly its synthesized policy (docs/least-privilege.md).",
+        "local stack",
+        choices=("off", "enforce"),
+    )
     stage: str = _var("AGENTQ_STAGE", "dev", "Deployment stage name (dev, prod, ...).", "all")
     region: str = _var("AWS_REGION", "eu-west-1", "AWS region for every client.", "all")
     app_name: str = _var(

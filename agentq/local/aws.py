@@ -154,6 +154,23 @@ class LocalResources:
             }
         )
 
+    @classmethod
+    def from_json(cls, text: str) -> LocalResources:
+        data = json.loads(text)
+        return cls(
+            endpoint_url=data["endpoint_url"],
+            names=ResourceNames(stage=data["stage"], app_name=data["app_name"]),
+            queue_url=data["queue_url"],
+            queue_arn=data["queue_arn"],
+            dlq_url=data["dlq_url"],
+            dlq_arn=data["dlq_arn"],
+            table_name=data["table_name"],
+            definitions_table=data["definitions_table"],
+            bus_name=data["bus_name"],
+            bucket=data["bucket"],
+            target_queues=dict(data["target_queues"]),
+        )
+
 
 def local_session_clients(endpoint_url: str | None) -> dict[str, Any]:
     session = boto3.session.Session(

@@ -44,7 +44,9 @@ _TRANSACT_WRITE_ACTIONS: Final = {
 
 
 def _table_arn(region: str, account: str, table: str) -> str:
-    return table if table.startswith("arn:") else f"arn:aws:dynamodb:{region}:{account}:table/{table}"
+    return (
+        table if table.startswith("arn:") else f"arn:aws:dynamodb:{region}:{account}:table/{table}"
+    )
 
 
 def _bus_arn(region: str, account: str, bus: str) -> str:
@@ -73,10 +75,10 @@ def _dynamodb_checks(
             (f"dynamodb:{name}", _table_arn(region, account, str(table)))
             for table in body.get("RequestItems", {})
         ]
-    table = body.get("TableName")
-    if not isinstance(table, str):
+    named = body.get("TableName")
+    if not isinstance(named, str):
         return [(f"dynamodb:{name}", "*")]
-    arn = _table_arn(region, account, table)
+    arn = _table_arn(region, account, named)
     if isinstance(body.get("IndexName"), str):
         arn = f"{arn}/index/{body['IndexName']}"
     return [(f"dynamodb:{name}", arn)]

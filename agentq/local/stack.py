@@ -46,6 +46,9 @@ class LocalStackOptions:
     use_real_claude: bool | None = None  # None: decide from the environment
     worker_env: dict[str, str] = field(default_factory=dict)
     work_dir: Path | None = None
+    iam: bool | None = None  # None: AGENTQ_LOCAL_IAM=enforce turns it on
+    # Component -> an action taken out of its synthesized policy (tests prove it is needed).
+    iam_without: dict[str, str] = field(default_factory=dict)
 
 
 class LocalStack:
@@ -67,6 +70,12 @@ class LocalStack:
             else self.options.use_real_claude
         )
         self._saved_environ: dict[str, str | None] = {}
+        self.iam = (
+            Settings.from_env().local_iam == "enforce"
+            if self.options.iam is None
+            else self.options.iam
+        )
+        self.credentials: dict[str, Any] = {}  # component -> agentq.local.iam.Credentials
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> LocalStack:
@@ -83,11 +92,38 @@ class LocalStack:
         return self
 
     def _start_aws(self) -> None:
-        self.moto = MotoServer().start()
+        policies = None
+        if self.iam:
+            from agentq.local.iam import synthesized_policies
+
+            policies = synthesized_policies()  # before moto: a first synthesis takes a while
+        self.moto = MotoServer(iam=self.iam).start()
         self._clients = local_session_clients(self.moto.url)
         self.resources = provision(
             self._clients, ResourceNames(stage=self.options.stage), endpoint_url=self.moto.url
         )
+        if policies is not None:
+            self.credentials = self._component_users(policies)
+
+    def _component_users(self, policies: Any) -> dict[str, Any]:
+        import boto3
+
+        from agentq.local.aws import LOCAL_CREDENTIALS, LOCAL_REGION
+        from agentq.local.iam import create_component_users
+        from agentq.local.moto_iam import ACCOUNT_ID
+
+        assert self.moto is not None
+        iam = boto3.client(
+            "iam",
+            endpoint_url=self.moto.url,
+            region_name=LOCAL_REGION,
+            aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )
+        return create_component_users(
+            iam, self.resources, policies, region=LOCAL_REGION, account=ACCOUNT_ID,
+            without=self.options.iam_without,
+        )  # fmt: skip
 
     def _start_model(self) -> None:
         if self.real_claude:
@@ -101,6 +137,17 @@ class LocalStack:
         from agentq.local.lambda_host import LambdaHost
 
         assert self.resources is not None
+        if self.iam:
+            from agentq.local.lambda_procs import LambdaProcesses
+
+            self.lambda_host = LambdaProcesses(
+                self.resources,
+                credentials=self.credentials,
+                env=self.env(),
+                log_dir=self.work_dir / "logs",
+                health_interval_s=self.options.health_interval_s,
+            ).start()
+            return
         self.lambda_host = LambdaHost(
             self.resources,
             Settings.from_env(),
@@ -113,7 +160,8 @@ class LocalStack:
         log_dir = self.work_dir / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         worker = WorkerProcess(name, log_dir=log_dir)
-        worker.start({**self.env(), "WORKER_ID": name, **extra_env})
+        own = self.credentials["worker"].env() if self.iam else {}
+        worker.start({**self.env(), "WORKER_ID": name, **own, **extra_env})
         self.workers.append(worker)
         return worker
 
@@ -160,6 +208,11 @@ class LocalStack:
             home.mkdir(parents=True, exist_ok=True)
             env.update(offline_claude_env(self.model_server.url, home))
         env.update(self.options.worker_env)
+        if self.iam:
+            # Whoever uses this stack through its environment (the env file, the CLI, the
+            # demo's client) is a producer; workers and Lambdas get their own keys.
+            env["AGENTQ_LOCAL_IAM"] = "enforce"
+            env.update(self.credentials["producer"].env())
         return env
 
     def _apply_environment(self) -> None:

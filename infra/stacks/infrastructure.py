@@ -162,6 +162,47 @@ class InfrastructureStack(cdk.Stack):
             ],
             removal_policy=cdk.RemovalPolicy.RETAIN,
         )
+        self.producer_policy = self._producer_policy()
+
+    def _producer_policy(self) -> iam.ManagedPolicy:
+        """What a producer (agentq.client, the CLI's submit/status/wait/job) may do: attach
+        it to the services, CI roles and people that submit tasks. The local stack's
+        producer signs with exactly these statements (agentq.local.iam)."""
+        policy = iam.ManagedPolicy(
+            self,
+            "ProducerPolicy",
+            description=f"{self.settings.names.prefix} producers: submit and read tasks and jobs",
+            statements=[
+                *self.client_statements(),
+                iam.PolicyStatement(
+                    actions=["s3:GetObject"],
+                    resources=[self.bucket.arn_for_objects(f"{ARTIFACTS_PREFIX}*")],
+                ),
+                iam.PolicyStatement(
+                    actions=["s3:PutObject"],
+                    resources=[self.bucket.arn_for_objects(f"{EVENT_OVERFLOW_PREFIX}*")],
+                ),
+            ],
+        )
+        logical_id = self.get_logical_id(self.bucket.node.default_child)  # type: ignore[arg-type]
+        for prefix, action in (
+            (ARTIFACTS_PREFIX, "GetObject"),
+            (EVENT_OVERFLOW_PREFIX, "PutObject"),
+        ):
+            acknowledge(
+                policy,
+                "IAM5",
+                f"Producers get s3:{action} only on objects under {prefix} of the agentq "
+                "bucket; object keys are per task, so the key part must be a wildcard",
+                applies_to=f"Resource::<{logical_id}.Arn>/{prefix}*",
+            )
+        cdk.CfnOutput(
+            self,
+            "ProducerPolicyArn",
+            value=policy.managed_policy_arn,
+            description="Attach to every principal that submits or reads agentq tasks",
+        )
+        return policy
 
     def _table(self, construct_id: str, name: str, spec: TableSpec) -> dynamodb.Table:
         table = dynamodb.Table(

@@ -109,6 +109,15 @@ class WorkerStack(cdk.Stack):
         )
         for statement in self.task_statements(core):
             self.task_role.add_to_principal_policy(statement)
+        protection = self.task_protection_statement(prefix)
+        self.task_role.add_to_principal_policy(protection)
+        acknowledge(
+            self.task_role,
+            "IAM5",
+            "ECS task scale-in protection is set per task, and task ARNs are made at run "
+            "time: the wildcard covers only tasks of this stage's cluster",
+            applies_to=f"Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task/{prefix}/*",
+        )
         grant_objects(
             self.task_role, core.bucket, [ARTIFACTS_PREFIX, EVENT_OVERFLOW_PREFIX], ["PutObject"]
         )
@@ -175,6 +184,9 @@ class WorkerStack(cdk.Stack):
                     "sqs:DeleteMessage",
                     "sqs:ChangeMessageVisibility",
                     "sqs:GetQueueAttributes",
+                    # A requeue (retry with backoff past the visibility limit, a give-back)
+                    # sends a fresh copy; without it every requeue spends a receive.
+                    "sqs:SendMessage",
                 ],
                 resources=[core.task_queue.queue_arn],
             ),
@@ -188,6 +200,18 @@ class WorkerStack(cdk.Stack):
             table_statement(core.definitions_table, DEFINITIONS_TABLE, ["GetItem", "Scan"]),
             iam.PolicyStatement(actions=["events:PutEvents"], resources=[core.bus.event_bus_arn]),
         ]
+
+    def task_protection_statement(self, cluster_name: str) -> iam.PolicyStatement:
+        """The ECS agent endpoint calls ECS with the task role's credentials: without these
+        actions scale-in protection is silently refused and ECS stops busy workers."""
+        return iam.PolicyStatement(
+            actions=["ecs:UpdateTaskProtection", "ecs:GetTaskProtection"],
+            resources=[
+                cdk.Stack.of(self).format_arn(
+                    service="ecs", resource="task", resource_name=f"{cluster_name}/*"
+                )
+            ],
+        )
 
     @staticmethod
     def runtime_environment(settings: StageSettings, core: InfrastructureStack) -> dict[str, str]:
