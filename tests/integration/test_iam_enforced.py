@@ -1,0 +1,110 @@
+"""The local stack with IAM enforced: a job runs through the worker and every Lambda, each
+signing with exactly its synthesized policy, and a permission taken away is noticed."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from support import wait_for
+
+from agentq.client import AgentqClient
+from agentq.dlq import DLQ_REASON, DlqArchive
+from agentq.envelope import TaskEnvelope
+from agentq.local.aws import LOCAL_CREDENTIALS, local_session_clients
+from agentq.local.lambda_procs import FUNCTIONS
+from agentq.local.stack import LocalStack, LocalStackOptions
+from agentq.local.workers import SAMPLE_DEFINITIONS, fast_env
+from agentq.states import TaskState
+from agentq.store import TaskStore
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+DENIED = "not authorized to perform"
+
+
+def _stack(tmp_path: Path, stage: str, without: dict[str, str] | None = None) -> LocalStack:
+    options = LocalStackOptions(
+        stage=stage,
+        workers=1,
+        definitions_dirs=(SAMPLE_DEFINITIONS,),
+        health_interval_s=1.0,
+        worker_env=fast_env(),
+        work_dir=tmp_path,
+        iam=True,
+        iam_without=without or {},
+    )
+    return LocalStack(options)
+
+
+@pytest.fixture
+def enforced(tmp_path: Path) -> Iterator[LocalStack]:
+    with _stack(tmp_path, "iame2e") as stack:
+        yield stack
+
+
+def _denials(stack: LocalStack) -> dict[str, list[str]]:
+    found = {f: [line for line in stack.lambda_host.output(f).splitlines() if DENIED in line]
+             for f in FUNCTIONS}  # fmt: skip
+    found["worker"] = [line for line in stack.workers[0].output().splitlines() if DENIED in line]
+    return {name: lines for name, lines in found.items() if lines}
+
+
+def test_iam_enforced_job_runs_through_worker_and_lambdas(enforced: LocalStack) -> None:
+    stack = enforced
+    assert stack.resources is not None and stack.moto is not None
+    # This process is a producer: its environment holds the producer's key, not the operator's.
+    assert os.environ["AWS_ACCESS_KEY_ID"] == stack.credentials["producer"].access_key_id
+    worker_env = psutil.Process(stack.workers[0].pid).environ()
+    assert worker_env["AWS_ACCESS_KEY_ID"] == stack.credentials["worker"].access_key_id
+    assert LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"] not in {
+        c.access_key_id for c in stack.credentials.values()
+    }
+
+    client = AgentqClient.from_env()
+    spec = {"tasks": {"A": {"definition": "sample-echo", "input": {"v": 1}},
+                      "B": {"definition": "sample-echo", "input": {"a": "${tasks.A.result}"}}}}  # fmt: skip
+    client.create_job(spec, job_id="iam-job")
+    job = client.wait(job_id="iam-job", timeout_s=120, poll_s=0.2)
+    assert job.state == "COMPLETED", stack.workers[0].output()[-3000:]
+    assert client.result("iam-job-B") == {"a": {"v": 1}}  # the dispatcher passed A's result on
+    # save-event stored the worker's events with its own key.
+    wait_for(lambda: "Task Completed" in [e["detailType"] for e in client.events("iam-job-B")],
+             timeout=30, message="Task Completed stored")  # fmt: skip
+
+    # A dead letter: the dlq-processor polls the DLQ, closes the task and archives it.
+    operator = local_session_clients(stack.moto.url)
+    tasks = TaskStore(operator["dynamodb"], stack.resources.table_name)
+    envelope = TaskEnvelope(request_id="iam-dead", tenant="acme", definition="sample-echo",
+                            input={"v": 2})  # fmt: skip
+    tasks.create(envelope)
+    operator["sqs"].send_message(QueueUrl=stack.resources.dlq_url, MessageBody=envelope.to_body(),
+                                 MessageAttributes=envelope.message_attributes())  # fmt: skip
+    record = wait_for(lambda: (r := tasks.get("acme", "iam-dead")) and r.state.terminal and r,
+                      timeout=60, message="the dead letter closed out")  # fmt: skip
+    assert record.state is TaskState.FAILED
+    assert record.raw["error"]["message"] == DLQ_REASON
+    wait_for(lambda: DlqArchive(operator["s3"], stack.resources.bucket).list(), timeout=30,
+             message="the dead letter archived")  # fmt: skip
+    # The health check ran (it reads the status index and the queues) and nothing was denied.
+    wait_for(lambda: stack.lambda_host.output("health-check").count("\n") >= 1, timeout=30,
+             message="the health check host up")  # fmt: skip
+    assert all(stack.lambda_host.alive().values())
+    assert _denials(stack) == {}
+
+
+def test_iam_enforced_run_notices_a_permission_taken_away(tmp_path: Path) -> None:
+    # save-event without dynamodb:PutItem: tasks still run, but no event is ever stored,
+    # and the denial names the missing action.
+    with _stack(tmp_path, "iamless", {"save-event": "dynamodb:PutItem"}) as stack:
+        client = AgentqClient.from_env()
+        task = client.submit("sample-echo", {"v": 3})
+        record = client.wait(task.request_id, timeout_s=90, poll_s=0.2)
+        assert record.state == TaskState.COMPLETED
+        wait_for(lambda: f"{DENIED}: dynamodb:PutItem" in stack.lambda_host.output("save-event"),
+                 timeout=60, message="the save-event denial")  # fmt: skip
+        assert client.events(task.request_id) == []
+        assert set(_denials(stack)) == {"save-event"}
