@@ -87,7 +87,8 @@ def test_iam_enforced_job_runs_through_worker_and_lambdas(enforced: LocalStack) 
                       timeout=60, message="the dead letter closed out")  # fmt: skip
     assert record.state is TaskState.FAILED
     assert record.raw["error"]["message"] == DLQ_REASON
-    wait_for(lambda: DlqArchive(operator["s3"], stack.resources.bucket).list(), timeout=30,
+    archive = DlqArchive(operator["s3"], stack.resources.bucket)
+    wait_for(archive.list, timeout=30,
              message="the dead letter archived")  # fmt: skip
     # The health check ran (it reads the status index and the queues) and nothing was denied.
     wait_for(lambda: stack.lambda_host.output("health-check").count("\n") >= 1, timeout=30,
