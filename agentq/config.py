@@ -154,6 +154,13 @@ class Settings:
         "worker",
         minimum=1,
     )
+    liveness_file: str | None = _var(
+        "LIVENESS_FILE",
+        None,
+        "File the heartbeat loop touches every beat; the container health check fails "
+        "when it is older than 3 heartbeat intervals (min 60 s). Unset: not written.",
+        "worker",
+    )
     max_concurrent: int = _var(
         "MAX_CONCURRENT_CLAUDE", 3, "Task slots per worker process.", "worker", minimum=1
     )

@@ -181,6 +181,10 @@ TASK_REQUESTED_RULE: Final = RuleSpec(
 )
 RULES: Final = (SAVE_EVENT_RULE, DISPATCHER_RULE, TASK_REQUESTED_RULE)
 
+# What a deployed secret holds until an operator sets it (docs/operations.md, "Secrets"):
+# a value nobody could mistake for a key, which the worker refuses at start-up.
+SECRET_PLACEHOLDER: Final = "agentq-placeholder-set-this-secret-before-starting-workers"
+
 ARTIFACTS_PREFIX: Final = "task/logs/"
 EVENT_OVERFLOW_PREFIX: Final = "events/overflow/"
 DLQ_ARCHIVE_PREFIX: Final = "dlq/archive/"

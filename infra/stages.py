@@ -80,8 +80,14 @@ class HealthCheckSettings:
 class AlarmSettings:
     period_minutes: int = 5
     oldest_message_age_s: int = 1800
-    dlq_messages: int = 1
+    dlq_messages: int = 1  # tasks dead-lettered in one period (DLQ processor's metrics)
+    dlq_oldest_age_s: int = 900  # a dead letter the DLQ processor has not settled
     lambda_errors: int = 1
+    lambda_throttles: int = 1
+    # Fewer worker tasks running than desired for this many periods (a deploy or a
+    # scale-out needs a couple of minutes to start tasks; a crash loop never catches up).
+    below_desired_periods: int = 3
+    api_server_errors: int = 1
     task_failures: int = 5
     task_timeouts: int = 1
     email: str | None = None  # subscribed to the alarm topic when set

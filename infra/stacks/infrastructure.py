@@ -99,17 +99,42 @@ class InfrastructureStack(cdk.Stack):
         )
 
         self.bus = events.EventBus(self, "Bus", event_bus_name=names.event_bus)
+        # 'Task Requested' events EventBridge could not put on the task queue (a queue
+        # policy or KMS change, throttling past a day of retries) wait here, not vanish.
+        self.rule_dead_letters = sqs.Queue(
+            self,
+            "TaskRequestedDeadLetters",
+            retention_period=Duration.days(14),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            removal_policy=settings.removal_policy,
+        )
+        acknowledge(
+            self.rule_dead_letters,
+            "SQS3",
+            "This queue is itself a dead-letter queue: it keeps 'Task Requested' events "
+            "EventBridge could not deliver to the task queue, for inspection and redrive",
+        )
+        self.task_requested_rules: list[events.Rule] = []
         for rule in RULES:
             if rule.target == "task-queue":
-                events.Rule(
+                created = events.Rule(
                     self,
                     f"Rule-{rule.name}",
                     rule_name=f"{names.prefix}-{rule.name}",
                     description=rule.description,
                     event_bus=self.bus,
                     event_pattern=event_pattern(rule, settings.app_name),
-                    targets=[targets.SqsQueue(self.task_queue)],
+                    targets=[
+                        targets.SqsQueue(
+                            self.task_queue,
+                            dead_letter_queue=self.rule_dead_letters,
+                            retry_attempts=185,
+                            max_event_age=Duration.hours(24),
+                        )
+                    ],
                 )
+                self.task_requested_rules.append(created)
 
         self.access_logs_bucket = s3.Bucket(
             self,

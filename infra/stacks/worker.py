@@ -19,6 +19,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
@@ -31,6 +32,7 @@ from agentq.resources import (
     DEFINITIONS_TABLE,
     EVENT_OVERFLOW_PREFIX,
     EVENTS_TABLE,
+    SECRET_PLACEHOLDER,
 )
 from infra.assets import REPO_ROOT
 from infra.nag import acknowledge
@@ -39,6 +41,7 @@ from infra.stacks.infrastructure import InfrastructureStack
 from infra.stages import StageSettings
 
 CONTAINER_NAME = "worker"
+LIVENESS_FILE = "/tmp/agentq-worker.alive"  # the Dockerfile's LIVENESS_FILE too
 
 
 class WorkerStack(cdk.Stack):
@@ -88,11 +91,21 @@ class WorkerStack(cdk.Stack):
         )
 
         # Operators put the Anthropic API key here (docs/operations.md); ECS injects it.
+        # It starts as the known placeholder, which the worker refuses at start-up
+        # (worker/secretcheck.py). CloudFormation names it: a fixed name would block a
+        # redeploy for the 30 days a deleted secret stays scheduled for deletion.
         self.claude_secret = secretsmanager.Secret(
             self,
             "ClaudeApiKey",
-            secret_name=f"{prefix}/anthropic-api-key",
-            description="Anthropic API key for the Claude Agent SDK in agentq workers",
+            description=f"{prefix}: Anthropic API key for the Claude Agent SDK in workers",
+            secret_string_value=cdk.SecretValue.unsafe_plain_text(SECRET_PLACEHOLDER),
+            removal_policy=settings.removal_policy,
+        )
+        cdk.CfnOutput(
+            self,
+            "ClaudeApiKeySecretArn",
+            value=self.claude_secret.secret_arn,
+            description="Put the Anthropic API key here before workers start",
         )
         acknowledge(
             self.claude_secret,
@@ -138,7 +151,10 @@ class WorkerStack(cdk.Stack):
         )
         self.container = self.task_definition.add_container(
             CONTAINER_NAME,
-            image=ecs.ContainerImage.from_asset(str(REPO_ROOT), file="Dockerfile"),
+            # Built for the task definition's platform, whatever machine runs the deploy.
+            image=ecs.ContainerImage.from_asset(
+                str(REPO_ROOT), file="Dockerfile", platform=ecr_assets.Platform.LINUX_AMD64
+            ),
             logging=ecs.LogDriver.aws_logs(stream_prefix="worker", log_group=self.log_group),
             environment=self.runtime_environment(settings, core),
             secrets={"ANTHROPIC_API_KEY": ecs.Secret.from_secrets_manager(self.claude_secret)},
@@ -146,6 +162,15 @@ class WorkerStack(cdk.Stack):
             stop_timeout=Duration.seconds(worker.stop_timeout_s),
             # An init process reaps the Claude CLI's orphaned grandchildren.
             linux_parameters=ecs.LinuxParameters(self, "Linux", init_process_enabled=True),
+            # Fails only when the heartbeat loop stops touching its file (worker/liveness.py):
+            # a worker busy with long tasks keeps beating, a hung one does not.
+            health_check=ecs.HealthCheck(
+                command=["CMD", "python", "-m", "worker.liveness"],
+                interval=Duration.seconds(30),
+                timeout=Duration.seconds(10),
+                retries=3,
+                start_period=Duration.seconds(120),
+            ),
         )
         acknowledge(
             self.task_definition.obtain_execution_role(),
@@ -228,6 +253,7 @@ class WorkerStack(cdk.Stack):
             env_name("task_timeout_ms"): str(worker.task_timeout_s * 1000),
             env_name("warm_agent"): worker.warm_agent,
             env_name("log_level"): "INFO",
+            env_name("liveness_file"): LIVENESS_FILE,
         }
 
     def _autoscaling(self, settings: StageSettings, core: InfrastructureStack) -> None:
