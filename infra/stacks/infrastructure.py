@@ -72,12 +72,6 @@ class InfrastructureStack(cdk.Stack):
             enforce_ssl=True,
             removal_policy=settings.removal_policy,
         )
-        acknowledge(
-            self.dead_letter_queue,
-            "SQS3",
-            "This queue is itself the task queue's dead-letter queue; the DLQ-processor "
-            "Lambda archives and closes out whatever lands here",
-        )
         self.task_queue = sqs.Queue(
             self,
             "TaskQueue",
@@ -151,12 +145,6 @@ class InfrastructureStack(cdk.Stack):
                 )
             ],
             removal_policy=cdk.RemovalPolicy.RETAIN,
-        )
-        acknowledge(
-            self.access_logs_bucket,
-            "S1",
-            "This bucket receives the artifacts bucket's server access logs; logging it "
-            "into itself would loop, and a third bucket only moves the problem",
         )
         # Buckets are retained in every stage: deleting one needs an auto-delete custom
         # resource (an extra Lambda with broad S3 rights) for little benefit.
