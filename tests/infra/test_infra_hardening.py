@@ -60,8 +60,8 @@ def test_infra_every_agentq_metric_an_alarm_reads_is_its_stages(stage: Synthesiz
     (dashboard,) = stage.resources("monitoring", "AWS::CloudWatch::Dashboard").values()
     parts = dashboard["Properties"]["DashboardBody"]["Fn::Join"][1]
     body = "".join(part for part in parts if isinstance(part, str))
-    for metric in ("TasksStarted", "TaskDuration", "SlotsBusy", "DeadLetters_failed"):
-        assert re.search(rf'"{metric}","service","[a-z-]+","stage","{name}"', body), metric
+    for metric_name in ("TasksStarted", "TaskDuration", "SlotsBusy", "DeadLetters_failed"):
+        assert re.search(rf'"{metric_name}","service","[a-z-]+","stage","{name}"', body), metric_name
 
 
 def test_infra_dead_lettered_tasks_alarm_reads_what_the_dlq_processor_counts(
