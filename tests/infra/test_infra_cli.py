@@ -138,6 +138,8 @@ def test_infra_worker_image_asset_holds_only_what_the_image_needs(
     manifest = json.loads((out / "agentq-dev-worker.assets.json").read_text())
     (image,) = manifest["dockerImages"].values()
     assert image["source"]["dockerFile"] == "Dockerfile"
+    # Built for the task definition's x86_64 platform even on an arm64 laptop.
+    assert image["source"]["platform"] == "linux/amd64"
     context = out / image["source"]["directory"]
     top = {p.name for p in context.iterdir()}
     assert {"Dockerfile", "requirements.txt", "pyproject.toml", "agentq", "worker"} <= top
