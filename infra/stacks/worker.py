@@ -38,7 +38,7 @@ from infra.assets import REPO_ROOT
 from infra.nag import acknowledge
 from infra.policies import grant_objects, table_statement
 from infra.stacks.infrastructure import InfrastructureStack
-from infra.stages import StageSettings
+from infra.stages import StageSettings, WorkerSettings
 
 CONTAINER_NAME = "worker"
 LIVENESS_FILE = "/tmp/agentq-worker.alive"  # the Dockerfile's LIVENESS_FILE too
@@ -88,6 +88,7 @@ class WorkerStack(cdk.Stack):
             cluster_name=prefix,
             vpc=self.vpc,
             container_insights_v2=ecs.ContainerInsights.ENABLED,
+            enable_fargate_capacity_providers=True,
         )
 
         # Operators put the Anthropic API key here (docs/operations.md); ECS injects it.
@@ -196,6 +197,7 @@ class WorkerStack(cdk.Stack):
             min_healthy_percent=100,
             max_healthy_percent=200,
             circuit_breaker=ecs.DeploymentCircuitBreaker(rollback=True),
+            capacity_provider_strategies=self.capacity(worker),
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             assign_public_ip=False,
         )
@@ -225,6 +227,21 @@ class WorkerStack(cdk.Stack):
             table_statement(core.definitions_table, DEFINITIONS_TABLE, ["GetItem", "Scan"]),
             iam.PolicyStatement(actions=["events:PutEvents"], resources=[core.bus.event_bus_arn]),
         ]
+
+    @staticmethod
+    def capacity(worker: WorkerSettings) -> list[ecs.CapacityProviderStrategy]:
+        strategies = [
+            ecs.CapacityProviderStrategy(
+                capacity_provider="FARGATE", base=worker.on_demand_base, weight=1
+            )
+        ]
+        if worker.spot_weight:
+            strategies.append(
+                ecs.CapacityProviderStrategy(
+                    capacity_provider="FARGATE_SPOT", weight=worker.spot_weight
+                )
+            )
+        return strategies
 
     def task_protection_statement(self, cluster_name: str) -> iam.PolicyStatement:
         """The ECS agent endpoint calls ECS with the task role's credentials: without these

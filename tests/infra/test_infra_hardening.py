@@ -61,7 +61,9 @@ def test_infra_every_agentq_metric_an_alarm_reads_is_its_stages(stage: Synthesiz
     parts = dashboard["Properties"]["DashboardBody"]["Fn::Join"][1]
     body = "".join(part for part in parts if isinstance(part, str))
     for metric_name in ("TasksStarted", "TaskDuration", "SlotsBusy", "DeadLetters_failed"):
-        assert re.search(rf'"{metric_name}","service","[a-z-]+","stage","{name}"', body), metric_name
+        assert re.search(rf'"{metric_name}","service","[a-z-]+","stage","{name}"', body), (
+            metric_name
+        )
 
 
 def test_infra_dead_lettered_tasks_alarm_reads_what_the_dlq_processor_counts(
@@ -207,3 +209,29 @@ def test_infra_producer_policy_grants_what_a_client_does_and_nothing_else(
     assert "/events/overflow/*" in by_action["s3:PutObject"]
     assert "dynamodb:DeleteItem" not in by_action and "dynamodb:Scan" not in by_action
     stage.templates["infrastructure"].has_output("ProducerPolicyArn", Match.any_value())
+
+
+def test_infra_workers_run_on_spot_where_the_stage_says(stage: SynthesizedStage) -> None:
+    worker = stage.stacks.settings.worker
+    (service,) = stage.resources("worker", "AWS::ECS::Service").values()
+    strategy = {s["CapacityProvider"]: s for s in service["Properties"]["CapacityProviderStrategy"]}
+    assert strategy["FARGATE"]["Weight"] == 1
+    assert strategy["FARGATE"].get("Base", 0) == worker.on_demand_base
+    if worker.spot_weight:
+        assert strategy["FARGATE_SPOT"]["Weight"] == worker.spot_weight
+    else:
+        assert "FARGATE_SPOT" not in strategy
+    assert "LaunchType" not in service["Properties"]  # a strategy and a launch type exclude
+    stage.templates["worker"].has_resource_properties(
+        "AWS::ECS::ClusterCapacityProviderAssociations",
+        {"CapacityProviders": Match.array_with(["FARGATE", "FARGATE_SPOT"])},
+    )
+    # Spot's interruption warning is a SIGTERM two minutes ahead: the drain fits inside.
+    assert worker.drain_timeout_s < worker.stop_timeout_s <= 120
+
+
+def test_infra_stage_settings_refuse_a_negative_spot_weight() -> None:
+    from infra.stages import StageError, WorkerSettings
+
+    with pytest.raises(StageError, match="spot_weight"):
+        WorkerSettings(spot_weight=-1).check()
