@@ -29,6 +29,7 @@ from agentq.local.iam import (
     _Resolver,
     create_component_users,
     local_statements,
+    synthesized_policies,
 )
 from agentq.local.moto_iam import ACCOUNT_ID, request_checks
 from agentq.resources import ResourceNames
@@ -239,3 +240,31 @@ def test_iam_component_policies_name_only_this_stages_resources(
     ]
     assert set(COMPONENTS) == {"worker", "save-event", "dlq-processor", "dispatcher",
                                "health-check", "producer-api", "producer"}  # fmt: skip
+
+
+def test_iam_synthesized_policies_cover_every_component_with_local_resources() -> None:
+    policies = synthesized_policies()
+    assert set(policies) == set(COMPONENTS)
+    text = {component: json.dumps(statements) for component, statements in policies.items()}
+    for component, statements in policies.items():
+        assert statements, component
+        # No intrinsic is left unresolved: everything is a string ARN, a token or "*".
+        assert "Fn::" not in text[component] and '"Ref"' not in text[component], component
+    # What the enforced run found missing is granted now.
+    worker = [s for s in policies["worker"] if "sqs:SendMessage" in s["Action"]]
+    assert worker and worker[0]["Resource"].endswith("${agentq:task_queue}")
+    assert "ecs:UpdateTaskProtection" in text["worker"]
+    # Resources that exist only in AWS grant nothing locally; "*" stays only where AWS
+    # allows nothing else.
+    assert UNRESOLVED in text["save-event"]
+    for statements in policies.values():
+        for statement in statements:
+            resources = statement["Resource"]
+            if "*" in (resources if isinstance(resources, list) else [resources]):
+                actions = (
+                    statement["Action"]
+                    if isinstance(statement["Action"], list)
+                    else [statement["Action"]]
+                )
+                assert set(actions) <= {"xray:PutTraceSegments", "xray:PutTelemetryRecords",
+                                        "cloudwatch:GetMetricStatistics"}, statement  # fmt: skip
