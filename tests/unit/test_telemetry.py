@@ -20,9 +20,7 @@ def _metric_names(line: str) -> set[str]:
 
 def test_a_flush_writes_one_emf_line_and_starts_afresh() -> None:
     lines: list[str] = []
-    metrics = MetricsMiddleware(
-        slots_busy=lambda: 3, counter=None, stage="qa", write=lines.append
-    )
+    metrics = MetricsMiddleware(slots_busy=lambda: 3, counter=None, stage="qa", write=lines.append)
     start = TaskStart(request_id="r-1", tenant="t", definition="d", attempt=1, queue_wait_ms=40)
     metrics.before_process(start)
     metrics.after_process(TaskEnd(start=start, result="completed", duration_ms=120))
