@@ -235,3 +235,21 @@ def test_infra_stage_settings_refuse_a_negative_spot_weight() -> None:
 
     with pytest.raises(StageError, match="spot_weight"):
         WorkerSettings(spot_weight=-1).check()
+
+
+def test_infra_dlq_processor_may_create_the_state_item_a_producer_never_wrote(
+    stage: SynthesizedStage,
+) -> None:
+    processor = stage.stacks.events.dlq_processor.role
+    role_id = stage.stacks.events.get_logical_id(processor.node.default_child)  # type: ignore[arg-type]
+    actions = {
+        action
+        for policy in stage.resources("events", "AWS::IAM::Policy").values()
+        if {"Ref": role_id} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        for action in (
+            statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        )
+    }
+    assert {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"} <= actions
+    assert "dynamodb:DeleteItem" not in actions and "dynamodb:Query" not in actions

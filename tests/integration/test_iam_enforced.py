@@ -90,6 +90,15 @@ def test_iam_enforced_job_runs_through_worker_and_lambdas(enforced: LocalStack) 
     archive = DlqArchive(operator["s3"], stack.resources.bucket)
     wait_for(archive.list, timeout=30,
              message="the dead letter archived")  # fmt: skip
+    # A dead letter whose producer never wrote the STATE item: the processor creates it
+    # (its one PutItem) so the task still ends FAILED with its cause recorded.
+    orphan = TaskEnvelope(request_id="iam-orphan", tenant="acme", definition="sample-echo",
+                          input={"v": 3})  # fmt: skip
+    operator["sqs"].send_message(QueueUrl=stack.resources.dlq_url, MessageBody=orphan.to_body(),
+                                 MessageAttributes=orphan.message_attributes())  # fmt: skip
+    closed = wait_for(lambda: (r := tasks.get("acme", "iam-orphan")) and r.state.terminal and r,
+                      timeout=60, message="the orphan dead letter closed out")  # fmt: skip
+    assert closed.state is TaskState.FAILED
     # The health check ran (it reads the status index and the queues) and nothing was denied.
     wait_for(lambda: stack.lambda_host.output("health-check").count("\n") >= 1, timeout=30,
              message="the health check host up")  # fmt: skip
