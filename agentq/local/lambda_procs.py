@@ -67,6 +67,11 @@ class LambdaProcesses:
         resources_file.write_text(self.resources.to_json())
         for function in FUNCTIONS:
             env = {**os.environ, **self._env, **self._credentials[function].env()}
+            if function == "health-check":
+                # Locally the health check peeks into the DLQ for its oldest message's
+                # age (moto has no SQS metrics): a receive its deployed role rightly
+                # lacks. Here it takes the deployed path (CloudWatch, which has no data).
+                env["AGENTQ_LOCAL"] = "0"
             with self.log_path(function).open("ab") as log:
                 self.processes[function] = subprocess.Popen(
                     [sys.executable, "-m", "agentq.local.lambda_procs", "--function", function,

@@ -12,7 +12,9 @@ AWS checks it:
 - DynamoDB calls against the table's ARN, or the index's when the call names one;
   `TransactWriteItems`/`TransactGetItems` item by item as the item's own action on
   its table; `BatchGetItem`/`BatchWriteItem` on each table they touch;
-- `events:PutEvents` against each entry's bus.
+- `events:PutEvents` against each entry's bus;
+- CloudWatch calls as `cloudwatch:<action>` (moto names them by the signing name,
+  `monitoring`).
 
 It also creates the operator: an IAM user holding the local stack's fixed
 `testing` key with every permission, so provisioning, tests and `agentq` commands an
@@ -41,6 +43,10 @@ _TRANSACT_WRITE_ACTIONS: Final = {
     "Delete": "DeleteItem",
     "ConditionCheck": "ConditionCheckItem",
 }
+
+
+# SigV4 signing name -> IAM service prefix, where they differ.
+_IAM_PREFIX: Final = {"monitoring": "cloudwatch"}
 
 
 def _table_arn(region: str, account: str, table: str) -> str:
@@ -89,6 +95,10 @@ def request_checks(
 ) -> list[tuple[str, str]]:
     """The (action, resource) pairs AWS would authorize for one request."""
     service, _, name = action.partition(":")
+    if service in _IAM_PREFIX:
+        # moto names the action by the request's signing name, IAM by the service prefix.
+        service = _IAM_PREFIX[service]
+        action = f"{service}:{name}"
     if service == "sqs" and name.endswith("Batch"):
         return [(f"sqs:{name.removesuffix('Batch')}", resource)]
     if service not in ("dynamodb", "events"):

@@ -108,8 +108,12 @@ def test_iam_enforced_job_runs_through_worker_and_lambdas(enforced: LocalStack) 
 
 def test_iam_enforced_run_notices_a_permission_taken_away(tmp_path: Path) -> None:
     # save-event without dynamodb:PutItem: tasks still run, but no event is ever stored,
-    # and the denial names the missing action.
-    with _stack(tmp_path, "iamless", {"save-event": "dynamodb:PutItem"}) as stack:
+    # and the denial names the missing action. The dlq-processor without
+    # sqs:ReceiveMessage leaves a dead letter in the DLQ, which the health check (with
+    # its own role) reports without being denied anything.
+    without = {"save-event": "dynamodb:PutItem", "dlq-processor": "sqs:ReceiveMessage"}
+    with _stack(tmp_path, "iamless", without) as stack:
+        assert stack.resources is not None and stack.moto is not None
         client = AgentqClient.from_env()
         task = client.submit("sample-echo", {"v": 3})
         record = client.wait(task.request_id, timeout_s=90, poll_s=0.2)
@@ -117,4 +121,15 @@ def test_iam_enforced_run_notices_a_permission_taken_away(tmp_path: Path) -> Non
         wait_for(lambda: f"{DENIED}: dynamodb:PutItem" in stack.lambda_host.output("save-event"),
                  timeout=60, message="the save-event denial")  # fmt: skip
         assert client.events(task.request_id) == []
-        assert set(_denials(stack)) == {"save-event"}
+
+        envelope = TaskEnvelope(request_id="iam-stays", tenant="acme", definition="sample-echo",
+                                input={})  # fmt: skip
+        operator = local_session_clients(stack.moto.url)
+        operator["sqs"].send_message(QueueUrl=stack.resources.dlq_url,
+                                     MessageBody=envelope.to_body(),
+                                     MessageAttributes=envelope.message_attributes())  # fmt: skip
+        wait_for(lambda: f"{DENIED}: sqs:ReceiveMessage" in stack.lambda_host.output("dlq-processor"),
+                 timeout=60, message="the dlq-processor denial")  # fmt: skip
+        wait_for(lambda: "dlq" in stack.lambda_host.output("health-check").lower(), timeout=60,
+                 message="the health check reporting the DLQ")  # fmt: skip
+        assert set(_denials(stack)) == {"save-event", "dlq-processor"}

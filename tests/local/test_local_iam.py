@@ -88,6 +88,12 @@ def test_iam_unreadable_body_keeps_motos_own_check(body: bytes) -> None:
         assert checked and all(a.split(":")[0] == action.split(":")[0] for a, _ in checked)
 
 
+def test_iam_cloudwatch_is_checked_under_its_iam_prefix_not_its_signing_name() -> None:
+    assert request_checks("monitoring:GetMetricStatistics", "*", b"", region="r", account="a") == [
+        ("cloudwatch:GetMetricStatistics", "*")
+    ]
+
+
 def test_iam_sqs_batches_are_checked_as_the_single_action() -> None:
     queue = f"arn:aws:sqs:{LOCAL_REGION}:{ACCOUNT_ID}:q"
     for batch, single in (("DeleteMessageBatch", "DeleteMessage"),
