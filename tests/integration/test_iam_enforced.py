@@ -3,7 +3,10 @@ signing with exactly its synthesized policy, and a permission taken away is noti
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +56,11 @@ def _denials(stack: LocalStack) -> dict[str, list[str]]:
     return {name: lines for name, lines in found.items() if lines}
 
 
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agentq.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+
 def test_iam_enforced_job_runs_through_worker_and_lambdas(enforced: LocalStack) -> None:
     stack = enforced
     assert stack.resources is not None and stack.moto is not None
@@ -74,6 +82,17 @@ def test_iam_enforced_job_runs_through_worker_and_lambdas(enforced: LocalStack) 
     # save-event stored the worker's events with its own key.
     wait_for(lambda: "Task Completed" in [e["detailType"] for e in client.events("iam-job-B")],
              timeout=30, message="Task Completed stored")  # fmt: skip
+
+    # The CLI in another shell, with the stack's env file, is a producer too: it submits
+    # and reads results, and an operator's command is denied to it.
+    shell = {**os.environ, **stack.env()}
+    submitted = _cli(shell, "submit", "sample-echo", "--input", '{"cli": 1}', "--wait",
+                     "--timeout", "90", "--json")  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr[-2000:]
+    request_id = json.loads(submitted.stdout)["requestId"]
+    status = _cli(shell, "status", request_id, "--result", "--json")
+    assert status.returncode == 0 and json.loads(status.stdout)["output"] == {"cli": 1}
+    assert _cli(shell, "dlq", "list", "--json").returncode != 0
 
     # A dead letter: the dlq-processor polls the DLQ, closes the task and archives it.
     operator = local_session_clients(stack.moto.url)
