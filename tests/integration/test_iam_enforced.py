@@ -29,10 +29,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 DENIED = "not authorized to perform"
 
 
-def _stack(tmp_path: Path, stage: str, without: dict[str, str] | None = None) -> LocalStack:
+def _stack(
+    tmp_path: Path, stage: str, without: dict[str, str] | None = None, *, workers: int = 1
+) -> LocalStack:
     options = LocalStackOptions(
         stage=stage,
-        workers=1,
+        workers=workers,
         definitions_dirs=(SAMPLE_DEFINITIONS,),
         health_interval_s=1.0,
         worker_env=fast_env(),
@@ -152,3 +154,37 @@ def test_iam_enforced_run_notices_a_permission_taken_away(tmp_path: Path) -> Non
         wait_for(lambda: "dlq" in stack.lambda_host.output("health-check").lower(), timeout=60,
                  message="the health check reporting the DLQ")  # fmt: skip
         assert set(_denials(stack)) == {"save-event", "dlq-processor"}
+
+
+@pytest.mark.parametrize("granted", [True, False], ids=["synthesized", "without-SendMessage"])
+def test_iam_enforced_worker_requeues_a_task_held_elsewhere(tmp_path: Path, granted: bool) -> None:
+    # A task whose lease a dead worker holds, its message already received twice: the
+    # worker backs off by requeueing a fresh copy (sqs:SendMessage), so the wait does
+    # not spend the receives SQS allows before it dead-letters the message.
+    without = {} if granted else {"worker": "sqs:SendMessage"}
+    with _stack(tmp_path, "iamrq" if granted else "iamnorq", without, workers=0) as stack:
+        assert stack.resources is not None and stack.moto is not None
+        operator = local_session_clients(stack.moto.url)
+        tasks = TaskStore(operator["dynamodb"], stack.resources.table_name)
+        envelope = TaskEnvelope(request_id="iam-held", tenant="acme", definition="sample-echo",
+                                input={"v": 4})  # fmt: skip
+        tasks.create(envelope)
+        tasks.acquire(envelope, worker_id="dead-worker", lease_seconds=4, max_attempts=3)
+        queue = stack.resources.queue_url
+        operator["sqs"].send_message(QueueUrl=queue, MessageBody=envelope.to_body(),
+                                     MessageAttributes=envelope.message_attributes())  # fmt: skip
+        (received,) = operator["sqs"].receive_message(QueueUrl=queue, WaitTimeSeconds=2)["Messages"]
+        operator["sqs"].change_message_visibility(
+            QueueUrl=queue, ReceiptHandle=received["ReceiptHandle"], VisibilityTimeout=0
+        )
+        worker = stack.add_worker("requeuer")
+        if granted:
+            record = wait_for(lambda: (r := tasks.get("acme", "iam-held")) and r.state.terminal and r,
+                              timeout=90, message="the takeover")  # fmt: skip
+            assert record.state is TaskState.COMPLETED
+            assert "requeued as a fresh copy" in worker.output()
+            assert _denials(stack) == {}
+        else:
+            wait_for(lambda: f"{DENIED}: sqs:SendMessage" in worker.output(), timeout=60,
+                     message="the worker's requeue denied")  # fmt: skip
+            assert "requeue failed; backing off in place" in worker.output()
