@@ -6,7 +6,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    HOME=/home/agentq
+    HOME=/home/agentq \
+    LIVENESS_FILE=/tmp/agentq-worker.alive
 
 # The CLI needs a writable HOME; the worker runs as an unprivileged user.
 RUN useradd --create-home --home-dir /home/agentq --uid 10001 agentq
@@ -23,6 +24,11 @@ COPY infra/__init__.py ./infra/__init__.py
 RUN pip install --no-deps . && python -c "import agentq, worker"
 
 USER agentq
+# Unhealthy only when the heartbeat loop stops touching LIVENESS_FILE (worker/liveness.py):
+# a worker busy with long tasks keeps beating, a hung one does not. The ECS task
+# definition carries the same check (infra/stacks/worker.py).
+HEALTHCHECK --interval=30s --timeout=10s --start-period=120s --retries=3 \
+    CMD ["python", "-m", "worker.liveness"]
 # ECS sends SIGTERM on stop (stopTimeout later SIGKILL); the worker drains in between.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["agentq"]

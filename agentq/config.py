@@ -60,6 +60,12 @@ class Settings(BaseSettings):
         "Running against the embedded local stack (moto + offline model server).",
         "all",
     )
+    local_iam: Annotated[Literal["off", "enforce"], Choice] = var(
+        "AGENTQ_LOCAL_IAM", "off",
+        "Local stack only: `enforce` runs moto with IAM checked, each component signing "
+        "with exactly its synthesized policy (docs/least-privilege.md).",
+        "local stack",
+    )  # fmt: skip
     stage: str = var(
         "AGENTQ_STAGE", "dev", "Deployment stage name (dev, prod, ...).", "all", **NAME
     )
@@ -137,6 +143,12 @@ class Settings(BaseSettings):
         ge=1,
         le=43_200,
     )
+    liveness_file: str | None = var(
+        "LIVENESS_FILE", None,
+        "File the heartbeat loop touches every beat; the container health check fails "
+        "when it is older than 3 heartbeat intervals (min 60 s). Unset: not written.",
+        "worker", min_length=1, max_length=4096,
+    )  # fmt: skip
     max_concurrent: Int = var(
         "MAX_CONCURRENT_CLAUDE", 3, "Task slots per worker process.", "worker", ge=1, le=1024
     )
@@ -428,6 +440,11 @@ def _fallback_region(env: Mapping[str, str]) -> str:
     except Exception:  # a broken or missing profile: the variables decide, as before
         region = None
     return str(region) if region else "eu-west-1"
+
+
+def env_names() -> frozenset[str]:
+    """Every variable a setting is read from."""
+    return frozenset(str(field.validation_alias) for field in Settings.model_fields.values())
 
 
 def env_name(attribute: str) -> str:

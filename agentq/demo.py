@@ -178,7 +178,6 @@ def _report(
     tasks: dict[str, Any],
     expected: list[Expectation],
 ) -> int:
-    from agentq.jobs.results import artifacts_pointer
     from agentq.jobs.spec import task_request_id
 
     report_id = task_request_id(job.job_id, "report")

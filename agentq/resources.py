@@ -181,6 +181,10 @@ TASK_REQUESTED_RULE: Final = RuleSpec(
 )
 RULES: Final = (SAVE_EVENT_RULE, DISPATCHER_RULE, TASK_REQUESTED_RULE)
 
+# What a deployed secret holds until an operator sets it (docs/operations.md, "Secrets"):
+# a value nobody could mistake for a key, which the worker refuses at start-up.
+SECRET_PLACEHOLDER: Final = "agentq-placeholder-set-this-secret-before-starting-workers"
+
 # Every object a task attempt writes lives under
 # `{ARTIFACTS_PREFIX}{tenant}/{requestId}/attempt-{n}/` (agentq.store.keys.attempt_prefix):
 # scoped by tenant so one tenant never reads another's, and by attempt so a stale holder

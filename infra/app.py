@@ -13,6 +13,7 @@ from typing import Final
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
+from agentq.resources import RULES
 from infra.assets import lambda_code
 from infra.stacks.dispatcher import DispatcherStack
 from infra.stacks.events import EventsStack
@@ -81,6 +82,11 @@ def build_stage(app: cdk.App, settings: StageSettings) -> StageStacks:
             )
             if queue is not None
         },
+        rules={
+            **{rule.name: (f"{prefix}-{rule.name}", settings.names.event_bus) for rule in RULES},
+            "health-check-schedule": (health.schedule.rule_name, None),
+        },
+        api=api.api,
         settings=settings,
     )
     stacks = StageStacks(settings, core, events, health, dispatcher, api, worker, monitoring)

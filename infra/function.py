@@ -64,12 +64,6 @@ class AgentqFunction(Construct):
                 enforce_ssl=True,
                 removal_policy=settings.removal_policy,
             )
-            acknowledge(
-                self.failed_events,
-                "SQS3",
-                "This queue is itself a dead-letter queue: it keeps events the function "
-                "failed on (and undeliverable ones) for inspection and redrive",
-            )
         self.log_group = logs.LogGroup(
             self,
             "Logs",

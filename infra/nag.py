@@ -2,7 +2,8 @@
 
 cdk-nag 3.x runs as a validation plugin: every finding fails `app.synth()` unless it
 is acknowledged on the construct (or an ancestor) that caused it. The reason is part
-of the template's audit trail, so vague reasons are refused here.
+of the template's audit trail, so vague reasons are refused here; each acknowledgment
+is also recorded as construct metadata, so tests can refuse one that suppresses nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from constructs import IConstruct
 
 PLUGIN: Final = "AwsSolutions"
 _MIN_REASON: Final = 40
+ACKNOWLEDGED_METADATA: Final = "agentq:nag-acknowledged"
 
 
 def acknowledge(
@@ -26,3 +28,6 @@ def acknowledge(
     cdk.Validations.of(scope).acknowledge(
         cdk.Acknowledgment(id=f"{PLUGIN}::{finding}", reason=reason)
     )
+    # Recorded in the cloud assembly, so a test can find acknowledgments that no longer
+    # suppress anything (a dead one would silently cover a future finding).
+    scope.node.add_metadata(ACKNOWLEDGED_METADATA, finding)

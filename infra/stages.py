@@ -40,6 +40,11 @@ class WorkerSettings:
     # WARM_AGENT: "always" for a service that mostly runs agent tasks (no cold SDK import
     # for the first task after a quiet spell), "never" for python-only services.
     warm_agent: WarmAgent = "recent"
+    # Fargate Spot: tasks placed on FARGATE_SPOT per `spot_weight` tasks on FARGATE
+    # (0: on-demand only), after `on_demand_base` on-demand tasks. Spot's two-minute
+    # interruption warning is a SIGTERM, and the drain fits inside stop_timeout_s.
+    spot_weight: int = 0
+    on_demand_base: int = 0
     scale_out_cooldown_s: int = 60
     scale_in_cooldown_s: int = 300
     nat_gateways: int = 1
@@ -55,6 +60,8 @@ class WorkerSettings:
                 f"worker drain_timeout_s ({self.drain_timeout_s}) must be shorter than "
                 f"stop_timeout_s ({self.stop_timeout_s}), or ECS kills workers mid-drain"
             )
+        if self.spot_weight < 0 or self.on_demand_base < 0:
+            raise StageError("worker spot_weight and on_demand_base must be >= 0")
         if not 0 <= self.min_tasks <= self.max_tasks or self.max_tasks < 1:
             raise StageError(
                 f"worker tasks need 0 <= min ({self.min_tasks}) <= max ({self.max_tasks}), max >= 1"
@@ -98,8 +105,14 @@ class ReconcilerSettings:
 class AlarmSettings:
     period_minutes: int = 5
     oldest_message_age_s: int = 1800
-    dlq_messages: int = 1
+    dlq_messages: int = 1  # tasks dead-lettered in one period (DLQ processor's metrics)
+    dlq_oldest_age_s: int = 900  # a dead letter the DLQ processor has not settled
     lambda_errors: int = 1
+    lambda_throttles: int = 1
+    # Fewer worker tasks running than desired for this many periods (a deploy or a
+    # scale-out needs a couple of minutes to start tasks; a crash loop never catches up).
+    below_desired_periods: int = 3
+    api_server_errors: int = 1
     task_failures: int = 5
     task_timeouts: int = 1
     email: str | None = None  # subscribed to the alarm topic when set
@@ -146,7 +159,8 @@ STAGES: Final[dict[str, StageSettings]] = {
         name="dev",
         log_retention=logs.RetentionDays.TWO_WEEKS,
         event_ttl_days=14,
-        worker=WorkerSettings(min_tasks=0, max_tasks=2, slots=2, nat_gateways=1),
+        # A sandbox runs on Spot: interruptions only cost a retry there.
+        worker=WorkerSettings(min_tasks=0, max_tasks=2, slots=2, nat_gateways=1, spot_weight=1),
         # Off in dev like the seed's `enabled: false`: nobody wants pages from a sandbox.
         health_check=HealthCheckSettings(
             enabled=False, rate_minutes=60, alert_channel="#agentq-dev"

@@ -24,7 +24,7 @@ from typing import Final
 from aws_lambda_powertools import Logger, Metrics
 
 from agentq.aws import AwsClients
-from agentq.config import Settings
+from agentq.config import Settings, env_name
 
 METRICS_NAMESPACE: Final = "agentq"
 
@@ -32,7 +32,11 @@ METRICS_NAMESPACE: Final = "agentq"
 def powertools(function: str) -> tuple[Logger, Metrics]:
     """Logger and Metrics of one function."""
     service = f"agentq-{function}"
-    return Logger(service=service), Metrics(namespace=METRICS_NAMESPACE, service=service)
+    metrics = Metrics(namespace=METRICS_NAMESPACE, service=service)
+    # A function's stage never changes (it is in its configuration), and alarms select
+    # their stage's metrics by it: a dev stage must not trip prod's alarms.
+    metrics.set_default_dimensions(stage=os.environ.get(env_name("stage"), "dev"))
+    return Logger(service=service), metrics
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from worker.handler import MessageHandler
 from worker.heartbeat import Heartbeat
 from worker.inflight import InFlightRegistry
 from worker.protection import ScaleInProtection
+from worker.secretcheck import refuse_placeholder_secrets
 from worker.spares import SparePool
 from worker.telemetry import MetricsMiddleware, Middleware, make_logger
 
@@ -99,7 +100,7 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
     def slots_busy() -> int:
         return busy[0].slots.busy if busy else 0
 
-    metrics = MetricsMiddleware(slots_busy=slots_busy, counter=counter)
+    metrics = MetricsMiddleware(slots_busy=slots_busy, counter=counter, stage=settings.stage)
     middleware: list[Middleware] = [metrics]
     ticks = [metrics.tick]
     if settings.ecs_agent_uri:
@@ -152,6 +153,7 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
 def main() -> int:
     try:
         settings = Settings.from_env()
+        refuse_placeholder_secrets()
         logger = make_logger(settings.log_level)
         worker = build(settings)
     except ConfigError as exc:

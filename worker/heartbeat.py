@@ -27,6 +27,7 @@ from worker.batcher import MAX_BATCH
 from worker.eventbatch import EventBatcher
 from worker.inflight import InFlight, InFlightRegistry
 from worker.leasefile import lease_times
+from worker.liveness import touch
 
 MAX_EXTENSION_FAILURES: Final = 3
 RENEWAL_RETRY_S: Final = 1.0  # at least this long between tries after a failed renewal
@@ -74,6 +75,7 @@ class Heartbeat:
                 self.beat()
             except Exception:
                 logger.exception("heartbeat failed; trying again next interval")
+            touch(self._settings.liveness_file)
             took = time.monotonic() - began
             if took > interval:
                 logger.warning("heartbeat slower than its interval", extra={"seconds": took})

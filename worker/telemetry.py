@@ -94,9 +94,12 @@ class MetricsMiddleware(Middleware):
         *,
         slots_busy: Any,
         counter: CallCounter | None,
+        stage: str,
         write: Callable[[str], None] = write_line,
     ) -> None:
         self._metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+        # Alarms select their stage's metrics: a dev stage must not trip prod's alarms.
+        self._metrics.set_default_dimensions(stage=stage)
         self._write = write
         self._slots_busy = slots_busy
         self._counter = counter

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from agentq.config import Settings
 from agentq.errors import ConfigError
 from agentq.health import AlertLedger, Finding, HealthReport, dedupe
+from agentq.resources import SECRET_PLACEHOLDER
 
 if TYPE_CHECKING:
     from slack_sdk import WebClient
@@ -175,6 +176,12 @@ def notifier(settings: Settings, secrets: Any = None) -> Notifier:
     if not token:
         return LogNotifier(
             "no Slack token configured: set SLACK_BOT_TOKEN or SLACK_TOKEN_SECRET_ARN"
+        )
+    if token.strip() == SECRET_PLACEHOLDER:
+        # The stack deploys the secret with this value; posting with it only fails.
+        return LogNotifier(
+            "the Slack token secret still holds the placeholder the stack deployed: "
+            "put the bot token in (docs/operations.md, 'Secrets')"
         )
     if not channel:
         return LogNotifier("no Slack channel configured: set ALERT_CHANNEL")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import fields
 from pathlib import Path
 from typing import Final
 
@@ -23,11 +22,9 @@ _LINE: Final = re.compile(r"^export ([A-Z][A-Z0-9_]*)=(.*)$")
 
 def allowed_variable(name: str) -> bool:
     """agentq's settings and AWS's own variables; nothing else belongs in the file."""
-    from agentq.config import Settings
+    from agentq.config import env_names
 
-    if name.startswith("AWS_"):
-        return True
-    return name in {str(f.metadata["env"]) for f in fields(Settings)}
+    return name.startswith("AWS_") or name in env_names()
 
 
 def find_env_file(start: Path | None = None) -> Path | None:

@@ -52,8 +52,9 @@ class MotoServer:
     atomic as they are on AWS.
     """
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, *, iam: bool = False) -> None:
         self.port = port or free_port()
+        self.iam = iam  # enforce IAM (agentq.local.moto_iam): only the operator key is admin
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -63,7 +64,8 @@ class MotoServer:
     def start(self, timeout_s: float = 30.0) -> MotoServer:
         env = {**os.environ, **LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION": LOCAL_REGION}
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "agentq.local.moto_server", "--port", str(self.port)],
+            [sys.executable, "-m", "agentq.local.moto_server", "--port", str(self.port)]
+            + (["--iam"] if self.iam else []),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=env,
@@ -150,6 +152,23 @@ class LocalResources:
                 "bucket": self.bucket,
                 "target_queues": self.target_queues,
             }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> LocalResources:
+        data = json.loads(text)
+        return cls(
+            endpoint_url=data["endpoint_url"],
+            names=ResourceNames(stage=data["stage"], app_name=data["app_name"]),
+            queue_url=data["queue_url"],
+            queue_arn=data["queue_arn"],
+            dlq_url=data["dlq_url"],
+            dlq_arn=data["dlq_arn"],
+            table_name=data["table_name"],
+            definitions_table=data["definitions_table"],
+            bus_name=data["bus_name"],
+            bucket=data["bucket"],
+            target_queues=dict(data["target_queues"]),
         )
 
 

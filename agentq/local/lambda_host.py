@@ -163,6 +163,7 @@ class LambdaHost:
         health_interval_s: float | None = None,
         reconcile_interval_s: float | None = None,
         serve_dlq: bool = True,
+        only: str | None = None,
     ) -> None:
         self.resources = resources
         self.settings = settings
@@ -175,6 +176,7 @@ class LambdaHost:
             settings.reconcile_interval_s if reconcile_interval_s is None else reconcile_interval_s
         )
         self._serve_dlq = serve_dlq
+        self._only = only  # one function ("save-event", "dlq-processor", ...) or all
         self._stop = threading.Event()
         self._invoke_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -192,12 +194,12 @@ class LambdaHost:
             self._sqs = AwsClients(self.settings.region).sqs
         for poller in self._pollers():
             self._spawn(f"lambda-host-{poller.name}", functools.partial(self._poll, poller))
-        if self._health_interval_s > 0:
+        if self._health_interval_s > 0 and self._only in (None, "health-check"):
             self._spawn(
                 "lambda-host-health",
                 functools.partial(self._timer, self._health_interval_s, self.run_health_check),
             )
-        if self._reconcile_interval_s > 0:
+        if self._reconcile_interval_s > 0 and self._only in (None, "reconciler"):
             self._spawn(
                 "lambda-host-reconciler",
                 functools.partial(self._timer, self._reconcile_interval_s, self.run_reconciler),
@@ -249,11 +251,13 @@ class LambdaHost:
         for rule_name, url in self.resources.target_queues.items():
             rule = rules.get(rule_name)
             path = TARGET_HANDLERS.get(rule.target) if rule else None
+            if rule and self._only not in (None, rule.target):
+                continue
             handler = load_handler(path) if path else None
             if handler is None:
                 continue
             pollers.append(_Poller(rule_name, url, _arn(self.resources, url), handler, False, 10))
-        if self._serve_dlq:
+        if self._serve_dlq and self._only in (None, "dlq-processor"):
             handler = load_handler(DLQ_HANDLER)
             if handler is not None:
                 pollers.append(

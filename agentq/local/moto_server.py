@@ -21,8 +21,9 @@ moto answers (profiled under the saturation benchmark, about half of the server'
 Each patch's target is checked before anything is patched (agentq/local/moto_guards.py):
 a moto that moved one refuses to start, naming its version, rather than run unpatched
 or wrongly patched; tests/local/test_moto_guards.py shows each patch answers as moto does.
+With `--iam` it enforces IAM the way AWS does for agentq's calls (agentq.local.moto_iam).
 
-    python -m agentq.local.moto_server --host 127.0.0.1 --port 5000
+    python -m agentq.local.moto_server --host 127.0.0.1 --port 5000 [--iam]
 """
 
 from __future__ import annotations
@@ -154,10 +155,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--iam", action="store_true", help="enforce IAM (agentq.local.moto_iam); default off"
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     speed_up_moto()
+    if args.iam:
+        from agentq.local.aws import LOCAL_CREDENTIALS
+        from agentq.local.moto_iam import enforce_iam
+
+        enforce_iam(
+            operator_key=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            operator_secret=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )
     app = SerializedDynamoDB(_dispatcher(create_backend_app))
     run_simple(
         args.host,

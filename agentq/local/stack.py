@@ -50,6 +50,9 @@ class LocalStackOptions:
     use_real_claude: bool | None = None  # None: decide from the environment
     worker_env: dict[str, str] = field(default_factory=dict)
     work_dir: Path | None = None
+    iam: bool | None = None  # None: AGENTQ_LOCAL_IAM=enforce turns it on
+    # Component -> an action taken out of its synthesized policy (tests prove it is needed).
+    iam_without: dict[str, str] = field(default_factory=dict)
 
 
 class LocalStack:
@@ -71,6 +74,12 @@ class LocalStack:
             else self.options.use_real_claude
         )
         self._saved_environ: dict[str, str | None] = {}
+        self.iam = (
+            Settings.from_env().local_iam == "enforce"
+            if self.options.iam is None
+            else self.options.iam
+        )
+        self.credentials: dict[str, Any] = {}  # component -> agentq.local.iam.Credentials
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> LocalStack:
@@ -87,11 +96,38 @@ class LocalStack:
         return self
 
     def _start_aws(self) -> None:
-        self.moto = MotoServer().start()
+        policies = None
+        if self.iam:
+            from agentq.local.iam import synthesized_policies
+
+            policies = synthesized_policies()  # before moto: a first synthesis takes a while
+        self.moto = MotoServer(iam=self.iam).start()
         self._clients = local_session_clients(self.moto.url)
         self.resources = provision(
             self._clients, ResourceNames(stage=self.options.stage), endpoint_url=self.moto.url
         )
+        if policies is not None:
+            self.credentials = self._component_users(policies)
+
+    def _component_users(self, policies: Any) -> dict[str, Any]:
+        import boto3
+
+        from agentq.local.aws import LOCAL_CREDENTIALS, LOCAL_REGION
+        from agentq.local.iam import create_component_users
+        from agentq.local.moto_iam import ACCOUNT_ID
+
+        assert self.moto is not None
+        iam = boto3.client(
+            "iam",
+            endpoint_url=self.moto.url,
+            region_name=LOCAL_REGION,
+            aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )
+        return create_component_users(
+            iam, self.resources, policies, region=LOCAL_REGION, account=ACCOUNT_ID,
+            without=self.options.iam_without,
+        )  # fmt: skip
 
     def _start_model(self) -> None:
         if self.real_claude:
@@ -105,6 +141,17 @@ class LocalStack:
         from agentq.local.lambda_host import LambdaHost
 
         assert self.resources is not None
+        if self.iam:
+            from agentq.local.lambda_procs import LambdaProcesses
+
+            self.lambda_host = LambdaProcesses(
+                self.resources,
+                credentials=self.credentials,
+                env=self.env(),
+                log_dir=self.work_dir / "logs",
+                health_interval_s=self.options.health_interval_s,
+            ).start()
+            return
         self.lambda_host = LambdaHost(
             self.resources,
             Settings.from_env(),
@@ -116,7 +163,8 @@ class LocalStack:
 
         self.log_dir.mkdir(parents=True, exist_ok=True)
         worker = WorkerProcess(name, log_dir=self.log_dir)
-        worker.start({**self.env(), "WORKER_ID": name, **extra_env})
+        own = self.credentials["worker"].env() if self.iam else {}
+        worker.start({**self.env(), "WORKER_ID": name, **own, **extra_env})
         self.workers.append(worker)
         return worker
 
@@ -160,6 +208,11 @@ class LocalStack:
             home.mkdir(parents=True, exist_ok=True)
             env.update(offline_claude_env(self.model_server.url, home))
         env.update(self.options.worker_env)
+        if self.iam:
+            # Whoever uses this stack through its environment (the env file, the CLI, the
+            # demo's client) is a producer; workers and Lambdas get their own keys.
+            env["AGENTQ_LOCAL_IAM"] = "enforce"
+            env.update(self.credentials["producer"].env())
         return env
 
     def user_env(self) -> dict[str, str]:
@@ -174,6 +227,10 @@ class LocalStack:
         dirs = self.options.definitions_dirs or (REPO_ROOT / "definitions" / "samples",)
         # Absolute: the file is sourced, and the CLI run, from any directory.
         env["TASK_DEFINITIONS_DIR"] = os.pathsep.join(str(d.resolve()) for d in dirs)
+        if self.iam:
+            # A user's shell is a producer of an IAM-enforced stack, as the env is.
+            env["AGENTQ_LOCAL_IAM"] = "enforce"
+            env.update(self.credentials["producer"].env())
         return env
 
     @property

@@ -68,7 +68,12 @@ class EventsStack(cdk.Stack):
                 "queue_url", "dlq_url", "table_name", "bus_name", "bucket"
             ),
             statements=[
-                table_statement(core.events_table, EVENTS_TABLE, ["GetItem", "UpdateItem"]),
+                # PutItem: a dead letter whose producer never wrote the STATE item gets
+                # one (conditional create), so its task still ends FAILED; the enforced
+                # local run found it missing (docs/least-privilege.md).
+                table_statement(
+                    core.events_table, EVENTS_TABLE, ["GetItem", "PutItem", "UpdateItem"]
+                ),
                 iam.PolicyStatement(
                     actions=["events:PutEvents"], resources=[core.bus.event_bus_arn]
                 ),

@@ -15,7 +15,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from agentq.config import env_name
-from agentq.resources import EVENTS_TABLE
+from agentq.resources import EVENTS_TABLE, SECRET_PLACEHOLDER
 from infra.function import AgentqFunction
 from infra.nag import acknowledge
 from infra.policies import table_statement
@@ -37,12 +37,21 @@ class HealthCheckStack(cdk.Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         health = settings.health_check
-        # Created empty-ish; operators put the bot token in (docs/operations.md).
+        # Starts as the known placeholder; operators put the bot token in
+        # (docs/operations.md). No fixed name, so a redeploy is never blocked by the
+        # 30 days a deleted secret stays scheduled for deletion.
         self.slack_token = secretsmanager.Secret(
             self,
             "SlackToken",
-            secret_name=f"{settings.names.prefix}/slack-bot-token",
-            description="Slack bot token (xoxb-...) the health check posts alerts with",
+            description=f"{settings.names.prefix}: Slack bot token (xoxb-...) for alerts",
+            secret_string_value=cdk.SecretValue.unsafe_plain_text(SECRET_PLACEHOLDER),
+            removal_policy=settings.removal_policy,
+        )
+        cdk.CfnOutput(
+            self,
+            "SlackTokenSecretArn",
+            value=self.slack_token.secret_arn,
+            description="Put the Slack bot token here to get health-check alerts",
         )
         acknowledge(
             self.slack_token,

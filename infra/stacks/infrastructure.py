@@ -72,12 +72,6 @@ class InfrastructureStack(cdk.Stack):
             enforce_ssl=True,
             removal_policy=settings.removal_policy,
         )
-        acknowledge(
-            self.dead_letter_queue,
-            "SQS3",
-            "This queue is itself the task queue's dead-letter queue; the DLQ-processor "
-            "Lambda archives and closes out whatever lands here",
-        )
         self.task_queue = sqs.Queue(
             self,
             "TaskQueue",
@@ -99,17 +93,42 @@ class InfrastructureStack(cdk.Stack):
         )
 
         self.bus = events.EventBus(self, "Bus", event_bus_name=names.event_bus)
+        # 'Task Requested' events EventBridge could not put on the task queue (a queue
+        # policy or KMS change, throttling past a day of retries) wait here, not vanish.
+        self.rule_dead_letters = sqs.Queue(
+            self,
+            "TaskRequestedDeadLetters",
+            retention_period=Duration.days(14),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            removal_policy=settings.removal_policy,
+        )
+        acknowledge(
+            self.rule_dead_letters,
+            "SQS3",
+            "This queue is itself a dead-letter queue: it keeps 'Task Requested' events "
+            "EventBridge could not deliver to the task queue, for inspection and redrive",
+        )
+        self.task_requested_rules: list[events.Rule] = []
         for rule in RULES:
             if rule.target == "task-queue":
-                events.Rule(
+                created = events.Rule(
                     self,
                     f"Rule-{rule.name}",
                     rule_name=f"{names.prefix}-{rule.name}",
                     description=rule.description,
                     event_bus=self.bus,
                     event_pattern=event_pattern(rule, settings.app_name),
-                    targets=[targets.SqsQueue(self.task_queue)],
+                    targets=[
+                        targets.SqsQueue(
+                            self.task_queue,
+                            dead_letter_queue=self.rule_dead_letters,
+                            retry_attempts=185,
+                            max_event_age=Duration.hours(24),
+                        )
+                    ],
                 )
+                self.task_requested_rules.append(created)
 
         self.access_logs_bucket = s3.Bucket(
             self,
@@ -126,12 +145,6 @@ class InfrastructureStack(cdk.Stack):
                 )
             ],
             removal_policy=cdk.RemovalPolicy.RETAIN,
-        )
-        acknowledge(
-            self.access_logs_bucket,
-            "S1",
-            "This bucket receives the artifacts bucket's server access logs; logging it "
-            "into itself would loop, and a third bucket only moves the problem",
         )
         # Buckets are retained in every stage: deleting one needs an auto-delete custom
         # resource (an extra Lambda with broad S3 rights) for little benefit.
@@ -162,6 +175,47 @@ class InfrastructureStack(cdk.Stack):
             ],
             removal_policy=cdk.RemovalPolicy.RETAIN,
         )
+        self.producer_policy = self._producer_policy()
+
+    def _producer_policy(self) -> iam.ManagedPolicy:
+        """What a producer (agentq.client, the CLI's submit/status/wait/job) may do: attach
+        it to the services, CI roles and people that submit tasks. The local stack's
+        producer signs with exactly these statements (agentq.local.iam)."""
+        policy = iam.ManagedPolicy(
+            self,
+            "ProducerPolicy",
+            description=f"{self.settings.names.prefix} producers: submit and read tasks and jobs",
+            statements=[
+                *self.client_statements(),
+                iam.PolicyStatement(
+                    actions=["s3:GetObject"],
+                    resources=[self.bucket.arn_for_objects(f"{ARTIFACTS_PREFIX}*")],
+                ),
+                iam.PolicyStatement(
+                    actions=["s3:PutObject"],
+                    resources=[self.bucket.arn_for_objects(f"{EVENT_OVERFLOW_PREFIX}*")],
+                ),
+            ],
+        )
+        logical_id = self.get_logical_id(self.bucket.node.default_child)  # type: ignore[arg-type]
+        for prefix, action in (
+            (ARTIFACTS_PREFIX, "GetObject"),
+            (EVENT_OVERFLOW_PREFIX, "PutObject"),
+        ):
+            acknowledge(
+                policy,
+                "IAM5",
+                f"Producers get s3:{action} only on objects under {prefix} of the agentq "
+                "bucket; object keys are per task, so the key part must be a wildcard",
+                applies_to=f"Resource::<{logical_id}.Arn>/{prefix}*",
+            )
+        cdk.CfnOutput(
+            self,
+            "ProducerPolicyArn",
+            value=policy.managed_policy_arn,
+            description="Attach to every principal that submits or reads agentq tasks",
+        )
+        return policy
 
     def _table(self, construct_id: str, name: str, spec: TableSpec) -> dynamodb.Table:
         table = dynamodb.Table(

@@ -1,18 +1,26 @@
 """Alarms and the stage's one dashboard.
 
-Alarms: DLQ not empty, age of the oldest task message, errors of each Lambda, and the
-worker's own EMF metrics (namespace `agentq`, dimension service=worker) for failed
-and timed-out tasks. Every alarm notifies one SNS topic (KMS-encrypted with a key
-whose policy lets CloudWatch publish; the AWS-managed SNS key would not).
+Alarms (each described in docs/operations.md, "Alarms"): tasks dead-lettered (the DLQ
+processor's EMF metrics: the DLQ's visible count is useless, the processor empties it
+within seconds) and a dead letter not settled; the oldest task message; each Lambda's
+errors and throttles; events a Lambda failed on; 'Task Requested' events EventBridge
+could not deliver, and failed invocations of every rule; worker tasks running below
+the desired count; producer API 5xx; the worker's failed and timed-out tasks. Every
+agentq metric carries the stage as a dimension, and every alarm selects its own
+stage's, so a dev stage sharing the account never trips prod's alarms. Every alarm
+notifies one SNS topic (KMS-encrypted with a key whose policy lets CloudWatch publish;
+the AWS-managed SNS key would not).
 """
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from typing import Any, Final
 
 import aws_cdk as cdk
 from aws_cdk import Duration
+from aws_cdk import aws_apigateway as apigateway
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_iam as iam
@@ -23,22 +31,39 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from agentq.dlq import DlqOutcome
 from infra.stacks.infrastructure import InfrastructureStack
 from infra.stacks.worker import WorkerStack
 from infra.stages import StageSettings
 
-WORKER_NAMESPACE: Final = "agentq"
-WORKER_DIMENSIONS: Final = {"service": "worker"}
+NAMESPACE: Final = "agentq"
+WORKER_SERVICE: Final = "worker"
+# DLQ-processor outcomes that mean a task's message was dead-lettered and settled
+# ("lease-live" comes back until its holder ends, "archived" is a redrive's record).
+DEAD_LETTER_OUTCOMES: Final = tuple(
+    o for o in typing.get_args(DlqOutcome) if o not in ("lease-live", "archived")
+)
 
 
-def worker_metric(name: str, *, statistic: str = "Sum", period: Duration) -> cloudwatch.Metric:
-    """One of the worker's EMF metrics (TasksStarted, TasksFailed, TaskDuration, ...)."""
+def agentq_metric(
+    name: str, *, service: str, stage: str, statistic: str = "Sum", period: Duration
+) -> cloudwatch.Metric:
+    """One of agentq's EMF metrics (the worker's, or a Lambda's `agentq-<function>`)."""
     return cloudwatch.Metric(
-        namespace=WORKER_NAMESPACE,
+        namespace=NAMESPACE,
         metric_name=name,
-        dimensions_map=WORKER_DIMENSIONS,
+        dimensions_map={"service": service, "stage": stage},
         statistic=statistic,
         period=period,
+    )
+
+
+def worker_metric(
+    name: str, *, stage: str, statistic: str = "Sum", period: Duration
+) -> cloudwatch.Metric:
+    """One of the worker's EMF metrics (TasksStarted, TasksFailed, TaskDuration, ...)."""
+    return agentq_metric(
+        name, service=WORKER_SERVICE, stage=stage, statistic=statistic, period=period
     )
 
 
@@ -53,12 +78,16 @@ class MonitoringStack(cdk.Stack):
         worker: WorkerStack,
         functions: Mapping[str, lambda_.IFunction],
         failed_events: Mapping[str, sqs.IQueue],
+        rules: Mapping[str, tuple[str, str | None]],
+        api: apigateway.RestApi,
         **kwargs: Any,
     ) -> None:
+        """`rules`: label -> (rule name, its custom bus's name, None for the default bus)."""
         super().__init__(scope, construct_id, **kwargs)
         limits = settings.alarms
         period = Duration.minutes(limits.period_minutes)
         prefix = settings.names.prefix
+        stage = settings.name
 
         key = kms.Key(
             self,
@@ -75,37 +104,27 @@ class MonitoringStack(cdk.Stack):
         )
         if limits.email:
             self.topic.add_subscription(subscriptions.EmailSubscription(limits.email))
-        notify = actions.SnsAction(self.topic)
-
+        self._notify = actions.SnsAction(self.topic)
+        self._prefix = prefix
         self.alarms: list[cloudwatch.Alarm] = []
 
-        def alarm(
-            construct_id: str, metric: cloudwatch.IMetric, threshold: float, description: str
-        ) -> cloudwatch.Alarm:
-            created = cloudwatch.Alarm(
-                self,
-                construct_id,
-                alarm_name=f"{prefix}-{construct_id}",
-                alarm_description=description,
-                metric=metric,
-                threshold=threshold,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            )
-            created.add_alarm_action(notify)
-            self.alarms.append(created)
-            return created
-
-        alarm(
-            "dlq-not-empty",
-            core.dead_letter_queue.metric_approximate_number_of_messages_visible(
+        self._alarm(
+            "dead-lettered-tasks",
+            dead_letters(stage, period),
+            limits.dlq_messages,
+            "Tasks were dead-lettered: their message failed maxReceiveCount times and the "
+            "DLQ processor closed them out (see `agentq dlq`)",
+        )
+        self._alarm(
+            "dlq-not-draining",
+            core.dead_letter_queue.metric_approximate_age_of_oldest_message(
                 period=period, statistic="Maximum"
             ),
-            limits.dlq_messages,
-            "Task messages reached the dead-letter queue (see `agentq dlq`)",
+            limits.dlq_oldest_age_s,
+            "A dead letter has waited in the DLQ: the DLQ processor fails on it, or its "
+            "task's lease is still live",
         )
-        alarm(
+        self._alarm(
             "oldest-task-message",
             core.task_queue.metric_approximate_age_of_oldest_message(
                 period=period, statistic="Maximum"
@@ -114,14 +133,21 @@ class MonitoringStack(cdk.Stack):
             "A task message has waited too long: workers down, scaled to max, or stuck",
         )
         for name, function in functions.items():
-            alarm(
+            self._alarm(
                 f"{name}-errors",
                 function.metric_errors(period=period, statistic="Sum"),
                 limits.lambda_errors,
                 f"The {name} Lambda raised errors (its log group has the tracebacks)",
             )
+            self._alarm(
+                f"{name}-throttles",
+                function.metric_throttles(period=period, statistic="Sum"),
+                limits.lambda_throttles,
+                f"Invocations of the {name} Lambda were throttled (account or reserved "
+                "concurrency exhausted)",
+            )
         for name, queue in failed_events.items():
-            alarm(
+            self._alarm(
                 f"{name}-failed-events",
                 queue.metric_approximate_number_of_messages_visible(
                     period=period, statistic="Maximum"
@@ -129,34 +155,82 @@ class MonitoringStack(cdk.Stack):
                 1,
                 f"Events the {name} Lambda could not process wait in its failed-events queue",
             )
-        alarm(
+        self._alarm(
+            "task-requested-undelivered",
+            core.rule_dead_letters.metric_approximate_number_of_messages_visible(
+                period=period, statistic="Maximum"
+            ),
+            1,
+            "'Task Requested' events EventBridge could not put on the task queue wait in "
+            "the rule's dead-letter queue",
+        )
+        for label, (rule_name, bus_name) in rules.items():
+            self._alarm(
+                f"{label}-rule-failed-invocations",
+                rule_failed_invocations(rule_name, bus_name, period),
+                1,
+                f"EventBridge gave up invoking the {label} rule's target",
+            )
+        self._alarm(
+            "workers-below-desired",
+            workers_below_desired(worker, period),
+            1,
+            "Fewer worker tasks run than the service wants: tasks fail to start (image, "
+            "secret placeholder, health check) or keep crashing",
+            evaluation_periods=limits.below_desired_periods,
+        )
+        self._alarm(
+            "producer-api-5xx",
+            api.metric_server_error(period=period, statistic="Sum"),
+            limits.api_server_errors,
+            "The producer API answered 5xx (the producer-api Lambda failed or timed out)",
+        )
+        self._alarm(
             "worker-task-failures",
-            worker_metric("TasksFailed", period=period),
+            worker_metric("TasksFailed", stage=stage, period=period),
             limits.task_failures,
             "Workers reported terminal task failures (EMF metric TasksFailed)",
         )
-        alarm(
+        self._alarm(
             "worker-task-timeouts",
-            worker_metric("TasksTimedOut", period=period),
+            worker_metric("TasksTimedOut", stage=stage, period=period),
             limits.task_timeouts,
             "Workers killed tasks that ran past their timeout (EMF metric TasksTimedOut)",
         )
 
-        alarm(
+        self._alarm(
             "reconciler-repairs",
-            cloudwatch.Metric(
-                namespace=WORKER_NAMESPACE,
-                metric_name="Repairs",
-                dimensions_map={"service": "agentq-reconciler"},
-                statistic="Sum",
-                period=period,
-            ),
+            agentq_metric("Repairs", service="agentq-reconciler", stage=stage, period=period),
             1,
             "The reconciler re-sent lost messages or moved stalled jobs on: something "
             "upstream lost them (the health check's Slack alert names each one)",
         )
 
         self.dashboard = self._dashboard(settings, core, worker, functions, period)
+
+    def _alarm(
+        self,
+        construct_id: str,
+        metric: cloudwatch.IMetric,
+        threshold: float,
+        description: str,
+        *,
+        evaluation_periods: int = 1,
+    ) -> cloudwatch.Alarm:
+        created = cloudwatch.Alarm(
+            self,
+            construct_id,
+            alarm_name=f"{self._prefix}-{construct_id}",
+            alarm_description=description,
+            metric=metric,
+            threshold=threshold,
+            evaluation_periods=evaluation_periods,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        created.add_alarm_action(self._notify)
+        self.alarms.append(created)
+        return created
 
     def _dashboard(
         self,
@@ -166,6 +240,7 @@ class MonitoringStack(cdk.Stack):
         functions: Mapping[str, lambda_.IFunction],
         period: Duration,
     ) -> cloudwatch.Dashboard:
+        stage = settings.name
         dashboard = cloudwatch.Dashboard(
             self, "Dashboard", dashboard_name=f"{settings.names.prefix}-overview"
         )
@@ -176,9 +251,7 @@ class MonitoringStack(cdk.Stack):
                 left=[
                     queue.metric_approximate_number_of_messages_visible(period=period),
                     queue.metric_approximate_number_of_messages_not_visible(period=period),
-                    core.dead_letter_queue.metric_approximate_number_of_messages_visible(
-                        period=period, label="DLQ visible"
-                    ),
+                    dead_letters(stage, period),
                 ],
                 right=[queue.metric_approximate_age_of_oldest_message(period=period)],
                 width=12,
@@ -186,27 +259,31 @@ class MonitoringStack(cdk.Stack):
             cloudwatch.GraphWidget(
                 title="Worker tasks",
                 left=[
-                    worker_metric(name, period=period)
+                    worker_metric(name, stage=stage, period=period)
                     for name in ("TasksStarted", "TasksCompleted", "TasksFailed", "TasksTimedOut")
                 ],
                 right=[
                     worker.service.metric_cpu_utilization(period=period),
-                    worker_metric("SlotsBusy", statistic="Average", period=period),
+                    worker_metric("SlotsBusy", stage=stage, statistic="Average", period=period),
                 ],
                 width=12,
             ),
             cloudwatch.GraphWidget(
                 title="Task duration and queue wait (ms, p90)",
                 left=[
-                    worker_metric("TaskDuration", statistic="p90", period=period),
-                    worker_metric("QueueWait", statistic="p90", period=period),
+                    worker_metric("TaskDuration", stage=stage, statistic="p90", period=period),
+                    worker_metric("QueueWait", stage=stage, statistic="p90", period=period),
                 ],
                 width=12,
             ),
             cloudwatch.GraphWidget(
-                title="Lambda errors",
+                title="Lambda errors and throttles",
                 left=[
                     function.metric_errors(period=period, label=name)
+                    for name, function in functions.items()
+                ],
+                right=[
+                    function.metric_throttles(period=period, label=f"{name} throttled")
                     for name, function in functions.items()
                 ],
                 width=12,
@@ -214,3 +291,58 @@ class MonitoringStack(cdk.Stack):
             cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms), width=24),
         )
         return dashboard
+
+
+def dead_letters(stage: str, period: Duration) -> cloudwatch.MathExpression:
+    """Dead letters the DLQ processor settled, whatever the outcome's name."""
+    using = {
+        f"d{index}": agentq_metric(
+            f"DeadLetters_{outcome}", service="agentq-dlq-processor", stage=stage, period=period
+        )
+        for index, outcome in enumerate(DEAD_LETTER_OUTCOMES)
+    }
+    return cloudwatch.MathExpression(
+        expression=" + ".join(f"FILL({key}, 0)" for key in using),
+        using_metrics=using,
+        period=period,
+        label="tasks dead-lettered",
+    )
+
+
+def rule_failed_invocations(
+    rule_name: str, bus_name: str | None, period: Duration
+) -> cloudwatch.Metric:
+    # A rule on a custom bus reports with both dimensions, one on the default bus with one.
+    dimensions = {"RuleName": rule_name}
+    if bus_name is not None:
+        dimensions["EventBusName"] = bus_name
+    return cloudwatch.Metric(
+        namespace="AWS/Events",
+        metric_name="FailedInvocations",
+        dimensions_map=dimensions,
+        statistic="Sum",
+        period=period,
+    )
+
+
+def workers_below_desired(worker: WorkerStack, period: Duration) -> cloudwatch.MathExpression:
+    dimensions = {
+        "ClusterName": worker.cluster.cluster_name,
+        "ServiceName": worker.service.service_name,
+    }
+    using = {
+        key: cloudwatch.Metric(
+            namespace="ECS/ContainerInsights",
+            metric_name=name,
+            dimensions_map=dimensions,
+            statistic="Average",
+            period=period,
+        )
+        for key, name in (("desired", "DesiredTaskCount"), ("running", "RunningTaskCount"))
+    }
+    return cloudwatch.MathExpression(
+        expression="FILL(desired, 0) - FILL(running, 0)",
+        using_metrics=using,
+        period=period,
+        label="worker tasks missing",
+    )

@@ -19,6 +19,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
@@ -31,14 +32,16 @@ from agentq.resources import (
     DEFINITIONS_TABLE,
     EVENT_OVERFLOW_PREFIX,
     EVENTS_TABLE,
+    SECRET_PLACEHOLDER,
 )
 from infra.assets import REPO_ROOT
 from infra.nag import acknowledge
 from infra.policies import grant_objects, table_statement
 from infra.stacks.infrastructure import InfrastructureStack
-from infra.stages import StageSettings
+from infra.stages import StageSettings, WorkerSettings
 
 CONTAINER_NAME = "worker"
+LIVENESS_FILE = "/tmp/agentq-worker.alive"  # the Dockerfile's LIVENESS_FILE too
 
 
 class WorkerStack(cdk.Stack):
@@ -85,14 +88,25 @@ class WorkerStack(cdk.Stack):
             cluster_name=prefix,
             vpc=self.vpc,
             container_insights_v2=ecs.ContainerInsights.ENABLED,
+            enable_fargate_capacity_providers=True,
         )
 
         # Operators put the Anthropic API key here (docs/operations.md); ECS injects it.
+        # It starts as the known placeholder, which the worker refuses at start-up
+        # (worker/secretcheck.py). CloudFormation names it: a fixed name would block a
+        # redeploy for the 30 days a deleted secret stays scheduled for deletion.
         self.claude_secret = secretsmanager.Secret(
             self,
             "ClaudeApiKey",
-            secret_name=f"{prefix}/anthropic-api-key",
-            description="Anthropic API key for the Claude Agent SDK in agentq workers",
+            description=f"{prefix}: Anthropic API key for the Claude Agent SDK in workers",
+            secret_string_value=cdk.SecretValue.unsafe_plain_text(SECRET_PLACEHOLDER),
+            removal_policy=settings.removal_policy,
+        )
+        cdk.CfnOutput(
+            self,
+            "ClaudeApiKeySecretArn",
+            value=self.claude_secret.secret_arn,
+            description="Put the Anthropic API key here before workers start",
         )
         acknowledge(
             self.claude_secret,
@@ -109,6 +123,15 @@ class WorkerStack(cdk.Stack):
         )
         for statement in self.task_statements(core):
             self.task_role.add_to_principal_policy(statement)
+        protection = self.task_protection_statement(prefix)
+        self.task_role.add_to_principal_policy(protection)
+        acknowledge(
+            self.task_role,
+            "IAM5",
+            "ECS task scale-in protection is set per task, and task ARNs are made at run "
+            "time: the wildcard covers only tasks of this stage's cluster",
+            applies_to=f"Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task/{prefix}/*",
+        )
         grant_objects(
             self.task_role, core.bucket, [ARTIFACTS_PREFIX, EVENT_OVERFLOW_PREFIX], ["PutObject"]
         )
@@ -129,7 +152,10 @@ class WorkerStack(cdk.Stack):
         )
         self.container = self.task_definition.add_container(
             CONTAINER_NAME,
-            image=ecs.ContainerImage.from_asset(str(REPO_ROOT), file="Dockerfile"),
+            # Built for the task definition's platform, whatever machine runs the deploy.
+            image=ecs.ContainerImage.from_asset(
+                str(REPO_ROOT), file="Dockerfile", platform=ecr_assets.Platform.LINUX_AMD64
+            ),
             logging=ecs.LogDriver.aws_logs(stream_prefix="worker", log_group=self.log_group),
             environment=self.runtime_environment(settings, core),
             secrets={"ANTHROPIC_API_KEY": ecs.Secret.from_secrets_manager(self.claude_secret)},
@@ -137,6 +163,15 @@ class WorkerStack(cdk.Stack):
             stop_timeout=Duration.seconds(worker.stop_timeout_s),
             # An init process reaps the Claude CLI's orphaned grandchildren.
             linux_parameters=ecs.LinuxParameters(self, "Linux", init_process_enabled=True),
+            # Fails only when the heartbeat loop stops touching its file (worker/liveness.py):
+            # a worker busy with long tasks keeps beating, a hung one does not.
+            health_check=ecs.HealthCheck(
+                command=["CMD", "python", "-m", "worker.liveness"],
+                interval=Duration.seconds(30),
+                timeout=Duration.seconds(10),
+                retries=3,
+                start_period=Duration.seconds(120),
+            ),
         )
         acknowledge(
             self.task_definition.obtain_execution_role(),
@@ -162,6 +197,7 @@ class WorkerStack(cdk.Stack):
             min_healthy_percent=100,
             max_healthy_percent=200,
             circuit_breaker=ecs.DeploymentCircuitBreaker(rollback=True),
+            capacity_provider_strategies=self.capacity(worker),
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             assign_public_ip=False,
         )
@@ -175,6 +211,9 @@ class WorkerStack(cdk.Stack):
                     "sqs:DeleteMessage",
                     "sqs:ChangeMessageVisibility",
                     "sqs:GetQueueAttributes",
+                    # A requeue (retry with backoff past the visibility limit, a give-back)
+                    # sends a fresh copy; without it every requeue spends a receive.
+                    "sqs:SendMessage",
                 ],
                 resources=[core.task_queue.queue_arn],
             ),
@@ -188,6 +227,33 @@ class WorkerStack(cdk.Stack):
             table_statement(core.definitions_table, DEFINITIONS_TABLE, ["GetItem", "Scan"]),
             iam.PolicyStatement(actions=["events:PutEvents"], resources=[core.bus.event_bus_arn]),
         ]
+
+    @staticmethod
+    def capacity(worker: WorkerSettings) -> list[ecs.CapacityProviderStrategy]:
+        strategies = [
+            ecs.CapacityProviderStrategy(
+                capacity_provider="FARGATE", base=worker.on_demand_base, weight=1
+            )
+        ]
+        if worker.spot_weight:
+            strategies.append(
+                ecs.CapacityProviderStrategy(
+                    capacity_provider="FARGATE_SPOT", weight=worker.spot_weight
+                )
+            )
+        return strategies
+
+    def task_protection_statement(self, cluster_name: str) -> iam.PolicyStatement:
+        """The ECS agent endpoint calls ECS with the task role's credentials: without these
+        actions scale-in protection is silently refused and ECS stops busy workers."""
+        return iam.PolicyStatement(
+            actions=["ecs:UpdateTaskProtection", "ecs:GetTaskProtection"],
+            resources=[
+                cdk.Stack.of(self).format_arn(
+                    service="ecs", resource="task", resource_name=f"{cluster_name}/*"
+                )
+            ],
+        )
 
     @staticmethod
     def runtime_environment(settings: StageSettings, core: InfrastructureStack) -> dict[str, str]:
@@ -204,6 +270,7 @@ class WorkerStack(cdk.Stack):
             env_name("task_timeout_ms"): str(worker.task_timeout_s * 1000),
             env_name("warm_agent"): worker.warm_agent,
             env_name("log_level"): "INFO",
+            env_name("liveness_file"): LIVENESS_FILE,
         }
 
     def _autoscaling(self, settings: StageSettings, core: InfrastructureStack) -> None:

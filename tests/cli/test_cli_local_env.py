@@ -4,7 +4,6 @@ shell and by `agentq --local`, from any directory."""
 from __future__ import annotations
 
 import subprocess
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -14,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentq.cli._localenv import allowed_variable, parse_env_file
-from agentq.config import Settings
+from agentq.config import env_names
 from agentq.errors import ConfigError
 from agentq.local.stack import format_env_file
 
 pytestmark = pytest.mark.timeout(300)
 
-_NAMES = sorted({str(f.metadata["env"]) for f in fields(Settings)} | {"AWS_ENDPOINT_URL"})
+_NAMES = sorted(env_names() | {"AWS_ENDPOINT_URL"})
 # Any text a variable can hold on one line (no NUL, no newline), quotes and `$(...)` included.
 _VALUES = st.text(st.characters(exclude_characters="\x00\n", exclude_categories=["Cs"]))
 

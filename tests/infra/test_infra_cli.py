@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from infra.nag import ACKNOWLEDGED_METADATA
+
 pytestmark = pytest.mark.timeout(900)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,6 +112,23 @@ def test_infra_cdk_nag_has_no_unacknowledged_findings(cloud_assemblies: dict[str
             assert len(finding["reason"]) >= 40, finding
         # A blanket wildcard acknowledgment would hide new ones: none is allowed.
         assert "AwsSolutions::AwsSolutions-IAM5" not in {f["acknowledgedId"] for f in suppressed}
+        # Every acknowledgment suppresses a finding: a dead one would silently cover a
+        # future finding on the same construct.
+        used = {("/" + f["acknowledgedAt"], f["ruleName"]) for f in suppressed}
+        acknowledged = _acknowledged(out)
+        assert len(acknowledged) >= len(suppressed) / 2, "acknowledgments are recorded"
+        assert acknowledged <= used, (stage, sorted(acknowledged - used))
+
+
+def _acknowledged(out: Path) -> set[tuple[str, str]]:
+    """What infra.nag.acknowledge recorded as construct metadata (path, finding)."""
+    found = set()
+    for path in out.glob("*.metadata.json"):
+        for construct, entries in json.loads(path.read_text()).items():
+            for entry in entries:
+                if entry["type"] == ACKNOWLEDGED_METADATA:
+                    found.add((construct, str(entry["data"])))
+    return found
 
 
 def test_infra_worker_image_asset_holds_only_what_the_image_needs(
@@ -119,6 +138,8 @@ def test_infra_worker_image_asset_holds_only_what_the_image_needs(
     manifest = json.loads((out / "agentq-dev-worker.assets.json").read_text())
     (image,) = manifest["dockerImages"].values()
     assert image["source"]["dockerFile"] == "Dockerfile"
+    # Built for the task definition's x86_64 platform even on an arm64 laptop.
+    assert image["source"]["platform"] == "linux/amd64"
     context = out / image["source"]["directory"]
     top = {p.name for p in context.iterdir()}
     assert {"Dockerfile", "requirements.txt", "pyproject.toml", "agentq", "worker"} <= top

@@ -67,6 +67,10 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+def queue_resources_of(by_action: dict[str, list[Any]]) -> list[Any]:
+    return by_action["sqs:ReceiveMessage"]
+
+
 # -- infrastructure ------------------------------------------------------------------------
 
 
@@ -95,8 +99,8 @@ def test_infra_task_queue_redrives_to_the_dlq_after_max_receives(stage: Synthesi
             "MessageRetentionPeriod": TASK_QUEUE.dlq_retention_days * 86_400,
         },
     )
-    # Both queues refuse plain-HTTP requests.
-    template.resource_count_is("AWS::SQS::QueuePolicy", 2)
+    # The task queue, its DLQ and the Task Requested rule's DLQ refuse plain-HTTP requests.
+    template.resource_count_is("AWS::SQS::QueuePolicy", 3)
     template.has_resource_properties(
         "AWS::SQS::QueuePolicy",
         {
@@ -349,11 +353,15 @@ def test_infra_no_wildcard_resource_except_where_aws_allows_nothing_else(
             assert actions <= STAR_ONLY_ACTIONS, (stack, statement)
         for resource in resources:
             text = json.dumps(resource)
-            # Object wildcards only under agentq's own key prefixes.
+            # Object wildcards only under agentq's own key prefixes, task wildcards only
+            # in the stage's own cluster (task ARNs are made at run time).
             if "*" in text and resource != "*":
-                assert any(
-                    f"/{prefix}*" in text
-                    for prefix in (ARTIFACTS_PREFIX, EVENT_OVERFLOW_PREFIX, DLQ_ARCHIVE_PREFIX)
+                assert (
+                    any(
+                        f"/{prefix}*" in text
+                        for prefix in (ARTIFACTS_PREFIX, EVENT_OVERFLOW_PREFIX, DLQ_ARCHIVE_PREFIX)
+                    )
+                    or f":task/{stage.stacks.settings.names.prefix}/*" in text
                 ), (stack, statement)
 
 
@@ -375,6 +383,7 @@ def test_infra_worker_task_role_is_least_privilege(stage: SynthesizedStage) -> N
         "sqs:DeleteMessage",
         "sqs:ChangeMessageVisibility",
         "sqs:GetQueueAttributes",
+        "sqs:SendMessage",  # a requeue sends a fresh copy
         "dynamodb:GetItem",
         "dynamodb:PutItem",
         "dynamodb:UpdateItem",
@@ -382,7 +391,13 @@ def test_infra_worker_task_role_is_least_privilege(stage: SynthesizedStage) -> N
         "dynamodb:Scan",
         "events:PutEvents",
         "s3:PutObject",
+        # The ECS agent's task-protection endpoint acts with the task role.
+        "ecs:UpdateTaskProtection",
+        "ecs:GetTaskProtection",
     }
+    assert by_action["sqs:SendMessage"] == queue_resources_of(by_action)
+    protection = json.dumps(by_action["ecs:UpdateTaskProtection"])
+    assert f":task/{stage.stacks.settings.names.prefix}/*" in protection
     # Queue actions on the task queue alone (one imported ARN, not the DLQ).
     queue_resources = by_action["sqs:ReceiveMessage"]
     assert len(queue_resources) == 1
@@ -512,17 +527,16 @@ def test_infra_worker_scales_on_backlog_per_task_from_zero(stage: SynthesizedSta
 def test_infra_alarms_cover_dlq_age_lambdas_and_worker_metrics(stage: SynthesizedStage) -> None:
     limits = stage.stacks.settings.alarms
     template = stage.templates["monitoring"]
+    # Dead-lettered tasks are counted by the DLQ processor (the DLQ itself is emptied
+    # within seconds, so its visible count would almost never alarm).
     template.has_resource_properties(
         "AWS::CloudWatch::Alarm",
         {
-            "MetricName": "ApproximateNumberOfMessagesVisible",
+            "AlarmName": Match.string_like_regexp("dead-lettered-tasks$"),
             "Threshold": limits.dlq_messages,
-            "Dimensions": [
-                {
-                    "Name": "QueueName",
-                    "Value": {"Fn::ImportValue": Match.string_like_regexp("DeadLetter")},
-                }
-            ],
+            "Metrics": Match.array_with(
+                [Match.object_like({"Expression": Match.string_like_regexp(r"FILL\(d0, 0\)")})]
+            ),
             "AlarmActions": [{"Ref": Match.string_like_regexp("Alarms")}],
         },
     )
@@ -530,25 +544,31 @@ def test_infra_alarms_cover_dlq_age_lambdas_and_worker_metrics(stage: Synthesize
         "AWS::CloudWatch::Alarm",
         {"MetricName": "ApproximateAgeOfOldestMessage", "Threshold": limits.oldest_message_age_s},
     )
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {"MetricName": "ApproximateAgeOfOldestMessage", "Threshold": limits.dlq_oldest_age_s},
+    )
     for metric in ("TasksFailed", "TasksTimedOut"):
         template.has_resource_properties(
             "AWS::CloudWatch::Alarm",
             {
                 "Namespace": "agentq",
                 "MetricName": metric,
-                "Dimensions": [{"Name": "service", "Value": "worker"}],
+                "Dimensions": Match.array_with(
+                    [
+                        {"Name": "service", "Value": "worker"},
+                        {"Name": "stage", "Value": stage.stacks.settings.name},
+                    ]
+                ),
             },
         )
-    lambda_alarms = [
-        a
-        for a in stage.resources("monitoring", "AWS::CloudWatch::Alarm").values()
-        if a["Properties"].get("MetricName") == "Errors"
-    ]
-    assert len(lambda_alarms) == len(HANDLERS)
+    alarms = stage.resources("monitoring", "AWS::CloudWatch::Alarm").values()
+    for metric_name in ("Errors", "Throttles"):
+        assert len([a for a in alarms if a["Properties"].get("MetricName") == metric_name]) == len(
+            HANDLERS
+        )
     failed_event_alarms = [
-        a
-        for a in stage.resources("monitoring", "AWS::CloudWatch::Alarm").values()
-        if a["Properties"]["AlarmName"].endswith("-failed-events")
+        a for a in alarms if a["Properties"]["AlarmName"].endswith("-failed-events")
     ]
     assert len(failed_event_alarms) == 2
     template.resource_count_is("AWS::CloudWatch::Dashboard", 1)

@@ -20,7 +20,7 @@ def _metric_names(line: str) -> set[str]:
 
 def test_a_flush_writes_one_emf_line_and_starts_afresh() -> None:
     lines: list[str] = []
-    metrics = MetricsMiddleware(slots_busy=lambda: 3, counter=None, write=lines.append)
+    metrics = MetricsMiddleware(slots_busy=lambda: 3, counter=None, stage="qa", write=lines.append)
     start = TaskStart(request_id="r-1", tenant="t", definition="d", attempt=1, queue_wait_ms=40)
     metrics.before_process(start)
     metrics.after_process(TaskEnd(start=start, result="completed", duration_ms=120))
@@ -33,8 +33,13 @@ def test_a_flush_writes_one_emf_line_and_starts_afresh() -> None:
         "SlotsBusy",
     }
     assert json.loads(lines[0])["SlotsBusy"] == [3.0]
+    # Every metric carries its stage, so each stage's alarms see only their own.
+    (dimensions,) = json.loads(lines[0])["_aws"]["CloudWatchMetrics"][0]["Dimensions"]
+    assert set(dimensions) == {"service", "stage"}
+    assert json.loads(lines[0])["stage"] == "qa"
     metrics.flush()
     assert _metric_names(lines[1]) == {"SlotsBusy"}, "what was flushed is not sent again"
+    assert json.loads(lines[1])["stage"] == "qa", "the stage outlives a flush"
 
 
 class _ProbingStream(io.StringIO):

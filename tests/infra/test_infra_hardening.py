@@ -1,0 +1,259 @@
+"""The infrastructure review's findings, each asserted on the synthesized templates:
+alarms that can fire, stage-scoped metrics, a health check, placeholder secrets that
+never block a redeploy, a DLQ on the Task Requested target, a producer policy."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Match
+from infra_synth import SynthesizedStage, synthesized
+
+from agentq.config import env_name
+from agentq.resources import RULES, SECRET_PLACEHOLDER, TASK_REQUESTED_RULE
+from infra.stacks.monitoring import DEAD_LETTER_OUTCOMES
+from infra.stacks.worker import LIVENESS_FILE
+
+pytestmark = pytest.mark.timeout(600)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module", params=["dev", "prod"])
+def stage(request: pytest.FixtureRequest) -> SynthesizedStage:
+    return synthesized(request.param)
+
+
+def _alarms(stage: SynthesizedStage) -> dict[str, dict[str, Any]]:
+    return {
+        alarm["Properties"]["AlarmName"].removeprefix(
+            stage.stacks.settings.names.prefix + "-"
+        ): alarm["Properties"]
+        for alarm in stage.resources("monitoring", "AWS::CloudWatch::Alarm").values()
+    }
+
+
+def _metrics_of(alarm: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every metric an alarm reads: its own, or each of its metric-math inputs."""
+    if "MetricName" in alarm:
+        return [{"Namespace": alarm["Namespace"], "MetricName": alarm["MetricName"],
+                 "Dimensions": alarm.get("Dimensions", [])}]  # fmt: skip
+    return [q["MetricStat"]["Metric"] for q in alarm.get("Metrics", []) if "MetricStat" in q]
+
+
+def test_infra_every_agentq_metric_an_alarm_reads_is_its_stages(stage: SynthesizedStage) -> None:
+    name = stage.stacks.settings.name
+    agentq_metrics = [
+        metric
+        for alarm in _alarms(stage).values()
+        for metric in _metrics_of(alarm)
+        if metric["Namespace"] == "agentq"
+    ]
+    assert len(agentq_metrics) >= 2 + len(DEAD_LETTER_OUTCOMES)
+    for metric in agentq_metrics:
+        assert {"Name": "stage", "Value": name} in metric["Dimensions"], metric
+    (dashboard,) = stage.resources("monitoring", "AWS::CloudWatch::Dashboard").values()
+    parts = dashboard["Properties"]["DashboardBody"]["Fn::Join"][1]
+    body = "".join(part for part in parts if isinstance(part, str))
+    for metric_name in ("TasksStarted", "TaskDuration", "SlotsBusy", "DeadLetters_failed"):
+        assert re.search(rf'"{metric_name}","service","[a-z-]+","stage","{name}"', body), (
+            metric_name
+        )
+
+
+def test_infra_dead_lettered_tasks_alarm_reads_what_the_dlq_processor_counts(
+    stage: SynthesizedStage,
+) -> None:
+    alarm = _alarms(stage)["dead-lettered-tasks"]
+    names = {m["MetricName"] for m in _metrics_of(alarm)}
+    assert names == {f"DeadLetters_{outcome}" for outcome in DEAD_LETTER_OUTCOMES}
+    assert {"failed", "malformed"} <= set(DEAD_LETTER_OUTCOMES)
+    assert "lease-live" not in DEAD_LETTER_OUTCOMES  # comes back until its holder ends
+    for metric in _metrics_of(alarm):
+        assert {"Name": "service", "Value": "agentq-dlq-processor"} in metric["Dimensions"]
+    (expression,) = [q["Expression"] for q in alarm["Metrics"] if "Expression" in q]
+    assert expression.count("FILL(") == len(DEAD_LETTER_OUTCOMES)
+
+
+def test_infra_alarms_for_throttles_rules_workers_and_the_api(stage: SynthesizedStage) -> None:
+    settings = stage.stacks.settings
+    alarms = _alarms(stage)
+    # Every function with an errors alarm has a throttles alarm too.
+    errors = {a["AlarmName"].removesuffix("-errors") for a in alarms.values()
+              if a.get("MetricName") == "Errors"}  # fmt: skip
+    throttles = {a["AlarmName"].removesuffix("-throttles") for a in alarms.values()
+                 if a.get("MetricName") == "Throttles"}  # fmt: skip
+    assert errors == throttles and len(errors) >= 5
+    for rule in RULES:
+        failed = alarms[f"{rule.name}-rule-failed-invocations"]
+        assert failed["Namespace"] == "AWS/Events"
+        assert failed["MetricName"] == "FailedInvocations"
+        # Rules on a custom bus report with the bus as a dimension too.
+        assert {"Name": "EventBusName", "Value": settings.names.event_bus} in failed["Dimensions"]
+        assert {"Name": "RuleName", "Value": f"{settings.names.prefix}-{rule.name}"} in failed[
+            "Dimensions"
+        ]
+    schedule = alarms["health-check-schedule-rule-failed-invocations"]
+    assert [d["Name"] for d in schedule["Dimensions"]] == ["RuleName"]  # the default bus
+    below = alarms["workers-below-desired"]
+    assert below["EvaluationPeriods"] == settings.alarms.below_desired_periods
+    assert {m["MetricName"] for m in _metrics_of(below)} == {"DesiredTaskCount", "RunningTaskCount"}
+    api = alarms["producer-api-5xx"]
+    assert (api["Namespace"], api["MetricName"]) == ("AWS/ApiGateway", "5XXError")
+    undelivered = alarms["task-requested-undelivered"]
+    assert undelivered["MetricName"] == "ApproximateNumberOfMessagesVisible"
+    assert "TaskRequestedDeadLetters" in json.dumps(undelivered["Dimensions"])
+    for alarm in alarms.values():
+        assert alarm["AlarmActions"], alarm["AlarmName"]
+
+
+def test_infra_task_requested_target_keeps_what_it_cannot_deliver(stage: SynthesizedStage) -> None:
+    template = stage.templates["infrastructure"]
+    template.has_resource_properties(
+        "AWS::Events::Rule",
+        {
+            "Name": f"{stage.stacks.settings.names.prefix}-{TASK_REQUESTED_RULE.name}",
+            "Targets": [
+                Match.object_like(
+                    {
+                        "Arn": {"Fn::GetAtt": [Match.string_like_regexp("TaskQueue"), "Arn"]},
+                        "DeadLetterConfig": {
+                            "Arn": {
+                                "Fn::GetAtt": [
+                                    Match.string_like_regexp("TaskRequestedDeadLetters"),
+                                    "Arn",
+                                ]
+                            }
+                        },
+                        "RetryPolicy": Match.object_like({"MaximumRetryAttempts": 185}),
+                    }
+                )
+            ],
+        },
+    )
+    # EventBridge may send to the rule's DLQ (its queue policy says so).
+    template.has_resource_properties(
+        "AWS::SQS::QueuePolicy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {
+                                "Action": "sqs:SendMessage",
+                                "Principal": {"Service": "events.amazonaws.com"},
+                            }
+                        )
+                    ]
+                )
+            },
+            "Queues": [{"Ref": Match.string_like_regexp("TaskRequestedDeadLetters")}],
+        },
+    )
+
+
+def test_infra_secrets_start_as_the_placeholder_and_have_no_fixed_name(
+    stage: SynthesizedStage,
+) -> None:
+    secrets = stage.all_resources("AWS::SecretsManager::Secret")
+    assert len(secrets) == 2  # the Anthropic key, the Slack token
+    for _, secret in secrets:
+        properties = secret["Properties"]
+        assert properties["SecretString"] == SECRET_PLACEHOLDER
+        assert "GenerateSecretString" not in properties
+        # A fixed name would block a redeploy for the 30 days a deleted secret waits.
+        assert "Name" not in properties
+        removal = "Retain" if stage.stacks.settings.is_production else "Delete"
+        assert secret["DeletionPolicy"] == removal
+    stage.templates["worker"].has_output(
+        "ClaudeApiKeySecretArn", {"Value": {"Ref": Match.any_value()}}
+    )
+    stage.templates["health-check"].has_output("SlackTokenSecretArn", Match.any_value())
+
+
+def test_infra_worker_health_check_reads_the_heartbeats_liveness_file(
+    stage: SynthesizedStage,
+) -> None:
+    (definition,) = stage.resources("worker", "AWS::ECS::TaskDefinition").values()
+    (container,) = definition["Properties"]["ContainerDefinitions"]
+    check = container["HealthCheck"]
+    assert check["Command"] == ["CMD", "python", "-m", "worker.liveness"]
+    assert check["StartPeriod"] >= 60 and check["Retries"] >= 2
+    variables = {v["Name"]: v["Value"] for v in container["Environment"]}
+    assert variables[env_name("liveness_file")] == LIVENESS_FILE
+    # The image's own HEALTHCHECK runs the same check against the same file.
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert f"LIVENESS_FILE={LIVENESS_FILE}" in dockerfile
+    assert re.search(r'HEALTHCHECK .*\n\s*CMD \["python", "-m", "worker.liveness"\]', dockerfile)
+    # The image is built for the platform the task definition runs on.
+    assert definition["Properties"]["RuntimePlatform"] == {
+        "CpuArchitecture": "X86_64",
+        "OperatingSystemFamily": "LINUX",
+    }
+
+
+def test_infra_producer_policy_grants_what_a_client_does_and_nothing_else(
+    stage: SynthesizedStage,
+) -> None:
+    (policy,) = stage.resources("infrastructure", "AWS::IAM::ManagedPolicy").values()
+    by_action: dict[str, str] = {}
+    for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+        actions = (
+            statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        )
+        for action in actions:
+            by_action[action] = by_action.get(action, "") + json.dumps(statement["Resource"])
+    assert "TaskQueue" in by_action["sqs:SendMessage"]
+    assert not {a for a in by_action if a.startswith("sqs:") and a != "sqs:SendMessage"}
+    assert "/task/logs/*" in by_action["s3:GetObject"]
+    assert "/events/overflow/*" in by_action["s3:PutObject"]
+    assert "dynamodb:DeleteItem" not in by_action and "dynamodb:Scan" not in by_action
+    stage.templates["infrastructure"].has_output("ProducerPolicyArn", Match.any_value())
+
+
+def test_infra_workers_run_on_spot_where_the_stage_says(stage: SynthesizedStage) -> None:
+    worker = stage.stacks.settings.worker
+    (service,) = stage.resources("worker", "AWS::ECS::Service").values()
+    strategy = {s["CapacityProvider"]: s for s in service["Properties"]["CapacityProviderStrategy"]}
+    assert strategy["FARGATE"]["Weight"] == 1
+    assert strategy["FARGATE"].get("Base", 0) == worker.on_demand_base
+    if worker.spot_weight:
+        assert strategy["FARGATE_SPOT"]["Weight"] == worker.spot_weight
+    else:
+        assert "FARGATE_SPOT" not in strategy
+    assert "LaunchType" not in service["Properties"]  # a strategy and a launch type exclude
+    stage.templates["worker"].has_resource_properties(
+        "AWS::ECS::ClusterCapacityProviderAssociations",
+        {"CapacityProviders": Match.array_with(["FARGATE", "FARGATE_SPOT"])},
+    )
+    # Spot's interruption warning is a SIGTERM two minutes ahead: the drain fits inside.
+    assert worker.drain_timeout_s < worker.stop_timeout_s <= 120
+
+
+def test_infra_stage_settings_refuse_a_negative_spot_weight() -> None:
+    from infra.stages import StageError, WorkerSettings
+
+    with pytest.raises(StageError, match="spot_weight"):
+        WorkerSettings(spot_weight=-1).check()
+
+
+def test_infra_dlq_processor_may_create_the_state_item_a_producer_never_wrote(
+    stage: SynthesizedStage,
+) -> None:
+    processor = stage.stacks.events.dlq_processor.role
+    role_id = stage.stacks.events.get_logical_id(processor.node.default_child)  # type: ignore[arg-type]
+    actions = {
+        action
+        for policy in stage.resources("events", "AWS::IAM::Policy").values()
+        if {"Ref": role_id} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        for action in (
+            statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        )
+    }
+    assert {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"} <= actions
+    assert "dynamodb:DeleteItem" not in actions and "dynamodb:Query" not in actions
