@@ -34,6 +34,9 @@ DetailType = Literal[
     "Task Cancelled",
     "Job Completed",
     "Job Failed",
+    # An operator's console action (redrive, discard, cancel, resubmit), with who did it.
+    "Operator Action",
+    "Job Operator Action",
 ]
 DETAIL_TYPES: Final[tuple[DetailType, ...]] = get_args(DetailType)
 
@@ -50,6 +53,8 @@ STATE_AFTER: Final[dict[DetailType, TaskState | None]] = {
     "Task Cancelled": TaskState.CANCELLED,
     "Job Completed": None,
     "Job Failed": None,
+    "Operator Action": None,
+    "Job Operator Action": None,
 }
 
 
