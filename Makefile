@@ -8,7 +8,7 @@ CDK_STAMP := node_modules/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install lint format test test-fast demo bench synth clean
+.PHONY: install lint format test test-fast demo bench synth clean browser
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-lambdas.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,11 +32,17 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# Debian's chromium (and its driver) for the console's browser tests and screenshots;
+# apt-get runs only when it is missing. Playwright drives it: never `playwright install`.
+browser:
+	@test -x /usr/bin/chromium || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+
 # The whole suite: lint, types, unit, functional (moto), integration (local stack), infra (CDK).
-test: lint $(CDK_STAMP)
+test: lint browser $(CDK_STAMP)
 	$(PY) -m pytest
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) browser
 	$(PY) -m pytest -m "not slow"
 
 demo: $(STAMP)
