@@ -80,6 +80,7 @@
   };
 
   const selected = new Set();
+  let outcomes = []; // the last action's results survive the redraws that follow it
   AQ.pages.dlq = (data) => {
     const known = new Set(data.letters.map((l) => l.key));
     for (const key of [...selected]) if (!known.has(key)) selected.delete(key);
@@ -93,12 +94,12 @@
       el("td", { class: "num" }, l.receives || "?"),
       el("td", { class: "redriven" }, l.redrivenMs ? `redriven ${AQ.ago(l.redrivenMs)} (${l.redriveCount}×)` : "not redriven"),
       el("td", {}, el("details", {}, el("summary", {}, "body"), el("pre", {}, l.body + (l.bodyTruncated ? "…" : ""))))));
-    const result = el("div", { id: "dlq-result", class: "muted" });
+    const result = el("div", { id: "dlq-result", class: "muted" }, outcomes.map((x) => el("div", {}, `${x.outcome}: ${x.requestId || x.key} ${x.detail || ""}`)));
     const act = (name) => async () => {
       if (!selected.size) return "select one or more letters first";
       const r = await AQ.post(name, { keys: [...selected] });
       selected.clear();
-      result.replaceChildren(...r.results.map((x) => el("div", {}, `${x.outcome}: ${x.requestId || x.key} ${x.detail || ""}`)));
+      outcomes = r.results;
       return `${name}: ${r.results.length} done`;
     };
     const buttons = AQ.actionsOn() ? el("p", { id: "dlq-actions" }, AQ.actionButton("Redrive selected", act("redrive")), " ",
