@@ -39,5 +39,10 @@ def _console(args: argparse.Namespace) -> int:
     server = ConsoleServer.from_settings(Settings.from_env(), options)
     mode = "actions allowed" if args.allow_actions else "read-only"
     print(f"agentq console ({mode}) at:\n\n    {server.url}\n\nCtrl-C stops it.", flush=True)
-    server.run()
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        # uvicorn shuts down on the signal, then raises it again for the caller: Ctrl-C is
+        # how an operator ends a console, not a failure.
+        pass
     return EXIT_OK

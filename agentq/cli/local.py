@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentq.cli.common import EXIT_OK, emit_json
+
+if TYPE_CHECKING:
+    from agentq.console import ConsoleServer
 
 
 def register(subparsers: Any) -> None:
@@ -31,6 +36,10 @@ def register(subparsers: Any) -> None:
         help="task definitions directory (repeatable; default definitions/samples)",
     )
     up.add_argument("--json", action="store_true", help="print the endpoints as JSON")
+    up.add_argument("--no-console", action="store_true", help="do not start the web console")
+    up.add_argument(
+        "--allow-actions", action="store_true", help="let the web console redrive, cancel, ..."
+    )
     up.set_defaults(func=_up)
 
 
@@ -45,7 +54,7 @@ def _up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
     options = LocalStackOptions(workers=args.workers, definitions_dirs=tuple(args.definitions))
-    with LocalStack(options) as stack:
+    with LocalStack(options) as stack, _console(args) as web:
         env_file = stack.write_env_file(args.env_file.resolve())
         env = stack.env()
         summary = {
@@ -57,6 +66,7 @@ def _up(args: argparse.Namespace) -> int:
             "bucket": env["S3_BUCKET"],
             "workers": [w.name for w in stack.workers],
             "env_file": str(env_file),
+            "console": web.url if web else None,
         }
         if args.json:
             emit_json(summary)
@@ -70,3 +80,14 @@ def _up(args: argparse.Namespace) -> int:
         stopping.wait()
         print("stopping: draining workers, stopping Lambda host, model server and moto")
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _console(args: argparse.Namespace) -> Iterator[ConsoleServer | None]:
+    if args.no_console:
+        yield None
+        return
+    from agentq.console import ConsoleOptions, serving
+
+    with serving(ConsoleOptions(allow_actions=args.allow_actions)) as web:
+        yield web

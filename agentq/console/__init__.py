@@ -19,6 +19,6 @@ docs/console.md.
 | `static/`, `templates/` | the front end: hand-written JS and CSS, no build step |
 """
 
-from agentq.console.server import ConsoleOptions, ConsoleServer
+from agentq.console.server import ConsoleOptions, ConsoleServer, serving
 
-__all__ = ["ConsoleOptions", "ConsoleServer"]
+__all__ = ["ConsoleOptions", "ConsoleServer", "serving"]

@@ -9,9 +9,11 @@ command; nothing is deployed and nothing listens beyond loopback.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -124,3 +126,11 @@ class ConsoleServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def serving(options: ConsoleOptions | None = None) -> Iterator[ConsoleServer]:
+    """A console on the stage the environment names, on a thread, for the block's length."""
+    server = ConsoleServer.from_settings(Settings.from_env(), options or ConsoleOptions())
+    with server:
+        yield server

@@ -73,4 +73,5 @@ def test_local_up_serves_another_shell_and_stops_cleanly_on_ctrl_c(tmp_path: Pat
     assert up.returncode == 0, err[-3000:]
     summary = json.loads(out[: out.index("\nstopping")])
     assert summary["env_file"] == str(env_file)
+    assert summary["console"].startswith("http://127.0.0.1:") and "token=" in summary["console"]
     wait_for(lambda: not _marked(marker), timeout=30, message="no process left")
