@@ -8,6 +8,7 @@ unless started with `--allow-actions`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import Any
 
 from agentq.cli.common import EXIT_OK
@@ -39,10 +40,8 @@ def _console(args: argparse.Namespace) -> int:
     server = ConsoleServer.from_settings(Settings.from_env(), options)
     mode = "actions allowed" if args.allow_actions else "read-only"
     print(f"agentq console ({mode}) at:\n\n    {server.url}\n\nCtrl-C stops it.", flush=True)
-    try:
+    # uvicorn shuts down on the signal, then raises it again for the caller: Ctrl-C is
+    # how an operator ends a console, not a failure.
+    with contextlib.suppress(KeyboardInterrupt):
         server.run()
-    except KeyboardInterrupt:
-        # uvicorn shuts down on the signal, then raises it again for the caller: Ctrl-C is
-        # how an operator ends a console, not a failure.
-        pass
     return EXIT_OK
