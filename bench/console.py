@@ -18,6 +18,7 @@ import statistics
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, Final
 
 from agentq.aws import AwsClients, CallCounter
@@ -157,12 +158,92 @@ def run(server: MotoServer, *, quick: bool = False, tasks: int | None = None,
     }
 
 
+def screenshots(directory: Path, *, timeout_s: float = 400.0) -> list[Path]:
+    """Each page of the console, drawn by chromium from the demo's job on the local stack.
+
+    Two dead letters are put on the DLQ first (one task, one malformed body) so the
+    dead-letter page has rows; the job page and the queues page are taken mid-run.
+    """
+    from playwright.sync_api import sync_playwright
+
+    from agentq.client import AgentqClient
+    from agentq.console import serving
+    from agentq.demo import DEMO_DEFINITIONS, DEMO_WORKER_ENV, SAMPLES, demo_spec
+    from agentq.local.stack import LocalStack, LocalStackOptions
+
+    directory.mkdir(parents=True, exist_ok=True)
+    from agentq.local.workers import SAMPLE_DEFINITIONS
+
+    dirs = (SAMPLES, DEMO_DEFINITIONS, SAMPLE_DEFINITIONS)
+    options = LocalStackOptions(stage="shots", workers=2, definitions_dirs=dirs,
+                                use_real_claude=False, worker_env=dict(DEMO_WORKER_ENV))  # fmt: skip
+    taken: list[Path] = []
+    with (
+        LocalStack(options) as stack,
+        serving(ConsoleOptions(allow_actions=True, refresh_ms=1000)) as web,
+    ):
+        env = stack.env()
+        sqs = AwsClients(LOCAL_REGION).sqs
+        lost = TaskEnvelope(request_id="nightly-digest-7f3a", tenant="default", definition="summarize",
+                            input={"document": "Nightly digest of support tickets"})  # fmt: skip
+        sqs.send_message(QueueUrl=env["SQS_DLQ_URL"], MessageBody=lost.to_body(),
+                         MessageAttributes=lost.message_attributes())  # fmt: skip
+        sqs.send_message(QueueUrl=env["SQS_DLQ_URL"], MessageBody="{not json")
+        client = AgentqClient.from_env()
+        spec, _ = demo_spec(offline=True)
+        # A few small jobs beside the demo's, so the list shows each state.
+        echo = {"definition": "sample-echo", "input": {"rows": 120}}
+        client.create_job({"name": "nightly import", "tasks": {"fetch": echo, "load": {
+            **echo, "depends_on": ["fetch"]}}}, job_id="nightly-import-0412")  # fmt: skip
+        client.create_job({"name": "ticket triage", "tasks": {"classify": {
+            "definition": "sample-fail", "input": {"category": "validation"}}, "route": {
+            **echo, "depends_on": ["classify"]}}}, job_id="ticket-triage-0412")  # fmt: skip
+        job = client.create_job(spec, job_id="demo-briefing")
+        deadline = time.monotonic() + timeout_s
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=_ARGS
+            )
+            page = browser.new_context(viewport={"width": 1280, "height": 860}).new_page()
+            page.goto(web.url)
+
+            def shot(name: str, path: str, selector: str = "body[data-drawn='1']") -> None:
+                page.goto(web.base_url + path)
+                page.wait_for_selector(selector, timeout=60_000)
+                target = directory / f"console-{name}.png"
+                page.screenshot(path=str(target))
+                taken.append(target)
+
+            while time.monotonic() < deadline:
+                states = {r.state.value for r in client.job_tasks(job).values() if r}
+                if "COMPLETED" in states and "PROCESSING" in states:
+                    break
+                time.sleep(0.5)
+            shot("job", f"/jobs/{job.job_id}")
+            shot("queues", "/queues")
+            while client.get_job(job.job_id).state == "RUNNING" and time.monotonic() < deadline:
+                time.sleep(1.0)
+            shot("jobs", "/jobs")
+            shot("task", f"/tasks/{job.job_id}-flaky", "#trace")
+            page.locator("#attempts").scroll_into_view_if_needed()
+            target = directory / "console-task-trace.png"
+            page.screenshot(path=str(target))
+            taken.append(target)
+            shot("dlq", "/dlq", "#letters")
+            browser.close()
+    return taken
+
+
 if __name__ == "__main__":
     import json
     import sys
 
     from bench.stack import moto_server
 
+    if "--screenshots" in sys.argv:
+        for path in screenshots(Path(sys.argv[sys.argv.index("--screenshots") + 1])):
+            print(path)
+        sys.exit(0)
     with moto_server() as moto:
         figures = run(moto, quick="--quick" in sys.argv)
     print(json.dumps(figures, indent=1))

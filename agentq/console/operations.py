@@ -66,13 +66,14 @@ class Operations:
         }
 
     def _rates(self, now: int) -> list[dict[str, Any]]:
-        since = now - RATE_MINUTES * _MINUTE_MS
+        # Whole clock minutes, the last one still filling.
+        since = (now // _MINUTE_MS - (RATE_MINUTES - 1)) * _MINUTE_MS
         minutes = [{"minuteMs": since + i * _MINUTE_MS} | dict.fromkeys(RATE_TYPES, 0)
                    for i in range(RATE_MINUTES)]  # fmt: skip
         for kind in RATE_TYPES:
             for event in self._client.event_store.events_by_type(kind, since_ms=since):
                 at = event.get("timestampMs")
-                if isinstance(at, int) and since <= at < now:
+                if isinstance(at, int) and since <= at <= now:
                     minutes[(at - since) // _MINUTE_MS][kind] += 1
         return minutes
 

@@ -172,8 +172,8 @@ def why_it_ended(job: JobRecord, rows: list[dict[str, Any]]) -> str:
     for row in rows:
         by_state.setdefault(str(row["state"]), []).append(str(row["key"]))
     if job.state == "RUNNING":
-        live = len(rows) - sum(len(by_state.get(s, [])) for s in _ENDING_STATES)
-        return f"running: {job.done} of {job.total} tasks finished, {live} still to run"
+        ended = sum(len(by_state.get(s, [])) for s in _ENDING_STATES)
+        return f"running: {ended} of {job.total} tasks finished, {len(rows) - ended} still to run"
     if job.state == "COMPLETED":
         return f"completed: all {job.total} tasks completed"
     reasons = []

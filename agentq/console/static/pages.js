@@ -45,8 +45,10 @@
     const job = data.job;
     const counts = {};
     for (const t of data.tasks) counts[t.state] = (counts[t.state] || 0) + 1;
-    const running = data.tasks.filter((t) => !["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"].includes(t.state))
-      .reduce((sum, t) => sum + (t.costUsd || 0), 0);
+    // From the tasks' own STATE items: the job's counters move only when the dispatcher
+    // has seen each terminal event, a moment later.
+    const finished = data.tasks.filter((t) => ["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"].includes(t.state)).length;
+    const spent = data.tasks.reduce((sum, t) => sum + (t.costUsd || 0), 0);
     const legend = el("div", { class: "legend" }, STATES.filter((s) => counts[s]).map((s) => el("span", {}, badge(s), ` ${counts[s]}`)));
     const actions = AQ.actionsOn() && job.state === "RUNNING"
       ? el("p", {}, AQ.actionButton("Cancel tasks not started", async () => {
@@ -67,8 +69,8 @@
       el("h1", {}, "Job ", el("span", { id: "job-id" }, job.jobId), " ", badge(job.state)),
       job.name ? el("p", { class: "muted" }, job.name) : null,
       el("div", { class: "summary" },
-        el("div", {}, el("b", {}, `${job.done}/${job.total}`), "done"),
-        el("div", {}, el("b", {}, AQ.cost(job.costUsd + running)), "cost so far"),
+        el("div", {}, el("b", { id: "done" }, `${finished}/${job.total}`), "done"),
+        el("div", {}, el("b", {}, AQ.cost(Math.max(spent, job.costUsd))), job.closedMs ? "cost" : "cost so far"),
         el("div", {}, el("b", {}, job.failurePolicy), "failure policy"),
         el("div", {}, el("b", {}, AQ.span((job.closedMs || Date.now()) - job.createdMs)), job.closedMs ? "took" : "running for"),
         el("div", {}, el("b", {}, job.tenant), "tenant")),

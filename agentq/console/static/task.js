@@ -69,9 +69,12 @@
         }));
       }
     }
-    const error = data.error ? el("div", { id: "error" }, el("p", { class: "problem" }, badge(t.state), " ",
-      `${data.error.category || "?"}${data.error.retryable ? " (retryable)" : ""}: `, data.error.message || ""),
-      data.error.exception_type ? el("p", { class: "muted" }, data.error.exception_type) : null) : null;
+    // A completed task may still carry the error of an earlier, retried attempt.
+    const earlier = t.state === "COMPLETED";
+    const error = data.error ? el("div", { id: "error" }, el("p", { class: earlier ? "muted" : "problem" },
+      earlier ? "an earlier attempt failed: " : [badge(t.state), " "],
+      `${data.error.category || "?"}${data.error.retryable ? " (retryable)" : ""}: `, data.error.message || "",
+      data.error.exception_type ? ` [${data.error.exception_type}]` : "")) : null;
     const logs = (art.logs || []).map((l) => el("div", { class: "log" }, el("h3", {}, l.name, l.truncated ? " (last 256 KB)" : ""), el("pre", {}, l.text || "(empty)")));
     const objects = (art.objects || []).map((o) => el("li", {}, el("a", { href: objectHref(t.requestId, t.tenant, o.name) }, o.name), ` ${AQ.num(o.size)} bytes`));
     const events = data.events.map((e) => el("tr", {}, el("td", {}, AQ.time(e.timestampMs)), el("td", {}, e.detailType),
