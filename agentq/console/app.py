@@ -94,6 +94,7 @@ def create_app(parts: ConsoleParts) -> Starlette:
             except InvalidInput as bad:
                 data, status = {"error": "bad request", "detail": str(bad)}, 400
             context = {
+                "etag": etag_of(data) if status == 200 else "",
                 "page": name,
                 "title": TITLES[name],
                 "data": embed_json(data),
@@ -184,8 +185,16 @@ def create_app(parts: ConsoleParts) -> Starlette:
     return app
 
 
+def _body(data: Any) -> bytes:
+    return json.dumps(data, default=str, separators=(",", ":")).encode()
+
+
+def etag_of(data: Any) -> str:
+    return '"' + hashlib.blake2b(_body(data), digest_size=16).hexdigest() + '"'
+
+
 def etagged(request: Request, data: Any) -> Response:
-    body = json.dumps(data, default=str, separators=(",", ":")).encode()
+    body = _body(data)
     etag = '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
     if request.headers.get("if-none-match") == etag:
         return Response(status_code=304, headers={"ETag": etag})

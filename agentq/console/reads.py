@@ -8,6 +8,7 @@ validated before any AWS call; an unknown id is `NotFound` (a 404 page).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, cast, get_args
 
@@ -22,6 +23,7 @@ from agentq.jobs.summary import job_dict, task_dict
 from agentq.store import TaskRecord
 
 MAX_PAGE: Final = 200
+_PAGE_SIZE: Final = re.compile(r"[0-9]{1,4}")
 JOB_STATES: Final = get_args(JobState)
 _ENDING_STATES: Final = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED")
 
@@ -35,7 +37,12 @@ def validate_tenant(value: object) -> str:
 def page_size(value: object, default: int = 50) -> int:
     if value in (None, ""):
         return default
-    if not isinstance(value, str) or not value.isdigit() or not 1 <= int(value) <= MAX_PAGE:
+    # Not str.isdigit: it admits digits such as "²" that int() refuses.
+    if (
+        not isinstance(value, str)
+        or not _PAGE_SIZE.fullmatch(value)
+        or not 1 <= int(value) <= MAX_PAGE
+    ):
         raise InvalidInput("limit", f"a whole number from 1 to {MAX_PAGE}")
     return int(value)
 

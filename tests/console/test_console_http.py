@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -141,6 +143,12 @@ def test_an_unchanged_page_costs_the_browser_a_304(
     dlq = http.request("GET", "/api/dlq")
     again = http.request("GET", "/api/dlq", headers={"If-None-Match": dlq.headers["etag"]})
     assert again.status == 304 and again.body == b""
+    # The page carries its data's tag, so its first poll of unchanged data is a 304.
+    page = http.request("GET", "/dlq")
+    tag = re.search(r'data-etag="([^"]*)"', page.text)
+    assert tag is not None
+    embedded = html.unescape(tag.group(1))
+    assert http.request("GET", "/api/dlq", headers={"If-None-Match": embedded}).status == 304
 
 
 def test_the_jobs_list_pages_newest_first_and_filters_by_state_and_tenant(

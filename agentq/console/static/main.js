@@ -8,7 +8,8 @@
   const live = document.getElementById("live");
   const api = body.dataset.api + (body.dataset.query ? `?${body.dataset.query}` : "");
   const every = Math.max(250, Number(body.dataset.refresh) || 2000);
-  let etag = null;
+  // The embedded data's tag: the first poll of an unchanged page is already a 304.
+  let etag = body.dataset.etag || null;
   let draws = 0;
   let timer = null;
 
