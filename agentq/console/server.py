@@ -120,6 +120,7 @@ class ConsoleServer:
             self._thread.join(timeout)
             self._thread = None
         self._socket.close()
+        self.parts.reader.close()
 
     def __enter__(self) -> ConsoleServer:
         return self.start()
