@@ -230,6 +230,11 @@ def screenshots(directory: Path, *, timeout_s: float = 400.0) -> list[Path]:
             page.screenshot(path=str(target))
             taken.append(target)
             shot("dlq", "/dlq", "#letters")
+            # Readable at 200 tasks: a fan-out wrapped into sub-columns, every state drawn.
+            big = fill(Settings.from_env(), AwsClients(LOCAL_REGION).dynamodb, tasks=200, jobs=0)
+            shot("job-200", f"/jobs/{big}")
+            page.locator("#dag").scroll_into_view_if_needed()
+            page.screenshot(path=str(taken[-1]))
             browser.close()
     return taken
 
