@@ -82,6 +82,12 @@ class Gate:
         return None
 
 
+def cookie_name(request: Request) -> str:
+    # Browsers share cookies across the ports of one host: a name per port lets two
+    # consoles (two stages) run side by side without signing each other out.
+    return f"{COOKIE}_{request.url.port or 80}"
+
+
 def forbidden(request: Request, reason: str) -> Response:
     if request.url.path.startswith("/api/"):
         return JSONResponse({"error": "forbidden", "detail": reason}, status_code=403)
@@ -115,13 +121,13 @@ class GateMiddleware(BaseHTTPMiddleware):
             # Trade the token for a cookie and drop it from the address bar (and from
             # the history), to a relative location so nothing can redirect elsewhere.
             rest = request.url.remove_query_params("token")
-            location = rest.path + (f"?{rest.query}" if rest.query else "")
+            # One leading slash: "//host/..." would be a redirect to another site.
+            location = "/" + rest.path.lstrip("/") + (f"?{rest.query}" if rest.query else "")
             response = RedirectResponse(location, status_code=303)
-            response.set_cookie(
-                COOKIE, self.gate.open_session(), httponly=True, samesite="strict", path="/"
-            )
+            response.set_cookie(cookie_name(request), self.gate.open_session(), httponly=True,
+                                samesite="strict", path="/")  # fmt: skip
             return response
-        session = self.gate.session(request.cookies.get(COOKIE))
+        session = self.gate.session(request.cookies.get(cookie_name(request)))
         if session is None:
             return forbidden(request, "missing or wrong token")
         request.state.session = session

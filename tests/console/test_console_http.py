@@ -36,7 +36,7 @@ def test_every_path_is_forbidden_without_the_token(readonly: ConsoleServer) -> N
     assert http.request("GET", "/jobs?token=not-the-token").status == 403
     assert http.request("GET", "/api/jobs").json()["error"] == "forbidden"
     # A made-up cookie is no better than none.
-    http.cookie = "agentq_console=forged"
+    http.cookie = f"agentq_console_{readonly.port}=forged"
     assert http.request("GET", "/jobs").status == 403
 
 
@@ -54,6 +54,12 @@ def test_the_token_is_traded_for_a_cookie_and_dropped_from_the_address(
     assert page.status == 200
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert page.headers["referrer-policy"] == "no-referrer"
+
+
+def test_the_token_redirect_stays_on_the_console(readonly: ConsoleServer) -> None:
+    reply = Http(readonly).request("GET", f"//evil.example/x?token={readonly.parts.gate.token}")
+    assert reply.status == 303
+    assert reply.headers["location"] == "/evil.example/x"
 
 
 def test_a_foreign_host_name_is_refused_even_with_the_cookie(readonly: ConsoleServer) -> None:
