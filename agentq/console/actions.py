@@ -12,11 +12,13 @@ from __future__ import annotations
 import threading
 from typing import Any, Final
 
+from botocore.exceptions import ClientError
+
 from agentq.client import AgentqClient
 from agentq.console.deadletters import validate_archive_key
-from agentq.dlq import DlqArchive, Redriver
+from agentq.dlq import ArchivedMessage, DlqArchive, Redriver
 from agentq.envelope import REQUEST_ID_PATTERN, validate_request_id
-from agentq.errors import InvalidInput
+from agentq.errors import InvalidInput, NotFound
 from agentq.events import Event, task_event
 from agentq.jobs.spec import validate_job_id
 
@@ -56,7 +58,7 @@ class Actions:
         results = []
         done: set[tuple[str, str]] = set()
         for key in _keys(keys):
-            message = self._archive.get(key)
+            message = self._letter(key)
             if message.request_id and message.tenant:
                 if (message.tenant, message.request_id) in done:
                     continue  # one replay per task: its newest letter (as `dlq redrive`)
@@ -78,7 +80,7 @@ class Actions:
         operator = self.identity()
         results = []
         for key in _keys(keys):
-            message = self._archive.get(key)
+            message = self._letter(key)
             # Recorded first: a discarded letter is gone, its event is what remains.
             self._record(operator, "discard", tenant=message.tenant,
                          request_id=_subject(message.request_id, message.message_id),
@@ -119,6 +121,14 @@ class Actions:
         self._record(operator, "resubmit", tenant=tenant, request_id=record.request_id,
                      job_id=record.job_id, newRequestId=task.request_id)  # fmt: skip
         return task.request_id
+
+    def _letter(self, key: str) -> ArchivedMessage:
+        try:
+            return self._archive.get(key)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise NotFound("dead letter", key) from None
+            raise
 
     # -- recording ----------------------------------------------------------------------
     def _record(

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any, Final
 
 import jinja2
+from botocore.exceptions import ClientError
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -93,6 +95,8 @@ def create_app(parts: ConsoleParts) -> Starlette:
                 data, status = {"error": "not found", "detail": str(missing)}, 404
             except InvalidInput as bad:
                 data, status = {"error": "bad request", "detail": str(bad)}, 400
+            except ClientError as error:
+                data, status = _aws_problem(error), 502
             context = {
                 "etag": etag_of(data) if status == 200 else "",
                 "page": name,
@@ -118,6 +122,8 @@ def create_app(parts: ConsoleParts) -> Starlette:
                 return JSONResponse({"error": "not found", "detail": str(missing)}, 404)
             except InvalidInput as bad:
                 return JSONResponse({"error": "bad request", "detail": str(bad)}, 400)
+            except ClientError as error:
+                return JSONResponse(_aws_problem(error), 502)
 
         return endpoint
 
@@ -149,8 +155,6 @@ def create_app(parts: ConsoleParts) -> Starlette:
             return JSONResponse({"error": "bad request", "detail": "body is not JSON"}, 400)
         if not isinstance(body, dict):
             return JSONResponse({"error": "bad request", "detail": "body is not an object"}, 400)
-        from starlette.concurrency import run_in_threadpool
-
         try:
             result = await run_in_threadpool(_act, parts.actions, request, body, tenant_of)
         except NotFound as missing:
@@ -159,6 +163,8 @@ def create_app(parts: ConsoleParts) -> Starlette:
             return JSONResponse({"error": "bad request", "detail": str(bad)}, 400)
         except AgentqError as failed:
             return JSONResponse({"error": "failed", "detail": str(failed)}, 409)
+        except ClientError as error:
+            return JSONResponse(_aws_problem(error), 502)
         return JSONResponse(result)
 
     def home(request: Request) -> Response:
@@ -183,6 +189,13 @@ def create_app(parts: ConsoleParts) -> Starlette:
     app = Starlette(routes=routes)
     app.add_middleware(GateMiddleware, gate=parts.gate)
     return app
+
+
+def _aws_problem(error: ClientError) -> dict[str, Any]:
+    # What AWS said after botocore's retries (throttled, unavailable, denied): its code
+    # only, so nothing of the request leaks into the page; the next poll tries again.
+    code = str(error.response.get("Error", {}).get("Code") or "error")
+    return {"error": "aws", "detail": f"AWS answered {code}; try again"}
 
 
 def _body(data: Any) -> bytes:

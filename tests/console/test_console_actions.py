@@ -74,6 +74,8 @@ def test_discard_removes_letters_after_recording_them(inproc_stack: Stack, http:
     assert http.request("GET", "/api/dlq").json() == {"letters": []}
     [event] = EventLog(inproc_stack).of("dl-3", "Operator Action")
     assert event["payload"]["archiveKey"] == letter.key
+    gone = http.act("discard", {"keys": [letter.key]}, csrf=http.csrf())
+    assert gone.status == 404 and "dead letter" in gone.json()["detail"]
     # Keys that are not archive keys are refused before anything is read.
     for keys in ([], ["task/logs/x/secret.json"], [{"a": 1}], "dlq/archive/a/b/c.json"):
         assert http.act("discard", {"keys": keys}, csrf=http.csrf()).status == 400, keys

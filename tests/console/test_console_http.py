@@ -203,3 +203,17 @@ def test_raw_objects_are_only_the_tasks_own_and_served_as_text(
     assert reply.status == 200
     assert reply.headers["content-type"].startswith("text/plain")
     assert "sandbox" in reply.headers["content-security-policy"]
+
+
+def test_an_aws_error_is_a_page_that_says_so_not_a_crash(
+    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("S3_BUCKET", "agentq-no-such-bucket")
+    with running_console() as server:
+        http = Http(server)
+        http.sign_in()
+        reply = http.request("GET", "/api/dlq")
+        assert reply.status == 502
+        assert reply.json()["detail"] == "AWS answered NoSuchBucket; try again"
+        page = http.request("GET", "/dlq")
+        assert page.status == 502 and "AWS did not answer" in page.text
