@@ -196,8 +196,9 @@ def test_raw_objects_are_only_the_tasks_own_and_served_as_text(
     base = f"/api/tasks/{task.request_id}/object?name="
     assert http.request("GET", base + "../../dlq/archive/x.json").status == 400
     assert http.request("GET", base + "logs/none.log").status == 404
-    prefix = f"task/logs/{task.request_id}/"  # where this stage's worker puts them today
-    inproc_stack.s3.put_object(Bucket=inproc_stack.resources.bucket, Key=prefix + "logs/a.log",
+    # Where the console looks for this task's objects (the result pointer's neighbours).
+    bucket, prefix = readonly.parts.reader.artifacts.location(task)
+    inproc_stack.s3.put_object(Bucket=bucket, Key=prefix + "logs/a.log",
                                Body=b"<script>alert(1)</script>")  # fmt: skip
     reply = http.request("GET", base + "logs/a.log")
     assert reply.status == 200
