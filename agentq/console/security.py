@@ -63,7 +63,8 @@ class Gate:
         with self._lock:
             # compare_digest against each: a set lookup would leak timing only on hash
             # collisions, but the sessions are few and this keeps the rule simple.
-            known = [s for s in self._sessions if hmac.compare_digest(s, cookie)]
+            supplied = cookie.encode("utf-8", "replace")  # bytes: str must be ASCII here
+            known = [s for s in self._sessions if hmac.compare_digest(s.encode(), supplied)]
         return known[0] if known else None
 
     def csrf(self, session: str) -> str:

@@ -36,8 +36,9 @@ def test_every_path_is_forbidden_without_the_token(readonly: ConsoleServer) -> N
     assert http.request("GET", "/jobs?token=not-the-token").status == 403
     assert http.request("GET", "/api/jobs").json()["error"] == "forbidden"
     # A made-up cookie is no better than none.
-    http.cookie = f"agentq_console_{readonly.port}=forged"
-    assert http.request("GET", "/jobs").status == 403
+    for forged in ("forged", "é-not-ascii"):
+        http.cookie = f"agentq_console_{readonly.port}={forged}"
+        assert http.request("GET", "/jobs").status == 403
 
 
 def test_the_token_is_traded_for_a_cookie_and_dropped_from_the_address(
