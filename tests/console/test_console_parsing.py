@@ -14,6 +14,7 @@ from agentq.console.app import embed_json
 from agentq.console.cursor import decode_cursor, encode_cursor
 from agentq.console.deadletters import validate_archive_key
 from agentq.console.reads import MAX_PAGE, job_state_filter, page_size, validate_tenant
+from agentq.console.security import Gate
 from agentq.dlq import archive_key
 from agentq.errors import InvalidInput
 from agentq.store import keys
@@ -111,3 +112,12 @@ def test_embedded_json_of_known_attacks(payload: str) -> None:
     text = embed_json({"input": payload})
     assert "</script" not in text.lower() and "<!--" not in text
     assert json.loads(text) == {"input": payload}
+
+
+@given(st.text(max_size=80))
+def test_no_made_up_cookie_or_token_opens_the_console(text: str) -> None:
+    gate = Gate()
+    opened = gate.open_session()
+    assert gate.session(text) in (None, opened)
+    assert gate.session(text) != opened or text == opened
+    assert gate.token_ok(text) == (text == gate.token)
