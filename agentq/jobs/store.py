@@ -167,12 +167,15 @@ class JobStore:
         limit: int = 50,
         start: Mapping[str, Any] | None = None,
         state: JobState | None = None,
+        max_queries: int = 20,
     ) -> tuple[builtins.list[JobRecord], dict[str, Any] | None]:
         """One page of a tenant's jobs, newest first, optionally in one state.
 
         Returns the records and the key to pass as `start` for the next page (None at
         the end). A state filter is applied by DynamoDB after reading, so pages are
-        followed until `limit` matches are found or the partition ends.
+        followed until `limit` matches are found, the partition ends, or `max_queries`
+        queries were spent (a rare state in a long history returns a short page and a
+        key to go on from, instead of reading the whole partition in one call).
         """
         query: dict[str, Any] = {
             "TableName": self._table,
@@ -188,13 +191,14 @@ class JobStore:
         if start:
             query["ExclusiveStartKey"] = dict(start)
         found: builtins.list[JobRecord] = []
-        while True:
+        for _ in range(max(1, max_queries)):
             response = self._ddb.query(Limit=limit - len(found), **query)
             found.extend(JobRecord.from_item(item) for item in response.get("Items", []))
             last = response.get("LastEvaluatedKey")
             if not last or len(found) >= limit:
                 return found, last or None
             query["ExclusiveStartKey"] = last
+        return found, last
 
     def count(
         self, tenant: str, job_id: str, task_key: str, state: TaskState, *, cost_usd: float = 0

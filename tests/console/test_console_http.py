@@ -182,6 +182,10 @@ def test_the_jobs_list_pages_newest_first_and_filters_by_state_and_tenant(
     assert [j["jobId"] for j in http.request("GET", "/api/jobs?tenant=acme").json()["jobs"]] == [
         "other"
     ]
+    # A rare state costs bounded reads: a short page and a cursor to go on from.
+    jobs = AgentqClient.from_env().jobs
+    page, last = jobs.page("default", limit=2, state="COMPLETED", max_queries=2)
+    assert page == [] and last is not None
     # A cursor of one tenant's list is refused for another's.
     cursor = http.request("GET", "/api/jobs?limit=1").json()["next"]
     assert http.request("GET", f"/api/jobs?tenant=acme&cursor={cursor}").status == 400
