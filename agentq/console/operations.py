@@ -4,13 +4,17 @@ Nothing here receives from a queue: a receive, even with visibility 0, counts to
 the message's `maxReceiveCount` and could dead-letter it. Depths come from queue
 attributes, the oldest waiting task from the status index (its first PENDING entry),
 workers from the PROCESSING tasks' STATE items (owner and last lease heartbeat), and
-rates from the byType event index over the last few minutes. A refresh costs a fixed
-number of requests: 2 queue reads, 4 + 4 + 4 status-index queries, 4 event queries.
+rates from the byType event index over the last few minutes, and each queue's oldest
+message age from SQS's CloudWatch metric. A refresh costs a fixed number of requests:
+2 queue reads, 2 metric reads, 4 + 4 + 4 status-index queries, 4 event queries.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
+
+from botocore.exceptions import ClientError
 
 from agentq.client import AgentqClient
 from agentq.events import now_ms
@@ -22,9 +26,10 @@ _MINUTE_MS: Final = 60_000
 
 
 class Operations:
-    def __init__(self, client: AgentqClient, sqs: Any) -> None:
+    def __init__(self, client: AgentqClient, sqs: Any, cloudwatch: Any = None) -> None:
         self._client = client
         self._sqs = sqs
+        self._cloudwatch = cloudwatch
 
     def snapshot(self) -> dict[str, Any]:
         settings = self._client.settings
@@ -63,7 +68,30 @@ class Operations:
             "depth": int(attributes.get("ApproximateNumberOfMessages", 0)),
             "inFlight": int(attributes.get("ApproximateNumberOfMessagesNotVisible", 0)),
             "delayed": int(attributes.get("ApproximateNumberOfMessagesDelayed", 0)),
+            "oldestAgeS": self._oldest_age_s(url),
         }
+
+    def _oldest_age_s(self, url: str) -> float | None:
+        """SQS's own metric of the oldest message's age (None where there is none yet,
+        as on moto): reading it receives nothing, unlike a peek."""
+        if self._cloudwatch is None:
+            return None
+        # The end a minute ahead: the current minute's datapoint is the one wanted.
+        end = datetime.now(UTC) + timedelta(minutes=1)
+        try:
+            points = self._cloudwatch.get_metric_statistics(
+                Namespace="AWS/SQS",
+                MetricName="ApproximateAgeOfOldestMessage",
+                Dimensions=[{"Name": "QueueName", "Value": url.rstrip("/").rsplit("/", 1)[-1]}],
+                StartTime=end - timedelta(minutes=11),
+                EndTime=end,
+                Period=60,
+                Statistics=["Maximum"],
+            ).get("Datapoints", [])
+        except ClientError:
+            return None  # a page of queues is still worth showing without this figure
+        latest = max(points, key=lambda p: p["Timestamp"]) if points else None
+        return float(latest["Maximum"]) if latest else None
 
     def _rates(self, now: int) -> list[dict[str, Any]]:
         # Whole clock minutes, the last one still filling.

@@ -54,7 +54,7 @@ def build_parts(settings: Settings, aws: AwsClients, options: ConsoleOptions) ->
     return ConsoleParts(
         reader=ConsoleReader(client, TaskArtifacts(aws.s3, client.results)),
         dead_letters=DeadLetters(aws.s3, archive),
-        operations=Operations(client, aws.sqs),
+        operations=Operations(client, aws.sqs, aws.get("cloudwatch")),
         actions=Actions(
             client,
             sts=aws.get("sts"),

@@ -223,3 +223,24 @@ def test_an_aws_error_is_a_page_that_says_so_not_a_crash(
         assert reply.json()["detail"] == "AWS answered NoSuchBucket; try again"
         page = http.request("GET", "/dlq")
         assert page.status == 502 and "AWS did not answer" in page.text
+
+
+def test_the_queues_page_shows_depths_and_the_oldest_message_age_from_cloudwatch(
+    inproc_stack: Stack, readonly: ConsoleServer
+) -> None:
+    define(inproc_stack, "noop")
+    AgentqClient.from_env().submit("noop", {})
+    queue = inproc_stack.resources.queue_url.rsplit("/", 1)[-1]
+    cloudwatch = inproc_stack.aws_clients().get("cloudwatch")
+    cloudwatch.put_metric_data(Namespace="AWS/SQS", MetricData=[{
+        "MetricName": "ApproximateAgeOfOldestMessage", "Value": 42.0, "Unit": "Seconds",
+        "Dimensions": [{"Name": "QueueName", "Value": queue}]}])  # fmt: skip
+    http = Http(readonly)
+    http.sign_in()
+    snapshot = http.request("GET", "/api/queues").json()
+    tasks, dlq = snapshot["queues"]
+    assert (tasks["depth"], tasks["inFlight"], tasks["oldestAgeS"]) == (1, 0, 42.0)
+    assert dlq["depth"] == 0 and dlq["oldestAgeS"] is None
+    assert snapshot["oldestWaitingMs"]["PENDING"] >= 0
+    assert snapshot["workers"] == []
+    assert len(snapshot["rates"]) == 5

@@ -116,7 +116,8 @@
 
   AQ.pages.queues = (data) => {
     const queues = data.queues.map((q) => el("tr", {}, el("td", {}, q.name), el("td", { class: "num" }, AQ.num(q.depth)),
-      el("td", { class: "num" }, AQ.num(q.inFlight)), el("td", { class: "num" }, AQ.num(q.delayed))));
+      el("td", { class: "num" }, AQ.num(q.inFlight)), el("td", { class: "num" }, AQ.num(q.delayed)),
+      el("td", { class: "num" }, typeof q.oldestAgeS === "number" ? AQ.span(q.oldestAgeS * 1000) : "—")));
     const workers = data.workers.map((w) => el("tr", { "data-worker": w.worker }, el("td", {}, w.worker), el("td", { class: "num" }, String(w.busy)),
       el("td", {}, AQ.ago(w.lastHeartbeatMs)), el("td", { class: "num" }, String(w.stale)),
       el("td", {}, w.tasks.slice(0, 10).map((t) => el("a", { href: AQ.taskHref(t.requestId, t.tenant) }, `${t.requestId} `)))));
@@ -126,7 +127,7 @@
       types.map((t) => { const bar = el("span"); bar.style.width = `${(60 * m[t]) / peak}px`; return el("td", { class: "bars" }, bar, ` ${m[t]}`); })));
     const oldest = data.oldestWaitingMs || {};
     return el("section", {}, el("h1", {}, "Queues and workers"),
-      table(["queue", "visible#", "in flight#", "delayed#"], queues, { id: "queues" }),
+      table(["queue", "visible#", "in flight#", "delayed#", "oldest message#"], queues, { id: "queues" }),
       AQ.kv([["oldest PENDING task", AQ.span(oldest.PENDING)], ["oldest RETRYING task", AQ.span(oldest.RETRYING)]]),
       el("h2", {}, "Workers (busy slots, from their leases)"),
       data.workers.length ? table(["worker", "busy slots#", "last heartbeat", "stale leases#", "running"], workers, { id: "workers" })
