@@ -10,7 +10,7 @@ CDK_STAMP := node_modules/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install lint format test test-fast demo bench synth deploy clean
+.PHONY: install lint format test test-fast demo bench synth deploy clean browser
 
 $(STAMP): requirements.txt requirements-local.txt requirements-cdk.txt requirements-dev.txt requirements-lambdas.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,13 +40,19 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# Debian's chromium (and its driver) for the console's browser tests and screenshots;
+# apt-get runs only when it is missing. Playwright drives it: never `playwright install`.
+browser:
+	@test -x /usr/bin/chromium || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+
 # The whole suite: lint, types, unit, functional (moto), integration (local stack), infra (CDK).
 # tmux draws `agentq watch` for the tests that read its screen (CI runs as root).
-test: lint $(CDK_STAMP)
+test: lint browser $(CDK_STAMP)
 	@command -v tmux >/dev/null || { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; }
 	$(PY) -m pytest
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) browser
 	$(PY) -m pytest -m "not slow"
 
 # Offline (the local model server) unless DEMO_REAL_CLAUDE=1: then the real Anthropic

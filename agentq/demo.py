@@ -25,6 +25,7 @@ from rich.pretty import Pretty
 from rich.table import Table
 
 from agentq.cli._views import timeline_table
+from agentq.console import serving
 from agentq.local.stack import REPO_ROOT, LocalStack, LocalStackOptions, real_claude_configured
 
 SAMPLES: Final = REPO_ROOT / "definitions" / "samples"
@@ -125,12 +126,13 @@ def run(console: Console, *, timeout_s: float, live: bool, real_claude: bool = F
         worker_env=dict(DEMO_WORKER_ENV),
     )
     started = time.monotonic()
-    with LocalStack(options) as stack:
+    with LocalStack(options) as stack, serving() as web:
         env = stack.env()
         console.print(
             f"local AWS (moto) {env.get('AWS_ENDPOINT_URL')}, workers: "
             + ", ".join(w.name for w in stack.workers)
         )
+        console.print(f"web console (read-only): {web.url}")
         client = AgentqClient.from_env()
         spec, expected = demo_spec(offline=offline)
         job = client.create_job(spec)

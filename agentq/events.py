@@ -37,6 +37,9 @@ DetailType = Literal[
     "Job Completed",
     "Job Failed",
     "Job Repaired",
+    # An operator's console action (redrive, discard, cancel, resubmit), with who did it.
+    "Operator Action",
+    "Job Operator Action",
 ]
 DETAIL_TYPES: Final[tuple[DetailType, ...]] = get_args(DetailType)
 
@@ -56,6 +59,8 @@ STATE_AFTER: Final[dict[DetailType, TaskState | None]] = {
     "Job Completed": None,
     "Job Failed": None,
     "Job Repaired": None,
+    "Operator Action": None,
+    "Job Operator Action": None,
 }
 # The `reason` of the `Task Failed` a worker sends for a message it rejects unread (no
 # STATE item exists for it; `agentq status` answers from this event).

@@ -33,6 +33,7 @@ from bench import (
     saturation,
     throughput,
 )
+from bench import console as console_bench
 from bench.stack import moto_server
 
 RESULTS: Final = Path(__file__).resolve().parent / "results" / "latest.json"
@@ -44,6 +45,7 @@ NAMES: Final = (
     "memory",
     "lambda_import",
     "agent",
+    "console",
     "chaos",
 )
 
@@ -88,6 +90,7 @@ def run_all(names: tuple[str, ...], quick: bool, console: Console) -> dict[str, 
             "memory": lambda: memory.run(server, quick=quick),
             "lambda_import": lambda: lambda_import.run(quick=quick),
             "agent": lambda: _agent(quick),
+            "console": lambda: console_bench.run(server, quick=quick),
             "chaos": lambda: _chaos(quick),
         }
         for name in names:

@@ -120,6 +120,18 @@ def _chaos(d: Data) -> Table:
     return t
 
 
+def _console(d: Data) -> Table:
+    t = _table(f"console in chromium ({d['tasks']}-task job, {d['jobs']} jobs)",
+               "page", "data drawn (ms)", "of it server (ms)", "AWS requests / refresh")  # fmt: skip
+    t.add_row(f"job page ({d['tasks']} tasks)", f"{d['job_page_drawn_ms']:.0f}",
+              f"{d['job_page_server_ms']:.0f}",
+              f"{d['job_page_requests_total']} (bound {d['job_page_requests_bound']})")  # fmt: skip
+    t.add_row("jobs list (50 a page)", f"{d['jobs_list_drawn_ms']:.0f}",
+              f"{d['jobs_list_server_ms']:.0f}", f"{d['jobs_list_requests_total']} (bound 1)")  # fmt: skip
+    t.add_row("jobs list (200 a page)", f"{d['jobs_list_200_drawn_ms']:.0f}", "", "")
+    return t
+
+
 RENDERERS: dict[str, Callable[[Data], Table]] = {
     "requests_per_task": _requests,
     "saturation": _saturation,
@@ -129,6 +141,7 @@ RENDERERS: dict[str, Callable[[Data], Table]] = {
     "lambda_import": _lambda_import,
     "agent": _agent,
     "chaos": _chaos,
+    "console": _console,
 }
 
 
@@ -167,6 +180,14 @@ def verdicts(results: Mapping[str, Data]) -> Table:
         a = results["agent"]
         checks.append(("agent task overhead ≤ 15% of a minimal CLI run (warm spare)",
                        f"{a['warm_overhead_pct']:.1f}%", a["warm_overhead_pct"] <= 15.0))  # fmt: skip
+    if "job_page_drawn_ms" in results.get("console", {}):
+        c = results["console"]
+        worst = max(c["job_page_drawn_ms"], c["jobs_list_drawn_ms"])
+        checks.append((f"console job page ({c['tasks']} tasks) and jobs list drawn ≤ 1 s",
+                       f"{worst:.0f} ms", c["within_target"]))  # fmt: skip
+        checks.append(("console AWS requests per refresh within bound",
+                       f"{c['job_page_requests_total']} / {c['jobs_list_requests_total']}",
+                       c["within_bound"]))  # fmt: skip
     if "summary" in results.get("chaos", {}):
         n = results["chaos"]["summary"]["violations"]
         checks.append(("chaos violations = 0", str(n), n == 0))

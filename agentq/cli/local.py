@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from agentq.cli.common import EXIT_ERROR, EXIT_OK, emit_json, fail
 
 # How often the foreground process checks that moto, the model server and the
 # workers are still alive: a dead part must not leave a stack that looks up.
 HEALTH_EVERY_S: Final = 2.0
+
+if TYPE_CHECKING:
+    from agentq.console import ConsoleServer
 
 
 def register(subparsers: Any) -> None:
@@ -42,6 +47,10 @@ def register(subparsers: Any) -> None:
         "CLAUDE_CODE_OAUTH_TOKEN from this shell (default: the offline model server)",
     )
     up.add_argument("--json", action="store_true", help="print the endpoints as JSON")
+    up.add_argument("--no-console", action="store_true", help="do not start the web console")
+    up.add_argument(
+        "--allow-actions", action="store_true", help="let the web console redrive, cancel, ..."
+    )
     up.set_defaults(func=_up)
 
 
@@ -63,7 +72,7 @@ def _up(args: argparse.Namespace) -> int:
         definitions_dirs=tuple(d.resolve() for d in args.definitions),
         use_real_claude=args.real_claude,
     )
-    with LocalStack(options) as stack:
+    with LocalStack(options) as stack, _console(args) as web:
         env_file = stack.write_env_file(args.env_file.resolve())
         written = env_file.read_text()
         env = stack.env()
@@ -77,6 +86,7 @@ def _up(args: argparse.Namespace) -> int:
             "workers": [w.name for w in stack.workers],
             "worker_logs": str(stack.log_dir),
             "env_file": str(env_file),
+            "console": web.url if web else None,
         }
         if args.json:
             emit_json(summary)
@@ -103,3 +113,14 @@ def _up(args: argparse.Namespace) -> int:
         return fail(f"the local stack lost: {', '.join(dead)}", EXIT_ERROR,
                     hint="start it again with `agentq local up` and source its env file")  # fmt: skip
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _console(args: argparse.Namespace) -> Iterator[ConsoleServer | None]:
+    if args.no_console:
+        yield None
+        return
+    from agentq.console import ConsoleOptions, serving
+
+    with serving(ConsoleOptions(allow_actions=args.allow_actions)) as web:
+        yield web

@@ -11,6 +11,7 @@ counts nothing), returning the new counters; closing is a second conditional upd
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -162,6 +163,46 @@ class JobStore:
             ScanIndexForward=False,
         )
         return [JobRecord.from_item(item) for item in items]
+
+    def page(
+        self,
+        tenant: str,
+        *,
+        limit: int = 50,
+        start: Mapping[str, Any] | None = None,
+        state: JobState | None = None,
+        max_queries: int = 20,
+    ) -> tuple[builtins.list[JobRecord], dict[str, Any] | None]:
+        """One page of a tenant's jobs, newest first, optionally in one state.
+
+        Returns the records and the key to pass as `start` for the next page (None at
+        the end). A state filter is applied by DynamoDB after reading, so pages are
+        followed until `limit` matches are found, the partition ends, or `max_queries`
+        queries were spent (a rare state in a long history returns a short page and a
+        key to go on from, instead of reading the whole partition in one call).
+        """
+        query: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": "byTenant",
+            "KeyConditionExpression": "tenantPK = :pk",
+            "ExpressionAttributeValues": values(pk=keys.tenant_jobs_pk(tenant)),
+            "ScanIndexForward": False,
+        }
+        if state is not None:
+            query["FilterExpression"] = "#state = :state"
+            query["ExpressionAttributeNames"] = {"#state": "state"}
+            query["ExpressionAttributeValues"].update(values(state=state))
+        if start:
+            query["ExclusiveStartKey"] = dict(start)
+        found: builtins.list[JobRecord] = []
+        for _ in range(max(1, max_queries)):
+            response = self._ddb.query(Limit=limit - len(found), **query)
+            found.extend(JobRecord.from_item(item) for item in response.get("Items", []))
+            last = response.get("LastEvaluatedKey")
+            if not last or len(found) >= limit:
+                return found, last or None
+            query["ExclusiveStartKey"] = last
+        return found, last
 
     def count(
         self, tenant: str, job_id: str, task_key: str, state: TaskState, *, cost_usd: float = 0

@@ -82,6 +82,7 @@ def test_local_up_serves_another_shell_and_stops_cleanly_on_ctrl_c(tmp_path: Pat
     assert summary["env_file"] == str(env_file)
     assert summary["model_server"].startswith("http://127.0.0.1:")  # offline
     assert summary["worker_logs"].endswith("logs")
+    assert summary["console"].startswith("http://127.0.0.1:") and "token=" in summary["console"]
     assert not env_file.exists()  # a file naming a stopped stack would mislead
     wait_for(lambda: not _marked(marker), timeout=30, message="no process left")
 

@@ -1,0 +1,132 @@
+"""A task's objects in S3: the listing, its logs and agent trace inline, raw downloads.
+
+Where a task's objects live is not decided here: the result pointer that agentq's
+`ResultReader` gives (the STATE item's, or the conventional key) names the result
+object, and the other artifacts of that attempt sit beside it. Reads are bounded
+(log tails, a size cap on the trace and result) so a huge object cannot stall a page,
+and a finished task's artifacts are cached: they never change once it is terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from typing import Any, Final
+
+from botocore.exceptions import ClientError
+
+from agentq.errors import InvalidInput, NotFound
+from agentq.jobs.results import RESULT_FILE, ResultReader
+from agentq.states import TaskState
+from agentq.store import TaskRecord
+
+MAX_LOG_BYTES: Final = 256 * 1024
+MAX_INLINE_BYTES: Final = 2 * 1024 * 1024
+MAX_LOGS: Final = 8
+_CACHE_SIZE: Final = 512
+TRACE_NAME: Final = "traces/session_trace.json"
+
+
+class TaskArtifacts:
+    def __init__(self, s3: Any, results: ResultReader) -> None:
+        self._s3 = s3
+        self._results = results
+        self._cache: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def location(self, record: TaskRecord) -> tuple[str, str]:
+        """The bucket and the key prefix of the task's (winning attempt's) objects."""
+        bucket, key = self._results.pointer(record)
+        prefix = (
+            key[: -len(RESULT_FILE)] if key.endswith(RESULT_FILE) else key.rsplit("/", 1)[0] + "/"
+        )
+        return bucket, prefix
+
+    def of(self, record: TaskRecord) -> dict[str, Any]:
+        cache_key = (record.tenant, record.request_id, record.attempt, record.state.value,
+                     record.updated_at_ms)  # fmt: skip
+        with self._lock:
+            if cache_key in self._cache:
+                self._cache.move_to_end(cache_key)
+                return self._cache[cache_key]
+        found = self._read(record)
+        if record.state.terminal:
+            with self._lock:
+                self._cache[cache_key] = found
+                while len(self._cache) > _CACHE_SIZE:
+                    self._cache.popitem(last=False)
+        return found
+
+    def _read(self, record: TaskRecord) -> dict[str, Any]:
+        bucket, prefix = self.location(record)
+        listing = self._s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1000)
+        objects: list[dict[str, Any]] = [
+            {"name": str(o["Key"])[len(prefix) :], "size": int(o["Size"])}
+            for o in listing.get("Contents", [])
+        ]
+        sizes: dict[str, int] = {o["name"]: o["size"] for o in objects}
+        logs = []
+        for name in sorted(n for n in sizes if n.startswith("logs/"))[:MAX_LOGS]:
+            text, truncated = self._tail(bucket, prefix + name, sizes[name])
+            logs.append({"name": name, "text": text, "truncated": truncated})
+        trace = None
+        if 0 < sizes.get(TRACE_NAME, 0) <= MAX_INLINE_BYTES:
+            trace = self._json(bucket, prefix + TRACE_NAME)
+        result: Any = None
+        result_state = "none"
+        if record.state is TaskState.COMPLETED:
+            size = sizes.get(RESULT_FILE)
+            if size is not None and size > MAX_INLINE_BYTES:
+                result_state = "too large to show inline"
+            else:
+                try:
+                    result, result_state = self._results.load(record), "loaded"
+                except (NotFound, InvalidInput) as problem:
+                    result_state = str(problem)
+        return {
+            "location": f"s3://{bucket}/{prefix}",
+            "objects": objects,
+            "logs": logs,
+            "trace": trace,
+            "result": result,
+            "resultState": result_state,
+        }
+
+    def raw(self, record: TaskRecord, name: str) -> tuple[bytes, bool]:
+        """One of the task's objects by its listed name; (body, truncated)."""
+        bucket, prefix = self.location(record)
+        if not name or ".." in name.split("/") or name.startswith("/"):
+            raise InvalidInput("name", "not an object of this task")
+        try:
+            response = self._s3.get_object(
+                Bucket=bucket, Key=prefix + name, Range=f"bytes=0-{MAX_INLINE_BYTES - 1}"
+            )
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "InvalidRange"):
+                raise NotFound("task object", name) from None
+            raise
+        body = response["Body"].read()
+        total = _total_size(response, len(body))
+        return body, total > len(body)
+
+    def _tail(self, bucket: str, key: str, size: int) -> tuple[str, bool]:
+        if size == 0:
+            return "", False
+        start = max(0, size - MAX_LOG_BYTES)
+        body = self._s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-")["Body"].read()
+        return body.decode("utf-8", errors="replace"), start > 0
+
+    def _json(self, bucket: str, key: str) -> Any:
+        body = self._s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        try:
+            return json.loads(body)
+        except ValueError:
+            return None
+
+
+def _total_size(response: dict[str, Any], read: int) -> int:
+    content_range = str(response.get("ContentRange") or "")
+    if "/" in content_range and content_range.rsplit("/", 1)[1].isdigit():
+        return int(content_range.rsplit("/", 1)[1])
+    return read

@@ -1,0 +1,137 @@
+// agentq console: the jobs list, a job, dead letters, queues and workers.
+"use strict";
+
+(() => {
+  const { el, badge, table } = AQ;
+  const STATES = ["PENDING", "BLOCKED", "PROCESSING", "RETRYING", "COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NOT_CREATED"];
+
+  function progress(done, total) {
+    const bar = el("span");
+    bar.style.width = `${total ? (100 * done) / total : 0}%`;
+    return el("span", { class: "progress", title: `${done}/${total}` }, bar);
+  }
+
+  AQ.pages.jobs = (data) => {
+    const params = new URLSearchParams(location.search);
+    const form = el("form", { class: "filters", method: "get", action: "/jobs" },
+      el("label", {}, "tenant", el("input", { name: "tenant", value: data.tenant, size: 14 })),
+      el("label", {}, "state", el("select", { name: "state" },
+        ["ALL", "RUNNING", "COMPLETED", "FAILED"].map((s) => el("option", { value: s, selected: (data.state || "ALL") === s }, s)))),
+      el("button", { type: "submit" }, "Filter"));
+    const rows = data.jobs.map((j) => el("tr", { "data-job": j.jobId },
+      el("td", {}, el("a", { href: AQ.jobHref(j.jobId, data.tenant) }, j.jobId), j.name ? el("div", { class: "muted" }, j.name) : null),
+      el("td", {}, badge(j.state)),
+      el("td", {}, progress(j.done, j.total), ` ${j.done}/${j.total}`),
+      el("td", { class: "num" }, String(j.failed + j.timedOut)),
+      el("td", { class: "num" }, String(j.cancelled)),
+      el("td", { class: "num" }, AQ.cost(j.costUsd)),
+      el("td", {}, AQ.ago(j.createdMs))));
+    const pager = el("div", { class: "pager" });
+    if (params.get("cursor")) {
+      params.delete("cursor");
+      pager.appendChild(el("a", { href: `/jobs?${params}` }, "« first page"));
+    }
+    if (data.next) {
+      params.set("cursor", data.next);
+      params.set("tenant", data.tenant);
+      pager.appendChild(el("a", { href: `/jobs?${params}`, id: "next-page" }, "next page »"));
+    }
+    return el("section", {}, el("h1", {}, "Jobs"), form,
+      data.jobs.length ? table(["job", "state", "progress", "failures#", "cancelled#", "cost#", "age"], rows, { id: "jobs" })
+        : el("p", { class: "muted" }, "no jobs"), pager);
+  };
+
+  AQ.pages.job = (data) => {
+    const job = data.job;
+    const counts = {};
+    for (const t of data.tasks) counts[t.state] = (counts[t.state] || 0) + 1;
+    // From the tasks' own STATE items: the job's counters move only when the dispatcher
+    // has seen each terminal event, a moment later.
+    const finished = data.tasks.filter((t) => ["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"].includes(t.state)).length;
+    const spent = data.tasks.reduce((sum, t) => sum + (t.costUsd || 0), 0);
+    const legend = el("div", { class: "legend" }, STATES.filter((s) => counts[s]).map((s) => el("span", {}, badge(s), ` ${counts[s]}`)));
+    const actions = AQ.actionsOn() && job.state === "RUNNING"
+      ? el("p", {}, AQ.actionButton("Cancel tasks not started", async () => {
+        const r = await AQ.post("cancel", { jobId: job.jobId, tenant: job.tenant });
+        return `cancelled ${r.cancelled.length}`;
+      }, true)) : null;
+    const tasks = data.tasks.map((t) => el("tr", { "data-key": t.key },
+      el("td", {}, t.requestId ? el("a", { href: AQ.taskHref(t.requestId, job.tenant) }, t.key) : t.key),
+      el("td", {}, t.definition),
+      el("td", {}, badge(t.state)),
+      el("td", { class: "num" }, String(t.attempt || 0)),
+      el("td", {}, (t.dependsOn || []).join(", ")),
+      el("td", { class: "num" }, t.startedMs ? AQ.span((t.finishedMs || Date.now()) - t.startedMs) : "—"),
+      el("td", { class: "num" }, AQ.cost(t.costUsd)),
+      el("td", {}, t.errorCategory ? `${t.errorCategory}: ${t.errorMessage || ""}` : (t.cancelReason || ""))));
+    const events = data.events.map((e) => el("tr", {}, el("td", {}, AQ.time(e.timestampMs)), el("td", {}, e.detailType), el("td", {}, AQ.json(e.payload))));
+    return el("section", {},
+      el("h1", {}, "Job ", el("span", { id: "job-id" }, job.jobId), " ", badge(job.state)),
+      job.name ? el("p", { class: "muted" }, job.name) : null,
+      el("div", { class: "summary" },
+        el("div", {}, el("b", { id: "done" }, `${finished}/${job.total}`), "done"),
+        el("div", {}, el("b", {}, AQ.cost(Math.max(spent, job.costUsd))), job.closedMs ? "cost" : "cost so far"),
+        el("div", {}, el("b", {}, job.failurePolicy), "failure policy"),
+        el("div", {}, el("b", {}, AQ.span((job.closedMs || Date.now()) - job.createdMs)), job.closedMs ? "took" : "running for"),
+        el("div", {}, el("b", {}, job.tenant), "tenant")),
+      el("p", { id: "why" }, data.why), actions,
+      el("h2", {}, "DAG"), legend, AQ.dag.draw(data.tasks, job.tenant),
+      el("h2", {}, "Timeline"), AQ.dag.timeline(data.tasks, job, job.tenant),
+      el("h2", {}, "Tasks"), table(["task", "definition", "state", "attempts#", "depends on", "duration#", "cost#", "why"], tasks, { id: "tasks" }),
+      el("h2", {}, "Job events"), events.length ? table(["time", "event", "payload"], events) : el("p", { class: "muted" }, "none yet"));
+  };
+
+  const selected = new Set();
+  let outcomes = []; // the last action's results survive the redraws that follow it
+  AQ.pages.dlq = (data) => {
+    const known = new Set(data.letters.map((l) => l.key));
+    for (const key of [...selected]) if (!known.has(key)) selected.delete(key);
+    const rows = data.letters.map((l) => el("tr", { "data-key": l.key, "data-request": l.requestId || "" },
+      el("td", {}, el("input", { type: "checkbox", checked: selected.has(l.key), "aria-label": "select",
+        onchange: (e) => (e.target.checked ? selected.add(l.key) : selected.delete(l.key)) })),
+      el("td", {}, AQ.time(l.archivedMs)),
+      el("td", {}, l.requestId ? el("a", { href: AQ.taskHref(l.requestId, l.tenant) }, l.requestId) : el("span", { class: "muted" }, "(malformed)")),
+      el("td", {}, l.tenant || "—"),
+      el("td", {}, l.outcome, l.detail ? el("div", { class: "muted" }, l.detail) : null),
+      el("td", { class: "num" }, l.receives || "?"),
+      el("td", { class: "redriven" }, l.redrivenMs ? `redriven ${AQ.ago(l.redrivenMs)} (${l.redriveCount}×)` : "not redriven"),
+      el("td", {}, el("details", {}, el("summary", {}, "body"), el("pre", {}, l.body + (l.bodyTruncated ? "…" : ""))))));
+    const result = el("div", { id: "dlq-result", class: "muted" }, outcomes.map((x) => el("div", {}, `${x.outcome}: ${x.requestId || x.key} ${x.detail || ""}`)));
+    const act = (name) => async () => {
+      if (!selected.size) return "select one or more letters first";
+      const r = await AQ.post(name, { keys: [...selected] });
+      selected.clear();
+      outcomes = r.results;
+      return `${name}: ${r.results.length} done`;
+    };
+    const buttons = AQ.actionsOn() ? el("p", { id: "dlq-actions" }, AQ.actionButton("Redrive selected", act("redrive")), " ",
+      AQ.actionButton("Discard selected", act("discard"), true))
+      : el("p", { class: "muted" }, "read-only: start the console with --allow-actions to redrive or discard");
+    return el("section", {}, el("h1", {}, "Dead letters"),
+      el("p", { class: "muted" }, "Archived by the dlq-processor; redrive replays the newest letter of a task with a fresh attempt budget."),
+      buttons, result,
+      data.letters.length ? table(["", "archived", "task", "tenant", "outcome / reason", "receives#", "redrive", ""], rows, { id: "letters" })
+        : el("p", { class: "muted" }, "no dead letters"));
+  };
+
+  AQ.pages.queues = (data) => {
+    const queues = data.queues.map((q) => el("tr", {}, el("td", {}, q.name), el("td", { class: "num" }, AQ.num(q.depth)),
+      el("td", { class: "num" }, AQ.num(q.inFlight)), el("td", { class: "num" }, AQ.num(q.delayed)),
+      el("td", { class: "num" }, typeof q.oldestAgeS === "number" ? AQ.span(q.oldestAgeS * 1000) : "—")));
+    const workers = data.workers.map((w) => el("tr", { "data-worker": w.worker }, el("td", {}, w.worker), el("td", { class: "num" }, String(w.busy)),
+      el("td", {}, AQ.ago(w.lastHeartbeatMs)), el("td", { class: "num" }, String(w.stale)),
+      el("td", {}, w.tasks.slice(0, 10).map((t) => el("a", { href: AQ.taskHref(t.requestId, t.tenant) }, `${t.requestId} `)))));
+    const types = ["Task Processing Started", "Task Completed", "Task Failed", "Task Timeout"];
+    const peak = Math.max(1, ...data.rates.flatMap((m) => types.map((t) => m[t])));
+    const rates = data.rates.map((m) => el("tr", {}, el("td", {}, AQ.time(m.minuteMs).slice(11, 16)),
+      types.map((t) => { const bar = el("span"); bar.style.width = `${(60 * m[t]) / peak}px`; return el("td", { class: "bars" }, bar, ` ${m[t]}`); })));
+    const oldest = data.oldestWaitingMs || {};
+    return el("section", {}, el("h1", {}, "Queues and workers"),
+      table(["queue", "visible#", "in flight#", "delayed#", "oldest message#"], queues, { id: "queues" }),
+      AQ.kv([["oldest PENDING task", AQ.span(oldest.PENDING)], ["oldest RETRYING task", AQ.span(oldest.RETRYING)]]),
+      el("h2", {}, "Workers (busy slots, from their leases)"),
+      data.workers.length ? table(["worker", "busy slots#", "last heartbeat", "stale leases#", "running"], workers, { id: "workers" })
+        : el("p", { class: "muted" }, "no worker is running a task"),
+      el("h2", {}, "Last minutes"), table(["minute", "started", "completed", "failed", "timed out"], rates, { id: "rates" }));
+  };
+})();

@@ -1,0 +1,97 @@
+// agentq console: one task: input, result, error, attempts, agent trace, logs, events.
+"use strict";
+
+(() => {
+  const { el, badge, table, kv } = AQ;
+  const TERMINAL = ["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"];
+
+  function objectHref(requestId, tenant, name) {
+    return `/api/tasks/${encodeURIComponent(requestId)}/object?tenant=${encodeURIComponent(tenant)}&name=${encodeURIComponent(name)}`;
+  }
+
+  function attempts(list) {
+    if (!list.length) return el("p", { class: "muted" }, "no attempt yet");
+    const t0 = Math.min(...list.map((a) => a.startedMs || a.endedMs || Date.now()));
+    const t1 = Math.max(...list.map((a) => a.endedMs || Date.now()));
+    const rows = list.map((a) => {
+      const bar = el("span", { class: `s-${a.exit === "Task Completed" ? "COMPLETED" : a.exit ? "FAILED" : "PROCESSING"}` });
+      const start = a.startedMs || t0;
+      bar.style.left = `${(100 * (start - t0)) / Math.max(1, t1 - t0)}%`;
+      bar.style.width = `${(100 * ((a.endedMs || Date.now()) - start)) / Math.max(1, t1 - t0)}%`;
+      return el("tr", { "data-attempt": a.attempt },
+        el("td", { class: "num" }, String(a.attempt)), el("td", {}, a.worker || "—"), el("td", {}, AQ.time(a.startedMs)),
+        el("td", { class: "num" }, a.durationMs !== undefined ? AQ.span(a.durationMs) : "—"),
+        el("td", {}, a.exit || "running"), el("td", {}, a.category || ""),
+        el("td", {}, a.fenced ? "lease fenced" : a.leaseUntil ? `lease to ${AQ.time(a.leaseUntil).slice(11)}` : ""),
+        el("td", { class: "tl-cell" }, el("div", { class: "tl-track" }, bar)));
+    });
+    return table(["attempt#", "worker", "started", "duration#", "exit", "category", "fence", "timeline"], rows, { id: "attempts" });
+  }
+
+  function trace(t) {
+    if (!t) return el("p", { class: "muted", id: "trace" }, "no agent trace (not an agent task, or not finished)");
+    const usage = t.usage || {};
+    const totals = kv([
+      ["turns", AQ.num(t.num_turns)], ["cost", AQ.cost(t.cost_usd)], ["duration", AQ.span(t.duration_ms)],
+      ["input tokens", AQ.num(usage.input_tokens)], ["output tokens", AQ.num(usage.output_tokens)],
+      ["cache read", AQ.num(usage.cache_read_input_tokens)], ["cache written", AQ.num(usage.cache_creation_input_tokens)],
+      ["cache efficiency", t.cache_efficiency_pct !== undefined ? `${t.cache_efficiency_pct}%` : null],
+      ["session", t.session_id], ["result", t.result_subtype]]);
+    const turns = (t.turns || []).map((turn, i) => el("tr", {}, el("td", { class: "num" }, String(i + 1)), el("td", { class: "num" }, String(turn.attempt)),
+      el("td", { class: "num" }, AQ.span(turn.at_ms)), el("td", { class: "num" }, AQ.num(turn.usage?.input_tokens)),
+      el("td", { class: "num" }, AQ.num(turn.usage?.output_tokens)), el("td", { class: "num" }, AQ.num(turn.usage?.cache_read_input_tokens)),
+      el("td", {}, (turn.tools || []).join(", ")), el("td", { class: "problem" }, turn.error || "")));
+    const calls = (t.tool_calls || []).map((c) => el("tr", {}, el("td", {}, c.name), el("td", {}, c.status), el("td", { class: "num" }, String(c.attempt)),
+      el("td", { class: "num" }, AQ.span(c.started_ms)), el("td", { class: "num" }, c.duration_ms !== null ? AQ.span(c.duration_ms) : "—"),
+      el("td", { class: "num" }, AQ.num(c.input_bytes)), el("td", { class: "num" }, AQ.num(c.output_bytes))));
+    return el("div", { id: "trace" }, totals,
+      el("h3", {}, `Turns (${turns.length})`), turns.length ? table(["#", "attempt#", "at#", "in#", "out#", "cache read#", "tools", "error"], turns, { id: "turns" }) : el("p", { class: "muted" }, "none"),
+      el("h3", {}, `Tool calls (${calls.length})`), calls.length ? table(["tool", "status", "attempt#", "at#", "took#", "input bytes#", "output bytes#"], calls, { id: "tool-calls" }) : el("p", { class: "muted" }, "none"),
+      (t.todos || []).length ? el("div", {}, el("h3", {}, "Todos"), AQ.json(t.todos)) : null);
+  }
+
+  AQ.pages.task = (data) => {
+    const t = data.task;
+    const art = data.artifacts || {};
+    const buttons = [];
+    if (AQ.actionsOn()) {
+      if (["BLOCKED", "PENDING", "RETRYING"].includes(t.state)) {
+        buttons.push(AQ.actionButton("Cancel", async () => {
+          const r = await AQ.post("cancel", { requestId: t.requestId, tenant: t.tenant });
+          return r.cancelled.length ? "cancelled" : "not cancelled (it started or finished)";
+        }, true));
+      }
+      if (TERMINAL.includes(t.state)) {
+        buttons.push(AQ.actionButton("Resubmit as a new task", async () => {
+          const r = await AQ.post("resubmit", { requestId: t.requestId, tenant: t.tenant });
+          location.href = AQ.taskHref(r.requestId, t.tenant);
+          return `submitted ${r.requestId}`;
+        }));
+      }
+    }
+    // A completed task may still carry the error of an earlier, retried attempt.
+    const earlier = t.state === "COMPLETED";
+    const error = data.error ? el("div", { id: "error" }, el("p", { class: earlier ? "muted" : "problem" },
+      earlier ? "an earlier attempt failed: " : [badge(t.state), " "],
+      `${data.error.category || "?"}${data.error.retryable ? " (retryable)" : ""}: `, data.error.message || "",
+      data.error.exception_type ? ` [${data.error.exception_type}]` : "")) : null;
+    const logs = (art.logs || []).map((l) => el("div", { class: "log" }, el("h3", {}, l.name, l.truncated ? " (last 256 KB)" : ""), el("pre", {}, l.text || "(empty)")));
+    const objects = (art.objects || []).map((o) => el("li", {}, el("a", { href: objectHref(t.requestId, t.tenant, o.name) }, o.name), ` ${AQ.num(o.size)} bytes`));
+    const events = data.events.map((e) => el("tr", {}, el("td", {}, AQ.time(e.timestampMs)), el("td", {}, e.detailType),
+      el("td", { class: "num" }, String(e.attempt || 0)), el("td", {}, e.workerId || ""), el("td", {}, AQ.json(e.payload))));
+    return el("section", {},
+      el("h1", {}, "Task ", el("span", { id: "request-id" }, t.requestId), " ", el("span", { id: "task-state" }, badge(t.state))),
+      kv([["definition", t.definition], ["tenant", t.tenant],
+        ["job", t.jobId ? el("a", { href: AQ.jobHref(t.jobId, t.tenant) }, `${t.jobId} / ${t.taskKey || ""}`) : null],
+        ["attempts", String(t.attempt)], ["worker", t.owner], ["created", t.createdAt], ["started", t.startedAt], ["finished", t.finishedAt],
+        ["duration", t.durationMs !== null ? AQ.span(t.durationMs) : null], ["cost", AQ.cost(t.costUsd)], ["cancelled because", t.cancelReason]]),
+      buttons.length ? el("p", {}, buttons) : null, error,
+      el("h2", {}, "Input"), el("div", { id: "input" }, AQ.json(data.input)),
+      el("h2", {}, "Result"), el("div", { id: "result" }, art.resultState === "loaded" ? AQ.json(art.result) : el("p", { class: "muted" }, art.resultState || "none")),
+      el("h2", {}, "Attempts"), attempts(data.attempts),
+      el("h2", {}, "Agent trace"), trace(art.trace),
+      el("h2", {}, "Logs"), logs.length ? el("div", { id: "logs" }, logs) : el("p", { class: "muted", id: "logs" }, "no logs yet"),
+      el("h2", {}, "Objects"), el("p", { class: "muted" }, art.location || ""), el("ul", { id: "objects" }, objects),
+      el("h2", {}, "Events"), table(["time", "event", "attempt#", "worker", "payload"], events, { id: "events" }));
+  };
+})();

@@ -1,0 +1,254 @@
+"""The console's speed in a real browser, and its AWS requests per refresh.
+
+A stage is filled with one job of `tasks` tasks (a fan-out and its fan-in, in every
+state) and `jobs` one-task jobs; the console serves it and Debian's chromium opens the
+job page and the jobs list. Time to data drawn is what the page itself records when
+its data is on screen (`window.__aqDrawnAt`, ms since navigation began), the median of
+a few loads. Requests per refresh are the console's own AWS calls for one poll of each
+page's JSON, from `agentq.aws.CallCounter`; the bound for a job page is 1 job read +
+one BatchGetItem per 100 tasks + 1 timeline query, and 1 query for a list page.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import statistics
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from agentq.aws import AwsClients, CallCounter
+from agentq.config import Settings
+from agentq.console import ConsoleOptions, ConsoleServer
+from agentq.envelope import TaskEnvelope
+from agentq.jobs import JobStore, parse_spec, task_request_id
+from agentq.local.aws import LOCAL_REGION, MotoServer
+from agentq.states import TaskState
+from agentq.store import TaskStore
+from bench.stack import new_stage
+
+TARGET_MS: Final = 1000.0
+LOADS: Final = 3
+CHROMIUM: Final = "/usr/bin/chromium"
+_ARGS: Final = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+# How the fan-out's tasks are spread over states, so every colour is drawn.
+_MIX: Final = (TaskState.COMPLETED, TaskState.COMPLETED, TaskState.PROCESSING,
+               TaskState.FAILED, TaskState.PENDING, TaskState.CANCELLED)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def fill(settings: Settings, dynamodb: Any, *, tasks: int, jobs: int) -> str:
+    """One big job in every state plus `jobs` small ones; returns the big job's id."""
+    table = settings.required("table_name")
+    job_store, task_store = JobStore(dynamodb, table), TaskStore(dynamodb, table)
+    tenant = settings.tenant_id
+    fan_out = {f"part_{i:03d}": {"definition": "noop"} for i in range(tasks - 1)}
+    spec = parse_spec({"tasks": {**fan_out, "merge": {"definition": "noop",
+                                                      "depends_on": list(fan_out)}}})  # fmt: skip
+    big = "bench-console-big"
+    job_store.create(tenant, big, spec)
+    now = int(time.time() * 1000)
+    for index, task in enumerate(spec.tasks):
+        envelope = TaskEnvelope(request_id=task_request_id(big, task.key), tenant=tenant,
+                                definition="noop", job_id=big, task_key=task.key)  # fmt: skip
+        task_store.create(envelope, state=TaskState.BLOCKED, extra={"taskKey": task.key})
+        target = _MIX[index % len(_MIX)] if task.key != "merge" else TaskState.BLOCKED
+        if target is not TaskState.BLOCKED:
+            started = now - 60_000 + index * 200
+            task_store.transition(tenant, envelope.request_id, from_states=[TaskState.BLOCKED],
+                                  to_state=target, fields={"startedAt": started, "attempt": 1,
+                                                           "costUsd": 0.002})  # fmt: skip
+    small = parse_spec({"tasks": {"only": {"definition": "noop"}}})
+    for n in range(jobs):
+        job_store.create(tenant, f"bench-console-{n:05d}", small)
+    return big
+
+
+def _drawn_ms(page: Any, url: str) -> dict[str, float]:
+    """Median of a few loads: time to data drawn, and how much of it was the server's."""
+    drawn, server = [], []
+    for _ in range(LOADS):
+        page.goto(url)
+        page.wait_for_selector("body[data-drawn='1']", timeout=60_000)
+        drawn.append(float(page.evaluate("window.__aqDrawnAt")))
+        # Until the page's first byte: the console reading AWS (moto here) and rendering.
+        server.append(float(page.evaluate(
+            "performance.getEntriesByType('navigation')[0].responseStart")))  # fmt: skip
+    return {"drawn_ms": round(statistics.median(drawn), 1),
+            "server_ms": round(statistics.median(server), 1)}  # fmt: skip
+
+
+def _requests(
+    server: ConsoleServer, counter: CallCounter, cookie: str, path: str
+) -> dict[str, int]:
+    before = counter.snapshot()
+    request = urllib.request.Request(server.base_url + path, headers={"Cookie": cookie})
+    with urllib.request.urlopen(request) as response:
+        response.read()
+    after = counter.snapshot()
+    return {op: n - before.get(op, 0) for op, n in after.items() if n - before.get(op, 0)}
+
+
+def run(server: MotoServer, *, quick: bool = False, tasks: int | None = None,
+        jobs: int | None = None) -> dict[str, Any]:  # fmt: skip
+    from playwright.sync_api import sync_playwright
+
+    tasks = tasks or (50 if quick else 200)
+    jobs = jobs or (100 if quick else 1000)
+    stage = new_stage(server, prefix="c")
+    env = stage.env()
+    with _environment(env):
+        settings = Settings.from_env()
+        began = time.monotonic()
+        big = fill(settings, stage.clients["dynamodb"], tasks=tasks, jobs=jobs)
+        fill_s = time.monotonic() - began
+        counter = CallCounter()
+        aws = AwsClients(LOCAL_REGION, counter=counter)
+        console = ConsoleServer.from_settings(settings, ConsoleOptions(refresh_ms=60_000), aws=aws)
+        with console, sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=_ARGS
+            )
+            try:
+                page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+                page.goto(console.url)
+                cookie = "; ".join(f"{c['name']}={c['value']}" for c in page.context.cookies())
+                job_ms = _drawn_ms(page, f"{console.base_url}/jobs/{big}")
+                list_ms = _drawn_ms(page, f"{console.base_url}/jobs")
+                list_200_ms = _drawn_ms(page, f"{console.base_url}/jobs?limit=200")
+            finally:
+                browser.close()
+            job_calls = _requests(console, counter, cookie, f"/api/jobs/{big}")
+            list_calls = _requests(console, counter, cookie, "/api/jobs")
+    job_bound = 2 + math.ceil(tasks / 100)
+    return {
+        "tasks": tasks,
+        "jobs": jobs,
+        "fill_s": round(fill_s, 1),
+        "job_page_drawn_ms": job_ms["drawn_ms"],
+        "job_page_server_ms": job_ms["server_ms"],
+        "jobs_list_drawn_ms": list_ms["drawn_ms"],
+        "jobs_list_server_ms": list_ms["server_ms"],
+        "jobs_list_200_drawn_ms": list_200_ms["drawn_ms"],
+        "job_page_requests": job_calls,
+        "job_page_requests_total": sum(job_calls.values()),
+        "job_page_requests_bound": job_bound,
+        "jobs_list_requests": list_calls,
+        "jobs_list_requests_total": sum(list_calls.values()),
+        "within_target": max(job_ms["drawn_ms"], list_ms["drawn_ms"]) <= TARGET_MS,
+        "within_bound": sum(job_calls.values()) <= job_bound and sum(list_calls.values()) <= 1,
+    }
+
+
+def screenshots(directory: Path, *, timeout_s: float = 400.0) -> list[Path]:
+    """Each page of the console, drawn by chromium from the demo's job on the local stack.
+
+    Two dead letters are put on the DLQ first (one task, one malformed body) so the
+    dead-letter page has rows; the job page and the queues page are taken mid-run.
+    """
+    from playwright.sync_api import sync_playwright
+
+    from agentq.client import AgentqClient
+    from agentq.console import serving
+    from agentq.demo import DEMO_DEFINITIONS, DEMO_WORKER_ENV, SAMPLES, demo_spec
+    from agentq.local.stack import LocalStack, LocalStackOptions
+
+    directory.mkdir(parents=True, exist_ok=True)
+    from agentq.local.workers import SAMPLE_DEFINITIONS
+
+    dirs = (SAMPLES, DEMO_DEFINITIONS, SAMPLE_DEFINITIONS)
+    options = LocalStackOptions(stage="shots", workers=2, definitions_dirs=dirs,
+                                use_real_claude=False, worker_env=dict(DEMO_WORKER_ENV))  # fmt: skip
+    taken: list[Path] = []
+    with (
+        LocalStack(options) as stack,
+        serving(ConsoleOptions(allow_actions=True, refresh_ms=1000)) as web,
+    ):
+        env = stack.env()
+        sqs = AwsClients(LOCAL_REGION).sqs
+        lost = TaskEnvelope(request_id="nightly-digest-7f3a", tenant="default", definition="summarize",
+                            input={"document": "Nightly digest of support tickets"})  # fmt: skip
+        sqs.send_message(QueueUrl=env["SQS_DLQ_URL"], MessageBody=lost.to_body(),
+                         MessageAttributes=lost.message_attributes())  # fmt: skip
+        sqs.send_message(QueueUrl=env["SQS_DLQ_URL"], MessageBody="{not json")
+        client = AgentqClient.from_env()
+        spec, _ = demo_spec(offline=True)
+        # A few small jobs beside the demo's, so the list shows each state.
+        echo = {"definition": "sample-echo", "input": {"rows": 120}}
+        client.create_job({"name": "nightly import", "tasks": {"fetch": echo, "load": {
+            **echo, "depends_on": ["fetch"]}}}, job_id="nightly-import-0412")  # fmt: skip
+        client.create_job({"name": "ticket triage", "tasks": {"classify": {
+            "definition": "sample-fail", "input": {"category": "validation"}}, "route": {
+            **echo, "depends_on": ["classify"]}}}, job_id="ticket-triage-0412")  # fmt: skip
+        job = client.create_job(spec, job_id="demo-briefing")
+        deadline = time.monotonic() + timeout_s
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=_ARGS
+            )
+            page = browser.new_context(viewport={"width": 1280, "height": 860}).new_page()
+            page.goto(web.url)
+
+            def shot(name: str, path: str, selector: str = "body[data-drawn='1']") -> None:
+                page.goto(web.base_url + path)
+                page.wait_for_selector(selector, timeout=60_000)
+                target = directory / f"console-{name}.png"
+                page.screenshot(path=str(target))
+                taken.append(target)
+
+            while time.monotonic() < deadline:
+                states = {r.state.value for r in client.job_tasks(job).values() if r}
+                if "COMPLETED" in states and "PROCESSING" in states:
+                    break
+                time.sleep(0.5)
+            shot("job", f"/jobs/{job.job_id}")
+            shot("queues", "/queues")
+            while client.get_job(job.job_id).state == "RUNNING" and time.monotonic() < deadline:
+                time.sleep(1.0)
+            shot("jobs", "/jobs")
+            shot("task", f"/tasks/{job.job_id}-flaky", "#trace")
+            page.locator("#attempts").scroll_into_view_if_needed()
+            target = directory / "console-task-trace.png"
+            page.screenshot(path=str(target))
+            taken.append(target)
+            shot("dlq", "/dlq", "#letters")
+            # Readable at 200 tasks: a fan-out wrapped into sub-columns, every state drawn.
+            big = fill(Settings.from_env(), AwsClients(LOCAL_REGION).dynamodb, tasks=200, jobs=0)
+            shot("job-200", f"/jobs/{big}")
+            page.locator("#dag").scroll_into_view_if_needed()
+            page.screenshot(path=str(taken[-1]))
+            browser.close()
+    return taken
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    from bench.stack import moto_server
+
+    if "--screenshots" in sys.argv:
+        for path in screenshots(Path(sys.argv[sys.argv.index("--screenshots") + 1])):
+            print(path)
+        sys.exit(0)
+    with moto_server() as moto:
+        figures = run(moto, quick="--quick" in sys.argv)
+    print(json.dumps(figures, indent=1))
