@@ -102,11 +102,18 @@ def test_dispatch_whose_unblocking_write_was_applied_then_retried_still_sends(
         lease_seconds=60,
         max_attempts=3,
     )
-    stack.s3.put_object(Bucket=stack.resources.bucket, Key=result_key(a_id), Body=b"{}")
+    stack.s3.put_object(
+        Bucket=stack.resources.bucket, Key=result_key("default", a_id, lease.attempt), Body=b"{}"
+    )
     tasks.finalize(
         lease,
         TaskState.COMPLETED,
-        fields={"result": {"bucket": stack.resources.bucket, "key": result_key(a_id)}},
+        fields={
+            "result": {
+                "bucket": stack.resources.bucket,
+                "key": result_key("default", a_id, lease.attempt),
+            }
+        },
     )
 
     monkeypatch.setenv(
