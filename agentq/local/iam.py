@@ -4,7 +4,8 @@ whose policy is exactly what the CDK templates grant that component's role.
     AGENTQ_LOCAL_IAM=enforce agentq local up      (or LocalStackOptions(iam=True))
 
 1. `synthesized_policies()` synthesizes the app (the `dev` stage, no cdk-nag) in a
-   child process and reads, for each component in `COMPONENTS`, every statement of
+   child process (`python -m infra.local_policies`: the ground floor names infra, never
+   imports it) and reads, for each component in `COMPONENTS`, every statement of
    every policy attached to its role (the producer: the `ProducerPolicy` managed
    policy). CloudFormation intrinsics are resolved to stage-independent tokens:
    the stage's queues, tables, bus and artifacts bucket become `${agentq:<name>}`,
@@ -61,6 +62,7 @@ UNRESOLVED: Final = "arn:aws:agentq-local-unresolved::"
 _HASHED: Final = (
     "infra",
     "agentq/local/iam.py",
+    "infra/local_policies.py",
     "agentq/resources.py",
     "agentq/config.py",
     "app.py",
@@ -81,109 +83,6 @@ class Credentials:
             "AWS_ACCESS_KEY_ID": self.access_key_id,
             "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
         }
-
-
-# -- synthesis (runs in a child process: jsii and node stay out of the caller) ------------
-class _Resolver:
-    def __init__(self, templates: Mapping[str, dict[str, Any]], names: Any, bucket_ids: set[str]):
-        self._templates = templates
-        self._exports = {
-            str(output["Export"]["Name"]): (stack, output["Value"])
-            for stack, template in templates.items()
-            for output in template.get("Outputs", {}).values()
-            if isinstance(output.get("Export", {}).get("Name"), str)
-        }
-        self._tokens = {getattr(names, attr): f"${{agentq:{attr}}}" for attr in NAMED_RESOURCES}
-        self._buckets = bucket_ids
-
-    def resolve(self, stack: str, value: Any) -> Any:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, list):
-            return [self.resolve(stack, item) for item in value]
-        if not isinstance(value, dict):
-            return value
-        if len(value) != 1 or not next(iter(value)).startswith(("Fn::", "Ref")):
-            return {key: self.resolve(stack, item) for key, item in value.items()}
-        ((function, argument),) = value.items()
-        if function == "Fn::ImportValue":
-            exporter, exported = self._exports[str(argument)]
-            return self.resolve(exporter, exported)
-        if function == "Fn::Join":
-            separator, parts = argument
-            return str(separator).join(str(self.resolve(stack, p)) for p in parts)
-        if function == "Ref":
-            return self._ref(stack, str(argument))
-        if function == "Fn::GetAtt":
-            return (
-                self._arn(stack, str(argument[0]))
-                if argument[1] == "Arn"
-                else self._missing(stack, str(argument[0]))
-            )
-        return self._missing(stack, function)
-
-    def _ref(self, stack: str, name: str) -> str:
-        pseudo = {"AWS::Region": "${AWS::Region}", "AWS::AccountId": "${AWS::AccountId}",
-                  "AWS::Partition": "aws", "AWS::URLSuffix": "amazonaws.com"}  # fmt: skip
-        return pseudo.get(name) or self._missing(stack, name)
-
-    def _arn(self, stack: str, logical_id: str) -> str:
-        resource = self._templates[stack]["Resources"].get(logical_id, {})
-        kind, props = resource.get("Type"), resource.get("Properties", {})
-        region, account = "${AWS::Region}", "${AWS::AccountId}"
-        if kind == "AWS::SQS::Queue" and props.get("QueueName") in self._tokens:
-            return f"arn:aws:sqs:{region}:{account}:{self._tokens[props['QueueName']]}"
-        if kind == "AWS::DynamoDB::Table" and props.get("TableName") in self._tokens:
-            return f"arn:aws:dynamodb:{region}:{account}:table/{self._tokens[props['TableName']]}"
-        if kind == "AWS::Events::EventBus" and props.get("Name") in self._tokens:
-            return f"arn:aws:events:{region}:{account}:event-bus/{self._tokens[props['Name']]}"
-        if kind == "AWS::S3::Bucket" and f"{stack}/{logical_id}" in self._buckets:
-            return "arn:aws:s3:::${agentq:bucket}"
-        return self._missing(stack, logical_id)
-
-    @staticmethod
-    def _missing(stack: str, what: str) -> str:
-        return f"{UNRESOLVED}:{stack}/{what}"
-
-
-def _synthesize() -> dict[str, list[Statement]]:
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-    import aws_cdk as cdk
-
-    from infra.app import build_app
-
-    context = json.loads((REPO_ROOT / "cdk.json").read_text()).get("context", {})
-    with tempfile.TemporaryDirectory(prefix="agentq-iam-synth-") as outdir:
-        app = cdk.App(outdir=outdir, context={**context, "stage": SYNTH_STAGE})
-        stacks = build_app(app, nag=False)
-        assembly = app.synth()
-        templates = {s.stack_name: dict(s.template) for s in assembly.stacks}
-    bucket = stacks.infrastructure.bucket
-    bucket_id = (
-        f"{bucket.stack.stack_name}/{bucket.stack.get_logical_id(bucket.node.default_child)}"  # type: ignore[arg-type]
-    )
-    resolver = _Resolver(templates, stacks.settings.names, {bucket_id})
-    policies: dict[str, list[Statement]] = {}
-    for component, path in COMPONENTS.items():
-        construct: Any = stacks
-        for attribute in path.split("."):
-            construct = getattr(construct, attribute)
-        stack = construct.stack
-        logical_id = stack.get_logical_id(construct.node.default_child)
-        resources = templates[stack.stack_name]["Resources"]
-        statements: list[Statement] = []
-        for resource in resources.values():
-            props = resource.get("Properties", {})
-            attached = resource["Type"] == "AWS::IAM::Policy" and {"Ref": logical_id} in props.get(
-                "Roles", []
-            )
-            if attached or (
-                resource is resources[logical_id] and resource["Type"] == "AWS::IAM::ManagedPolicy"
-            ):
-                for statement in props["PolicyDocument"]["Statement"]:
-                    statements.append(resolver.resolve(stack.stack_name, statement))
-        policies[component] = statements
-    return policies
 
 
 def source_hash() -> str:
@@ -210,7 +109,7 @@ def synthesized_policies() -> dict[str, list[Statement]]:
         return cached
     cache.parent.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
-        [sys.executable, "-m", "agentq.local.iam"],
+        [sys.executable, "-m", "infra.local_policies"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     if done.returncode != 0:
@@ -285,11 +184,3 @@ def _remove_action(statements: list[Statement], action: str) -> list[Statement]:
     if not found:
         raise ConfigError("AGENTQ_LOCAL_IAM", f"{action} is not granted, so it cannot be removed")
     return kept
-
-
-def main() -> None:
-    json.dump(_synthesize(), sys.stdout)
-
-
-if __name__ == "__main__":
-    main()

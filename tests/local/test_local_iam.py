@@ -26,13 +26,13 @@ from agentq.local.iam import (
     UNRESOLVED,
     Credentials,
     _remove_action,
-    _Resolver,
     create_component_users,
     local_statements,
     synthesized_policies,
 )
 from agentq.local.moto_iam import ACCOUNT_ID, request_checks
 from agentq.resources import ResourceNames
+from infra.local_policies import _Resolver
 
 NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=3, max_size=40)
 KINDS = st.sampled_from(["Put", "Update", "Delete", "ConditionCheck"])

@@ -1,0 +1,134 @@
+"""The synthesized policy statements of each local component's role, for the
+IAM-enforced local stack (agentq.local.iam runs this module in a child process, so
+jsii and node stay out of its caller and `agentq` never imports `infra`).
+
+    python -m infra.local_policies    # JSON: component -> statements, on stdout
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+from agentq.local.iam import (
+    COMPONENTS,
+    NAMED_RESOURCES,
+    REPO_ROOT,
+    SYNTH_STAGE,
+    UNRESOLVED,
+    Statement,
+)
+
+
+class _Resolver:
+    def __init__(self, templates: Mapping[str, dict[str, Any]], names: Any, bucket_ids: set[str]):
+        self._templates = templates
+        self._exports = {
+            str(output["Export"]["Name"]): (stack, output["Value"])
+            for stack, template in templates.items()
+            for output in template.get("Outputs", {}).values()
+            if isinstance(output.get("Export", {}).get("Name"), str)
+        }
+        self._tokens = {getattr(names, attr): f"${{agentq:{attr}}}" for attr in NAMED_RESOURCES}
+        self._buckets = bucket_ids
+
+    def resolve(self, stack: str, value: Any) -> Any:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list):
+            return [self.resolve(stack, item) for item in value]
+        if not isinstance(value, dict):
+            return value
+        if len(value) != 1 or not next(iter(value)).startswith(("Fn::", "Ref")):
+            return {key: self.resolve(stack, item) for key, item in value.items()}
+        ((function, argument),) = value.items()
+        if function == "Fn::ImportValue":
+            exporter, exported = self._exports[str(argument)]
+            return self.resolve(exporter, exported)
+        if function == "Fn::Join":
+            separator, parts = argument
+            return str(separator).join(str(self.resolve(stack, p)) for p in parts)
+        if function == "Ref":
+            return self._ref(stack, str(argument))
+        if function == "Fn::GetAtt":
+            return (
+                self._arn(stack, str(argument[0]))
+                if argument[1] == "Arn"
+                else self._missing(stack, str(argument[0]))
+            )
+        return self._missing(stack, function)
+
+    def _ref(self, stack: str, name: str) -> str:
+        pseudo = {"AWS::Region": "${AWS::Region}", "AWS::AccountId": "${AWS::AccountId}",
+                  "AWS::Partition": "aws", "AWS::URLSuffix": "amazonaws.com"}  # fmt: skip
+        return pseudo.get(name) or self._missing(stack, name)
+
+    def _arn(self, stack: str, logical_id: str) -> str:
+        resource = self._templates[stack]["Resources"].get(logical_id, {})
+        kind, props = resource.get("Type"), resource.get("Properties", {})
+        region, account = "${AWS::Region}", "${AWS::AccountId}"
+        if kind == "AWS::SQS::Queue" and props.get("QueueName") in self._tokens:
+            return f"arn:aws:sqs:{region}:{account}:{self._tokens[props['QueueName']]}"
+        if kind == "AWS::DynamoDB::Table" and props.get("TableName") in self._tokens:
+            return f"arn:aws:dynamodb:{region}:{account}:table/{self._tokens[props['TableName']]}"
+        if kind == "AWS::Events::EventBus" and props.get("Name") in self._tokens:
+            return f"arn:aws:events:{region}:{account}:event-bus/{self._tokens[props['Name']]}"
+        if kind == "AWS::S3::Bucket" and f"{stack}/{logical_id}" in self._buckets:
+            return "arn:aws:s3:::${agentq:bucket}"
+        return self._missing(stack, logical_id)
+
+    @staticmethod
+    def _missing(stack: str, what: str) -> str:
+        return f"{UNRESOLVED}:{stack}/{what}"
+
+
+def _synthesize() -> dict[str, list[Statement]]:
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    import aws_cdk as cdk
+
+    from infra.app import build_app
+
+    context = json.loads((REPO_ROOT / "cdk.json").read_text()).get("context", {})
+    with tempfile.TemporaryDirectory(prefix="agentq-iam-synth-") as outdir:
+        app = cdk.App(outdir=outdir, context={**context, "stage": SYNTH_STAGE})
+        stacks = build_app(app, nag=False)
+        assembly = app.synth()
+        templates = {s.stack_name: dict(s.template) for s in assembly.stacks}
+    bucket = stacks.infrastructure.bucket
+    bucket_id = (
+        f"{bucket.stack.stack_name}/{bucket.stack.get_logical_id(bucket.node.default_child)}"  # type: ignore[arg-type]
+    )
+    resolver = _Resolver(templates, stacks.settings.names, {bucket_id})
+    policies: dict[str, list[Statement]] = {}
+    for component, path in COMPONENTS.items():
+        construct: Any = stacks
+        for attribute in path.split("."):
+            construct = getattr(construct, attribute)
+        stack = construct.stack
+        logical_id = stack.get_logical_id(construct.node.default_child)
+        resources = templates[stack.stack_name]["Resources"]
+        statements: list[Statement] = []
+        for resource in resources.values():
+            props = resource.get("Properties", {})
+            attached = resource["Type"] == "AWS::IAM::Policy" and {"Ref": logical_id} in props.get(
+                "Roles", []
+            )
+            if attached or (
+                resource is resources[logical_id] and resource["Type"] == "AWS::IAM::ManagedPolicy"
+            ):
+                for statement in props["PolicyDocument"]["Statement"]:
+                    statements.append(resolver.resolve(stack.stack_name, statement))
+        policies[component] = statements
+    return policies
+
+
+def main() -> None:
+    json.dump(_synthesize(), sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
