@@ -90,3 +90,65 @@ def test_task_code_gets_the_attempt_and_lease_token_as_its_fencing_token(stack: 
     ctx = load_context(task_dir)
     assert (ctx.attempt, ctx.lease_token) == (1, lease.token)
     assert ctx.fencing_token == f"1:{lease.token}"
+
+
+@pytest.mark.slow
+def test_a_worker_under_a_five_percent_mix_ends_each_task_once(
+    stack: Stack, tmp_path: Path
+) -> None:
+    log = tmp_path / "faults.jsonl"
+    env = {**stack.env(), **fast_env(), "AGENTQ_FAULTS": "mix@0.05",
+           "AGENTQ_FAULTS_SEED": unique_seed(), "AGENTQ_FAULTS_LOG": str(log)}  # fmt: skip
+    envelopes = [
+        TaskEnvelope(
+            request_id=f"mx-{n}-{unique_seed()}",
+            tenant="acme",
+            definition="sample-echo",
+            input={"n": n},
+        )
+        for n in range(12)
+    ]
+    for envelope in envelopes:
+        stack.sqs.send_message(
+            QueueUrl=stack.resources.queue_url,
+            MessageBody=envelope.to_body(),
+            MessageAttributes=envelope.message_attributes(),
+        )
+    # A lost ReceiveMessage answer (applied_then_failed) hides its messages for the
+    # queue's visibility timeout, as on AWS: keep it short so they come back in time.
+    stack.sqs.set_queue_attributes(
+        QueueUrl=stack.resources.queue_url, Attributes={"VisibilityTimeout": "5"}
+    )
+    store = TaskStore(stack.dynamodb, stack.resources.table_name)
+    ids = {e.request_id for e in envelopes}
+    endings: dict[str, set[str]] = {}
+
+    def all_ended() -> bool:
+        for body in drain_bodies(stack, stack.resources.target_queues["save-event"]):
+            detail = body["detail"]
+            if detail.get("requestId") in ids and body["detail-type"] in (
+                "Task Completed", "Task Failed", "Task Timeout"
+            ):  # fmt: skip
+                endings.setdefault(detail["requestId"], set()).add(detail["eventId"])
+        return set(endings) == ids
+
+    worker = WorkerProcess("mixed")
+    worker.start(env)
+    try:
+        wait_for(all_ended, timeout=150, message="every task's terminal event")
+        worker.stop(timeout=60)
+    except BaseException:
+        print(f"--- worker output ---\n{worker.output()[-6000:]}")
+        raise
+    finally:
+        if worker.alive():
+            worker.kill()
+    all_ended()
+
+    # One terminal event per task (a re-sent one keeps its id), matching its STATE item.
+    assert {rid: len(events) for rid, events in endings.items()} == dict.fromkeys(ids, 1)
+    for envelope in envelopes:
+        record = store.require(envelope.tenant, envelope.request_id)
+        assert record.state is TaskState.COMPLETED
+        assert record.raw["terminalEvent"]["eventId"] in endings[envelope.request_id]
+    assert sum(read_counts(str(log)).values()) > 0
