@@ -56,7 +56,10 @@ def test_result_logs_and_trace_of_a_task(running: dict[str, str]) -> None:
     }
     request_id = _completed(running, "sample-artifacts", {"files": files})
 
-    assert agentq(running, "result", request_id, "--json").json() == {"files": sorted(files)}
+    assert agentq(running, "result", request_id, "--json").json() == {
+        "files": sorted(files),
+        "echo": None,
+    }
     logs = agentq(running, "logs", request_id, "--json").json()
     assert logs["logs/run.log"] == files["logs/run.log"]
     shown = agentq(running, "logs", request_id)

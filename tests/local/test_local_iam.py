@@ -237,15 +237,15 @@ def test_iam_component_policies_name_only_this_stages_resources(
 ) -> None:
     _, resources = enforced
     statements: list[dict[str, Any]] = [{"Effect": "Allow", "Action": "s3:GetObject",
-                   "Resource": ["arn:aws:s3:::${agentq:bucket}/task/logs/*",
+                   "Resource": ["arn:aws:s3:::${agentq:bucket}/task/*",
                                 "arn:aws:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${agentq:events_table}"]}]  # fmt: skip
     (local,) = local_statements(statements, resources, region=LOCAL_REGION, account=ACCOUNT_ID)
     assert local["Resource"] == [
-        f"arn:aws:s3:::{resources.bucket}/task/logs/*",
+        f"arn:aws:s3:::{resources.bucket}/task/*",
         _table(resources.table_name),
     ]
     assert set(COMPONENTS) == {"worker", "save-event", "dlq-processor", "dispatcher",
-                               "health-check", "producer-api", "producer"}  # fmt: skip
+                               "health-check", "reconciler", "producer-api", "producer"}  # fmt: skip
 
 
 def test_iam_synthesized_policies_cover_every_component_with_local_resources() -> None:
