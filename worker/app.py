@@ -18,6 +18,7 @@ from agentq.definitions import DefinitionRegistry
 from agentq.errors import ConfigError
 from agentq.publisher import EventPublisher
 from agentq.store.tasks import TaskStore
+from worker import preflight
 from worker.batcher import SqsBatcher
 from worker.consumer import Consumer, ExitCode
 from worker.eventbatch import EventBatcher
@@ -153,7 +154,10 @@ def main() -> int:
     try:
         settings = Settings.from_env()
         logger = make_logger(settings.log_level)
-        worker = build(settings)
+        settings.require("queue_url", "table_name", "bus_name", "bucket")
+        clients = AwsClients(settings.region, counter=CallCounter())
+        preflight.check(settings, clients)
+        worker = build(settings, clients=clients)
     except ConfigError as exc:
         sys.stderr.write(f"agentq worker: {exc}\n")
         return ExitCode.CONFIG

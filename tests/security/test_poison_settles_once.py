@@ -120,7 +120,7 @@ def test_the_dlq_processor_closes_out_every_dead_letter_once(stack: Stack) -> No
             assert response == {"batchItemFailures": []}
         stack.sqs.delete_message(QueueUrl=url, ReceiptHandle=received[0]["ReceiptHandle"])
 
-        keys = [k for k in archive.keys() if k.endswith(f"/{message_id}.json")]
+        keys = [k for k in archive.keys() if k.endswith(f"/{message_id}.json")]  # noqa: SIM118
         assert len(keys) == 1, keys
         ended = [e for e in _terminal(events, request_id, message_id)
                  if e.get("requestId") == request_id]  # fmt: skip
