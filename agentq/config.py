@@ -231,6 +231,13 @@ class Settings:
     work_dir: str | None = _var(
         "AGENTQ_WORK_DIR", None, "Parent of per-task temp dirs (default: system temp).", "worker"
     )
+    child_user: str | None = _var(
+        "CHILD_USER",
+        None,
+        "Unprivileged user the task child runs as; needs a worker running as root "
+        "(default: the worker's own user). See docs/security.md.",
+        "worker",
+    )
     delete_files_after_upload: bool = _var(
         "DELETE_FILES_AFTER_UPLOAD", True, "Remove a task's local files after upload.", "worker"
     )

@@ -18,13 +18,14 @@ from agentq.definitions import DefinitionRegistry
 from agentq.errors import ConfigError
 from agentq.publisher import EventPublisher
 from agentq.store.tasks import TaskStore
-from worker import preflight
+from worker import isolation, preflight
 from worker.batcher import SqsBatcher
 from worker.consumer import Consumer, ExitCode
 from worker.eventbatch import EventBatcher
 from worker.handler import MessageHandler
 from worker.heartbeat import Heartbeat
 from worker.inflight import InFlightRegistry
+from worker.isolation import ChildUser
 from worker.protection import ScaleInProtection
 from worker.spares import SparePool
 from worker.telemetry import MetricsMiddleware, Middleware, make_logger
@@ -95,6 +96,9 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
     work_root = Path(settings.work_dir or tempfile.gettempdir())
     work_root.mkdir(parents=True, exist_ok=True)
     home_dir = Path(tempfile.mkdtemp(prefix="agentq-home-", dir=work_root))
+    child_user = ChildUser.resolve(settings.child_user)
+    if child_user is not None:
+        child_user.hand_over(home_dir)  # the CLI's HOME: it writes its state there
     busy: list[Consumer] = []  # the consumer is built last; metrics read it later
 
     def slots_busy() -> int:
@@ -119,6 +123,7 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
         worker_id=worker_id,
         home_dir=home_dir,
         middleware=middleware,
+        child_user=child_user,
     )
     heartbeat = Heartbeat(
         settings=settings,
@@ -151,6 +156,9 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
 
 
 def main() -> int:
+    # First: from here on the worker's memory and environment (the task role's credentials
+    # endpoint) are closed to its task children, whichever user they run as.
+    isolation.forbid_inspection()
     try:
         settings = Settings.from_env()
         logger = make_logger(settings.log_level)

@@ -31,6 +31,7 @@ from worker.batcher import SqsBatcher
 from worker.child import TASK_FILE
 from worker.childenv import child_environment
 from worker.inflight import InFlight, InFlightRegistry
+from worker.isolation import ChildUser
 from worker.outbox import EventSink, Outbox
 from worker.outcome import decide
 from worker.prepare import Prepared, Preparer
@@ -60,8 +61,10 @@ class MessageHandler:
         home_dir: Path,
         middleware: Sequence[Middleware] = (),
         environ: Mapping[str, str] | None = None,
+        child_user: ChildUser | None = None,
     ) -> None:
         self._settings = settings
+        self._child_user = child_user
         self._inflight = inflight
         self._middleware = list(middleware)
         self._outbox = Outbox(publisher=publisher, store=store, batcher=batcher,
@@ -87,6 +90,7 @@ class MessageHandler:
                 cwd=home_dir,
                 grace_s=settings.kill_grace_ms / 1000,
                 warm_agent=settings.warm_agent,
+                user=child_user,
             )
 
     # -- entry point -------------------------------------------------------------------
@@ -168,6 +172,7 @@ class MessageHandler:
                 on_start=lambda pid: setattr(entry, "child_pid", pid),
                 spares=self.spares,
                 kind=definition.kind,
+                user=self._child_user,
             )
             entry.lease = None  # the heartbeat stops renewing: the attempt is over
             _safely(lambda _: on_child_exit(), None)
@@ -207,6 +212,8 @@ class MessageHandler:
             "input": dict(envelope.input),
         }
         (task_dir / TASK_FILE).write_text(json.dumps(task))
+        if self._child_user is not None:
+            self._child_user.hand_over(task_dir)
         return task_dir
 
 

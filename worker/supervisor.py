@@ -31,6 +31,7 @@ from typing import IO, TYPE_CHECKING, Final, Literal
 
 import psutil
 
+from worker.isolation import ChildUser, popen_options
 from worker.leasefile import FENCE_MESSAGE, FENCED_MESSAGE, LeaseTimes, write_lease
 
 if TYPE_CHECKING:
@@ -177,6 +178,7 @@ def run_child(
     on_start: Callable[[int], None] | None = None,
     spares: SparePool | None = None,
     kind: str | None = None,
+    user: ChildUser | None = None,
 ) -> ChildExit:
     """Run ``python -m worker.child TASK_DIR`` to completion, timeout or stop.
 
@@ -202,6 +204,7 @@ def run_child(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            **popen_options(user),
         )
     if on_start is not None:
         on_start(process.pid)
