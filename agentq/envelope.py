@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from agentq.errors import InvalidInput, InvalidRequestId
+from agentq.errors import InvalidInput, InvalidRequestId, shown
 
 REQUEST_ID_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_-]{1,256}$")
 DEFINITION_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
@@ -59,8 +59,7 @@ def validate_request_id(value: object) -> str:
 
 def _validate(pattern: re.Pattern[str], name: str, value: object) -> str:
     if not isinstance(value, str) or not pattern.fullmatch(value):
-        # ascii(): the value is untrusted and may hold a lone surrogate or control text.
-        raise InvalidInput(name, f"must match {pattern.pattern}, got {value!a:.80}")
+        raise InvalidInput(name, f"must match {pattern.pattern}, got {shown(value)}")
     return value
 
 

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentq import security
 from agentq.aws import AwsClients, CallCounter
 from agentq.config import Settings
 from agentq.definitions import DefinitionRegistry
 from agentq.errors import ConfigError
 from agentq.publisher import EventPublisher
 from agentq.store.tasks import TaskStore
-from worker import isolation, preflight
+from worker import isolation, preflight, scrub
 from worker.batcher import SqsBatcher
 from worker.consumer import Consumer, ExitCode
 from worker.eventbatch import EventBatcher
@@ -115,7 +116,7 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
     handler = MessageHandler(
         settings=settings,
         store=store,
-        publisher=events,
+        publisher=scrub.ScrubbingSink(events),
         batcher=batcher,
         s3=clients.s3,
         registry=registry_from(settings, clients),
@@ -159,9 +160,11 @@ def main() -> int:
     # First: from here on the worker's memory and environment (the task role's credentials
     # endpoint) are closed to its task children, whichever user they run as.
     isolation.forbid_inspection()
+    security.remember_environment(os.environ)
     try:
         settings = Settings.from_env()
         logger = make_logger(settings.log_level)
+        scrub.scrub_log_handlers(logger.handlers)
         settings.require("queue_url", "table_name", "bus_name", "bucket")
         clients = AwsClients(settings.region, counter=CallCounter())
         preflight.check(settings, clients)

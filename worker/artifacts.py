@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from agentq.resources import ARTIFACTS_PREFIX
+from agentq.security import redact_known_bytes
 
 UPLOADED_DIRS: Final = ("artifacts", "logs", "traces")
 UPLOADED_FILES: Final = ("error.json", "usage.json")
@@ -30,8 +31,9 @@ def upload_outputs(s3: Any, bucket: str, request_id: str, task_dir: Path) -> lis
     for path in paths:
         key = prefix + path.relative_to(task_dir).as_posix()
         content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-        with path.open("rb") as body:
-            s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type)
+        # The worker's own secret values never leave in what the task wrote.
+        body = redact_known_bytes(path.read_bytes())
+        s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type)
         keys.append(key)
     return keys
 

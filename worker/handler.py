@@ -36,6 +36,7 @@ from worker.outbox import EventSink, Outbox
 from worker.outcome import decide
 from worker.prepare import Prepared, Preparer
 from worker.refusals import CONTENTION_BACKOFF_S, Refusals
+from worker.scrub import child_line
 from worker.settle import Settler
 from worker.spares import SparePool
 from worker.supervisor import run_child
@@ -166,7 +167,7 @@ class MessageHandler:
                 grace_s=self._settings.kill_grace_ms / 1000,
                 stop=entry.stop,
                 log_line=lambda stream, line: logger.info(
-                    f"[task:{envelope.request_id}] {line}",
+                    f"[task:{envelope.request_id}] {child_line(line)}",
                     extra={"requestId": envelope.request_id, "stream": stream},
                 ),
                 on_start=lambda pid: setattr(entry, "child_pid", pid),
