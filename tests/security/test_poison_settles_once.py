@@ -4,12 +4,12 @@ processor, through moto (Hypothesis generates the messages; see security_support
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from conftest import Stack
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from security_support import HOSTILE, Hostile
 from support import EventLog, wait_for
 
@@ -21,10 +21,27 @@ from lambdas import dlq_processor
 pytestmark = pytest.mark.timeout(600)
 
 TERMINAL = ("Task Completed", "Task Failed", "Task Cancelled")
-# One real worker serves every example, so the fixture outlives them on purpose.
+# One real worker serves every example, so the fixture outlives them on purpose. No
+# shrinking: a message that failed to settle stays in the queue and would fail every
+# replay after it, so the first failing example is the one to report.
 SHARED = settings(max_examples=30, deadline=None, database=None,
+                  phases=[Phase.explicit, Phase.generate],
                   suppress_health_check=[HealthCheck.function_scoped_fixture,
                                          HealthCheck.too_slow])  # fmt: skip
+# The poison first seen in the field, every run.
+REPRODUCED = [
+    Hostile("envelope", "sample-noop", "acme", "same", {"x": float("inf")}, 0, "String", "x"),
+    Hostile("envelope", "sample-noop", "acme", "same", {"x": float("nan")}, 0, "String", "x"),
+    Hostile("envelope", "sample-noop", "acme", "same", {}, 10_000, "String", "x"),
+    Hostile("envelope", "sample-noop", "acme", "same", {"x": "\ud800"}, 0, "String", "x"),
+    Hostile("envelope", "sample-noop", "acme", "same", {}, 0, "Number", "x"),
+]
+
+
+def _with_reproduced(test: Callable[[Hostile], None]) -> Callable[[Hostile], None]:
+    for shape in REPRODUCED:
+        test = example(shape=shape)(test)
+    return test
 
 
 def _counts(stack: Stack, url: str) -> tuple[int, int]:
@@ -36,11 +53,17 @@ def _counts(stack: Stack, url: str) -> tuple[int, int]:
             int(attributes["ApproximateNumberOfMessagesNotVisible"]))  # fmt: skip
 
 
-def _fresh(stack: Stack, url: str) -> None:
-    """Leave no earlier example's message behind (on a failure, Hypothesis shrinks by
-    replaying examples: a stuck message must not fail the ones after it)."""
-    if _counts(stack, url) != (0, 0):
-        stack.sqs.purge_queue(QueueUrl=url)
+def _receive(stack: Stack, url: str, message_id: str) -> dict[str, Any] | None:
+    """This example's message; any other (an earlier example's, if it failed) is deleted
+    so it cannot fail the examples after it."""
+    for message in stack.sqs.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
+        AttributeNames=["All"], MessageAttributeNames=["All"],
+    ).get("Messages", []):  # fmt: skip
+        if message["MessageId"] == message_id:
+            return dict(message)
+        stack.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    return None
 
 
 def _terminal(events: EventLog, request_id: str, message_id: str) -> list[dict[str, Any]]:
@@ -72,8 +95,8 @@ def test_the_worker_settles_every_message_in_one_receive(
 
     @SHARED
     @given(shape=HOSTILE)
+    @_with_reproduced
     def one(shape: Hostile) -> None:
-        _fresh(stack, stack.resources.queue_url)
         request_id = "p-" + uuid.uuid4().hex[:12]
         body, attributes, _ = shape.build(request_id)
         message_id = stack.sqs.send_message(
@@ -109,25 +132,22 @@ def test_the_dlq_processor_closes_out_every_dead_letter_once(stack: Stack) -> No
 
     @SHARED
     @given(shape=HOSTILE)
+    @_with_reproduced
     def one(shape: Hostile) -> None:
-        _fresh(stack, url)
         request_id = "d-" + uuid.uuid4().hex[:12]
         body, attributes, readable = shape.build(request_id)
         message_id = stack.sqs.send_message(
             QueueUrl=url, MessageBody=body, MessageAttributes=attributes
         )["MessageId"]
-        received = stack.sqs.receive_message(
-            QueueUrl=url, MaxNumberOfMessages=1, WaitTimeSeconds=2,
-            AttributeNames=["All"], MessageAttributeNames=["All"],
-        )["Messages"]  # fmt: skip
-        assert [m["MessageId"] for m in received] == [message_id]
-        event = {"Records": [sqs_lambda_record(received[0], queue_arn=stack.resources.dlq_arn)]}
+        mine = wait_for(lambda: _receive(stack, url, message_id), timeout=20,
+                        message="the dead letter received")  # fmt: skip
+        event = {"Records": [sqs_lambda_record(mine, queue_arn=stack.resources.dlq_arn)]}
 
         # Delivered twice (Lambda's at-least-once): one close-out, one archive.
         for _ in range(2):
             response = dlq_processor.handler(event, local_context("dlq-processor"))
             assert response == {"batchItemFailures": []}
-        stack.sqs.delete_message(QueueUrl=url, ReceiptHandle=received[0]["ReceiptHandle"])
+        stack.sqs.delete_message(QueueUrl=url, ReceiptHandle=mine["ReceiptHandle"])
 
         keys = [k for k in archive.keys() if k.endswith(f"/{message_id}.json")]  # noqa: SIM118
         assert len(keys) == 1, keys
