@@ -38,12 +38,12 @@ MAX_TASK_KEY: Final = 256
 MAX_NESTING: Final = 32
 # The envelope object itself, once unwrapped: one level sits above it in the STATE item.
 MAX_ENVELOPE_DEPTH: Final = MAX_NESTING - 1
-# What a DynamoDB number can hold (38 digits, magnitude 1e-130 to 1e126): a number
-# outside it fails every write of the envelope, so it is refused where it comes in.
+# What a DynamoDB number can hold (38 digits, magnitude 1e-130 to below 1e126): a
+# number outside it fails every write of the envelope, so it is refused where it comes in.
 _DYNAMO_NUMBERS: Final = decimal.Context(
-    prec=38, Emin=-128, Emax=126,
+    prec=38, Emin=-130, Emax=125,
     traps=[decimal.Clamped, decimal.Overflow, decimal.Inexact, decimal.Rounded,
-           decimal.Underflow],
+           decimal.Underflow, decimal.Subnormal],
 )  # fmt: skip
 # A lone surrogate decodes from JSON (``"\ud800"``) but cannot be encoded as UTF-8, so
 # every AWS call that carries it fails after the fact (the lock, the event, the archive).
@@ -151,9 +151,9 @@ def _check_number(value: int | float, path: str) -> None:
     try:
         _DYNAMO_NUMBERS.create_decimal(repr(value) if isinstance(value, float) else value)
     except decimal.DecimalException:
-        shown = f"{value:.3g}" if isinstance(value, float) else f"{value.bit_length()} bits"
+        size = f"{value:.3g}" if isinstance(value, float) else f"{value.bit_length()} bits"
         raise InvalidInput(
-            path, f"number ({shown}) is outside what agentq stores: 38 digits, 1e-130..1e125"
+            path, f"number ({size}) is outside what agentq stores: 38 digits, 1e-130..1e125"
         ) from None
 
 
