@@ -134,3 +134,15 @@ def test_reproduced_poison_is_refused_naming_the_cause(
         parse_message(body, attributes, default_tenant="acme")
     assert refused.value.field == field
     assert cause in refused.value.problem
+
+
+@PROPERTIES
+@given(rest=st.text(SQS_TEXT, min_size=30, max_size=300))
+def test_a_long_invalid_value_is_never_quoted_back(rest: str) -> None:
+    """A cut secret would leak its prefix past the redaction of the whole value."""
+    value = "PLANTEDMARK " + rest  # the space makes it an invalid tenant
+    body = json.dumps({"requestId": "r-1", "tenant": value, "definition": "d"})
+    with pytest.raises(InvalidInput) as refused:
+        parse_message(body, None, default_tenant="acme")
+    assert "PLANTEDMARK" not in str(refused.value)
+    assert f"a text of {len(value)} characters" in str(refused.value)
