@@ -158,7 +158,6 @@ def test_an_agent_with_bash_cannot_reach_the_worker_or_its_credentials(
         "HOME": str(shared / "home"),
         "AGENTQ_WORK_DIR": str(shared / "work"),
         "CHILD_USER": CHILD_USER,
-        "WARM_CHILDREN": "false",
         "PYTHONPATH": f"{REPO_ROOT}:{site / 'site-packages'}",
         "AWS_CONTAINER_CREDENTIALS_FULL_URI": credentials_url,
         "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": CREDENTIAL_PATH,
