@@ -120,9 +120,13 @@ SCHEMA = {"type": "object", "required": ["title"], "additionalProperties": False
           "properties": {"title": {"type": "string", "maxLength": 80}}}  # fmt: skip
 
 
+@pytest.mark.parametrize("mode", ["child_user", "same_user"])
 def test_an_agent_with_bash_cannot_reach_the_worker_or_its_credentials(
-    stack: Stack, credentials_url: str, tmp_path: Path
+    stack: Stack, credentials_url: str, tmp_path: Path, mode: str
 ) -> None:
+    """child_user: a root worker, CHILD_USER=nobody. same_user: the worker image's case,
+    worker and child both run as one non-root user (nobody) and only the worker's
+    non-dumpability stands between them."""
     if os.geteuid() != 0:
         pytest.skip("switching the child's user needs a root worker (see the kernel tests)")
     user = pwd.getpwnam(CHILD_USER)
@@ -157,16 +161,19 @@ def test_an_agent_with_bash_cannot_reach_the_worker_or_its_credentials(
         **claude_env,
         "HOME": str(shared / "home"),
         "AGENTQ_WORK_DIR": str(shared / "work"),
-        "CHILD_USER": CHILD_USER,
+        **({"CHILD_USER": CHILD_USER} if mode == "child_user" else {}),
         "PYTHONPATH": f"{REPO_ROOT}:{site / 'site-packages'}",
         "AWS_CONTAINER_CREDENTIALS_FULL_URI": credentials_url,
         "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": CREDENTIAL_PATH,
         "WORKER_ONLY_SECRET": WORKER_SECRET,
     }  # fmt: skip
     with log_path.open("ab") as log:
+        as_user: dict[str, Any] = {}
+        if mode == "same_user":
+            as_user = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
         worker = subprocess.Popen([interpreter, "-m", "worker"], env=env, stdout=log,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  cwd=REPO_ROOT, start_new_session=True)  # fmt: skip
+                                  cwd=REPO_ROOT, start_new_session=True, **as_user)  # fmt: skip
     events = EventLog(stack)
     try:
         probe = shared / "probe" / "probe.sh"
@@ -201,7 +208,8 @@ def test_an_agent_with_bash_cannot_reach_the_worker_or_its_credentials(
     assert "ANTHROPIC_BASE_URL=" in seen  # its own environment is readable
     # ...and nothing of the worker's: environment, memory, files, signals, credentials.
     assert "Permission denied" in seen.split("== worker environ")[1].split("== worker memory")[0]
-    assert "CAN-SIGNAL-WORKER" not in seen
+    # One user can signal its own processes: only another user for the child stops that.
+    assert ("CAN-SIGNAL-WORKER" in seen) is (mode == "same_user"), seen
     assert "fetching" not in seen, "a credentials URI was found"
     assert CREDENTIAL_PATH not in CredentialsEndpoint.hits
     sinks = {
