@@ -61,7 +61,7 @@ def sanitize_error_message(message: str, *, limit: int = MAX_ERROR_MESSAGE) -> s
     The values of this process's secret-named variables (`remember_environment`) go
     first, whatever they look like.
     """
-    text = redact_known(_CONTROL.sub("", str(message)))
+    text = _CONTROL.sub("", redact_known(str(message)))
     for pattern, replacement in _REDACTIONS:
         text = pattern.sub(replacement, text)
     if len(text) > limit:
