@@ -70,6 +70,7 @@ class CredentialsEndpoint(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def credentials_url() -> Iterator[str]:
+    CredentialsEndpoint.hits.clear()  # an earlier test's control fetch is not this one's
     server = ThreadingHTTPServer(("127.0.0.1", 0), CredentialsEndpoint)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
