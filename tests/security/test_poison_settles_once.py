@@ -67,6 +67,8 @@ def _receive(stack: Stack, url: str, message_id: str) -> dict[str, Any] | None:
 
 
 def _terminal(events: EventLog, request_id: str, message_id: str) -> list[dict[str, Any]]:
+    """Terminal events of this example: under its request id, or its message id when
+    the rejection could not read one."""
     events.poll()
     return [
         e for e in events.events
@@ -114,7 +116,7 @@ def test_the_worker_settles_every_message_in_one_receive(
                          message="a terminal event")  # fmt: skip
         assert worker.alive(), worker.output()[-3000:]
         assert [v["verdict"] for v in verdicts] in (["rejected"], ["completed"]), verdicts
-        assert len(ended) == 1, ended
+        assert len({e["eventId"] for e in ended}) == 1, ended
         if ended[0]["detail-type"] == "Task Failed":
             error = ended[0]["payload"]["error"]
             assert error["category"] in ("validation", "parse", "not_found"), error
@@ -153,9 +155,11 @@ def test_the_dlq_processor_closes_out_every_dead_letter_once(stack: Stack) -> No
         assert len(keys) == 1, keys
         ended = [e for e in _terminal(events, request_id, message_id)
                  if e.get("requestId") == request_id]  # fmt: skip
-        assert len(ended) <= 1, ended
+        # A redelivery may re-send the stored terminal event: the same event (same id),
+        # which save-event and the dispatcher deduplicate, never a second ending.
+        assert len({e["eventId"] for e in ended}) <= 1, ended
         if readable:
-            assert len(ended) == 1, (archive.get(keys[0]), ended)
+            assert ended, (archive.get(keys[0]), ended)
 
     one()
     assert _counts(stack, url) == (0, 0)
