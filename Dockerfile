@@ -9,8 +9,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     HOME=/home/agentq \
     LIVENESS_FILE=/tmp/agentq-worker.alive
 
-# The CLI needs a writable HOME; the worker runs as an unprivileged user.
-RUN useradd --create-home --home-dir /home/agentq --uid 10001 agentq
+# The CLI needs a writable HOME; the worker runs as an unprivileged user, and makes
+# itself non-dumpable so its task children (same user) cannot read its environment or
+# memory. agentq-task is for a worker run as root (`--user root -e CHILD_USER=agentq-task`):
+# it then runs every child as that user instead (docs/security.md says what each gives).
+RUN useradd --create-home --home-dir /home/agentq --uid 10001 agentq \
+ && useradd --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+            --uid 10002 agentq-task
 
 WORKDIR /opt/agentq
 COPY requirements.txt ./

@@ -250,6 +250,12 @@ class Settings(BaseSettings):
         "AGENTQ_WORK_DIR", None, "Parent of per-task temp dirs (default: system temp).",
         "worker", min_length=1, max_length=4096,
     )  # fmt: skip
+    child_user: str | None = var(
+        "CHILD_USER", None,
+        "Unprivileged user the task child runs as; needs a worker running as root "
+        "(default: the worker's own user). See docs/security.md.",
+        "worker", min_length=1, max_length=32,
+    )  # fmt: skip
     delete_files_after_upload: Flag = var(
         "DELETE_FILES_AFTER_UPLOAD", True, "Remove a task's local files after upload.", "worker"
     )

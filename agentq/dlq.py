@@ -19,7 +19,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal
 
-from agentq.envelope import REQUEST_ID_PATTERN, TaskEnvelope, parse_message
+from agentq.dlq_malformed import close_out_malformed
+from agentq.envelope import TaskEnvelope, identity_hint, parse_message
 from agentq.errors import InvalidInput
 from agentq.events import Event, now_ms, task_event
 from agentq.publisher import EventPublisher
@@ -85,16 +86,7 @@ class DeadLetter:
 
     def request_id_hint(self) -> str | None:
         """The request id from the attribute or body, if it looks valid (no full parse)."""
-        candidate = self.attributes.get("requestId", {}).get("StringValue")
-        if candidate is None:
-            try:
-                data = json.loads(self.body)
-            except ValueError:
-                return None
-            candidate = data.get("requestId") if isinstance(data, dict) else None
-        if isinstance(candidate, str) and REQUEST_ID_PATTERN.fullmatch(candidate):
-            return candidate
-        return None
+        return identity_hint(self.body, self.attributes)[0]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -225,6 +217,12 @@ class DlqProcessor:
         # Archive before anything else: if a later step fails, the message is safe.
         self._archive.put(archived)
         if envelope is None:
+            if request_id is not None:
+                problem = close_out_malformed(
+                    self._tasks, self._publisher, letter.body, letter.attributes,
+                    request_id=request_id, message_id=letter.message_id, problem=problem,
+                    default_tenant=self._default_tenant,
+                )  # fmt: skip
             return self._record(archived, "malformed", problem)
         outcome, detail = self._close_out(envelope)
         return self._record(archived, outcome, detail)

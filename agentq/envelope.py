@@ -15,19 +15,40 @@ A message names a registered task definition, never code or an import path.
 
 from __future__ import annotations
 
+import contextlib
+import decimal
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from agentq.errors import InvalidInput, InvalidRequestId
+from agentq.errors import InvalidInput, InvalidRequestId, shown
 
 REQUEST_ID_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_-]{1,256}$")
 DEFINITION_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
 TENANT_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
 MAX_BODY_BYTES: Final = 256 * 1024
 ENVELOPE_VERSION: Final = 1
+MAX_TASK_KEY: Final = 256
+# Brackets deep in a body, counted before decoding: json's C decoder recurses per level
+# and a 10,000-deep body raises RecursionError instead of a decode error. 32 is also
+# DynamoDB's nesting limit, and the envelope (with its input) is kept on the STATE item.
+MAX_NESTING: Final = 32
+# The envelope object itself, once unwrapped: one level sits above it in the STATE item.
+MAX_ENVELOPE_DEPTH: Final = MAX_NESTING - 1
+# What a DynamoDB number can hold (38 digits, magnitude 1e-130 to below 1e126): a
+# number outside it fails every write of the envelope, so it is refused where it comes in.
+_DYNAMO_NUMBERS: Final = decimal.Context(
+    prec=38, Emin=-130, Emax=125,
+    traps=[decimal.Clamped, decimal.Overflow, decimal.Inexact, decimal.Rounded,
+           decimal.Underflow, decimal.Subnormal],
+)  # fmt: skip
+# A lone surrogate decodes from JSON (``"\ud800"``) but cannot be encoded as UTF-8, so
+# every AWS call that carries it fails after the fact (the lock, the event, the archive).
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_STRING_OR_BRACKET: Final = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def validate_request_id(value: object) -> str:
@@ -38,8 +59,102 @@ def validate_request_id(value: object) -> str:
 
 def _validate(pattern: re.Pattern[str], name: str, value: object) -> str:
     if not isinstance(value, str) or not pattern.fullmatch(value):
-        raise InvalidInput(name, f"must match {pattern.pattern}, got {value!r:.80}")
+        raise InvalidInput(name, f"must match {pattern.pattern}, got {shown(value)}")
     return value
+
+
+def decode_json(text: str, *, name: str = "body") -> Any:
+    """Decode untrusted JSON, or raise `InvalidInput` naming what is wrong with it.
+
+    Stricter than `json.loads`: no ``NaN``/``Infinity`` and no number that overflows to
+    one (``1e309``), which no other JSON reader accepts and `json.dumps` re-emits as
+    invalid JSON; nesting deeper than `MAX_NESTING` is refused before decoding.
+    """
+    deepest = _nesting(text)
+    if deepest > MAX_NESTING:
+        raise InvalidInput(name, f"nested {deepest} levels deep; the limit is {MAX_NESTING}")
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(name, f"not JSON: {exc.msg} at {exc.pos}") from None
+    except RecursionError:  # the scan above should make this unreachable
+        raise InvalidInput(name, "nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits, say
+        raise InvalidInput(name, f"not JSON: {str(exc)[:120]}") from None
+
+
+def _nesting(text: str) -> int:
+    depth = deepest = 0
+    for match in _STRING_OR_BRACKET.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+    return deepest
+
+
+def _decode_leniently(text: str) -> Any:
+    """The body as far as it decodes, non-finite numbers read as null; None if it does not."""
+    if _nesting(text) > MAX_NESTING:
+        return None
+    try:
+        return json.loads(text, parse_constant=lambda _: None)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _no_constant(token: str) -> Any:
+    raise InvalidInput("body", f"holds {token}, which JSON does not allow")
+
+
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):
+        raise InvalidInput("body", f"number {token[:40]} is out of range")
+    return value
+
+
+def check_storable(value: object, *, name: str, depth: int = 1) -> None:
+    """Refuse a decoded value that agentq could not store or send: too deep, a lone
+    surrogate in a key or string, a non-finite or out-of-range number, a non-JSON type.
+
+    `depth` is the level `value` sits at in the STATE item's envelope (1: the envelope).
+    """
+    stack: list[tuple[object, str, int]] = [(value, name, depth)]
+    while stack:
+        item, path, level = stack.pop()
+        if level > MAX_ENVELOPE_DEPTH:
+            raise InvalidInput(path, f"nested deeper than {MAX_ENVELOPE_DEPTH} levels")
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                raise InvalidInput(path, "holds a lone surrogate (not valid Unicode text)")
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int | float):
+            _check_number(item, path)
+        elif isinstance(item, Mapping):
+            for key, child in item.items():
+                if not isinstance(key, str) or _SURROGATE.search(key):
+                    raise InvalidInput(path, f"has a key that is not valid text: {key!a:.60}")
+                stack.append((child, f"{path}.{key[:40]}", level + 1))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, f"{path}[{i}]", level + 1) for i, child in enumerate(item))
+        else:
+            raise InvalidInput(path, f"is a {type(item).__name__}, not a JSON value")
+
+
+def _check_number(value: int | float, path: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput(path, f"is {value}, which JSON does not allow")
+    try:
+        _DYNAMO_NUMBERS.create_decimal(repr(value) if isinstance(value, float) else value)
+    except decimal.DecimalException:
+        size = f"{value:.3g}" if isinstance(value, float) else f"{value.bit_length()} bits"
+        raise InvalidInput(
+            path, f"number ({size}) is outside what agentq stores: 38 digits, 1e-130..1e125"
+        ) from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,9 +175,19 @@ class TaskEnvelope:
             _validate(REQUEST_ID_PATTERN, "jobId", self.job_id)
         if not isinstance(self.input, Mapping):
             raise InvalidInput("input", "must be a JSON object")
+        if self.task_key is not None and (
+            not isinstance(self.task_key, str) or not 0 < len(self.task_key) <= MAX_TASK_KEY
+        ):
+            raise InvalidInput("taskKey", f"must be text of 1 to {MAX_TASK_KEY} characters")
+        if self.submitted_at_ms is not None and not 0 <= self.submitted_at_ms < 2**53:
+            raise InvalidInput("submittedAt", "must be epoch milliseconds")
+        # The input is kept on the STATE item (under its envelope) and sent in events.
+        check_storable(self.input, name="input", depth=2)
+        if self.task_key is not None:
+            check_storable(self.task_key, name="taskKey")
 
     def to_body(self) -> str:
-        body = json.dumps(self.to_dict(), separators=(",", ":"))
+        body = json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
         if len(body.encode()) > MAX_BODY_BYTES:
             raise InvalidInput("input", f"envelope exceeds {MAX_BODY_BYTES} bytes")
         return body
@@ -117,12 +242,15 @@ def parse_message(
 
     Raises `InvalidInput` naming the field for anything malformed.
     """
-    if len(body.encode()) > MAX_BODY_BYTES:
-        raise InvalidInput("body", f"exceeds {MAX_BODY_BYTES} bytes")
+    if not isinstance(body, str):
+        raise InvalidInput("body", "must be text")
     try:
-        data = json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput("body", f"not JSON: {exc.msg} at {exc.pos}") from None
+        size = len(body.encode())
+    except UnicodeEncodeError:
+        raise InvalidInput("body", "holds a lone surrogate (not valid Unicode text)") from None
+    if size > MAX_BODY_BYTES:
+        raise InvalidInput("body", f"exceeds {MAX_BODY_BYTES} bytes")
+    data = decode_json(body)
     if not isinstance(data, dict):
         raise InvalidInput("body", "must be a JSON object")
     if data.get("detail-type") == "Task Requested" and isinstance(data.get("detail"), dict):
@@ -140,11 +268,43 @@ def parse_message(
 
 
 def _string_attribute(attributes: Mapping[str, Any] | None, name: str) -> str | None:
+    """A message attribute's text; attributes come as SQS returns them (``DataType``,
+    ``StringValue``) or as the Lambda event carries them (``dataType``, ``stringValue``)."""
     if not attributes or name not in attributes:
         return None
     value = attributes[name]
     if isinstance(value, Mapping):
+        data_type = value.get("DataType", value.get("dataType", "String"))
+        # "String.label" is a String with a custom label; Number and Binary are not.
+        if not isinstance(data_type, str) or data_type.split(".", 1)[0] != "String":
+            raise InvalidInput(
+                name, f"message attribute must have DataType String, not {data_type!a:.40}"
+            )
         value = value.get("StringValue", value.get("stringValue"))
     if not isinstance(value, str):
         raise InvalidInput(name, "message attribute must be a String")
     return value
+
+
+def identity_hint(body: str, attributes: Mapping[str, Any] | None) -> tuple[str | None, str | None]:
+    """(request id, tenant) read from a message that may not parse, for reporting it.
+
+    Only an unambiguous, valid id counts: a String attribute and the body must not
+    disagree. Never raises, whatever the message holds.
+    """
+    candidates: list[object] = []
+    with contextlib.suppress(InvalidInput):
+        candidates.append(_string_attribute(attributes, "requestId"))
+    # Lenient: a NaN in the input must not hide the id its rejection is reported under.
+    data = _decode_leniently(body) if isinstance(body, str) else None
+    tenant: str | None = None
+    if isinstance(data, dict):
+        if data.get("detail-type") == "Task Requested" and isinstance(data.get("detail"), dict):
+            data = data["detail"]
+        candidates.append(data.get("requestId"))
+        if isinstance(data.get("tenant"), str) and TENANT_PATTERN.fullmatch(data["tenant"]):
+            tenant = data["tenant"]
+    valid = {c for c in candidates if isinstance(c, str) and REQUEST_ID_PATTERN.fullmatch(c)}
+    if len(valid) == 1 and all(c in valid or c is None for c in candidates):
+        return valid.pop(), tenant
+    return None, tenant

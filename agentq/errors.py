@@ -58,12 +58,24 @@ class InvalidInput(AgentqError):
         super().__init__(f"{field}: {problem}")
 
 
+# A rejected value is quoted back only when short: a cut long one (a session token sent
+# as a tenant) would leak its prefix past any redaction of the whole value.
+MAX_QUOTED = 40
+
+
+def shown(value: object) -> str:
+    """How an invalid value is named in an error: ascii() (it may hold a lone surrogate
+    or control text), and only when short."""
+    if isinstance(value, str) and len(value) > MAX_QUOTED:
+        return f"a text of {len(value)} characters"
+    if isinstance(value, str | int | float | bool) or value is None:
+        return ascii(value)
+    return f"a JSON {type(value).__name__}"
+
+
 class InvalidRequestId(InvalidInput):
     def __init__(self, value: object) -> None:
-        shown = repr(value)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        super().__init__("requestId", f"must match ^[a-zA-Z0-9_-]{{1,256}}$, got {shown}")
+        super().__init__("requestId", f"must match ^[a-zA-Z0-9_-]{{1,256}}$, got {shown(value)}")
         self.value = value
 
 

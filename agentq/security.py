@@ -7,11 +7,14 @@ prompt template.
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final, TextIO
 
 MAX_ERROR_MESSAGE: Final = 2_000
 MAX_PROMPT_VALUE: Final = 100_000
+REDACTED: Final = "[REDACTED]"
 
 _REDACTIONS: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     # Anthropic / OpenAI-style keys and Slack tokens.
@@ -53,13 +56,84 @@ _CONTROL: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def sanitize_error_message(message: str, *, limit: int = MAX_ERROR_MESSAGE) -> str:
-    """Strip credentials, account ids and e-mail addresses; bound the length."""
-    text = _CONTROL.sub("", str(message))
+    """Strip credentials, account ids and e-mail addresses; bound the length.
+
+    The values of this process's secret-named variables (`remember_environment`) go
+    first, whatever they look like.
+    """
+    text = _CONTROL.sub("", redact_known(str(message)))
     for pattern, replacement in _REDACTIONS:
         text = pattern.sub(replacement, text)
     if len(text) > limit:
         text = text[: limit - 14] + " …[truncated]"
     return text
+
+
+# A variable whose name has one of these words (between underscores) holds a secret:
+# ANTHROPIC_API_KEY, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, SLACK_BOT_TOKEN,
+# DB_PASSWORD, AWS_CONTAINER_CREDENTIALS_RELATIVE_URI (the way to the task role), ...
+_SECRET_NAME: Final = re.compile(
+    r"(?:^|_)(?:KEY|APIKEY|TOKEN|SECRET|SECRETS|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|"
+    r"CREDENTIALS|AUTH|AUTHORIZATION|COOKIE|SESSION|PRIVATE|SIGNATURE|DSN)(?:_|$)",
+    re.IGNORECASE,
+)
+# Shorter values ("1", "true", "dev") are settings, not secrets, and would redact noise.
+MIN_SECRET_LENGTH: Final = 8
+# Set once at start-up; read by every sanitizer (a list, replaced whole, never grown).
+_known: list[str] = []
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name))
+
+
+def environment_secrets(environ: Mapping[str, str]) -> list[str]:
+    """The values of the secret-named variables of `environ`, longest first."""
+    found = {v for k, v in environ.items() if is_secret_name(k) and len(v) >= MIN_SECRET_LENGTH}
+    return sorted(found, key=len, reverse=True)
+
+
+def remember_environment(environ: Mapping[str, str]) -> None:
+    """From now on every sanitizer of this process removes these values (start-up)."""
+    values = environment_secrets(environ)
+    # As written inside a JSON string, too (a secret holding / or " or non-ASCII text).
+    escaped = {json.dumps(v)[1:-1] for v in values} | {
+        json.dumps(v, ensure_ascii=False)[1:-1] for v in values
+    }
+    _known[:] = sorted(set(values) | escaped, key=len, reverse=True)
+
+
+def redact_known(text: str) -> str:
+    """Remove the remembered secret values (see `remember_environment`)."""
+    for secret in _known:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def redact_known_bytes(data: bytes) -> bytes:
+    for secret in _known:
+        raw = secret.encode("utf-8", "replace")
+        if raw in data:
+            data = data.replace(raw, REDACTED.encode())
+    return data
+
+
+class ScrubbingStream:
+    """A text stream that removes the remembered secrets from everything written to it:
+    the worker's log handler writes through it, whatever a record holds."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(redact_known(text))
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def redact_values(text: str, secrets: list[str]) -> str:

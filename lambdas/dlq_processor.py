@@ -2,8 +2,9 @@
 
 SQS event source on the DLQ with partial batch responses: each record is archived to
 S3, its task marked FAILED (unless terminal, or a live lease says a worker still has
-it) and one `Task Failed` emitted. A malformed message is archived and reported, not
-failed, so it never cycles. Infrastructure errors (S3, DynamoDB, EventBridge) fail a
+it) and one `Task Failed` emitted. A malformed message is archived and its record
+succeeds, so it never cycles; if its request id is readable, that task ends FAILED with
+the parse error (agentq/dlq_malformed.py). Infrastructure errors (S3, DynamoDB, EventBridge) fail a
 record, and so does a live lease (the holder may die before it settles the task): the
 Lambda service then retries just that record, until the task ends or its lease lapses.
 """

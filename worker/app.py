@@ -12,18 +12,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentq import security
 from agentq.aws import AwsClients, CallCounter
 from agentq.config import Settings
 from agentq.definitions import DefinitionRegistry
 from agentq.errors import ConfigError
 from agentq.publisher import EventPublisher
 from agentq.store.tasks import TaskStore
+from worker import isolation, preflight, scrub
 from worker.batcher import SqsBatcher
 from worker.consumer import Consumer, ExitCode
 from worker.eventbatch import EventBatcher
 from worker.handler import MessageHandler
 from worker.heartbeat import Heartbeat
 from worker.inflight import InFlightRegistry
+from worker.isolation import ChildUser
 from worker.protection import ScaleInProtection
 from worker.secretcheck import refuse_placeholder_secrets
 from worker.spares import SparePool
@@ -95,6 +98,9 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
     work_root = Path(settings.work_dir or tempfile.gettempdir())
     work_root.mkdir(parents=True, exist_ok=True)
     home_dir = Path(tempfile.mkdtemp(prefix="agentq-home-", dir=work_root))
+    child_user = ChildUser.resolve(settings.child_user)
+    if child_user is not None:
+        child_user.hand_over(home_dir)  # the CLI's HOME: it writes its state there
     busy: list[Consumer] = []  # the consumer is built last; metrics read it later
 
     def slots_busy() -> int:
@@ -111,7 +117,7 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
     handler = MessageHandler(
         settings=settings,
         store=store,
-        publisher=events,
+        publisher=scrub.ScrubbingSink(events),
         batcher=batcher,
         s3=clients.s3,
         registry=registry_from(settings, clients),
@@ -119,6 +125,7 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
         worker_id=worker_id,
         home_dir=home_dir,
         middleware=middleware,
+        child_user=child_user,
     )
     heartbeat = Heartbeat(
         settings=settings,
@@ -151,11 +158,19 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
 
 
 def main() -> int:
+    # First: from here on the worker's memory and environment (the task role's credentials
+    # endpoint) are closed to its task children, whichever user they run as.
+    isolation.forbid_inspection()
+    security.remember_environment(os.environ)
     try:
         settings = Settings.from_env()
         refuse_placeholder_secrets()
         logger = make_logger(settings.log_level)
-        worker = build(settings)
+        scrub.scrub_log_handlers(logger.handlers)
+        settings.require("queue_url", "table_name", "bus_name", "bucket")
+        clients = AwsClients(settings.region, counter=CallCounter())
+        preflight.check(settings, clients)
+        worker = build(settings, clients=clients)
     except ConfigError as exc:
         sys.stderr.write(f"agentq worker: {exc}\n")
         return ExitCode.CONFIG

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Final
 
+from agentq.security import redact_known_bytes
 from agentq.store.keys import attempt_prefix
 
 UPLOADED_DIRS: Final = ("artifacts", "logs", "traces")
@@ -37,8 +38,9 @@ def upload_outputs(s3: Any, bucket: str, prefix: str, task_dir: Path) -> list[st
             continue
         key = prefix + path.relative_to(task_dir).as_posix()
         content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-        with path.open("rb") as body:
-            s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type)
+        # The worker's own secret values never leave in what the task wrote.
+        body = redact_known_bytes(path.read_bytes())
+        s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type)
         keys.append(key)
     return keys
 

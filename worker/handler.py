@@ -32,10 +32,12 @@ from worker.batcher import SqsBatcher
 from worker.child import TASK_FILE
 from worker.childenv import child_environment
 from worker.inflight import InFlight, InFlightRegistry
+from worker.isolation import ChildUser
 from worker.outbox import EventSink, Outbox
 from worker.outcome import decide
 from worker.prepare import Prepared, Preparer
 from worker.refusals import CONTENTION_BACKOFF_S, Refusals
+from worker.scrub import child_line
 from worker.settle import Settler
 from worker.spares import SparePool
 from worker.supervisor import run_child
@@ -61,8 +63,10 @@ class MessageHandler:
         home_dir: Path,
         middleware: Sequence[Middleware] = (),
         environ: Mapping[str, str] | None = None,
+        child_user: ChildUser | None = None,
     ) -> None:
         self._settings = settings
+        self._child_user = child_user
         self._inflight = inflight
         self._middleware = list(middleware)
         self._outbox = Outbox(publisher=publisher, store=store, batcher=batcher,
@@ -88,6 +92,7 @@ class MessageHandler:
                 cwd=home_dir,
                 grace_s=settings.kill_grace_ms / 1000,
                 warm_agent=settings.warm_agent,
+                user=child_user,
             )
 
     # -- entry point -------------------------------------------------------------------
@@ -167,12 +172,13 @@ class MessageHandler:
                 grace_s=self._settings.kill_grace_ms / 1000,
                 stop=entry.stop,
                 log_line=lambda stream, line: logger.info(
-                    f"[task:{envelope.request_id}] {line}",
+                    f"[task:{envelope.request_id}] {child_line(line)}",
                     extra={"requestId": envelope.request_id, "stream": stream},
                 ),
                 on_start=lambda pid: setattr(entry, "child_pid", pid),
                 spares=self.spares,
                 kind=definition.kind,
+                user=self._child_user,
             )
             # The lease stays with the heartbeat until the settler's finalize: the upload
             # between may be slow, and a lapsed lease there would invite a takeover.
@@ -215,6 +221,8 @@ class MessageHandler:
             "input": dict(envelope.input),
         }
         (task_dir / TASK_FILE).write_text(json.dumps(task))
+        if self._child_user is not None:
+            self._child_user.hand_over(task_dir)
         return task_dir
 
 

@@ -9,7 +9,6 @@ whose lease is live elsewhere is never deleted here: the message may be its hold
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import random
 from collections.abc import Callable, Mapping
@@ -17,7 +16,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from agentq.config import Settings
-from agentq.envelope import REQUEST_ID_PATTERN, TENANT_PATTERN, TaskEnvelope
+from agentq.envelope import TaskEnvelope, identity_hint
 from agentq.errors import (
     AttemptsExhausted,
     InvalidInput,
@@ -126,25 +125,12 @@ class Refusals:
         self._outbox.publish(event, then=then)
 
     def _best_identity(self, message: Mapping[str, Any]) -> tuple[str | None, str]:
-        tenant = self._settings.tenant_id
-        candidates: list[object] = []
-        attribute = (message.get("MessageAttributes") or {}).get("requestId")
-        if isinstance(attribute, Mapping):
-            candidates.append(attribute.get("StringValue"))
-        try:
-            body = json.loads(message.get("Body", ""))
-        except ValueError:
-            body = None
-        if isinstance(body, dict):
-            candidates.append(body.get("requestId"))
-            body_tenant = body.get("tenant")
-            if isinstance(body_tenant, str) and TENANT_PATTERN.fullmatch(body_tenant):
-                tenant = body_tenant
-        # Only an unambiguous, valid id may touch a STATE item.
-        valid = {c for c in candidates if isinstance(c, str) and REQUEST_ID_PATTERN.fullmatch(c)}
-        if len(valid) == 1 and all(c in valid or c is None for c in candidates):
-            return valid.pop(), tenant
-        return None, tenant
+        # Only an unambiguous, valid id may touch a STATE item; the reader never raises,
+        # whatever the body holds (a NaN, 10,000 brackets, a lone surrogate).
+        request_id, tenant = identity_hint(
+            message.get("Body", ""), message.get("MessageAttributes")
+        )
+        return request_id, tenant or self._settings.tenant_id
 
     def too_many_receives(
         self, entry: InFlight, envelope: TaskEnvelope, receives: int, message: Mapping[str, Any]

@@ -39,6 +39,7 @@ from typing import Final
 from agentq.config import WarmAgent
 from agentq.security import sanitize_error_message
 from worker.child import READY_LINE
+from worker.isolation import ChildUser, popen_options
 from worker.proctree import terminate_tree
 
 logger = logging.getLogger(__name__)
@@ -90,8 +91,10 @@ class SparePool:
         replace_delay_s: float = REPLACE_DELAY_S,
         command: Sequence[str] = SPARE_COMMAND,
         warm_agent: WarmAgent = "recent",
+        user: ChildUser | None = None,
     ) -> None:
         self._env = dict(env)
+        self._user = user
         self._size = size
         self._cwd = cwd
         self._grace_s = grace_s
@@ -222,6 +225,7 @@ class SparePool:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            **popen_options(self._user),
         )
         spare = Spare(process, agent=agent)
         threading.Thread(

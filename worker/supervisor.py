@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final, Literal
 
+from worker.isolation import ChildUser, popen_options
 from worker.leasefile import FENCE_MESSAGE, FENCED_MESSAGE, LeaseTimes, write_lease
 from worker.proctree import POLL_S, descendants, reap_leftovers, terminate_tree
 
@@ -101,6 +102,7 @@ def run_child(
     on_start: Callable[[int], None] | None = None,
     spares: SparePool | None = None,
     kind: str | None = None,
+    user: ChildUser | None = None,
 ) -> ChildExit:
     """Run ``python -m worker.child TASK_DIR`` to completion, timeout or stop.
 
@@ -126,6 +128,7 @@ def run_child(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            **popen_options(user),
         )
     if on_start is not None:
         on_start(process.pid)

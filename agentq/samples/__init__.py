@@ -130,6 +130,16 @@ def environment(payload: Mapping[str, Any], ctx: Any) -> Any:
 
 
 @_side_logged
+def print_environment(payload: Mapping[str, Any], ctx: Any) -> Any:
+    """Prints every variable of the child's environment with its value to stdout, as a
+    careless (or prompt-injected) task would; the worker must scrub what it copies."""
+    for name, value in sorted(os.environ.items()):
+        print(f"{name}={value}")
+    sys.stdout.flush()
+    return {"printed": len(os.environ)}
+
+
+@_side_logged
 def write_artifact(payload: Mapping[str, Any], ctx: Any) -> Any:
     """Writes `files` ({relative name: text}) under artifacts/ and logs/; returns their
     names and `echo` (so a result can tell whose task produced it)."""

@@ -1,0 +1,98 @@
+"""Hostile SQS messages for the poison tests: what a producer could put on the queue.
+
+A `Hostile` is a message shape; `build(request_id)` turns it into a body and attributes
+with a fresh request id, so examples never share a task.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+
+# What SQS accepts in a body or attribute (#x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD and up).
+SQS_TEXT = st.characters(
+    min_codepoint=0x20, codec="utf-8", exclude_characters="\ufffe\uffff",
+    include_characters="\t\n\r",
+)  # fmt: skip
+
+# Lone surrogates only travel JSON-escaped (json.dumps' default ensure_ascii).
+_ANY_TEXT = st.text(st.characters(codec=None), max_size=8)
+
+JSON_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.floats(),  # NaN and ±Infinity included: json.dumps writes them as bare literals
+    st.integers(min_value=-(10**60), max_value=10**60),
+    st.sampled_from([1e-200, 1e200, 10**38, 10**39 - 1]),
+    _ANY_TEXT,
+    st.sampled_from(["\ud800", "a\udfffb", "</input>", "\x00", "é"]),
+)
+JSON_VALUES = st.recursive(
+    JSON_LEAVES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_ANY_TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@dataclass(frozen=True)
+class Hostile:
+    kind: str  # "envelope", "eventbridge" or "raw"
+    definition: object
+    tenant: object
+    body_id: str  # "same", "absent", "other" or "number"
+    input: object
+    deep: int  # brackets spliced into the input (0: none)
+    attribute: str | None  # requestId's DataType, None for no attribute
+    raw: str
+
+    def build(self, request_id: str) -> tuple[str, dict[str, dict[str, Any]], bool]:
+        """(body, SendMessage attributes, whether the request id is readable for sure)."""
+        attributes: dict[str, dict[str, Any]] = {}
+        if self.attribute == "Binary":
+            attributes["requestId"] = {"DataType": "Binary", "BinaryValue": request_id.encode()}
+        elif self.attribute == "Number":
+            attributes["requestId"] = {"DataType": "Number", "StringValue": "12345"}
+        elif self.attribute is not None:
+            attributes["requestId"] = {"DataType": self.attribute, "StringValue": request_id}
+        readable = self.attribute in ("String", "String.id") and self.body_id in ("same", "absent")
+        if self.kind == "raw":
+            return self.raw, attributes, self.attribute in ("String", "String.id")
+        fields: dict[str, Any] = {"definition": self.definition, "input": self.input}
+        if self.tenant is not None:
+            fields["tenant"] = self.tenant
+        ids = {"same": request_id, "other": "other-id", "number": 12345}
+        if self.body_id in ids:
+            fields["requestId"] = ids[self.body_id]
+        body = json.dumps(fields)  # allow_nan: NaN and Infinity go out as bare literals
+        if self.deep:
+            body = body[:-1] + ', "deep": ' + "[" * self.deep + "]" * self.deep + "}"
+        if self.kind == "eventbridge":
+            body = '{"detail-type": "Task Requested", "source": "x", "detail": ' + body + "}"
+        return body, attributes, readable
+
+
+HOSTILE = st.builds(
+    Hostile,
+    kind=st.sampled_from(["envelope", "envelope", "eventbridge", "raw"]),
+    definition=st.sampled_from(["sample-noop", "sample-noop", "no-such-def", 7, None]),
+    tenant=st.sampled_from([None, "acme", "a b", 3]),
+    body_id=st.sampled_from(["same", "same", "absent", "other", "number"]),
+    input=st.one_of(st.dictionaries(_ANY_TEXT, JSON_VALUES, max_size=4), JSON_VALUES),
+    deep=st.sampled_from([0, 0, 0, 31, 40, 10_000]),
+    attribute=st.sampled_from([None, "String", "String", "String.id", "Number", "Binary"]),
+    raw=st.text(SQS_TEXT, min_size=1, max_size=60),
+)
+
+
+def is_finite_json(value: object) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(is_finite_json(v) for v in value.values())
+    if isinstance(value, list):
+        return all(is_finite_json(v) for v in value)
+    return True

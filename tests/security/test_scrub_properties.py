@@ -1,0 +1,58 @@
+"""The secret sanitizers against any value (Hypothesis): a remembered secret never
+survives, raw or as written inside JSON; a name that marks no secret keeps its value."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentq import security
+from worker.scrub import child_line
+
+SECRET_VALUE = st.text(st.characters(codec="utf-8", exclude_characters="\x00"),
+                       min_size=security.MIN_SECRET_LENGTH, max_size=60)  # fmt: skip
+SECRET_NAME = st.sampled_from(["ANTHROPIC_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                               "SLACK_BOT_TOKEN", "DB_PASSWORD", "MY_SERVICE_SECRET",
+                               "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"])  # fmt: skip
+PLAIN_NAME = st.sampled_from(["PATH", "LOG_LEVEL", "MAX_OUTPUT_TOKENS", "KEYBOARD", "TENANT_ID"])
+SURROUNDING = st.text(max_size=30)
+CHECKS = settings(max_examples=300, deadline=None, database=None)
+
+
+@pytest.fixture(autouse=True)
+def forget() -> Iterator[None]:
+    yield
+    security.remember_environment({})
+
+
+@CHECKS
+@given(name=SECRET_NAME, value=SECRET_VALUE, before=SURROUNDING, after=SURROUNDING)
+def test_a_remembered_secret_never_survives(name: str, value: str, before: str, after: str) -> None:
+    security.remember_environment({name: value})
+    text = before + value + after
+    assert value not in security.redact_known(text)
+    assert value not in security.sanitize_error_message(text, limit=10_000)
+    assert value not in child_line(text)
+    written = json.dumps({"message": text})
+    assert json.dumps(value)[1:-1] not in security.redact_known(written)
+    assert value.encode() not in security.redact_known_bytes(text.encode())
+    stream = io.StringIO()
+    security.ScrubbingStream(stream).write(text + "\n")
+    assert value not in stream.getvalue()
+
+
+@CHECKS
+@given(name=PLAIN_NAME, value=SECRET_VALUE.filter(lambda v: "REDACTED" not in v))
+def test_a_setting_is_not_taken_for_a_secret(name: str, value: str) -> None:
+    security.remember_environment({name: value})
+    assert security.redact_known(f"x {value} y") == f"x {value} y"
+
+
+@given(value=st.text(max_size=security.MIN_SECRET_LENGTH - 1))
+def test_short_values_are_settings_not_secrets(value: str) -> None:
+    assert security.environment_secrets({"SOME_TOKEN": value}) == []
