@@ -95,9 +95,11 @@ class TaskArtifacts:
 
     def raw(self, record: TaskRecord, name: str) -> tuple[bytes, bool]:
         """One of the task's objects by its listed name; (body, truncated)."""
-        bucket, prefix = self.location(record)
+        # The name is refused before anything is looked up: a bad name is bad input
+        # whether or not the task has objects yet.
         if not name or ".." in name.split("/") or name.startswith("/"):
             raise InvalidInput("name", "not an object of this task")
+        bucket, prefix = self.location(record)
         try:
             response = self._s3.get_object(
                 Bucket=bucket, Key=prefix + name, Range=f"bytes=0-{MAX_INLINE_BYTES - 1}"
