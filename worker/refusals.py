@@ -20,6 +20,7 @@ from agentq.config import Settings
 from agentq.envelope import REQUEST_ID_PATTERN, TENANT_PATTERN, TaskEnvelope
 from agentq.errors import (
     AttemptsExhausted,
+    CancelPending,
     InvalidInput,
     LockNotAcquired,
     NotFound,
@@ -28,7 +29,9 @@ from agentq.errors import (
     TaskNotReady,
 )
 from agentq.events import Event, now_ms
+from agentq.schedule import remaining_s
 from agentq.states import TaskState
+from agentq.store import scheduling
 from agentq.store.tasks import TaskRecord, TaskStore
 from agentq.taxonomy import ErrorInfo, classify_exception, info
 from worker.batcher import SqsBatcher
@@ -187,6 +190,13 @@ class Refusals:
             logger.info("duplicate of a finished task; deleting", extra=log)
             self._outbox.resend_terminal_event_then_delete(entry, envelope)
             return "duplicate"
+        if isinstance(refusal, CancelPending):
+            if scheduling.cancel_orphan(self._store, envelope.tenant, envelope.request_id):
+                logger.info("cancel requested before its worker died; cancelled", extra=log)
+                self._outbox.resend_terminal_event_then_delete(entry, envelope)
+                return "duplicate"
+            self._back_off(entry, random.uniform(1, CONTENTION_BACKOFF_S), message)
+            return "contended"
         if isinstance(refusal, TaskHeldElsewhere):
             # Never delete: this may be the holder's own message. Look again after its lease.
             remaining = max(0.0, (refusal.effective_until_ms - now_ms()) / 1000)
@@ -205,6 +215,17 @@ class Refusals:
         if isinstance(refusal, TaskNotReady):
             delay = backoff_s(3, base_s=self._settings.retry_backoff_base_s,
                               max_s=self._settings.retry_backoff_max_s)  # fmt: skip
+            if refusal.not_before_ms is not None:
+                record = scheduling.not_yet_due(self._store, envelope)
+                if record.state.terminal:  # cancelled while it waited
+                    self._outbox.resend_terminal_event_then_delete(entry, envelope)
+                    return "duplicate"
+                # Delayed past what SQS DelaySeconds holds: wait out the rest invisible,
+                # with no attempt spent (the lock was never taken).
+                due = max(refusal.not_before_ms, int(record.raw.get("notBefore") or 0))
+                wait = remaining_s(due, now_ms())
+                delay = min(max(wait, 0.5), self._settings.max_redelay_s)
+                logger.info("task not due yet; re-delayed", extra={**log, "delay_s": delay})
             self._back_off(entry, delay, message)
             return "not_ready"
         self._back_off(entry, random.uniform(1, CONTENTION_BACKOFF_S), message)

@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 _BATCH_GET_LIMIT: Final = 100
 _BATCH_GET_ATTEMPTS: Final = 8
 _FAILURES: Final = frozenset({TaskState.FAILED, TaskState.TIMEOUT})
-_NOT_STARTED: Final = frozenset({TaskState.BLOCKED, TaskState.PENDING})
+_NOT_STARTED: Final = frozenset({TaskState.BLOCKED, TaskState.SCHEDULED, TaskState.PENDING})
 
 
 @dataclass
@@ -62,6 +62,14 @@ class DispatchOutcome:
             "counted": self.counted,
             "closed": self.closed,
         }
+
+
+def _counts_as_failure(record: TaskRecord) -> bool:
+    # A task someone cancelled (agentq cancel, running or not) is a failure the policy
+    # answers; one the policy itself cancelled is not, or fail_fast would feed on itself.
+    if record.state is TaskState.CANCELLED:
+        return "cancelRequestedAt" in record.raw
+    return record.state in _FAILURES
 
 
 class JobDispatcher:
@@ -116,7 +124,7 @@ class JobDispatcher:
         outcome: DispatchOutcome,
     ) -> bool:
         spec = job.spec
-        failed = [k for k, r in states.items() if r and r.state in _FAILURES]
+        failed = [k for k, r in states.items() if r and _counts_as_failure(r)]
         doomed: dict[str, str] = {}
         if failed and spec.failure_policy == "fail_fast":
             first = states[failed[0]]

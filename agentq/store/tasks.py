@@ -22,6 +22,8 @@ from botocore.exceptions import ClientError
 from agentq.envelope import TaskEnvelope
 from agentq.errors import (
     AttemptsExhausted,
+    CancelPending,
+    CancelRequested,
     LeaseLost,
     LockNotAcquired,
     NotFound,
@@ -39,6 +41,10 @@ from agentq.store.codec import from_item, serialize, to_item, values
 logger = logging.getLogger(__name__)
 _TERMINAL_VALUES: Final = tuple(sorted(s.value for s in TERMINAL_STATES))
 MAX_TRANSACTION_ITEMS: Final = 100
+# A renewal fails once a cancel is requested: that is how the heartbeat learns of it.
+RENEW_CONDITION: Final = (
+    "leaseToken = :token AND #state = :processing AND attribute_not_exists(cancelRequested)"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +57,13 @@ class Lease:
     worker_id: str
     attempt: int
     effective_until_ms: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Renewals:
+    renewed: list[Lease]
+    lost: list[Lease]
+    cancelled: list[Lease]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,9 +148,12 @@ class TaskStore:
 
         Returns the record and whether this call created it.
         """
-        if state not in (TaskState.PENDING, TaskState.BLOCKED):
-            raise ValueError(f"a task is created PENDING or BLOCKED, not {state}")
+        if state not in (TaskState.PENDING, TaskState.BLOCKED, TaskState.SCHEDULED):
+            raise ValueError(f"a task is created PENDING, BLOCKED or SCHEDULED, not {state}")
         now = now_ms()
+        # A SCHEDULED task is due at its notBefore: the status index says so, so neither
+        # the health check nor the reconciler counts it as waiting until then.
+        due = envelope.not_before_ms if state is TaskState.SCHEDULED else None
         write_id = uuid.uuid4().hex
         item: dict[str, Any] = {
             "PK": keys.task_pk(envelope.tenant, envelope.request_id),
@@ -151,8 +167,9 @@ class TaskStore:
             "updatedAt": now,
             "envelope": envelope.to_dict(),
             "statusPK": keys.status_pk(state.value, envelope.request_id),
-            "statusSK": keys.status_sk(now, envelope.tenant, envelope.request_id),
+            "statusSK": keys.status_sk(due or now, envelope.tenant, envelope.request_id),
             "idempotencyKey": idempotency_key,
+            **({"notBefore": due} if due is not None else {}),
             **self._job_keys(envelope),
             **(extra or {}),
             idempotent.WRITE_ID: write_id,
@@ -190,6 +207,11 @@ class TaskStore:
         lease, and attempts remain. Raises a `LockNotAcquired` subclass otherwise.
         """
         now = now_ms()
+        if envelope.not_before_ms is not None and envelope.not_before_ms > now:
+            # Early: never an attempt. The worker records it SCHEDULED if it is not yet
+            # (agentq.store.scheduling.not_yet_due) and re-delays the message.
+            raise TaskNotReady(envelope.request_id, TaskState.SCHEDULED.value,
+                               envelope.not_before_ms)  # fmt: skip
         token = uuid.uuid4().hex
         effective_until = now + int(lease_seconds * 1000)
         names = {"#state": "state", "#owner": "owner", "#tenant": "tenant",
@@ -198,6 +220,7 @@ class TaskStore:
             processing=TaskState.PROCESSING.value,
             pending=TaskState.PENDING.value,
             retrying=TaskState.RETRYING.value,
+            scheduled=TaskState.SCHEDULED.value,
             token=token,
             worker=worker_id,
             eu=effective_until,
@@ -245,7 +268,9 @@ class TaskStore:
             UpdateExpression="SET " + ", ".join(sets),
             ConditionExpression=(
                 "(attribute_not_exists(PK) OR #state IN (:pending, :retrying) "
-                "OR (#state = :processing AND effectiveUntil < :now)) "
+                "OR (#state = :scheduled AND notBefore <= :now) "
+                "OR (#state = :processing AND effectiveUntil < :now "
+                "AND attribute_not_exists(cancelRequested))) "
                 "AND (attribute_not_exists(#attempt) OR #attempt < :max)"
             ),
             ExpressionAttributeNames=names,
@@ -279,6 +304,13 @@ class TaskStore:
             return TaskAlreadyTerminal(envelope.request_id, record.state.value)
         if record.state is TaskState.BLOCKED:
             return TaskNotReady(envelope.request_id, record.state.value)
+        if record.state is TaskState.SCHEDULED:
+            return TaskNotReady(
+                envelope.request_id, record.state.value, int(record.raw.get("notBefore") or now)
+            )
+        if record.raw.get("cancelRequested") and not record.lease_live(now):
+            # Its worker died after a cancel was requested: the cancel ends it, not a rerun.
+            return CancelPending(envelope.request_id, record.state.value)
         if record.lease_live(now):
             return TaskHeldElsewhere(
                 envelope.request_id, record.owner, int(record.effective_until_ms or 0)
@@ -302,7 +334,7 @@ class TaskStore:
                 UpdateExpression=(
                     "SET effectiveUntil = :eu, lastHeartbeatAt = :now, statusSK = :ssk"
                 ),
-                ConditionExpression="leaseToken = :token AND #state = :processing",
+                ConditionExpression=RENEW_CONDITION,
                 ExpressionAttributeNames={"#state": "state"},
                 ExpressionAttributeValues=values(
                     eu=effective_until,
@@ -311,9 +343,13 @@ class TaskStore:
                     token=lease.token,
                     processing=TaskState.PROCESSING.value,
                 ),
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             ))  # fmt: skip
         except ClientError as error:
             if condition_failed(error):
+                item: Any = error.response.get("Item")
+                if _cancel_requested(lease, item):
+                    raise CancelRequested(lease.request_id) from None
                 raise LeaseLost(lease.request_id, lease.token) from None
             raise
         return Lease(
@@ -328,7 +364,15 @@ class TaskStore:
     def renew_many(
         self, leases: Iterable[Lease], *, lease_seconds: float
     ) -> tuple[list[Lease], list[Lease]]:
-        """Renew many leases with one `TransactWriteItems` per 100: (renewed, lost).
+        """(renewed, lost) of `renew_leases`, a cancel request counted as lost."""
+        renewals = self.renew_leases(leases, lease_seconds=lease_seconds)
+        return renewals.renewed, renewals.lost + renewals.cancelled
+
+    def renew_leases(self, leases: Iterable[Lease], *, lease_seconds: float) -> Renewals:
+        """Renew many leases with one `TransactWriteItems` per 100.
+
+        A renewal refused because a cancel was requested (the `cancelRequested` flag,
+        seen in the refused item the transaction returns: no extra read) is `cancelled`.
 
         One request per heartbeat instead of one per task keeps heartbeats cheap. A
         transaction is all-or-nothing, so lost leases (condition failures) are dropped
@@ -337,6 +381,7 @@ class TaskStore:
         """
         renewed: list[Lease] = []
         lost: list[Lease] = []
+        cancelled: list[Lease] = []
         todo = list(leases)
         for start in range(0, len(todo), MAX_TRANSACTION_ITEMS):
             pending = todo[start : start + MAX_TRANSACTION_ITEMS]
@@ -370,12 +415,17 @@ class TaskStore:
                                 renewed.append(self.renew(lease, lease_seconds=lease_seconds))
                             except LeaseLost:
                                 lost.append(lease)
+                            except CancelRequested:
+                                cancelled.append(lease)
                             except ClientError:
                                 logger.exception("renewing one lease failed; next beat retries",
                                                  extra={"requestId": lease.request_id})  # fmt: skip
                         pending = []
                         continue
-                    lost.extend(pending[i] for i in sorted(failed))
+                    for i in sorted(failed):
+                        item = reasons[i].get("Item")
+                        seen = _cancel_requested(pending[i], item)
+                        (cancelled if seen else lost).append(pending[i])
                     pending = [lease for i, lease in enumerate(pending) if i not in failed]
                     continue
                 renewed.extend(
@@ -390,15 +440,16 @@ class TaskStore:
                     for lease in pending
                 )
                 pending = []
-        return renewed, lost
+        return Renewals(renewed=renewed, lost=lost, cancelled=cancelled)
 
     def _renewal(self, lease: Lease, now: int, effective_until: int) -> dict[str, Any]:
         return {
             "TableName": self._table,
             "Key": self._key(lease.tenant, lease.request_id),
             "UpdateExpression": "SET effectiveUntil = :eu, lastHeartbeatAt = :now, statusSK = :ssk",
-            "ConditionExpression": "leaseToken = :token AND #state = :processing",
+            "ConditionExpression": RENEW_CONDITION,
             "ExpressionAttributeNames": {"#state": "state"},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             "ExpressionAttributeValues": values(
                 eu=effective_until,
                 now=now,
@@ -636,3 +687,15 @@ class TaskStore:
             "jobPK": keys.job_pk(envelope.tenant, envelope.job_id),
             "jobSK": f"TASK#{envelope.task_key or envelope.request_id}",
         }
+
+
+def _cancel_requested(lease: Lease, item: Mapping[str, Any] | None) -> bool:
+    """Whether a refused renewal was refused for a cancel of this very attempt."""
+    if not item:
+        return False
+    data = from_item(item)
+    return (
+        bool(data.get("cancelRequested"))
+        and data.get("leaseToken") == lease.token
+        and data.get("state") == TaskState.PROCESSING.value
+    )
