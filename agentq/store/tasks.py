@@ -524,12 +524,14 @@ class TaskStore:
         to_state: TaskState,
         fields: Mapping[str, Any] | None = None,
         unless_lease_live: bool = False,
+        due_ms: int | None = None,
     ) -> TaskRecord | None:
         """Move a task from one of `from_states` to `to_state`, atomically.
 
         Returns the new record, or None when the task was not in an allowed state (the
         caller lost a race or the event was a duplicate). With `unless_lease_live`, a
-        PROCESSING task whose lease is live is left alone.
+        PROCESSING task whose lease is live is left alone. `due_ms` is the status index's
+        due time for a live `to_state` (default now; a SCHEDULED task's notBefore).
         """
         now = now_ms()
         write_id = uuid.uuid4().hex
@@ -554,7 +556,7 @@ class TaskStore:
             attrs.update(
                 values(
                     spk=keys.status_pk(to_state.value, request_id),
-                    ssk=keys.status_sk(now, tenant, request_id),
+                    ssk=keys.status_sk(due_ms or now, tenant, request_id),
                 )
             )
         for index, (name, value) in enumerate((fields or {}).items()):

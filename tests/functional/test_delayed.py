@@ -3,6 +3,7 @@ received early into an attempt, re-delayed past SQS's 15 minutes, and cancellabl
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -163,6 +164,37 @@ def test_the_lock_refuses_a_task_before_its_time_and_takes_it_after(stack: Stack
     cancelled = store.transition("acme", envelope.request_id, from_states=[TaskState.SCHEDULED],
                                  to_state=TaskState.CANCELLED)  # fmt: skip
     assert cancelled is None
+
+
+def test_a_job_task_with_a_time_waits_scheduled_until_then(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = client_with(monkeypatch)
+    due = now_ms() + 3000
+    spec = {
+        "tasks": {
+            "A": {"definition": "sample-echo", "not_before": due / 1000},
+            "B": {"definition": "sample-echo", "input": {"a": "${tasks.A.result}"}},
+        }
+    }
+    job = client.create_job(spec, job_id=f"j{uuid.uuid4().hex[:8]}")
+    assert job.spec.task("A").not_before_ms == due
+    a = client.get_task(f"{job.job_id}-A")
+    assert a.state is TaskState.SCHEDULED and a.raw["notBefore"] == due
+    assert client.get_task(f"{job.job_id}-B").state is TaskState.BLOCKED
+    # Held by SQS until its time: not receivable before it, receivable after.
+    received = wait_for(lambda: _receive(stack), timeout=20, message="A's message")
+    assert now_ms() >= due - 1000  # DelaySeconds is whole seconds
+    assert received["requestId"] == a.request_id and received["notBefore"] == due
+    # A stored spec parses back to the same time.
+    assert client.get_job(job.job_id).spec.task("A").not_before_ms == due
+
+
+def _receive(stack: Stack) -> dict[str, object] | None:
+    messages = stack.sqs.receive_message(
+        QueueUrl=stack.resources.queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=0
+    ).get("Messages", [])
+    return json.loads(messages[0]["Body"]) if messages else None
 
 
 def _try_lock(store: TaskStore, envelope: TaskEnvelope) -> Lease | None:
