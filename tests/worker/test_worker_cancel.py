@@ -86,8 +86,9 @@ def test_a_cancelled_running_job_task_fails_its_job_by_policy(
         wait_for(lambda: client.get_task("cancelme-A").state is TaskState.PROCESSING,
                  timeout=60, message="A running")  # fmt: skip
         assert client.cancel("cancelme-A") == ["cancelme-A"]
-        job = client.wait(job_id="cancelme", timeout_s=60, poll_s=0.2)
+        client.wait(job_id="cancelme", timeout_s=60, poll_s=0.2)
 
+    job = client.get_job("cancelme")
     assert job.state == "FAILED"
     tasks = client.job_tasks(job)
     a, b = tasks["A"], tasks["B"]
