@@ -13,12 +13,16 @@ from conftest import Stack
 from support import EventLog, wait_for
 
 from agentq.client import AgentqClient
+from agentq.config import Settings
 from agentq.envelope import TaskEnvelope
 from agentq.errors import NotCancellable, TaskNotReady
 from agentq.events import now_ms
+from agentq.health import HealthChecker
 from agentq.local.workers import SAMPLE_DEFINITIONS, WorkerProcess, fast_env
+from agentq.reconcile.messages import LostMessages
+from agentq.reconcile.model import Repair
 from agentq.states import TaskState
-from agentq.store import Lease, TaskStore
+from agentq.store import EventStore, Lease, TaskStore
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -188,6 +192,45 @@ def test_a_job_task_with_a_time_waits_scheduled_until_then(
     assert received["requestId"] == a.request_id and received["notBefore"] == due
     # A stored spec parses back to the same time.
     assert client.get_job(job.job_id).spec.task("A").not_before_ms == due
+
+
+def test_health_and_reconciler_leave_a_scheduled_task_alone_until_its_time(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PENDING_ALERT_AFTER", "0")
+    settings = Settings.from_env()
+    store = TaskStore(stack.dynamodb, stack.resources.table_name)
+    created = now_ms()
+    due = created + 3_600_000
+    envelope = TaskEnvelope(request_id=new_id(), tenant="acme", definition="sample-echo",
+                            not_before_ms=due)  # fmt: skip
+    store.create(envelope, state=TaskState.SCHEDULED)
+    health = HealthChecker(
+        tasks=store,
+        events=EventStore(stack.dynamodb, stack.resources.table_name, app_name="agentq"),
+        sqs=stack.sqs,
+        settings=settings,
+    )
+    lost = LostMessages(
+        tasks=store, dynamodb=stack.dynamodb, table_name=stack.resources.table_name,
+        sqs=stack.sqs, queue_url=stack.resources.queue_url,
+        publisher=AgentqClient.from_env().publisher, lost_after_s=60,
+    )  # fmt: skip
+
+    def findings(at: int) -> list[str]:
+        report = health.check(at_ms=at)
+        return [f.condition for f in report.findings if f.subject == envelope.request_id]
+
+    def repaired(at: int) -> list[str]:
+        repairs: list[Repair] = []
+        lost.run(at, repairs, [])
+        return [r.kind for r in repairs if r.subject == envelope.request_id]
+
+    # An hour waiting since it was created, but not yet due: neither starving nor lost.
+    assert findings(created + 3_500_000) == [] and repaired(created + 3_500_000) == []
+    # Due and still not taken long after: both notice, as for a PENDING task.
+    assert findings(due + 120_000) == ["starving"]
+    assert repaired(due + 120_000) == ["pending_lost"]
 
 
 def _receive(stack: Stack) -> dict[str, object] | None:
