@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 # A lock refused for an unclear reason (a concurrent change) is looked at again soon.
 CONTENTION_BACKOFF_S: Final = 5.0
-_LIVE: Final = (TaskState.PENDING, TaskState.RETRYING, TaskState.PROCESSING)
+_LIVE: Final = (TaskState.SCHEDULED, TaskState.PENDING, TaskState.RETRYING, TaskState.PROCESSING)
 
 
 class Refusals:
@@ -94,7 +94,8 @@ class Refusals:
         event = replace(event, job_id=current.job_id, attempt=current.attempt,
                         definition=current.definition)  # fmt: skip
         closed = self._store.transition(
-            tenant, request_id or "", from_states=(TaskState.PENDING, TaskState.RETRYING),
+            tenant, request_id or "",
+            from_states=(TaskState.SCHEDULED, TaskState.PENDING, TaskState.RETRYING),
             to_state=TaskState.FAILED,
             fields={"error": error.to_record(), "terminalEvent": event.to_detail()},
             unless_lease_live=True,
