@@ -14,14 +14,14 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 from agentq.aws import AwsClients
 from agentq.config import Settings
 from agentq.definitions import DefinitionRegistry, TaskDefinition
 from agentq.envelope import TaskEnvelope, validate_request_id
-from agentq.errors import AgentqError, InvalidInput, NotFound
-from agentq.events import REJECTED_REASON, now_ms, task_event
+from agentq.errors import AgentqError, InvalidInput, NotCancellable, NotFound
+from agentq.events import REJECTED_REASON, Event, now_ms
 from agentq.jobs import (
     JobDispatcher,
     JobRecord,
@@ -37,11 +37,11 @@ from agentq.jobs import (
 from agentq.jobs.spec import validate_job_id
 from agentq.prompts import check_prompt_inputs
 from agentq.publisher import EventPublisher
+from agentq.schedule import resolve_not_before
 from agentq.states import TaskState
 from agentq.store import EventStore, TaskRecord, TaskStore
+from agentq.store.scheduling import NOT_STARTED, request_cancel
 from agentq.task_outputs import TaskOutputs
-
-_CANCELLABLE: Final = frozenset({TaskState.BLOCKED, TaskState.PENDING, TaskState.RETRYING})
 
 
 class WaitTimeout(AgentqError):
@@ -111,6 +111,7 @@ class AgentqClient:
             queue_url=self.settings.required("queue_url"),
             dynamodb=self._ddb,
             table_name=self._table,
+            max_message_delay_s=self.settings.max_message_delay_s,
         )
 
     @property
@@ -134,12 +135,20 @@ class AgentqClient:
         job_id: str | None = None,
         idempotency_key: str | None = None,
         tenant: str | None = None,
+        delay: float | None = None,
+        not_before: str | float | None = None,
     ) -> TaskRecord:
         """Queue one task. The same idempotency key twice returns the existing task.
 
-        With `job_id`, the task joins that (running) job as a root task.
+        With `job_id`, the task joins that (running) job as a root task. `delay`
+        (seconds) or `not_before` (ISO time or epoch, agentq.schedule) hold it SCHEDULED
+        until then.
         """
         tenant = tenant or self.settings.tenant_id
+        submitted = now_ms()
+        due = resolve_not_before(delay_s=delay, not_before=not_before, now_ms=submitted)
+        if due is not None and job_id is not None:
+            raise InvalidInput("delay", "a job task is delayed by its job spec's not_before")
         found = self._check_definition(definition, "definition")
         if found is not None and job_id is None:
             check_prompt_inputs(found, input or {})
@@ -156,7 +165,8 @@ class AgentqClient:
             tenant=tenant,
             definition=definition,
             input=dict(input or {}),
-            submitted_at_ms=now_ms(),
+            submitted_at_ms=submitted,
+            not_before_ms=due,
         )
         record, _ = self.submitter.submit(envelope, idempotency_key=idempotency_key)
         return record
@@ -344,10 +354,13 @@ class AgentqClient:
         tenant: str | None = None,
         reason: str = "cancelled by request",
     ) -> list[str]:
-        """Cancel a task, or every task of a job that has not started (running ones finish).
+        """Cancel a task, or every task of a job that has not started.
 
-        Returns the request ids cancelled now. A job task's cancellation also cancels
-        its dependents, and a job whose tasks are all terminal is closed.
+        A task not started is CANCELLED at once; a running one is asked to stop (its
+        worker stops the child within one heartbeat and records `Task Cancelled`).
+        Returns the request ids cancelled or asked to stop now; cancelling one finished
+        task raises `NotCancellable`. A job task's cancellation applies the job's
+        failure policy, and a job whose tasks are all terminal is closed.
         """
         if (request_id is None) == (job_id is None):
             raise InvalidInput("cancel", "give exactly one of request_id or job_id")
@@ -357,37 +370,27 @@ class AgentqClient:
             targets = [
                 record
                 for record in self.job_tasks(job).values()
-                if record is not None and record.state in _CANCELLABLE
+                if record is not None and record.state in NOT_STARTED
             ]
         else:
             assert request_id is not None
             targets = [self.get_task(request_id, tenant=tenant)]
-        cancelled = [r.request_id for r in targets if self._cancel_one(r, reason)]
+        done: list[str] = []
+        for record in targets:
+            try:
+                result = request_cancel(self.tasks, self._ddb, self._table, record, reason)
+            except NotCancellable:
+                if job_id is not None:
+                    continue  # finished meanwhile: nothing to do for a job-wide cancel
+                raise
+            done.append(record.request_id)
+            if result.outcome == "cancelled":
+                stored = result.record.raw.get("terminalEvent")
+                if isinstance(stored, Mapping):
+                    self.publisher.publish(Event.from_detail(stored))
         for affected in {r.job_id for r in targets if r.job_id}:
             self.dispatcher.reconcile(tenant, affected, trigger=f"cancel-{uuid.uuid4().hex}")
-        return cancelled
-
-    def _cancel_one(self, record: TaskRecord, reason: str) -> bool:
-        moved = self.tasks.transition(
-            record.tenant,
-            record.request_id,
-            from_states=_CANCELLABLE,
-            to_state=TaskState.CANCELLED,
-            fields={"cancelReason": reason},
-        )
-        if moved is None:
-            return False
-        self.publisher.publish(
-            task_event(
-                "Task Cancelled",
-                request_id=record.request_id,
-                tenant=record.tenant,
-                job_id=record.job_id,
-                definition=record.definition,
-                reason=reason,
-            )
-        )
-        return True
+        return done
 
     def _check_definition(self, name: str, field: str) -> TaskDefinition | None:
         if self.definitions is None:

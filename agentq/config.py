@@ -198,6 +198,18 @@ class Settings(BaseSettings):
     retry_backoff_max_s: Float = var(
         "RETRY_BACKOFF_MAX", 300.0, "Cap (s) of the retry backoff.", "worker", ge=0, le=43_200
     )
+    max_message_delay_s: Int = var(
+        "MAX_MESSAGE_DELAY", 900,
+        "Longest delay (s) a delayed task's message gets from SQS DelaySeconds; the rest "
+        "is waited out by re-delaying an early message through its visibility.",
+        "client, dispatcher", ge=0, le=900,
+    )  # fmt: skip
+    max_redelay_s: Int = var(
+        "MAX_REDELAY", 43_200,
+        "Longest visibility (s) a worker gives a message received before its task is "
+        "due; a longer wait is several re-delays. SQS allows at most 12 hours.",
+        "worker", ge=1, le=43_200,
+    )  # fmt: skip
     drain_timeout_ms: Int = var(
         "DRAIN_TIMEOUT",
         120_000,

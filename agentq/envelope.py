@@ -3,7 +3,13 @@
 A message body is a JSON object::
 
     {"version": 1, "requestId": "r-123", "tenant": "acme", "definition": "summarize",
-     "input": {...}, "jobId": null, "taskKey": null, "submittedAt": 1732579200000}
+     "input": {...}, "jobId": null, "taskKey": null, "submittedAt": 1732579200000,
+     "notBefore": 1732579500000}
+
+`notBefore` (optional) delays the task: it is not run before that time (epoch ms, or
+any form agentq.schedule accepts). A foreign sender or a `Task Requested` event may give
+`delay` (seconds) instead, counted from `submittedAt` (for an event: its `time`); a
+`delay` with neither is refused, since each receive would push it further out.
 
 with the message attribute `requestId` (String, ``^[a-zA-Z0-9_-]{1,256}$``) and, for
 routing and metrics, `tenant`, `taskType` and `jobId`. A `Task Requested` event routed
@@ -25,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from agentq.errors import InvalidInput, InvalidRequestId, shown
+from agentq.schedule import parse_time_ms, resolve_not_before
 
 REQUEST_ID_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_-]{1,256}$")
 DEFINITION_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
@@ -166,6 +173,7 @@ class TaskEnvelope:
     job_id: str | None = None
     task_key: str | None = None
     submitted_at_ms: int | None = None
+    not_before_ms: int | None = None
 
     def __post_init__(self) -> None:
         validate_request_id(self.request_id)
@@ -202,6 +210,7 @@ class TaskEnvelope:
             "jobId": self.job_id,
             "taskKey": self.task_key,
             "submittedAt": self.submitted_at_ms,
+            **({"notBefore": self.not_before_ms} if self.not_before_ms is not None else {}),
         }
 
     def message_attributes(self) -> dict[str, dict[str, str]]:
@@ -221,6 +230,16 @@ class TaskEnvelope:
         if "definition" not in data:
             raise InvalidInput("definition", "is required")
         submitted = data.get("submittedAt")
+        submitted_ms = int(submitted) if isinstance(submitted, int | float) else None
+        not_before: int | None = None
+        if data.get("delay") is not None:
+            if data.get("notBefore") is not None:
+                raise InvalidInput("delay", "give either delay or notBefore, not both")
+            if submitted_ms is None:
+                raise InvalidInput("delay", "needs submittedAt; give notBefore instead")
+            not_before = resolve_not_before(delay_s=data["delay"], now_ms=submitted_ms)
+        elif data.get("notBefore") is not None:
+            not_before = parse_time_ms(data["notBefore"], "notBefore")
         return cls(
             request_id=data.get("requestId"),  # type: ignore[arg-type]  # validated
             tenant=data.get("tenant") or default_tenant,
@@ -228,7 +247,8 @@ class TaskEnvelope:
             input=data["input"] if data.get("input") is not None else {},
             job_id=data.get("jobId"),
             task_key=data.get("taskKey"),
-            submitted_at_ms=int(submitted) if isinstance(submitted, int | float) else None,
+            submitted_at_ms=submitted_ms,
+            not_before_ms=not_before,
         )
 
 
@@ -254,7 +274,10 @@ def parse_message(
     if not isinstance(data, dict):
         raise InvalidInput("body", "must be a JSON object")
     if data.get("detail-type") == "Task Requested" and isinstance(data.get("detail"), dict):
+        event_time = data.get("time")
         data = data["detail"]
+        if "submittedAt" not in data and isinstance(event_time, str):
+            data = {**data, "submittedAt": parse_time_ms(event_time, "time")}
     attribute_id = _string_attribute(attributes, "requestId")
     if attribute_id is not None:
         validate_request_id(attribute_id)

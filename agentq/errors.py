@@ -138,10 +138,18 @@ class TaskStillHeld(AgentqError):
 
 
 class TaskNotReady(LockNotAcquired):
-    """The task waits on job dependencies (BLOCKED): it must not run yet."""
+    """The task waits on job dependencies (BLOCKED) or its time (SCHEDULED, `not_before_ms`)."""
+
+    def __init__(self, request_id: str, state: str, not_before_ms: int | None = None) -> None:
+        self.not_before_ms = not_before_ms
+        super().__init__(request_id, state, f"task {request_id} is {state}, not ready to run")
+
+
+class CancelPending(LockNotAcquired):
+    """A cancel was requested and the worker holding the task died: it ends CANCELLED."""
 
     def __init__(self, request_id: str, state: str) -> None:
-        super().__init__(request_id, state, f"task {request_id} is {state}, not ready to run")
+        super().__init__(request_id, state, f"task {request_id}: cancel requested, holder gone")
 
 
 class AttemptsExhausted(LockNotAcquired):
@@ -150,6 +158,23 @@ class AttemptsExhausted(LockNotAcquired):
     def __init__(self, request_id: str, attempts: int) -> None:
         self.attempts = attempts
         super().__init__(request_id, "RETRYING", f"task {request_id} used {attempts} attempts")
+
+
+class CancelRequested(AgentqError):
+    """A lease renewal found the task's `cancelRequested` flag: its child must stop."""
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        super().__init__(f"task {request_id}: cancel requested")
+
+
+class NotCancellable(InvalidInput):
+    """Cancel of a task that has already finished: nothing to stop."""
+
+    def __init__(self, request_id: str, state: str) -> None:
+        self.request_id = request_id
+        self.state = state
+        super().__init__("requestId", f"task {request_id} is already {state}: nothing to cancel")
 
 
 class LeaseLost(AgentqError):

@@ -202,8 +202,9 @@ class HealthChecker:
     def _starving(self, now: int) -> list[Finding]:
         threshold = now - self._settings.pending_alert_after_s * 1000
         result = []
-        for state in (TaskState.PENDING, TaskState.RETRYING):
-            # Due time is creation (PENDING) or the retry time (RETRYING).
+        for state in (TaskState.PENDING, TaskState.SCHEDULED, TaskState.RETRYING):
+            # Due time is creation (PENDING), notBefore (SCHEDULED: not starving before
+            # its time) or the retry time (RETRYING).
             for record in self._tasks.tasks_by_status(state, due_before_ms=threshold):
                 since = _due_ms(record) or record.updated_at_ms or now
                 result.append(

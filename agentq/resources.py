@@ -139,7 +139,9 @@ class ResourceNames:
         return f"{self.prefix}-{rule.name}-target"
 
 
-TERMINAL_TASK_EVENTS: Final = ("Task Completed", "Task Failed", "Task Timeout")
+# Task Cancelled: a running job task cancelled by its worker; the dispatcher applies
+# the job's failure policy (its own cancels re-trigger it harmlessly: nothing changes).
+TERMINAL_TASK_EVENTS: Final = ("Task Completed", "Task Failed", "Task Timeout", "Task Cancelled")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -74,6 +74,10 @@ class TaskIn(BaseModel):
         default=None, description="task keys or group names (one as a string)"
     )
     group: Annotated[str, AfterValidator(_group)] | None = None
+    not_before: str | float | None = Field(
+        default=None,
+        description="not run before this time: ISO 8601 with a zone, or epoch seconds",
+    )
     for_each: Annotated[list[Any], AfterValidator(_items)] | None = Field(
         default=None, description=f"fan-out: one task per element (1 to {MAX_FAN_OUT})"
     )

@@ -2,11 +2,14 @@
 
 PENDING → PROCESSING → COMPLETED | FAILED | TIMEOUT
 PROCESSING → RETRYING → PROCESSING      (retryable failure, attempt-level)
-BLOCKED → PENDING                       (job task waiting on dependencies)
-BLOCKED | PENDING | RETRYING → CANCELLED
+BLOCKED → PENDING | SCHEDULED           (job task waiting on dependencies)
+SCHEDULED → PROCESSING                  (delayed task, once `notBefore` has passed)
+BLOCKED | SCHEDULED | PENDING | RETRYING → CANCELLED
+PROCESSING → CANCELLED                  (cancel requested; its worker stopped the child)
 BLOCKED → FAILED                        (its input cannot be resolved)
 
-A task's state is read from its STATE item. `effectiveUntil` is set only while a lease
+A task's state is read from its STATE item. A cancel request on a PROCESSING task is
+a flag (`cancelRequested`), not a state: only the worker holding the lease ends it. `effectiveUntil` is set only while a lease
 is live (PROCESSING); terminal states never expire.
 """
 
@@ -20,6 +23,7 @@ from agentq.errors import InvalidTransition
 
 class TaskState(StrEnum):
     BLOCKED = "BLOCKED"
+    SCHEDULED = "SCHEDULED"
     PENDING = "PENDING"
     PROCESSING = "PROCESSING"
     RETRYING = "RETRYING"
@@ -46,7 +50,11 @@ LIVE_STATES: Final = frozenset(set(TaskState) - TERMINAL_STATES)
 TRANSITIONS: Final[dict[TaskState, frozenset[TaskState]]] = {
     # BLOCKED → FAILED: the dispatcher cannot build the task's input (a missing upstream
     # result), so the task fails without ever running.
-    TaskState.BLOCKED: frozenset({TaskState.PENDING, TaskState.CANCELLED, TaskState.FAILED}),
+    TaskState.BLOCKED: frozenset(
+        {TaskState.PENDING, TaskState.SCHEDULED, TaskState.CANCELLED, TaskState.FAILED}
+    ),
+    # SCHEDULED → FAILED: rejected or out of receives before it ever ran.
+    TaskState.SCHEDULED: frozenset({TaskState.PROCESSING, TaskState.CANCELLED, TaskState.FAILED}),
     TaskState.PENDING: frozenset({TaskState.PROCESSING, TaskState.CANCELLED, TaskState.FAILED}),
     TaskState.PROCESSING: frozenset(
         {
@@ -55,6 +63,7 @@ TRANSITIONS: Final[dict[TaskState, frozenset[TaskState]]] = {
             TaskState.COMPLETED,
             TaskState.FAILED,
             TaskState.TIMEOUT,
+            TaskState.CANCELLED,  # a cancel request its worker acted on
         }
     ),
     TaskState.RETRYING: frozenset({TaskState.PROCESSING, TaskState.FAILED, TaskState.CANCELLED}),

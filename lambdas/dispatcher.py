@@ -1,7 +1,7 @@
 """Dispatcher Lambda: a terminal task event of a job task drives the job's DAG.
 
 Triggered by the dispatcher rule (agentq.resources.DISPATCHER_RULE: Task Completed /
-Failed / Timeout with a `jobId`). The event is only a trigger; agentq.jobs.dispatch
+Failed / Timeout / Cancelled with a `jobId`). The event is only a trigger; agentq.jobs.dispatch
 reconciles the job from the table, so EventBridge's at-least-once delivery and
 Lambda's retries cannot enqueue a task twice. Errors talking to AWS raise (Lambda
 retries the event); a malformed event or a missing job is logged and dropped.

@@ -38,7 +38,7 @@ from agentq import __version__
 from agentq.config import Settings
 from agentq.definitions import DefinitionBody, DefinitionsTable, TaskDefinition
 from agentq.envelope import TENANT_PATTERN
-from agentq.errors import InvalidInput, NotFound
+from agentq.errors import InvalidInput, NotCancellable, NotFound
 from agentq.spec_models import JOB_ID, JobIn, TasksIn
 from lambdas._common import powertools
 
@@ -68,6 +68,16 @@ class SubmitIn(BaseModel):
     definition: str = Field(min_length=1, max_length=128)
     input: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(default=None, max_length=512)
+    # At most one; agentq.schedule validates them (its errors answer 400).
+    delay: float | None = Field(default=None, ge=0, description="seconds from now")
+    not_before: str | float | None = Field(
+        default=None, description="ISO 8601 time with a zone, or epoch seconds"
+    )
+
+
+class CancelIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(default="cancelled by request", min_length=1, max_length=256)
 
 
 # -- context -------------------------------------------------------------------------------
@@ -161,8 +171,9 @@ def get_job(job_id: Annotated[str, Path(pattern=_ID)]) -> dict[str, Any]:
 @app.post("/tasks", summary="Submit one task")
 def submit_task(body: SubmitIn) -> tuple[dict[str, Any], int]:
     record = _client().submit(
-        body.definition, body.input, idempotency_key=body.idempotency_key, tenant=_tenant()
-    )
+        body.definition, body.input, idempotency_key=body.idempotency_key, tenant=_tenant(),
+        delay=body.delay, not_before=body.not_before,
+    )  # fmt: skip
     metrics.add_metric(name="TasksSubmitted", unit=MetricUnit.Count, value=1)
     return _task_dict(record), 201
 
@@ -170,6 +181,19 @@ def submit_task(body: SubmitIn) -> tuple[dict[str, Any], int]:
 @app.get("/tasks/<request_id>", summary="A task")
 def get_task(request_id: Annotated[str, Path(pattern=r"^[a-zA-Z0-9_-]{1,256}$")]) -> dict[str, Any]:
     return _task_dict(_client().get_task(request_id, tenant=_tenant()))
+
+
+@app.post("/tasks/<request_id>/cancel", summary="Cancel a task (a running one is stopped)")
+def cancel_task(
+    request_id: Annotated[str, Path(pattern=r"^[a-zA-Z0-9_-]{1,256}$")],
+    body: CancelIn | None = None,
+) -> tuple[dict[str, Any], int]:
+    client = _client()
+    reason = (body or CancelIn()).reason
+    client.cancel(request_id, tenant=_tenant(), reason=reason)
+    record = client.get_task(request_id, tenant=_tenant())
+    # 202 when the running task was only asked to stop: its worker ends it.
+    return _task_dict(record), 200 if record.state.terminal else 202
 
 
 # -- task definitions ----------------------------------------------------------------------
@@ -224,6 +248,11 @@ def _error(status: int, message: str, **extra: Any) -> Response[str]:
 @app.exception_handler(NotFound)  # type: ignore[untyped-decorator]
 def _not_found(error: NotFound) -> Response[str]:
     return _error(404, str(error))
+
+
+@app.exception_handler(NotCancellable)  # type: ignore[untyped-decorator]
+def _not_cancellable(error: NotCancellable) -> Response[str]:
+    return _error(409, str(error), field=error.field, state=error.state)
 
 
 @app.exception_handler(InvalidInput)  # type: ignore[untyped-decorator]

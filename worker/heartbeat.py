@@ -6,6 +6,8 @@ conditional on each lease token), and one `PutEvents` for all `Task Heartbeat` e
 three requests for ten tasks. A renewal that finds another lease token means a newer
 attempt owns the task: that child is stopped. After three consecutive failed extensions
 a message is no longer extended (it becomes visible again and the STATE item arbitrates).
+A renewal refused because a cancel was requested stops that child (`cancelled`): the
+flag is seen in the refused item the transaction returns, so noticing costs no read.
 
 Every lease held is handed to its child's `StopSignal` (`hold`) before the beat's
 requests and again once renewed: the supervisor mirrors it into the task dir and stops
@@ -137,14 +139,15 @@ class Heartbeat:
             # Before any request: a renewal that hangs must not keep the fence unset.
             entry.stop.hold(lease_times(lease.effective_until_ms, self._settings))
         try:
-            renewed, lost = self._store.renew_many(
+            renewals = self._store.renew_leases(
                 [lease for _, lease in held.values()], lease_seconds=self._settings.lease_seconds
             )
         except Exception:
             logger.exception("lease renewal failed; trying again soon")
             self._renewal_failed = True
             return []
-        if len(renewed) + len(lost) < len(held):
+        renewed, lost = renewals.renewed, renewals.lost
+        if len(renewed) + len(lost) + len(renewals.cancelled) < len(held):
             self._renewal_failed = True  # some leases were neither: try them again soon
         for lease in lost:
             entry = held[lease.token][0]
@@ -152,6 +155,13 @@ class Heartbeat:
                 continue  # its child ended meanwhile: finalize ends the lease, not us
             logger.warning("lease lost; stopping the task", extra={"requestId": lease.request_id})
             entry.stop.set("lease_lost")
+        for lease in renewals.cancelled:
+            entry = held[lease.token][0]
+            if entry.lease is None or not self._inflight.holds(entry):
+                continue  # its child ended meanwhile: its own ending stands
+            logger.info("cancel requested; stopping the task",
+                        extra={"requestId": lease.request_id})  # fmt: skip
+            entry.stop.set("cancelled")
         events = []
         for lease in renewed:
             entry, read = held[lease.token]

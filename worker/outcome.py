@@ -4,6 +4,7 @@
 |--------------------------------------------|-----------|------------------------|---------|
 | exit 0                                     | COMPLETED | Task Completed         | delete  |
 | killed by the worker's timeout             | TIMEOUT   | Task Timeout           | delete  |
+| stopped by a cancel request                | CANCELLED | Task Cancelled         | delete  |
 | failed, retryable, attempts left           | RETRYING  | Task Processing Failed | kept, visible after a jittered backoff |
 | failed, retryable, last attempt            | FAILED    | Task Failed            | delete  |
 | failed, not retryable (programming, auth…) | FAILED    | Task Failed            | delete  |
@@ -25,7 +26,7 @@ from agentq.taxonomy import ErrorInfo, from_record, info
 from worker.child import ERROR_FILE, RESULT_FILE
 from worker.supervisor import ChildExit
 
-Verdict = Literal["completed", "timeout", "retry", "failed", "released", "lease_lost"]
+Verdict = Literal["completed", "timeout", "retry", "failed", "released", "lease_lost", "cancelled"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +80,9 @@ def decide(child: ChildExit, task_dir: Path, *, attempt: int, max_attempts: int)
                      "LeaseFenced")  # fmt: skip
         verdict: Verdict = "retry" if attempt < max_attempts else "failed"
         return Outcome(verdict=verdict, error=fence, usage=usage, fenced=True)
+    if child.stopped == "cancelled":
+        # A cancel request stopped it: whatever it wrote, the task ends CANCELLED.
+        return Outcome(verdict="cancelled", usage=usage)
     if child.stopped == "shutdown":
         return Outcome(verdict="released", usage=usage)
     if child.returncode == 0:

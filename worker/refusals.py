@@ -19,6 +19,7 @@ from agentq.config import Settings
 from agentq.envelope import TaskEnvelope, identity_hint
 from agentq.errors import (
     AttemptsExhausted,
+    CancelPending,
     InvalidInput,
     LockNotAcquired,
     NotFound,
@@ -27,7 +28,9 @@ from agentq.errors import (
     TaskNotReady,
 )
 from agentq.events import REJECTED_REASON, Event, now_ms
+from agentq.schedule import remaining_s
 from agentq.states import TaskState
+from agentq.store import scheduling
 from agentq.store.tasks import TaskRecord, TaskStore
 from agentq.taxonomy import ErrorInfo, classify_exception, info
 from worker.batcher import SqsBatcher
@@ -39,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 # A lock refused for an unclear reason (a concurrent change) is looked at again soon.
 CONTENTION_BACKOFF_S: Final = 5.0
-_LIVE: Final = (TaskState.PENDING, TaskState.RETRYING, TaskState.PROCESSING)
+_LIVE: Final = (TaskState.SCHEDULED, TaskState.PENDING, TaskState.RETRYING, TaskState.PROCESSING)
 
 
 class Refusals:
@@ -90,7 +93,8 @@ class Refusals:
         event = replace(event, job_id=current.job_id, attempt=current.attempt,
                         definition=current.definition)  # fmt: skip
         closed = self._store.transition(
-            tenant, request_id or "", from_states=(TaskState.PENDING, TaskState.RETRYING),
+            tenant, request_id or "",
+            from_states=(TaskState.SCHEDULED, TaskState.PENDING, TaskState.RETRYING),
             to_state=TaskState.FAILED,
             fields={"error": error.to_record(), "terminalEvent": event.to_detail()},
             unless_lease_live=True,
@@ -173,6 +177,13 @@ class Refusals:
             logger.info("duplicate of a finished task; deleting", extra=log)
             self._outbox.resend_terminal_event_then_delete(entry, envelope)
             return "duplicate"
+        if isinstance(refusal, CancelPending):
+            if scheduling.cancel_orphan(self._store, envelope.tenant, envelope.request_id):
+                logger.info("cancel requested before its worker died; cancelled", extra=log)
+                self._outbox.resend_terminal_event_then_delete(entry, envelope)
+                return "duplicate"
+            self._back_off(entry, random.uniform(1, CONTENTION_BACKOFF_S), message)
+            return "contended"
         if isinstance(refusal, TaskHeldElsewhere):
             # Never delete: this may be the holder's own message. Look again after its lease.
             remaining = max(0.0, (refusal.effective_until_ms - now_ms()) / 1000)
@@ -191,6 +202,17 @@ class Refusals:
         if isinstance(refusal, TaskNotReady):
             delay = backoff_s(3, base_s=self._settings.retry_backoff_base_s,
                               max_s=self._settings.retry_backoff_max_s)  # fmt: skip
+            if refusal.not_before_ms is not None:
+                record = scheduling.not_yet_due(self._store, envelope)
+                if record.state.terminal:  # cancelled while it waited
+                    self._outbox.resend_terminal_event_then_delete(entry, envelope)
+                    return "duplicate"
+                # Delayed past what SQS DelaySeconds holds: wait out the rest invisible,
+                # with no attempt spent (the lock was never taken).
+                due = max(refusal.not_before_ms, int(record.raw.get("notBefore") or 0))
+                wait = remaining_s(due, now_ms())
+                delay = min(max(wait, 0.5), self._settings.max_redelay_s)
+                logger.info("task not due yet; re-delayed", extra={**log, "delay_s": delay})
             self._back_off(entry, delay, message)
             return "not_ready"
         self._back_off(entry, random.uniform(1, CONTENTION_BACKOFF_S), message)

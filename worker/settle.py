@@ -22,7 +22,7 @@ from typing import Any
 
 from agentq.config import Settings
 from agentq.envelope import TaskEnvelope
-from agentq.errors import LeaseLost
+from agentq.errors import CancelRequested, LeaseLost
 from agentq.events import DetailType, now_ms
 from agentq.states import TaskState
 from agentq.store.tasks import Lease, TaskStore
@@ -82,6 +82,8 @@ class Settler:
             # Before its files could overwrite a newer attempt's: is the lease still ours?
             try:
                 lease = self._store.renew(lease, lease_seconds=self._settings.lease_seconds)
+            except CancelRequested:
+                pass  # still ours: the outcome already decided stands
             except LeaseLost:
                 entry.lease = None
                 logger.warning("lease lost mid-task; child stopped",
@@ -146,6 +148,10 @@ class Settler:
                 emit("Task Processing Failed", error=error, retryAt=retry_at)
                 self._batcher.change_visibility(entry.receipt_handle, delay)
                 return "retrying"
+            if outcome.verdict == "cancelled":
+                finish(TaskState.CANCELLED, "Task Cancelled", reason="cancel requested",
+                       task_key=envelope.task_key)  # fmt: skip
+                return "cancelled"
             timed_out = outcome.verdict == "timeout"
             state = TaskState.TIMEOUT if timed_out else TaskState.FAILED
             detail: DetailType = "Task Timeout" if timed_out else "Task Failed"

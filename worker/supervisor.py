@@ -35,7 +35,7 @@ from worker.proctree import POLL_S, descendants, reap_leftovers, terminate_tree
 if TYPE_CHECKING:
     from worker.spares import SparePool
 
-StopReason = Literal["timeout", "lease_lost", "shutdown"]
+StopReason = Literal["timeout", "lease_lost", "shutdown", "cancelled"]
 logger = logging.getLogger(__name__)
 MAX_LINE_BYTES: Final = 64 * 1024
 LogLine = Callable[[str, str], None]  # (stream name, line)

@@ -27,7 +27,9 @@ SERVICE: Final = "worker"
 
 PERIODIC_FLUSH_S: Final = 60.0
 
-Result = Literal["completed", "failed", "retrying", "timeout", "released", "lease_lost"]
+Result = Literal[
+    "completed", "failed", "retrying", "timeout", "released", "lease_lost", "cancelled"
+]
 
 
 def make_logger(level: str) -> Logger:

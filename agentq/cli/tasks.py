@@ -19,6 +19,11 @@ def register(subparsers: Any) -> None:
         "--idempotency-key", help="same key twice → the same task (nothing sent twice)"
     )
     submit.add_argument("--job", dest="job_id", help="add the task to this running job")
+    when = submit.add_mutually_exclusive_group()
+    when.add_argument("--delay", type=float, help="run no sooner than this many seconds from now")
+    when.add_argument(
+        "--not-before", help="run no sooner than this time (ISO 8601 with a zone, or epoch s)"
+    )
     submit.add_argument("--wait", action="store_true", help="wait until the task is terminal")
     submit.add_argument("--timeout", type=float, default=600.0, help="--wait limit (s)")
     views.add_tenant_flag(submit)
@@ -38,7 +43,9 @@ def register(subparsers: Any) -> None:
     views.add_json_flag(events)
     events.set_defaults(func=_events)
 
-    cancel = subparsers.add_parser("cancel", help="cancel a task that has not started")
+    cancel = subparsers.add_parser(
+        "cancel", help="cancel a task (a running one is stopped within one heartbeat)"
+    )
     cancel.add_argument("request_id")
     views.add_tenant_flag(cancel)
     views.add_json_flag(cancel)
@@ -56,6 +63,8 @@ def _submit(args: argparse.Namespace) -> int:
         job_id=args.job_id,
         idempotency_key=args.idempotency_key,
         tenant=args.tenant,
+        delay=args.delay,
+        not_before=args.not_before,
     )
     if args.wait:
         try:
@@ -102,17 +111,21 @@ def _events(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    from agentq.errors import NotCancellable
+
     client = views.client()
-    cancelled = client.cancel(args.request_id, tenant=args.tenant)
+    try:
+        client.cancel(args.request_id, tenant=args.tenant)
+    except NotCancellable as exc:
+        return fail(f"{exc.request_id} is already {exc.state}: nothing to cancel", EXIT_INVALID)
     record = client.get_task(args.request_id, tenant=args.tenant)
+    # A running task is only asked to stop: it is CANCELLED once its worker has acted.
+    outcome = "cancelled" if record.state.terminal else "cancel requested"
     if args.json:
-        emit_json({"cancelled": cancelled, "task": views.task_dict(record)})
-    elif cancelled:
-        print(f"cancelled {args.request_id}")
-    if cancelled or record.state.value == "CANCELLED":
-        return EXIT_OK
-    return fail(f"{args.request_id} is {record.state.value}: only a task not started "
-                "can be cancelled", EXIT_INVALID)  # fmt: skip
+        emit_json({"outcome": outcome, "task": views.task_dict(record)})
+    else:
+        print(f"{outcome}: {args.request_id}")
+    return EXIT_OK
 
 
 def _show_task(args: argparse.Namespace, record: Any) -> None:

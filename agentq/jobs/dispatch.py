@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 _BATCH_GET_LIMIT: Final = 100
 _BATCH_GET_ATTEMPTS: Final = 8
 _FAILURES: Final = frozenset({TaskState.FAILED, TaskState.TIMEOUT})
-_NOT_STARTED: Final = frozenset({TaskState.BLOCKED, TaskState.PENDING})
+_NOT_STARTED: Final = frozenset({TaskState.BLOCKED, TaskState.SCHEDULED, TaskState.PENDING})
 
 
 @dataclass
@@ -62,6 +62,14 @@ class DispatchOutcome:
             "counted": self.counted,
             "closed": self.closed,
         }
+
+
+def _counts_as_failure(record: TaskRecord) -> bool:
+    # A task someone cancelled (agentq cancel, running or not) is a failure the policy
+    # answers; one the policy itself cancelled is not, or fail_fast would feed on itself.
+    if record.state is TaskState.CANCELLED:
+        return "cancelRequestedAt" in record.raw
+    return record.state in _FAILURES
 
 
 class JobDispatcher:
@@ -116,7 +124,7 @@ class JobDispatcher:
         outcome: DispatchOutcome,
     ) -> bool:
         spec = job.spec
-        failed = [k for k, r in states.items() if r and r.state in _FAILURES]
+        failed = [k for k, r in states.items() if r and _counts_as_failure(r)]
         doomed: dict[str, str] = {}
         if failed and spec.failure_policy == "fail_fast":
             first = states[failed[0]]
@@ -203,7 +211,7 @@ class JobDispatcher:
                     changed = True
             elif (
                 task.key not in outcome.enqueued
-                and record.state is TaskState.PENDING
+                and record.state in (TaskState.PENDING, TaskState.SCHEDULED)
                 and record.raw.get("enqueuedBy") == trigger
                 and TaskSubmitter.interrupted(record)
             ):
@@ -234,18 +242,23 @@ class JobDispatcher:
                 job_id=job.job_id,
                 task_key=task.key,
                 submitted_at_ms=now_ms(),
+                not_before_ms=task.not_before_ms,
             )
             envelope.to_body()  # the size check, before the state moves
         except (InvalidInput, NotFound) as error:
             self._fail_unresolvable(job, task, error, states, trigger, outcome)
             return None
+        delayed = task.not_before_ms is not None and task.not_before_ms > now_ms()
         moved = self._tasks.transition(
             job.tenant,
             request_id,
             from_states=[TaskState.BLOCKED],
-            to_state=TaskState.PENDING,
-            fields={"envelope": envelope.to_dict(), "enqueuedBy": trigger},
-        )
+            # A task with a time of its own waits SCHEDULED (its message delayed) till then.
+            to_state=TaskState.SCHEDULED if delayed else TaskState.PENDING,
+            fields={"envelope": envelope.to_dict(), "enqueuedBy": trigger,
+                    **({"notBefore": task.not_before_ms} if delayed else {})},
+            due_ms=task.not_before_ms if delayed else None,
+        )  # fmt: skip
         if moved is None:
             # Another invocation got there first; it sends the message, not us.
             states[task.key] = self._tasks.get(job.tenant, request_id)

@@ -33,6 +33,7 @@ from agentq.envelope import REQUEST_ID_PATTERN
 from agentq.errors import InvalidInput, NotFound
 from agentq.jobs import refs
 from agentq.jobs.refs import Ref
+from agentq.schedule import parse_time_ms
 from agentq.spec_models import (
     FAILURE_POLICIES,
     MAX_FAN_OUT,
@@ -55,6 +56,7 @@ class TaskSpec:
     input: Mapping[str, Any] = field(default_factory=dict)
     depends_on: tuple[str, ...] = ()  # task keys, explicit and implied by references
     group: str | None = None
+    not_before_ms: int | None = None  # epoch ms; the task is SCHEDULED until then
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"definition": self.definition, "input": dict(self.input)}
@@ -62,6 +64,8 @@ class TaskSpec:
             data["depends_on"] = list(self.depends_on)
         if self.group:
             data["group"] = self.group
+        if self.not_before_ms is not None:
+            data["not_before"] = self.not_before_ms  # epoch ms parse back as ms
         return data
 
 
@@ -214,6 +218,9 @@ def _expand(key: str, raw: TaskIn) -> list[TaskSpec]:
     task_input = raw.input or {}
     depends = [raw.depends_on] if isinstance(raw.depends_on, str) else raw.depends_on or []
     group = raw.group
+    not_before = (
+        None if raw.not_before is None else parse_time_ms(raw.not_before, f"{where}.not_before")
+    )
     if raw.for_each is None:
         if "for_each" in raw.model_fields_set:
             raise InvalidInput(f"{where}.for_each", "must be a non-empty list")
@@ -221,7 +228,8 @@ def _expand(key: str, raw: TaskIn) -> list[TaskSpec]:
             if ref.kind in ("item", "index"):
                 raise InvalidInput(f"{where}.input", f"{ref} is only allowed in a for_each task")
         return [TaskSpec(key=key, definition=definition, input=dict(task_input),
-                         depends_on=tuple(depends), group=group)]  # fmt: skip
+                         depends_on=tuple(depends), group=group,
+                         not_before_ms=not_before)]  # fmt: skip
     items = raw.for_each
     if group is not None and group != key:
         raise InvalidInput(f"{where}.group", "a for_each task is its own group (its key)")
@@ -242,6 +250,7 @@ def _expand(key: str, raw: TaskIn) -> list[TaskSpec]:
                 input=refs.substitute(dict(task_input), f"{where}.input", element),
                 depends_on=tuple(depends),
                 group=key,
+                not_before_ms=not_before,
             )
         )
     return expanded
@@ -279,7 +288,8 @@ def _with_dependencies(task: TaskSpec, keys: set[str], groups: Mapping[str, list
     if task.key in needed:
         raise InvalidInput(where, "a task cannot depend on itself")
     return TaskSpec(key=task.key, definition=task.definition, input=task.input,
-                    depends_on=tuple(dict.fromkeys(needed)), group=task.group)  # fmt: skip
+                    depends_on=tuple(dict.fromkeys(needed)), group=task.group,
+                    not_before_ms=task.not_before_ms)  # fmt: skip
 
 
 def _topological(tasks: list[TaskSpec]) -> list[TaskSpec]:

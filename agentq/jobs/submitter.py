@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import uuid
 from collections.abc import Sequence
 from typing import Any, Final
@@ -21,6 +22,7 @@ from agentq.envelope import MAX_BODY_BYTES, TaskEnvelope
 from agentq.errors import InvalidInput
 from agentq.events import now_ms, task_event
 from agentq.publisher import EventPublisher
+from agentq.schedule import SQS_MAX_DELAY_S, remaining_s
 from agentq.states import TaskState
 from agentq.store import TaskRecord, TaskStore, keys
 from agentq.store._dynamo import condition_failed
@@ -29,6 +31,8 @@ from agentq.store.codec import values
 logger = logging.getLogger(__name__)
 
 _MAX_BATCH: Final = 10
+# States whose task has a message on the queue (or is about to get one).
+_SENT_STATES: Final = frozenset({TaskState.PENDING, TaskState.SCHEDULED})
 # Message attributes count towards the batch size; ours are small.
 _ATTRIBUTE_ALLOWANCE: Final = 512
 
@@ -53,8 +57,10 @@ class TaskSubmitter:
         queue_url: str,
         dynamodb: Any,
         table_name: str,
+        max_message_delay_s: int = SQS_MAX_DELAY_S,
     ) -> None:
         self.tasks = tasks
+        self._max_delay_s = max_message_delay_s
         self._publisher = publisher
         self._sqs = sqs
         self._queue_url = queue_url
@@ -68,9 +74,15 @@ class TaskSubmitter:
         state: TaskState = TaskState.PENDING,
         idempotency_key: str | None = None,
     ) -> tuple[TaskRecord, bool]:
-        """Create the task (PENDING: also enqueue it). Returns (record, created)."""
+        """Create the task (PENDING: also enqueue it). Returns (record, created).
+
+        A task with a future `not_before_ms` is created SCHEDULED and its message sent
+        with a delay (see `enqueue_many`).
+        """
+        if state is TaskState.PENDING and remaining_s(envelope.not_before_ms, now_ms()) > 0:
+            state = TaskState.SCHEDULED
         record, created = self.tasks.create(envelope, state=state, idempotency_key=idempotency_key)
-        if created and state is TaskState.PENDING:
+        if created and state in _SENT_STATES:
             self.enqueue(envelope)
         elif not created and self.interrupted(record):
             logger.warning("re-sending %s: an earlier submit stopped before sending", record)
@@ -82,7 +94,7 @@ class TaskSubmitter:
     @staticmethod
     def interrupted(record: TaskRecord) -> bool:
         """PENDING, never sent: a submit or dispatch crashed between its writes."""
-        return record.state is TaskState.PENDING and "sentAt" not in record.raw
+        return record.state in _SENT_STATES and "sentAt" not in record.raw
 
     def enqueue(self, envelope: TaskEnvelope) -> None:
         """`Task Pending`, then the message, then `sentAt`."""
@@ -100,6 +112,7 @@ class TaskSubmitter:
                 job_id=envelope.job_id,
                 definition=envelope.definition,
                 task_key=envelope.task_key,
+                notBefore=envelope.not_before_ms,
             )
             for envelope in envelopes
         )
@@ -116,6 +129,7 @@ class TaskSubmitter:
                     "Id": str(index),
                     "MessageBody": envelope.to_body(),
                     "MessageAttributes": envelope.message_attributes(),
+                    "DelaySeconds": self._delay_s(envelope),
                 }
                 for index, envelope in enumerate(batch)
             ],
@@ -129,7 +143,13 @@ class TaskSubmitter:
                 QueueUrl=self._queue_url,
                 MessageBody=envelope.to_body(),
                 MessageAttributes=envelope.message_attributes(),
+                DelaySeconds=self._delay_s(envelope),
             )
+
+    def _delay_s(self, envelope: TaskEnvelope) -> int:
+        """SQS holds a delayed message up to 15 minutes; a longer delay is finished by
+        the worker, which re-delays an early message through its visibility."""
+        return min(self._max_delay_s, math.ceil(remaining_s(envelope.not_before_ms, now_ms())))
 
     def _mark_sent(self, envelope: TaskEnvelope) -> None:
         try:

@@ -25,6 +25,8 @@ def task_dict(record: TaskRecord) -> dict[str, Any]:
         "attempt": record.attempt,
         "owner": record.owner,
         "createdAt": _iso(record.created_at_ms),
+        "notBefore": _iso(raw.get("notBefore")),
+        "cancelRequested": bool(raw.get("cancelRequested")) or None,
         "startedAt": _iso(started),
         "finishedAt": _iso(finished),
         "durationMs": duration_ms(record),

@@ -6,6 +6,8 @@ by time: a message that exists becomes visible within the queue's visibility tim
 task still due after `lost_after` longer than that has no message:
 
 - PENDING, created (or unblocked, or redriven) longer ago than the bound;
+- SCHEDULED, its `notBefore` longer ago than the bound (before that, its message is
+  rightly invisible: SQS DelaySeconds or a worker's re-delay);
 - RETRYING, its retry time longer ago than the bound;
 - PROCESSING, its lease lapsed longer ago than the bound (the holder died and its
   message was lost or dead-lettered while the lease was live).
@@ -43,6 +45,9 @@ logger = logging.getLogger(__name__)
 
 _WATCHED: Final[Sequence[tuple[TaskState, RepairKind]]] = (
     (TaskState.PENDING, "pending_lost"),
+    # Due at its notBefore (the status index's due time): lost only once that has
+    # passed by the bound, and repaired as a pending task would be.
+    (TaskState.SCHEDULED, "pending_lost"),
     (TaskState.RETRYING, "retrying_lost"),
     (TaskState.PROCESSING, "lease_lapsed"),
 )

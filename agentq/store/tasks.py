@@ -1,4 +1,5 @@
-"""The task STATE item: creation, the conditional lock, lease renewal and finalization.
+"""The task STATE item: creation, the conditional lock and finalization (lease renewal:
+agentq.store.leases).
 
 Every decision is one conditional UpdateItem on the STATE item (strongly consistent,
 never a GSI read). A refused condition returns the item as it is, and the refusal is
@@ -17,11 +18,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from botocore.exceptions import ClientError
-
 from agentq.envelope import TaskEnvelope
 from agentq.errors import (
     AttemptsExhausted,
+    CancelPending,
     LeaseLost,
     LockNotAcquired,
     NotFound,
@@ -33,24 +33,14 @@ from agentq.events import now_ms
 from agentq.resources import STATUS_SHARDS
 from agentq.states import TERMINAL_STATES, TaskState
 from agentq.store import idempotent, keys
-from agentq.store._dynamo import condition_failed, query_all
+from agentq.store._dynamo import query_all
 from agentq.store.codec import from_item, serialize, to_item, values
+from agentq.store.leases import Lease, LeaseRenewals, Renewals
+
+__all__ = ["Lease", "Renewals", "TaskRecord", "TaskStore"]
 
 logger = logging.getLogger(__name__)
 _TERMINAL_VALUES: Final = tuple(sorted(s.value for s in TERMINAL_STATES))
-MAX_TRANSACTION_ITEMS: Final = 100
-
-
-@dataclass(frozen=True, kw_only=True)
-class Lease:
-    """Proof of holding a task's lock; renew and finalize are conditional on the token."""
-
-    request_id: str
-    tenant: str
-    token: str
-    worker_id: str
-    attempt: int
-    effective_until_ms: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +89,7 @@ class TaskRecord:
         )
 
 
-class TaskStore:
+class TaskStore(LeaseRenewals):
     """STATE items of the events table. The DynamoDB client is passed in."""
 
     def __init__(self, dynamodb: Any, table_name: str) -> None:
@@ -135,9 +125,12 @@ class TaskStore:
 
         Returns the record and whether this call created it.
         """
-        if state not in (TaskState.PENDING, TaskState.BLOCKED):
-            raise ValueError(f"a task is created PENDING or BLOCKED, not {state}")
+        if state not in (TaskState.PENDING, TaskState.BLOCKED, TaskState.SCHEDULED):
+            raise ValueError(f"a task is created PENDING, BLOCKED or SCHEDULED, not {state}")
         now = now_ms()
+        # A SCHEDULED task is due at its notBefore: the status index says so, so neither
+        # the health check nor the reconciler counts it as waiting until then.
+        due = envelope.not_before_ms if state is TaskState.SCHEDULED else None
         write_id = uuid.uuid4().hex
         item: dict[str, Any] = {
             "PK": keys.task_pk(envelope.tenant, envelope.request_id),
@@ -151,8 +144,9 @@ class TaskStore:
             "updatedAt": now,
             "envelope": envelope.to_dict(),
             "statusPK": keys.status_pk(state.value, envelope.request_id),
-            "statusSK": keys.status_sk(now, envelope.tenant, envelope.request_id),
+            "statusSK": keys.status_sk(due or now, envelope.tenant, envelope.request_id),
             "idempotencyKey": idempotency_key,
+            **({"notBefore": due} if due is not None else {}),
             **self._job_keys(envelope),
             **(extra or {}),
             idempotent.WRITE_ID: write_id,
@@ -190,6 +184,11 @@ class TaskStore:
         lease, and attempts remain. Raises a `LockNotAcquired` subclass otherwise.
         """
         now = now_ms()
+        if envelope.not_before_ms is not None and envelope.not_before_ms > now:
+            # Early: never an attempt. The worker records it SCHEDULED if it is not yet
+            # (agentq.store.scheduling.not_yet_due) and re-delays the message.
+            raise TaskNotReady(envelope.request_id, TaskState.SCHEDULED.value,
+                               envelope.not_before_ms)  # fmt: skip
         token = uuid.uuid4().hex
         effective_until = now + int(lease_seconds * 1000)
         names = {"#state": "state", "#owner": "owner", "#tenant": "tenant",
@@ -198,6 +197,7 @@ class TaskStore:
             processing=TaskState.PROCESSING.value,
             pending=TaskState.PENDING.value,
             retrying=TaskState.RETRYING.value,
+            scheduled=TaskState.SCHEDULED.value,
             token=token,
             worker=worker_id,
             eu=effective_until,
@@ -245,7 +245,9 @@ class TaskStore:
             UpdateExpression="SET " + ", ".join(sets),
             ConditionExpression=(
                 "(attribute_not_exists(PK) OR #state IN (:pending, :retrying) "
-                "OR (#state = :processing AND effectiveUntil < :now)) "
+                "OR (#state = :scheduled AND notBefore <= :now) "
+                "OR (#state = :processing AND effectiveUntil < :now "
+                "AND attribute_not_exists(cancelRequested))) "
                 "AND (attribute_not_exists(#attempt) OR #attempt < :max)"
             ),
             ExpressionAttributeNames=names,
@@ -279,6 +281,13 @@ class TaskStore:
             return TaskAlreadyTerminal(envelope.request_id, record.state.value)
         if record.state is TaskState.BLOCKED:
             return TaskNotReady(envelope.request_id, record.state.value)
+        if record.state is TaskState.SCHEDULED:
+            return TaskNotReady(
+                envelope.request_id, record.state.value, int(record.raw.get("notBefore") or now)
+            )
+        if record.raw.get("cancelRequested") and not record.lease_live(now):
+            # Its worker died after a cancel was requested: the cancel ends it, not a rerun.
+            return CancelPending(envelope.request_id, record.state.value)
         if record.lease_live(now):
             return TaskHeldElsewhere(
                 envelope.request_id, record.owner, int(record.effective_until_ms or 0)
@@ -288,125 +297,6 @@ class TaskStore:
         return LockNotAcquired(
             envelope.request_id, record.state.value, "lock refused: task changed concurrently"
         )
-
-    def renew(self, lease: Lease, *, lease_seconds: float) -> Lease:
-        """Extend a held lease; `LeaseLost` if another attempt owns the task now."""
-        now = now_ms()
-        effective_until = now + int(lease_seconds * 1000)
-        # A retried renewal meets its own condition unchanged (same token, PROCESSING),
-        # so only transaction conflicts need handling here.
-        try:
-            idempotent.retry_conflicts(lambda: self._ddb.update_item(
-                TableName=self._table,
-                Key=self._key(lease.tenant, lease.request_id),
-                UpdateExpression=(
-                    "SET effectiveUntil = :eu, lastHeartbeatAt = :now, statusSK = :ssk"
-                ),
-                ConditionExpression="leaseToken = :token AND #state = :processing",
-                ExpressionAttributeNames={"#state": "state"},
-                ExpressionAttributeValues=values(
-                    eu=effective_until,
-                    now=now,
-                    ssk=keys.status_sk(effective_until, lease.tenant, lease.request_id),
-                    token=lease.token,
-                    processing=TaskState.PROCESSING.value,
-                ),
-            ))  # fmt: skip
-        except ClientError as error:
-            if condition_failed(error):
-                raise LeaseLost(lease.request_id, lease.token) from None
-            raise
-        return Lease(
-            request_id=lease.request_id,
-            tenant=lease.tenant,
-            token=lease.token,
-            worker_id=lease.worker_id,
-            attempt=lease.attempt,
-            effective_until_ms=effective_until,
-        )
-
-    def renew_many(
-        self, leases: Iterable[Lease], *, lease_seconds: float
-    ) -> tuple[list[Lease], list[Lease]]:
-        """Renew many leases with one `TransactWriteItems` per 100: (renewed, lost).
-
-        One request per heartbeat instead of one per task keeps heartbeats cheap. A
-        transaction is all-or-nothing, so lost leases (condition failures) are dropped
-        and the rest retried; any other cancellation falls back to `renew` one by one.
-        A lease in neither list could not be renewed this time (the caller tries again).
-        """
-        renewed: list[Lease] = []
-        lost: list[Lease] = []
-        todo = list(leases)
-        for start in range(0, len(todo), MAX_TRANSACTION_ITEMS):
-            pending = todo[start : start + MAX_TRANSACTION_ITEMS]
-            while pending:
-                now = now_ms()
-                effective_until = now + int(lease_seconds * 1000)
-                try:
-                    self._ddb.transact_write_items(
-                        TransactItems=[
-                            {"Update": self._renewal(lease, now, effective_until)}
-                            for lease in pending
-                        ]
-                    )
-                except ClientError as error:
-                    if (
-                        error.response.get("Error", {}).get("Code")
-                        != "TransactionCanceledException"
-                    ):
-                        raise
-                    reasons = error.response.get("CancellationReasons") or []
-                    failed = {
-                        index
-                        for index, reason in enumerate(reasons)
-                        if reason.get("Code") == "ConditionalCheckFailed"
-                    }
-                    if not failed:
-                        # A conflict, say: one by one, and one lease's error (after its
-                        # own retries) must not cost the others their renewal.
-                        for lease in pending:
-                            try:
-                                renewed.append(self.renew(lease, lease_seconds=lease_seconds))
-                            except LeaseLost:
-                                lost.append(lease)
-                            except ClientError:
-                                logger.exception("renewing one lease failed; next beat retries",
-                                                 extra={"requestId": lease.request_id})  # fmt: skip
-                        pending = []
-                        continue
-                    lost.extend(pending[i] for i in sorted(failed))
-                    pending = [lease for i, lease in enumerate(pending) if i not in failed]
-                    continue
-                renewed.extend(
-                    Lease(
-                        request_id=lease.request_id,
-                        tenant=lease.tenant,
-                        token=lease.token,
-                        worker_id=lease.worker_id,
-                        attempt=lease.attempt,
-                        effective_until_ms=effective_until,
-                    )
-                    for lease in pending
-                )
-                pending = []
-        return renewed, lost
-
-    def _renewal(self, lease: Lease, now: int, effective_until: int) -> dict[str, Any]:
-        return {
-            "TableName": self._table,
-            "Key": self._key(lease.tenant, lease.request_id),
-            "UpdateExpression": "SET effectiveUntil = :eu, lastHeartbeatAt = :now, statusSK = :ssk",
-            "ConditionExpression": "leaseToken = :token AND #state = :processing",
-            "ExpressionAttributeNames": {"#state": "state"},
-            "ExpressionAttributeValues": values(
-                eu=effective_until,
-                now=now,
-                ssk=keys.status_sk(effective_until, lease.tenant, lease.request_id),
-                token=lease.token,
-                processing=TaskState.PROCESSING.value,
-            ),
-        }
 
     def finalize(
         self,
@@ -473,12 +363,14 @@ class TaskStore:
         to_state: TaskState,
         fields: Mapping[str, Any] | None = None,
         unless_lease_live: bool = False,
+        due_ms: int | None = None,
     ) -> TaskRecord | None:
         """Move a task from one of `from_states` to `to_state`, atomically.
 
         Returns the new record, or None when the task was not in an allowed state (the
         caller lost a race or the event was a duplicate). With `unless_lease_live`, a
-        PROCESSING task whose lease is live is left alone.
+        PROCESSING task whose lease is live is left alone. `due_ms` is the status index's
+        due time for a live `to_state` (default now; a SCHEDULED task's notBefore).
         """
         now = now_ms()
         write_id = uuid.uuid4().hex
@@ -503,7 +395,7 @@ class TaskStore:
             attrs.update(
                 values(
                     spk=keys.status_pk(to_state.value, request_id),
-                    ssk=keys.status_sk(now, tenant, request_id),
+                    ssk=keys.status_sk(due_ms or now, tenant, request_id),
                 )
             )
         for index, (name, value) in enumerate((fields or {}).items()):
@@ -619,13 +511,6 @@ class TaskStore:
         merged.sort(key=lambda pair: pair[0])
         records = [TaskRecord.from_item(item) for _, item in merged]
         return records[:limit] if limit is not None else records
-
-    @staticmethod
-    def _key(tenant: str, request_id: str) -> dict[str, Any]:
-        return {
-            "PK": {"S": keys.task_pk(tenant, request_id)},
-            "SK": {"S": keys.STATE_SK},
-        }
 
     @staticmethod
     def _job_keys(envelope: TaskEnvelope) -> dict[str, Any]:

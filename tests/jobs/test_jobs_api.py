@@ -170,7 +170,27 @@ def test_jobs_api_serves_its_openapi_document(stack: Stack) -> None:
         "/jobs/{job_id}/tasks": {"post"},
         "/tasks": {"post"},
         "/tasks/{request_id}": {"get"},
+        "/tasks/{request_id}/cancel": {"post"},
         "/task-definitions": {"get"},
         "/task-definitions/{name}": {"get", "put", "delete"},
     }
     assert {path: set(operations) for path, operations in document["paths"].items()} == routes
+
+
+def test_jobs_api_delays_and_cancels_a_task(stack: Stack) -> None:
+    client_for(stack)
+    status, task = call("POST", "/tasks", {"definition": "noop", "delay": 600})
+    assert status == 201 and task["state"] == "SCHEDULED" and task["notBefore"]
+    status, at = call("POST", "/tasks", {"definition": "noop",
+                                         "not_before": "2099-01-01T00:00:00Z"})  # fmt: skip
+    assert status == 400 and at["field"] == "not_before"  # more than a year ahead
+    both = {"definition": "noop", "delay": 5, "not_before": "2030-01-01T00:00:00Z"}
+    assert call("POST", "/tasks", both)[0] == 400
+    assert call("POST", "/tasks", {"definition": "noop", "delay": -1})[0] == 422
+    # Another tenant cannot cancel it; its own tenant can, once.
+    assert call("POST", f"/tasks/{task['requestId']}/cancel", tenant="other")[0] == 404
+    status, cancelled = call("POST", f"/tasks/{task['requestId']}/cancel", {"reason": "no"})
+    assert status == 200 and cancelled["state"] == "CANCELLED"
+    assert cancelled["cancelReason"] == "no"
+    status, again = call("POST", f"/tasks/{task['requestId']}/cancel")
+    assert status == 409 and again["state"] == "CANCELLED"

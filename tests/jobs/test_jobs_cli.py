@@ -90,7 +90,17 @@ def test_jobs_cli_definitions_and_single_tasks(stack: Stack, tmp_path: Path) -> 
 
     assert "unknown task definition" in agentq(stack, "submit", "nope", "--json", code=6)
     assert "not found" in agentq(stack, "status", "no-such-task", "--json", code=3)
-    assert agentq(stack, "cancel", first["requestId"], "--json")["task"]["state"] == "CANCELLED"
+    cancelled = agentq(stack, "cancel", first["requestId"], "--json")
+    assert (cancelled["outcome"], cancelled["task"]["state"]) == ("cancelled", "CANCELLED")
+    assert "already CANCELLED" in agentq(stack, "cancel", first["requestId"], code=6)
+    later = agentq(stack, "submit", "summarize", "--input", '{"document": "y"}', "--delay", "600",
+                   "--json")  # fmt: skip
+    assert later["state"] == "SCHEDULED" and later["notBefore"]
+    assert drain(stack) == []  # SQS holds the message back (DelaySeconds)
+    err = agentq(stack, "submit", "summarize", "--delay", "5", "--not-before", "2030-01-01T00:00Z",
+                 code=2)  # fmt: skip
+    assert "not allowed with" in err
+    assert "ISO 8601" in agentq(stack, "submit", "summarize", "--not-before", "soon", code=6)
     err = agentq(stack, "submit", "write-report", "--wait", "--timeout", "1", code=7)
     assert "still PENDING" in err
     assert agentq(stack, "definitions", "delete", "summarize", "--json") == {"deleted": "summarize"}
