@@ -17,7 +17,7 @@ from typing import Any, Final
 from botocore.exceptions import ClientError
 
 from agentq.errors import InvalidInput, NotFound
-from agentq.jobs.results import RESULT_FILE, ResultReader
+from agentq.jobs.results import RESULT_FILE, ResultReader, artifacts_pointer
 from agentq.states import TaskState
 from agentq.store import TaskRecord
 
@@ -36,7 +36,11 @@ class TaskArtifacts:
         self._lock = threading.Lock()
 
     def location(self, record: TaskRecord) -> tuple[str, str]:
-        """The bucket and the key prefix of the task's (winning attempt's) objects."""
+        """The bucket and the key prefix of the task's (winning attempt's) objects: the
+        attempt folder the STATE item names, else its result's (no key is guessed)."""
+        named = artifacts_pointer(record)
+        if named is not None:
+            return named
         bucket, key = self._results.pointer(record)
         prefix = (
             key[: -len(RESULT_FILE)] if key.endswith(RESULT_FILE) else key.rsplit("/", 1)[0] + "/"

@@ -13,7 +13,9 @@ from support import EventLog
 
 from agentq.client import AgentqClient
 from agentq.console import ConsoleServer
+from agentq.envelope import TaskEnvelope
 from agentq.states import TaskState
+from agentq.store.keys import attempt_prefix
 
 
 @pytest.fixture
@@ -200,9 +202,20 @@ def test_raw_objects_are_only_the_tasks_own_and_served_as_text(
     http.sign_in()
     base = f"/api/tasks/{task.request_id}/object?name="
     assert http.request("GET", base + "../../dlq/archive/x.json").status == 400
-    assert http.request("GET", base + "logs/none.log").status == 404
-    # Where the console looks for this task's objects (the result pointer's neighbours).
-    bucket, prefix = readonly.parts.reader.artifacts.location(task)
+    assert http.request("GET", base + "logs/none.log").status == 404  # no attempt yet
+    # An attempt settles and its STATE item names its folder, as a worker's final write does.
+    client = AgentqClient.from_env()
+    record = client.tasks.require("default", task.request_id)
+    envelope = TaskEnvelope.from_dict(dict(record.envelope or {}), default_tenant="default")
+    lease = client.tasks.acquire(envelope, worker_id="w", lease_seconds=60, max_attempts=3)
+    bucket = inproc_stack.resources.bucket
+    named = {"bucket": bucket, "prefix": attempt_prefix("default", task.request_id, lease.attempt)}
+    client.tasks.finalize(lease, TaskState.FAILED, fields={"artifacts": named})
+    # Where the console looks for this task's objects: the folder the STATE item names.
+    bucket, prefix = readonly.parts.reader.artifacts.location(
+        client.tasks.require("default", task.request_id)
+    )
+    assert prefix == named["prefix"]
     inproc_stack.s3.put_object(Bucket=bucket, Key=prefix + "logs/a.log",
                                Body=b"<script>alert(1)</script>")  # fmt: skip
     reply = http.request("GET", base + "logs/a.log")
