@@ -35,6 +35,7 @@ from agentq.jobs import (
     task_request_id,
 )
 from agentq.jobs.spec import validate_job_id
+from agentq.priority import check_priority, check_spec_priorities, resolve_priority
 from agentq.prompts import check_prompt_inputs
 from agentq.publisher import EventPublisher
 from agentq.states import TaskState
@@ -111,6 +112,7 @@ class AgentqClient:
             queue_url=self.settings.required("queue_url"),
             dynamodb=self._ddb,
             table_name=self._table,
+            tier_urls=self.settings.tier_queue_urls(),
         )
 
     @property
@@ -134,22 +136,25 @@ class AgentqClient:
         job_id: str | None = None,
         idempotency_key: str | None = None,
         tenant: str | None = None,
+        priority: str | None = None,
     ) -> TaskRecord:
         """Queue one task. The same idempotency key twice returns the existing task.
 
-        With `job_id`, the task joins that (running) job as a root task.
+        With `job_id`, the task joins that (running) job as a root task. `priority` is a
+        tier of PRIORITIES; without it the definition's, else DEFAULT_PRIORITY.
         """
         tenant = tenant or self.settings.tenant_id
+        check_priority(self.settings, priority, "priority")
         found = self._check_definition(definition, "definition")
         if found is not None and job_id is None:
             check_prompt_inputs(found, input or {})
         if job_id is not None:
             # The key, like a request id, is derived from the idempotency key if any.
             key = "t-" + request_id_for(tenant, idempotency_key).removeprefix("idem-")[:16]
-            job = self.add_tasks(
-                job_id, {key: {"definition": definition, "input": dict(input or {})}},
-                tenant=tenant, tolerate_existing=True,
-            )  # fmt: skip
+            task: dict[str, Any] = {"definition": definition, "input": dict(input or {})}
+            if priority:
+                task["priority"] = priority
+            job = self.add_tasks(job_id, {key: task}, tenant=tenant, tolerate_existing=True)
             return self.tasks.require(tenant, task_request_id(job.job_id, key))
         envelope = TaskEnvelope(
             request_id=request_id_for(tenant, idempotency_key),
@@ -157,6 +162,7 @@ class AgentqClient:
             definition=definition,
             input=dict(input or {}),
             submitted_at_ms=now_ms(),
+            priority=resolve_priority(self.settings, priority, found),
         )
         record, _ = self.submitter.submit(envelope, idempotency_key=idempotency_key)
         return record
@@ -179,6 +185,7 @@ class AgentqClient:
         raw.pop("tenant", None)
         raw.pop("job_id", None)
         parsed = parse_spec(raw)
+        check_spec_priorities(self.settings, parsed)
         for task in parsed.tasks:
             task_request_id(job_id, task.key)
         if self.definitions is not None:
@@ -206,6 +213,7 @@ class AgentqClient:
         if tasks:
             extended = parse_spec({"tasks": tasks}, existing=job.spec)
             added = [t for t in extended.tasks if t.key not in job.spec.keys]
+            check_spec_priorities(self.settings, extended)
             for task in added:
                 task_request_id(job_id, task.key)
             if self.definitions is not None:
@@ -230,6 +238,11 @@ class AgentqClient:
                 input=task.input,
                 job_id=job.job_id,
                 task_key=task.key,
+                priority=resolve_priority(
+                    self.settings,
+                    task.priority or spec.priority,
+                    self._check_definition(task.definition, f"tasks.{task.key}.definition"),
+                ),
             )
             self.tasks.create(envelope, state=TaskState.BLOCKED, extra={"taskKey": task.key})
 

@@ -6,7 +6,8 @@ A message body is a JSON object::
      "input": {...}, "jobId": null, "taskKey": null, "submittedAt": 1732579200000}
 
 with the message attribute `requestId` (String, ``^[a-zA-Z0-9_-]{1,256}$``) and, for
-routing and metrics, `tenant`, `taskType` and `jobId`. A `Task Requested` event routed
+routing and metrics, `tenant`, `taskType`, `jobId` and `priority` (also in the body
+when the producer chose one; docs/scheduling.md). A `Task Requested` event routed
 from EventBridge arrives as the EventBridge envelope (no attributes); its `detail` holds
 the same fields and is unwrapped here.
 
@@ -26,6 +27,8 @@ from agentq.errors import InvalidInput, InvalidRequestId
 REQUEST_ID_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_-]{1,256}$")
 DEFINITION_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
 TENANT_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
+# A priority tier's name (which names exist is configuration: PRIORITIES).
+PRIORITY_PATTERN: Final = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 MAX_BODY_BYTES: Final = 256 * 1024
 ENVELOPE_VERSION: Final = 1
 
@@ -51,6 +54,7 @@ class TaskEnvelope:
     job_id: str | None = None
     task_key: str | None = None
     submitted_at_ms: int | None = None
+    priority: str | None = None  # None: the tier of the queue it arrived on
 
     def __post_init__(self) -> None:
         validate_request_id(self.request_id)
@@ -58,6 +62,8 @@ class TaskEnvelope:
         _validate(DEFINITION_PATTERN, "definition", self.definition)
         if self.job_id is not None:
             _validate(REQUEST_ID_PATTERN, "jobId", self.job_id)
+        if self.priority is not None:
+            _validate(PRIORITY_PATTERN, "priority", self.priority)
         if not isinstance(self.input, Mapping):
             raise InvalidInput("input", "must be a JSON object")
 
@@ -68,7 +74,7 @@ class TaskEnvelope:
         return body
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "version": ENVELOPE_VERSION,
             "requestId": self.request_id,
             "tenant": self.tenant,
@@ -78,6 +84,9 @@ class TaskEnvelope:
             "taskKey": self.task_key,
             "submittedAt": self.submitted_at_ms,
         }
+        if self.priority is not None:
+            data["priority"] = self.priority
+        return data
 
     def message_attributes(self) -> dict[str, dict[str, str]]:
         attributes = {
@@ -87,6 +96,8 @@ class TaskEnvelope:
         }
         if self.job_id:
             attributes["jobId"] = {"DataType": "String", "StringValue": self.job_id}
+        if self.priority:
+            attributes["priority"] = {"DataType": "String", "StringValue": self.priority}
         return attributes
 
     @classmethod
@@ -104,6 +115,7 @@ class TaskEnvelope:
             job_id=data.get("jobId"),
             task_key=data.get("taskKey"),
             submitted_at_ms=int(submitted) if isinstance(submitted, int | float) else None,
+            priority=data.get("priority"),
         )
 
 

@@ -39,7 +39,7 @@ from agentq.config import Settings
 from agentq.definitions import DefinitionBody, DefinitionsTable, TaskDefinition
 from agentq.envelope import TENANT_PATTERN
 from agentq.errors import InvalidInput, NotFound
-from agentq.spec_models import JOB_ID, JobIn, TasksIn
+from agentq.spec_models import JOB_ID, JobIn, Priority, TasksIn
 from lambdas._common import powertools
 
 if TYPE_CHECKING:
@@ -68,6 +68,9 @@ class SubmitIn(BaseModel):
     definition: str = Field(min_length=1, max_length=128)
     input: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(default=None, max_length=512)
+    priority: Priority | None = Field(
+        default=None, description="priority tier (default: the definition's, else normal)"
+    )
 
 
 # -- context -------------------------------------------------------------------------------
@@ -161,8 +164,9 @@ def get_job(job_id: Annotated[str, Path(pattern=_ID)]) -> dict[str, Any]:
 @app.post("/tasks", summary="Submit one task")
 def submit_task(body: SubmitIn) -> tuple[dict[str, Any], int]:
     record = _client().submit(
-        body.definition, body.input, idempotency_key=body.idempotency_key, tenant=_tenant()
-    )
+        body.definition, body.input, idempotency_key=body.idempotency_key, tenant=_tenant(),
+        priority=body.priority,
+    )  # fmt: skip
     metrics.add_metric(name="TasksSubmitted", unit=MetricUnit.Count, value=1)
     return _task_dict(record), 201
 

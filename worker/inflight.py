@@ -16,6 +16,7 @@ class InFlight:
     message_id: str
     receipt_handle: str
     received_at: float = field(default_factory=time.monotonic)
+    tier: str | None = None  # the priority tier whose queue it came from
     envelope: TaskEnvelope | None = None
     lease: Lease | None = None
     child_pid: int | None = None

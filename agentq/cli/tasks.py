@@ -19,6 +19,9 @@ def register(subparsers: Any) -> None:
         "--idempotency-key", help="same key twice → the same task (nothing sent twice)"
     )
     submit.add_argument("--job", dest="job_id", help="add the task to this running job")
+    submit.add_argument(
+        "--priority", help="priority tier (PRIORITIES; default: the definition's, else normal)"
+    )
     submit.add_argument("--wait", action="store_true", help="wait until the task is terminal")
     submit.add_argument("--timeout", type=float, default=600.0, help="--wait limit (s)")
     views.add_tenant_flag(submit)
@@ -56,6 +59,7 @@ def _submit(args: argparse.Namespace) -> int:
         job_id=args.job_id,
         idempotency_key=args.idempotency_key,
         tenant=args.tenant,
+        priority=args.priority,
     )
     if args.wait:
         try:

@@ -55,6 +55,7 @@ class TaskSpec:
     input: Mapping[str, Any] = field(default_factory=dict)
     depends_on: tuple[str, ...] = ()  # task keys, explicit and implied by references
     group: str | None = None
+    priority: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"definition": self.definition, "input": dict(self.input)}
@@ -62,6 +63,8 @@ class TaskSpec:
             data["depends_on"] = list(self.depends_on)
         if self.group:
             data["group"] = self.group
+        if self.priority:
+            data["priority"] = self.priority
         return data
 
 
@@ -70,6 +73,7 @@ class JobSpec:
     tasks: tuple[TaskSpec, ...]  # in dependency order: every task after its dependencies
     failure_policy: FailurePolicy = "fail_fast"
     name: str | None = None
+    priority: str | None = None  # tier of the tasks that name none
 
     def task(self, key: str) -> TaskSpec:
         for task in self.tasks:
@@ -104,6 +108,8 @@ class JobSpec:
         }
         if self.name:
             data["name"] = self.name
+        if self.priority:
+            data["priority"] = self.priority
         return data
 
 
@@ -140,6 +146,7 @@ def parse_spec(data: Mapping[str, Any], *, existing: JobSpec | None = None) -> J
         existing.failure_policy if existing else "fail_fast"
     )
     name = shape.name if "name" in shape.model_fields_set else existing.name if existing else None
+    priority = shape.priority or (existing.priority if existing else None)
     new = [task for key, raw in shape.tasks.items() for task in _expand(key, raw)]
     old = list(existing.tasks) if existing else []
     _check_keys(old, new)
@@ -155,7 +162,7 @@ def parse_spec(data: Mapping[str, Any], *, existing: JobSpec | None = None) -> J
     ordered = _topological([*old, *resolved])
     if len(ordered) > MAX_TASKS:
         raise InvalidInput("tasks", f"a job holds at most {MAX_TASKS} tasks, got {len(ordered)}")
-    return JobSpec(tasks=tuple(ordered), failure_policy=policy, name=name)
+    return JobSpec(tasks=tuple(ordered), failure_policy=policy, name=name, priority=priority)
 
 
 def check_definitions(tasks: Iterable[TaskSpec], lookup: Callable[[str], object]) -> None:
@@ -219,7 +226,8 @@ def _expand(key: str, raw: TaskIn) -> list[TaskSpec]:
             if ref.kind in ("item", "index"):
                 raise InvalidInput(f"{where}.input", f"{ref} is only allowed in a for_each task")
         return [TaskSpec(key=key, definition=definition, input=dict(task_input),
-                         depends_on=tuple(depends), group=group)]  # fmt: skip
+                         depends_on=tuple(depends), group=group,
+                         priority=raw.priority)]  # fmt: skip
     items = raw.for_each
     if group is not None and group != key:
         raise InvalidInput(f"{where}.group", "a for_each task is its own group (its key)")
@@ -240,6 +248,7 @@ def _expand(key: str, raw: TaskIn) -> list[TaskSpec]:
                 input=refs.substitute(dict(task_input), f"{where}.input", element),
                 depends_on=tuple(depends),
                 group=key,
+                priority=raw.priority,
             )
         )
     return expanded
@@ -277,7 +286,8 @@ def _with_dependencies(task: TaskSpec, keys: set[str], groups: Mapping[str, list
     if task.key in needed:
         raise InvalidInput(where, "a task cannot depend on itself")
     return TaskSpec(key=task.key, definition=task.definition, input=task.input,
-                    depends_on=tuple(dict.fromkeys(needed)), group=task.group)  # fmt: skip
+                    depends_on=tuple(dict.fromkeys(needed)), group=task.group,
+                    priority=task.priority)  # fmt: skip
 
 
 def _topological(tasks: list[TaskSpec]) -> list[TaskSpec]:
