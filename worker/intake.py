@@ -17,8 +17,9 @@ path either; the heartbeat renews that lease like a running task's.
 With priority tiers (docs/scheduling.md) a freed slot takes the highest-priority
 buffered message (one buffered longer than `BUFFER_AGE_FIRST_S` goes first, so the
 buffer starves nobody), and each lower tier may fill one place less of the prefetch
-than the tier above it: a flood of low-priority work cannot take the space that keeps a
-high-priority message ready to start. Free slots are open to every tier.
+than the tier above it (down to one place): a flood of low-priority work cannot take
+the space that keeps a high-priority message ready to start. Free slots are open to
+every tier.
 """
 
 from __future__ import annotations
@@ -87,12 +88,13 @@ class Intake:
 
     def rooms(self, wanted: int, tiers: Sequence[str]) -> dict[str, int]:
         """Of `wanted`, how many each tier may bring: every free slot, and the prefetch
-        less one place per rank (those places stay for the tiers above)."""
+        less one place per rank (those places stay for the tiers above) but never less
+        than one place, so every tier keeps the prefetch's benefit."""
         with self._cond:
             idle = max(0, self.size - self._busy - len(self._buffer))
             prefetch = max(0, wanted - idle)
             return {
-                tier: min(wanted, idle + max(0, prefetch - self._ranks.get(tier, 0)))
+                tier: min(wanted, idle + max(min(prefetch, 1), prefetch - self._ranks.get(tier, 0)))
                 for tier in tiers
             }
 
