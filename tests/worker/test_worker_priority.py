@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import Stack
 from support import EventLog, wait_for
 from worker_support import new_id, queue_counts, running_worker
 
 from agentq.client import AgentqClient
 from agentq.config import Settings
+from agentq.definitions import DefinitionRegistry, TaskDefinition
 from agentq.envelope import TaskEnvelope
+from agentq.errors import InvalidInput
 from agentq.events import now_ms
 
 
@@ -67,6 +70,7 @@ def test_strict_starts_high_tasks_that_arrive_during_a_low_flood_before_the_rest
         assert later, "the rest of the flood waited for the highs"
         worker.stop()
         stats = worker.stats()
+    assert stats is not None
     scheduler = stats["scheduler"]
     assert scheduler["mode"] == "strict" and scheduler["picks"]["high"] >= 1
     # Backlog comes from receives; the attributes call is periodic, never per receive.
@@ -123,6 +127,7 @@ def test_a_message_on_the_wrong_tier_is_forwarded_to_its_own(stack: Stack) -> No
         )
         worker.stop()
         stats = worker.stats()
+    assert stats is not None
     assert stats["verdicts"].get("forwarded") == 1
     assert stats["scheduler"]["forwarded"] == 1
 
@@ -140,3 +145,33 @@ def test_the_client_sends_each_task_to_its_tier_queue(stack: Stack) -> None:
     assert queue_counts(stack, tiers["low"])[0] == 2
     assert queue_counts(stack, tiers["normal"])[0] == 1
     assert tiers["normal"] == stack.resources.queue_url, "the default tier is the task queue"
+
+
+def test_a_job_sends_each_task_to_its_own_tier_else_the_jobs_else_the_definitions(
+    stack: Stack,
+) -> None:
+    settings = Settings.from_env(stack.env())
+    registry = DefinitionRegistry(
+        directory_definitions={
+            "bulk": TaskDefinition.from_dict(
+                {
+                    "name": "bulk",
+                    "kind": "python",
+                    "priority": "low",
+                    "settings": {"callable": "agentq.samples:noop"},
+                }
+            ),
+        }
+    )
+    client = AgentqClient(settings=settings, sqs=stack.sqs, dynamodb=stack.dynamodb,
+                          events=stack.events, s3=stack.s3, definitions=registry)  # fmt: skip
+    client.create_job({"priority": "high", "tasks": {
+        "urgent": {"definition": "bulk"},                      # the job's: high
+        "own": {"definition": "bulk", "priority": "normal"},   # its own: normal
+    }})  # fmt: skip
+    client.create_job({"tasks": {"plain": {"definition": "bulk"}}})  # the definition's: low
+    tiers = stack.resources.tier_queues
+    assert [queue_counts(stack, tiers[t])[0] for t in ("high", "normal", "low")] == [1, 1, 1]
+    with pytest.raises(InvalidInput) as caught:
+        client.create_job({"tasks": {"x": {"definition": "bulk", "priority": "urgent"}}})
+    assert caught.value.field == "tasks.x.priority"
