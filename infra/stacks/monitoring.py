@@ -105,14 +105,14 @@ class MonitoringStack(cdk.Stack):
             limits.dlq_messages,
             "Task messages reached the dead-letter queue (see `agentq dlq`)",
         )
-        alarm(
-            "oldest-task-message",
-            core.task_queue.metric_approximate_age_of_oldest_message(
-                period=period, statistic="Maximum"
-            ),
-            limits.oldest_message_age_s,
-            "A task message has waited too long: workers down, scaled to max, or stuck",
-        )
+        for tier, queue in core.tier_queues.items():
+            alarm(
+                "oldest-task-message" if queue is core.task_queue else f"oldest-{tier}-message",
+                queue.metric_approximate_age_of_oldest_message(period=period, statistic="Maximum"),
+                limits.oldest_message_age_s,
+                f"A {tier}-priority task message has waited too long: workers down, scaled "
+                "to max, or stuck",
+            )
         for name, function in functions.items():
             alarm(
                 f"{name}-errors",
