@@ -120,9 +120,16 @@ def _chaos(d: Data) -> Table:
     return t
 
 
+def _priority(d: Data) -> Table:
+    from bench.priority import table  # its own renderer, beside its figures
+
+    return table(d)
+
+
 RENDERERS: dict[str, Callable[[Data], Table]] = {
     "requests_per_task": _requests,
     "saturation": _saturation,
+    "priority": _priority,
     "latency": _latency,
     "throughput": _throughput,
     "memory": _memory,
@@ -167,6 +174,12 @@ def verdicts(results: Mapping[str, Data]) -> Table:
         a = results["agent"]
         checks.append(("agent task overhead ≤ 15% of a minimal CLI run (warm spare)",
                        f"{a['warm_overhead_pct']:.1f}%", a["warm_overhead_pct"] <= 15.0))  # fmt: skip
+    for mode, label in (("weighted", "weighted"), ("strict", "strict")):
+        row = results.get("priority", {}).get("modes", {}).get(mode)
+        if row:
+            bound = 2 * row["longest_task_s"]
+            checks.append((f"{label}: high p95 wait ≤ 2 x longest task ({bound:.1f} s)",
+                           f"{row['high']['p95']:.2f} s", row["high"]["p95"] <= bound))  # fmt: skip
     if "summary" in results.get("chaos", {}):
         n = results["chaos"]["summary"]["violations"]
         checks.append(("chaos violations = 0", str(n), n == 0))
