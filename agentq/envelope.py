@@ -88,6 +88,16 @@ class TaskEnvelope:
             data["priority"] = self.priority
         return data
 
+    def send_fields(self) -> dict[str, Any]:
+        """What SendMessage (or a batch entry) takes for this task: the body, the
+        attributes, and the tenant as `MessageGroupId`, which makes a standard queue an
+        SQS fair queue (a tenant taking a disproportionate share is de-prioritised)."""
+        return {
+            "MessageBody": self.to_body(),
+            "MessageAttributes": self.message_attributes(),
+            "MessageGroupId": self.tenant,
+        }
+
     def message_attributes(self) -> dict[str, dict[str, str]]:
         attributes = {
             "requestId": {"DataType": "String", "StringValue": self.request_id},

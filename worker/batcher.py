@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from agentq.envelope import TENANT_PATTERN
 from worker.batchloop import BatchLoop, run_after
 from worker.queues import QueueRoutes
 
@@ -74,7 +75,8 @@ class SqsBatcher(BatchLoop[_Item]):
     def forward(self, message: Mapping[str, Any], queue_url: str) -> threading.Event:
         """Move `message` to another queue (its priority tier's): send a copy, delete it."""
         self._sqs.send_message(QueueUrl=queue_url, MessageBody=message.get("Body", ""),
-                               MessageAttributes=_attributes(message))  # fmt: skip
+                               MessageAttributes=_attributes(message),
+                               **_group(message))  # fmt: skip
         return self.delete(message["ReceiptHandle"])
 
     def requeue(self, message: Mapping[str, Any], seconds: float) -> threading.Event:
@@ -88,6 +90,7 @@ class SqsBatcher(BatchLoop[_Item]):
             QueueUrl=self.routes.queue_of(message["ReceiptHandle"]),
             MessageBody=message.get("Body", ""),
             MessageAttributes=_attributes(message),
+            **_group(message),
             DelaySeconds=max(0, min(MAX_DELAY_S, int(seconds + 0.999))),
         )
         return self.delete(message["ReceiptHandle"])
@@ -149,3 +152,11 @@ def _attributes(message: Mapping[str, Any]) -> dict[str, Any]:
         name: {k: v for k, v in value.items() if k in ("DataType", "StringValue", "BinaryValue")}
         for name, value in (message.get("MessageAttributes") or {}).items()
     }
+
+
+def _group(message: Mapping[str, Any]) -> dict[str, str]:
+    """A copy keeps its tenant's `MessageGroupId` (SQS fair queues), else none."""
+    group = (message.get("Attributes") or {}).get("MessageGroupId")
+    if isinstance(group, str) and TENANT_PATTERN.fullmatch(group):
+        return {"MessageGroupId": group}
+    return {}

@@ -85,7 +85,11 @@ class TierReceiver:
             MaxNumberOfMessages=asked,
             WaitTimeSeconds=pick.wait_s,
             MessageAttributeNames=["All"],
-            MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
+            MessageSystemAttributeNames=[
+                "ApproximateReceiveCount",
+                "SentTimestamp",
+                "MessageGroupId",
+            ],
         )
         messages: list[dict[str, Any]] = response.get("Messages", [])
         self.scheduler.received(pick.tier, asked=asked, got=len(messages), now=self._clock())

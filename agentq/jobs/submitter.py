@@ -129,12 +129,7 @@ class TaskSubmitter:
         response = self._sqs.send_message_batch(
             QueueUrl=queue_url,
             Entries=[
-                {
-                    "Id": str(index),
-                    "MessageBody": envelope.to_body(),
-                    "MessageAttributes": envelope.message_attributes(),
-                }
-                for index, envelope in enumerate(batch)
+                {"Id": str(index), **envelope.send_fields()} for index, envelope in enumerate(batch)
             ],
         )
         for failed in response.get("Failed", []):
@@ -142,11 +137,7 @@ class TaskSubmitter:
                 raise InvalidInput("message", f"SQS refused it: {failed.get('Message')}")
             # A throttled or internal failure of one entry: send it alone (boto3 retries).
             envelope = batch[int(failed["Id"])]
-            self._sqs.send_message(
-                QueueUrl=queue_url,
-                MessageBody=envelope.to_body(),
-                MessageAttributes=envelope.message_attributes(),
-            )
+            self._sqs.send_message(QueueUrl=queue_url, **envelope.send_fields())
 
     def _mark_sent(self, envelope: TaskEnvelope) -> None:
         try:

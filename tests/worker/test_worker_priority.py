@@ -15,6 +15,7 @@ from agentq.definitions import DefinitionRegistry, TaskDefinition
 from agentq.envelope import TaskEnvelope
 from agentq.errors import InvalidInput
 from agentq.events import now_ms
+from worker.batcher import SqsBatcher
 
 
 def send_to(stack: Stack, tier: str, count: int, seconds: float) -> list[TaskEnvelope]:
@@ -175,3 +176,28 @@ def test_a_job_sends_each_task_to_its_own_tier_else_the_jobs_else_the_definition
     with pytest.raises(InvalidInput) as caught:
         client.create_job({"tasks": {"x": {"definition": "bulk", "priority": "urgent"}}})
     assert caught.value.field == "tasks.x.priority"
+
+
+def test_every_send_carries_its_tenant_as_message_group_and_copies_keep_it(
+    stack: Stack,
+) -> None:
+    settings = Settings.from_env(stack.env())
+    client = AgentqClient(settings=settings, sqs=stack.sqs, dynamodb=stack.dynamodb,
+                          events=stack.events, s3=stack.s3)  # fmt: skip
+    client.submit("sample-noop", tenant="tenant-b", priority="high")
+    high = stack.resources.tier_queues["high"]
+    received = stack.sqs.receive_message(
+        QueueUrl=high, MessageSystemAttributeNames=["MessageGroupId"],
+        MessageAttributeNames=["All"],
+    )["Messages"]  # fmt: skip
+    assert received[0]["Attributes"]["MessageGroupId"] == "tenant-b"
+    # The worker's copies (a requeued back-off, a forward to another tier) keep it.
+    batcher = SqsBatcher(stack.sqs, stack.resources.queue_url, delay_s=0)
+    batcher.routes.note(received[0]["ReceiptHandle"], high)
+    batcher.forward(received[0], stack.resources.tier_queues["low"]).wait(10)
+    batcher.close()
+    copy = stack.sqs.receive_message(
+        QueueUrl=stack.resources.tier_queues["low"], MessageSystemAttributeNames=["All"]
+    )["Messages"]
+    assert copy[0]["Attributes"]["MessageGroupId"] == "tenant-b"
+    assert queue_counts(stack, high) == (0, 0), "the original was deleted"
