@@ -105,10 +105,14 @@ class MonitoringStack(cdk.Stack):
             limits.dlq_messages,
             "Task messages reached the dead-letter queue (see `agentq dlq`)",
         )
-        for tier, queue in core.tier_queues.items():
+        for tier, tier_queue in core.tier_queues.items():
             alarm(
-                "oldest-task-message" if queue is core.task_queue else f"oldest-{tier}-message",
-                queue.metric_approximate_age_of_oldest_message(period=period, statistic="Maximum"),
+                "oldest-task-message"
+                if tier_queue is core.task_queue
+                else f"oldest-{tier}-message",
+                tier_queue.metric_approximate_age_of_oldest_message(
+                    period=period, statistic="Maximum"
+                ),
                 limits.oldest_message_age_s,
                 f"A {tier}-priority task message has waited too long: workers down, scaled "
                 "to max, or stuck",
