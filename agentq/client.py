@@ -35,6 +35,7 @@ from agentq.jobs import (
     task_request_id,
 )
 from agentq.jobs.spec import validate_job_id
+from agentq.priority import check_priority, check_spec_priorities, resolve_priority
 from agentq.prompts import check_prompt_inputs
 from agentq.publisher import EventPublisher
 from agentq.schedule import resolve_not_before
@@ -112,6 +113,7 @@ class AgentqClient:
             dynamodb=self._ddb,
             table_name=self._table,
             max_message_delay_s=self.settings.max_message_delay_s,
+            tier_urls=self.settings.tier_queue_urls(),
         )
 
     @property
@@ -137,14 +139,17 @@ class AgentqClient:
         tenant: str | None = None,
         delay: float | None = None,
         not_before: str | float | None = None,
+        priority: str | None = None,
     ) -> TaskRecord:
         """Queue one task. The same idempotency key twice returns the existing task.
 
         With `job_id`, the task joins that (running) job as a root task. `delay`
         (seconds) or `not_before` (ISO time or epoch, agentq.schedule) hold it SCHEDULED
-        until then.
+        until then. `priority` is a tier of PRIORITIES; without it the definition's, else
+        DEFAULT_PRIORITY.
         """
         tenant = tenant or self.settings.tenant_id
+        check_priority(self.settings, priority, "priority")
         submitted = now_ms()
         due = resolve_not_before(delay_s=delay, not_before=not_before, now_ms=submitted)
         if due is not None and job_id is not None:
@@ -155,10 +160,10 @@ class AgentqClient:
         if job_id is not None:
             # The key, like a request id, is derived from the idempotency key if any.
             key = "t-" + request_id_for(tenant, idempotency_key).removeprefix("idem-")[:16]
-            job = self.add_tasks(
-                job_id, {key: {"definition": definition, "input": dict(input or {})}},
-                tenant=tenant, tolerate_existing=True,
-            )  # fmt: skip
+            task: dict[str, Any] = {"definition": definition, "input": dict(input or {})}
+            if priority:
+                task["priority"] = priority
+            job = self.add_tasks(job_id, {key: task}, tenant=tenant, tolerate_existing=True)
             return self.tasks.require(tenant, task_request_id(job.job_id, key))
         envelope = TaskEnvelope(
             request_id=request_id_for(tenant, idempotency_key),
@@ -167,6 +172,7 @@ class AgentqClient:
             input=dict(input or {}),
             submitted_at_ms=submitted,
             not_before_ms=due,
+            priority=resolve_priority(self.settings, priority, found),
         )
         record, _ = self.submitter.submit(envelope, idempotency_key=idempotency_key)
         return record
@@ -189,6 +195,7 @@ class AgentqClient:
         raw.pop("tenant", None)
         raw.pop("job_id", None)
         parsed = parse_spec(raw)
+        check_spec_priorities(self.settings, parsed)
         for task in parsed.tasks:
             task_request_id(job_id, task.key)
         if self.definitions is not None:
@@ -216,6 +223,7 @@ class AgentqClient:
         if tasks:
             extended = parse_spec({"tasks": tasks}, existing=job.spec)
             added = [t for t in extended.tasks if t.key not in job.spec.keys]
+            check_spec_priorities(self.settings, extended)
             for task in added:
                 task_request_id(job_id, task.key)
             if self.definitions is not None:
@@ -240,6 +248,11 @@ class AgentqClient:
                 input=task.input,
                 job_id=job.job_id,
                 task_key=task.key,
+                priority=resolve_priority(
+                    self.settings,
+                    task.priority or spec.priority,
+                    self._check_definition(task.definition, f"tasks.{task.key}.definition"),
+                ),
             )
             self.tasks.create(envelope, state=TaskState.BLOCKED, extra={"taskKey": task.key})
 

@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, Final, Literal, Self
 
 from pydantic import ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -42,6 +42,11 @@ from agentq.errors import ConfigError
 # When a worker's warm spares import the Claude SDK (see worker/spares.py).
 WarmAgent = Literal["recent", "always", "never"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+# How the worker's receiver picks a priority tier (worker/scheduler.py).
+SchedulerMode = Literal["strict", "weighted", "round-robin"]
+_TIER: Final = r"[a-z][a-z0-9-]{0,31}"
+_URL_LIST_PATTERN: Final = rf"^{_TIER}=\S+(,{_TIER}=\S+)*$"
+_WEIGHT_LIST_PATTERN: Final = rf"^{_TIER}=[0-9.]+(,{_TIER}=[0-9.]+)*$"
 
 
 class Settings(BaseSettings):
@@ -85,6 +90,25 @@ class Settings(BaseSettings):
     queue_url: str | None = var(
         "SQS_QUEUE_URL", None, "Task queue URL (required).", "worker, client, dispatcher", **URL
     )
+    queue_urls: str | None = var(
+        "SQS_QUEUE_URLS", None,
+        "Priority tier queues as `tier=url,...`; a tier not named here uses "
+        "SQS_QUEUE_URL (so a single-queue setup needs only that).",
+        "worker, client, dispatcher, API", min_length=1, max_length=16_384,
+        pattern=_URL_LIST_PATTERN,
+    )  # fmt: skip
+    priorities_list: str = var(
+        "PRIORITIES", "high,normal,low",
+        "Priority tiers, highest first (each its own SQS queue; see docs/scheduling.md).",
+        "worker, client, dispatcher, API", min_length=1, max_length=330,
+        pattern=rf"^{_TIER}(,{_TIER}){{0,9}}$",
+    )  # fmt: skip
+    default_priority: str = var(
+        "DEFAULT_PRIORITY", "normal",
+        "Tier of a task whose producer, job and definition name none; its queue is "
+        "SQS_QUEUE_URL unless SQS_QUEUE_URLS names it.",
+        "worker, client, dispatcher, API", min_length=1, max_length=32, pattern=rf"^{_TIER}$",
+    )  # fmt: skip
     dlq_url: str | None = var(
         "SQS_DLQ_URL", None, "Dead-letter queue URL.", "health-check, CLI `dlq`", **URL
     )
@@ -161,6 +185,35 @@ class Settings(BaseSettings):
         ge=0,
         le=600_000,
     )
+    scheduler_mode: Annotated[SchedulerMode, Choice] = var(
+        "SCHEDULER_MODE", "weighted",
+        "How a worker picks the tier to receive from when a slot frees: `strict` "
+        "(highest tier with work), `weighted` (seed 004's score, with the starvation "
+        "bound) or `round-robin`.",
+        "worker",
+    )  # fmt: skip
+    starvation_bound_ms: Int = var(
+        "SCHEDULER_STARVATION_BOUND", 30_000,
+        "Weighted mode: a tier with work not received from for this long (ms) goes next.",
+        "worker", ge=100, le=DAY_MS,
+    )  # fmt: skip
+    backlog_refresh_ms: Int = var(
+        "SCHEDULER_BACKLOG_REFRESH", 10_000,
+        "At most how often (ms) a worker asks the tier queues for their backlog "
+        "(GetQueueAttributes); between refreshes receives estimate it (0: never ask).",
+        "worker", ge=0, le=DAY_MS,
+    )  # fmt: skip
+    probe_interval_ms: Int = var(
+        "SCHEDULER_PROBE_INTERVAL", 1_000,
+        "A tier found empty is checked again (a short poll) after this long (ms).",
+        "worker", ge=50, le=600_000,
+    )  # fmt: skip
+    priority_weights: str | None = var(
+        "PRIORITY_WEIGHTS", None,
+        "Weighted mode: queue weights as `tier=weight,...` (default 1.0, 0.75, 0.5, "
+        "then 0.25, by rank).",
+        "worker", min_length=1, max_length=1024, pattern=_WEIGHT_LIST_PATTERN,
+    )  # fmt: skip
     event_batch_window_ms: Int = var(
         "EVENT_BATCH_WINDOW",
         1_000,
@@ -398,6 +451,24 @@ class Settings(BaseSettings):
                 "must be shorter than VISIBILITY_TIMEOUT, or a running task's message "
                 "becomes visible between two heartbeats",
             )
+        if self.default_priority not in self.priorities:
+            raise ConfigError(
+                "DEFAULT_PRIORITY", f"must be one of PRIORITIES ({self.priorities_list})"
+            )
+        for tier in (*_pairs(self.queue_urls), *_pairs(self.priority_weights)):
+            if tier not in self.priorities:
+                raise ConfigError(
+                    "SQS_QUEUE_URLS" if tier in _pairs(self.queue_urls) else "PRIORITY_WEIGHTS",
+                    f"names tier {tier!r}, not one of PRIORITIES ({self.priorities_list})",
+                )
+        for name, weight in _pairs(self.priority_weights).items():
+            try:
+                if not 0 < float(weight) <= 1000:
+                    raise ValueError(weight)
+            except ValueError:
+                raise ConfigError(
+                    "PRIORITY_WEIGHTS", f"{name}: a weight is a number in (0, 1000]"
+                ) from None
         if self.retry_backoff_base_s > self.retry_backoff_max_s:
             raise ConfigError("RETRY_BACKOFF_BASE", "must not exceed RETRY_BACKOFF_MAX")
         return self
@@ -417,6 +488,22 @@ class Settings(BaseSettings):
         value = getattr(self.require(attribute), attribute)
         assert isinstance(value, str)
         return value
+
+    @property
+    def priorities(self) -> tuple[str, ...]:
+        """Priority tiers, highest first."""
+        return tuple(self.priorities_list.split(","))
+
+    def tier_queue_urls(self) -> dict[str, str]:
+        """Each tier's queue URL, highest first; tiers without one of their own share
+        SQS_QUEUE_URL (which is the default tier's when SQS_QUEUE_URLS leaves it out)."""
+        named = _pairs(self.queue_urls)
+        fallback = self.queue_url or named.get(self.default_priority)
+        urls = {tier: named.get(tier) or fallback for tier in self.priorities}
+        return {tier: url for tier, url in urls.items() if url}
+
+    def tier_weights(self) -> dict[str, float]:
+        return {tier: float(weight) for tier, weight in _pairs(self.priority_weights).items()}
 
     @property
     def definitions_dirs(self) -> list[Path]:
@@ -463,6 +550,13 @@ def _fallback_region(env: Mapping[str, str]) -> str:
 def env_names() -> frozenset[str]:
     """Every variable a setting is read from."""
     return frozenset(str(field.validation_alias) for field in Settings.model_fields.values())
+
+
+def _pairs(value: str | None) -> dict[str, str]:
+    """`a=x,b=y` (already checked against its pattern) as a mapping."""
+    if not value:
+        return {}
+    return dict(pair.split("=", 1) for pair in value.split(","))
 
 
 def env_name(attribute: str) -> str:

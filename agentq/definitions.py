@@ -13,6 +13,7 @@ A definition file::
     description: Summarize a document into a fixed schema
     timeout_s: 300         # child process timeout (default CLAUDE_TIMEOUT)
     max_attempts: 3        # attempts before a terminal failure (default MAX_MESSAGE_RETRIES)
+    priority: low          # tier when neither producer nor job names one (PRIORITIES)
     settings: {...}        # kind-specific: see worker.kinds.<kind>
 """
 
@@ -28,7 +29,7 @@ from typing import Annotated, Any, Final, Literal, get_args
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from agentq.config import Settings
-from agentq.envelope import DEFINITION_PATTERN
+from agentq.envelope import DEFINITION_PATTERN, PRIORITY_PATTERN
 from agentq.errors import ConfigError, InvalidInput, NotFound
 
 TaskKind = Literal["python", "agent"]
@@ -52,6 +53,11 @@ class DefinitionBody(BaseModel):
     )
     max_attempts: int | None = Field(
         default=None, ge=1, description="attempts before a terminal failure"
+    )
+    priority: str | None = Field(
+        default=None,
+        pattern=PRIORITY_PATTERN.pattern,
+        description="priority tier of its tasks when neither producer nor job names one",
     )
     settings: Annotated[dict[str, Any], BeforeValidator(_or_empty)] = Field(
         default_factory=dict, description="kind-specific settings"

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal
 
 from agentq.dlq_malformed import close_out_malformed
-from agentq.envelope import TaskEnvelope, identity_hint, parse_message
+from agentq.envelope import TENANT_PATTERN, TaskEnvelope, identity_hint, parse_message
 from agentq.errors import InvalidInput
 from agentq.events import Event, now_ms, task_event
 from agentq.publisher import EventPublisher
@@ -352,6 +352,12 @@ class Redriver:
             QueueUrl=self._queue_url,
             MessageBody=message.body,
             MessageAttributes=message.send_attributes(),
+            # The tenant as MessageGroupId, like every agentq send (SQS fair queues).
+            **(
+                {"MessageGroupId": message.tenant}
+                if TENANT_PATTERN.fullmatch(message.tenant)
+                else {}
+            ),
         )
         self._archive.mark_redriven(message)
         if self._publisher is not None and record is not None:

@@ -12,7 +12,8 @@ any form agentq.schedule accepts). A foreign sender or a `Task Requested` event 
 `delay` with neither is refused, since each receive would push it further out.
 
 with the message attribute `requestId` (String, ``^[a-zA-Z0-9_-]{1,256}$``) and, for
-routing and metrics, `tenant`, `taskType` and `jobId`. A `Task Requested` event routed
+routing and metrics, `tenant`, `taskType`, `jobId` and `priority` (also in the body
+when the producer chose one; docs/scheduling.md). A `Task Requested` event routed
 from EventBridge arrives as the EventBridge envelope (no attributes); its `detail` holds
 the same fields and is unwrapped here.
 
@@ -36,6 +37,8 @@ from agentq.schedule import parse_time_ms, resolve_not_before
 REQUEST_ID_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_-]{1,256}$")
 DEFINITION_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
 TENANT_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
+# A priority tier's name (which names exist is configuration: PRIORITIES).
+PRIORITY_PATTERN: Final = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 MAX_BODY_BYTES: Final = 256 * 1024
 ENVELOPE_VERSION: Final = 1
 MAX_TASK_KEY: Final = 256
@@ -174,6 +177,7 @@ class TaskEnvelope:
     task_key: str | None = None
     submitted_at_ms: int | None = None
     not_before_ms: int | None = None
+    priority: str | None = None  # None: the tier of the queue it arrived on
 
     def __post_init__(self) -> None:
         validate_request_id(self.request_id)
@@ -181,6 +185,8 @@ class TaskEnvelope:
         _validate(DEFINITION_PATTERN, "definition", self.definition)
         if self.job_id is not None:
             _validate(REQUEST_ID_PATTERN, "jobId", self.job_id)
+        if self.priority is not None:
+            _validate(PRIORITY_PATTERN, "priority", self.priority)
         if not isinstance(self.input, Mapping):
             raise InvalidInput("input", "must be a JSON object")
         if self.task_key is not None and (
@@ -201,7 +207,7 @@ class TaskEnvelope:
         return body
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "version": ENVELOPE_VERSION,
             "requestId": self.request_id,
             "tenant": self.tenant,
@@ -212,6 +218,19 @@ class TaskEnvelope:
             "submittedAt": self.submitted_at_ms,
             **({"notBefore": self.not_before_ms} if self.not_before_ms is not None else {}),
         }
+        if self.priority is not None:
+            data["priority"] = self.priority
+        return data
+
+    def send_fields(self) -> dict[str, Any]:
+        """What SendMessage (or a batch entry) takes for this task: the body, the
+        attributes, and the tenant as `MessageGroupId`, which makes a standard queue an
+        SQS fair queue (a tenant taking a disproportionate share is de-prioritised)."""
+        return {
+            "MessageBody": self.to_body(),
+            "MessageAttributes": self.message_attributes(),
+            "MessageGroupId": self.tenant,
+        }
 
     def message_attributes(self) -> dict[str, dict[str, str]]:
         attributes = {
@@ -221,6 +240,8 @@ class TaskEnvelope:
         }
         if self.job_id:
             attributes["jobId"] = {"DataType": "String", "StringValue": self.job_id}
+        if self.priority:
+            attributes["priority"] = {"DataType": "String", "StringValue": self.priority}
         return attributes
 
     @classmethod
@@ -249,6 +270,7 @@ class TaskEnvelope:
             task_key=data.get("taskKey"),
             submitted_at_ms=submitted_ms,
             not_before_ms=not_before,
+            priority=data.get("priority"),
         )
 
 

@@ -25,6 +25,11 @@ class QueueSpec:
 
 TASK_QUEUE: Final = QueueSpec()
 
+# Priority tiers (docs/scheduling.md): each its own queue, all redriving into the one DLQ.
+# The default tier's queue is the task queue itself, so single-queue setups are unchanged.
+PRIORITY_TIERS: Final = ("high", "normal", "low")
+DEFAULT_TIER: Final = "normal"
+
 
 @dataclass(frozen=True, kw_only=True)
 class IndexSpec:
@@ -113,6 +118,16 @@ class ResourceNames:
     @property
     def task_queue(self) -> str:
         return f"{self.prefix}-tasks"
+
+    def tier_queue(self, tier: str, *, default_tier: str = DEFAULT_TIER) -> str:
+        """A priority tier's queue: the task queue for the default tier."""
+        return self.task_queue if tier == default_tier else f"{self.task_queue}-{tier}"
+
+    def tier_queues(
+        self, tiers: tuple[str, ...] = PRIORITY_TIERS, *, default_tier: str = DEFAULT_TIER
+    ) -> dict[str, str]:
+        """Every tier's queue name, highest first."""
+        return {tier: self.tier_queue(tier, default_tier=default_tier) for tier in tiers}
 
     @property
     def dead_letter_queue(self) -> str:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from agentq.envelope import DEFINITION_PATTERN
+from agentq.envelope import DEFINITION_PATTERN, PRIORITY_PATTERN
 from agentq.errors import InvalidInput
 
 FailurePolicy = Literal["fail_fast", "continue"]
@@ -61,6 +61,8 @@ def _some_tasks(tasks: dict[str, TaskIn]) -> dict[str, TaskIn]:
 
 
 TaskKey = Annotated[str, AfterValidator(_task_key)]
+# Which tiers exist is configuration (PRIORITIES); the client checks the name against it.
+Priority = Annotated[str, Field(pattern=PRIORITY_PATTERN.pattern, description="priority tier")]
 DefinitionName = Annotated[str, Field(max_length=128), AfterValidator(_definition)]
 
 
@@ -81,6 +83,7 @@ class TaskIn(BaseModel):
     for_each: Annotated[list[Any], AfterValidator(_items)] | None = Field(
         default=None, description=f"fan-out: one task per element (1 to {MAX_FAN_OUT})"
     )
+    priority: Priority | None = Field(default=None, description="default: the job's")
 
 
 Tasks = Annotated[dict[TaskKey, TaskIn], AfterValidator(_some_tasks)]
@@ -99,6 +102,9 @@ class JobIn(TasksIn):
     job_id: str | None = Field(default=None, pattern=JOB_ID)
     name: str | None = Field(default=None, max_length=256)
     failure_policy: FailurePolicy | None = Field(default=None, description="default fail_fast")
+    priority: Priority | None = Field(
+        default=None, description="tier of its tasks that name none (default: the definition's)"
+    )
 
 
 class JobFile(JobIn):

@@ -39,7 +39,7 @@ from agentq.config import Settings
 from agentq.definitions import DefinitionBody, DefinitionsTable, TaskDefinition
 from agentq.envelope import TENANT_PATTERN
 from agentq.errors import InvalidInput, NotCancellable, NotFound
-from agentq.spec_models import JOB_ID, JobIn, TasksIn
+from agentq.spec_models import JOB_ID, JobIn, Priority, TasksIn
 from lambdas._common import powertools
 
 if TYPE_CHECKING:
@@ -72,6 +72,9 @@ class SubmitIn(BaseModel):
     delay: float | None = Field(default=None, ge=0, description="seconds from now")
     not_before: str | float | None = Field(
         default=None, description="ISO 8601 time with a zone, or epoch seconds"
+    )
+    priority: Priority | None = Field(
+        default=None, description="priority tier (default: the definition's, else normal)"
     )
 
 
@@ -172,7 +175,7 @@ def get_job(job_id: Annotated[str, Path(pattern=_ID)]) -> dict[str, Any]:
 def submit_task(body: SubmitIn) -> tuple[dict[str, Any], int]:
     record = _client().submit(
         body.definition, body.input, idempotency_key=body.idempotency_key, tenant=_tenant(),
-        delay=body.delay, not_before=body.not_before,
+        delay=body.delay, not_before=body.not_before, priority=body.priority,
     )  # fmt: skip
     metrics.add_metric(name="TasksSubmitted", unit=MetricUnit.Count, value=1)
     return _task_dict(record), 201

@@ -71,6 +71,7 @@ class Worker:
             "received": self.consumer.received,
             "verdicts": dict(self.consumer.verdicts),
             "heartbeats": self.consumer.heartbeats,
+            "scheduler": self.consumer.tiers.stats(),
             "awsCalls": self.counter.snapshot(),
             "awsCallsTotal": self.counter.total(),
         }
@@ -134,6 +135,7 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
         publisher=events,
         inflight=inflight,
         worker_id=worker_id,
+        routes=batcher.routes,
     )
     consumer = Consumer(
         settings=settings,

@@ -15,7 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from agentq.envelope import TENANT_PATTERN
 from worker.batchloop import BatchLoop, run_after
+from worker.queues import QueueRoutes
 
 MAX_BATCH: Final = 10
 MAX_VISIBILITY_S: Final = 43_200
@@ -29,6 +31,7 @@ logger = logging.getLogger(__name__)
 class _Item:
     op: Op
     receipt_handle: str
+    queue_url: str
     visibility_s: int = 0
     done: threading.Event = field(default_factory=threading.Event)
     error: str | None = None
@@ -53,7 +56,8 @@ class SqsBatcher(BatchLoop[_Item]):
         on_error: Callable[[str, str, str], None] | None = None,
     ) -> None:
         self._sqs = sqs
-        self._queue_url = queue_url
+        # Priority tiers: each message is settled on the queue it was received from.
+        self.routes = QueueRoutes(queue_url)
         self._on_error = on_error
         super().__init__(name="sqs-batcher", delay_s=delay_s, max_batch=MAX_BATCH)
 
@@ -61,10 +65,19 @@ class SqsBatcher(BatchLoop[_Item]):
         self, receipt_handle: str, *, then: Callable[[], object] | None = None
     ) -> threading.Event:
         """Queue a delete; `then` runs once its batch call returned (succeeded or not)."""
-        return self._add(_Item("delete", receipt_handle, then=then))
+        return self._add(_Item("delete", receipt_handle, self.routes.queue_of(receipt_handle),
+                               then=then))  # fmt: skip
 
     def change_visibility(self, receipt_handle: str, seconds: float) -> threading.Event:
-        return self._add(_Item("visibility", receipt_handle, clamp_visibility(seconds)))
+        queue_url = self.routes.queue_of(receipt_handle)
+        return self._add(_Item("visibility", receipt_handle, queue_url, clamp_visibility(seconds)))
+
+    def forward(self, message: Mapping[str, Any], queue_url: str) -> threading.Event:
+        """Move `message` to another queue (its priority tier's): send a copy, delete it."""
+        self._sqs.send_message(QueueUrl=queue_url, MessageBody=message.get("Body", ""),
+                               MessageAttributes=_attributes(message),
+                               **_group(message))  # fmt: skip
+        return self.delete(message["ReceiptHandle"])
 
     def give_back(
         self,
@@ -100,16 +113,11 @@ class SqsBatcher(BatchLoop[_Item]):
         duplicate, which the lock settles like any other; the other order could lose
         the task. `receipt_handle` is the newest handle (default: the message's own).
         """
-        attributes = {
-            name: {
-                k: v for k, v in value.items() if k in ("DataType", "StringValue", "BinaryValue")
-            }
-            for name, value in (message.get("MessageAttributes") or {}).items()
-        }
         self._sqs.send_message(
-            QueueUrl=self._queue_url,
+            QueueUrl=self.routes.queue_of(message["ReceiptHandle"]),
             MessageBody=message.get("Body", ""),
-            MessageAttributes=attributes,
+            MessageAttributes=_attributes(message),
+            **_group(message),
             DelaySeconds=max(0, min(MAX_DELAY_S, int(seconds + 0.999))),
         )
         return self.delete(receipt_handle or message["ReceiptHandle"])
@@ -126,23 +134,24 @@ class SqsBatcher(BatchLoop[_Item]):
 
     def _send(self, items: list[_Item]) -> None:
         for op in ("delete", "visibility"):
-            group = [i for i in items if i.op == op]
-            for start in range(0, len(group), MAX_BATCH):
-                self._send_group(op, group[start : start + MAX_BATCH])
+            for queue_url in dict.fromkeys(i.queue_url for i in items):
+                group = [i for i in items if i.op == op and i.queue_url == queue_url]
+                for start in range(0, len(group), MAX_BATCH):
+                    self._send_group(op, queue_url, group[start : start + MAX_BATCH])
 
-    def _send_group(self, op: str, group: list[_Item]) -> None:
+    def _send_group(self, op: str, queue_url: str, group: list[_Item]) -> None:
         if not group:
             return
         try:
             if op == "delete":
                 response = self._sqs.delete_message_batch(
-                    QueueUrl=self._queue_url,
+                    QueueUrl=queue_url,
                     Entries=[{"Id": str(n), "ReceiptHandle": i.receipt_handle}
                              for n, i in enumerate(group)],
                 )  # fmt: skip
             else:
                 response = self._sqs.change_message_visibility_batch(
-                    QueueUrl=self._queue_url,
+                    QueueUrl=queue_url,
                     Entries=[{"Id": str(n), "ReceiptHandle": i.receipt_handle,
                               "VisibilityTimeout": i.visibility_s}
                              for n, i in enumerate(group)],
@@ -159,4 +168,22 @@ class SqsBatcher(BatchLoop[_Item]):
                         self._on_error(op, item.receipt_handle, item.error)
         finally:
             for item in group:
+                if op == "delete":
+                    self.routes.forget(item.receipt_handle)
                 item.finish()
+
+
+def _attributes(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A received message's attributes in the shape SendMessage takes."""
+    return {
+        name: {k: v for k, v in value.items() if k in ("DataType", "StringValue", "BinaryValue")}
+        for name, value in (message.get("MessageAttributes") or {}).items()
+    }
+
+
+def _group(message: Mapping[str, Any]) -> dict[str, str]:
+    """A copy keeps its tenant's `MessageGroupId` (SQS fair queues), else none."""
+    group = (message.get("Attributes") or {}).get("MessageGroupId")
+    if isinstance(group, str) and TENANT_PATTERN.fullmatch(group):
+        return {"MessageGroupId": group}
+    return {}

@@ -34,6 +34,7 @@ from worker.handler import MessageHandler, Prepared
 from worker.heartbeat import Heartbeat
 from worker.inflight import InFlight, InFlightRegistry
 from worker.intake import Held, Intake
+from worker.tiers import TierReceiver
 
 logger = logging.getLogger(__name__)
 RECEIVE_ERROR_BACKOFF_S: Final = 1.0
@@ -64,14 +65,18 @@ class Consumer:
     ) -> None:
         self._settings = settings
         self._sqs = sqs
-        self._queue_url = settings.required("queue_url")
+        self.tiers = TierReceiver(settings, sqs)
         self._handler = handler
         self._heartbeat = heartbeat
         self._batcher = batcher
         self._events = events
         self._inflight = inflight
         self._on_tick = list(on_tick)
-        self.slots = Intake(settings.max_concurrent, horizon_s=settings.prefetch_horizon_ms / 1000)
+        self.slots = Intake(
+            settings.max_concurrent,
+            horizon_s=settings.prefetch_horizon_ms / 1000,
+            ranks=self.tiers.ranks if self.tiers.multi else None,
+        )
         # A slot frees at its child's exit while its thread settles: room for both.
         self._pool = ThreadPoolExecutor(2 * settings.max_concurrent + 1, thread_name_prefix="slot")
         self._preparer = ThreadPoolExecutor(2, thread_name_prefix="prepare")
@@ -154,19 +159,32 @@ class Consumer:
                 wanted = self.slots.wait_wanted(timeout_s=0.5)
                 if wanted <= 0 or self._stopping.is_set():
                     continue
-                for message in self._receive(wanted):
-                    self._accept(message)
+                tier, messages = self.tiers.receive(self.slots.rooms(wanted, self.tiers.tiers))
+                for message in messages:
+                    self._batcher.routes.note(message["ReceiptHandle"], self.tiers.urls[tier])
+                for message in messages:
+                    self._accept(message, tier)
             except Exception:
                 logger.exception("receive failed; retrying")
                 self._stopping.wait(RECEIVE_ERROR_BACKOFF_S)
 
-    def _accept(self, message: dict[str, Any]) -> None:
+    def _accept(self, message: dict[str, Any], tier: str) -> None:
         if self._stopping.is_set():
             self._batcher.give_back(message["ReceiptHandle"], message)
             return
         self.received += 1
+        destination = self.tiers.destination(message, tier)
+        if destination is not None:
+            # Its priority names another tier: it waits there, not in this one's turn.
+            try:
+                self._batcher.forward(message, destination)
+                self._count("forwarded")
+            except Exception:
+                logger.exception("forwarding to its tier failed; running it here")
+            else:
+                return
         entry = InFlight(message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"],
-                         message=message)  # fmt: skip
+                         message=message, tier=tier)  # fmt: skip
         if self._inflight.add(entry) is not None:
             # Our own message, back after a lapse: the running slot now uses this handle.
             self._count("held_here")
@@ -205,17 +223,6 @@ class Consumer:
                 self._count(ready)  # settled while preparing (a duplicate, say)
             else:
                 self._batcher.give_back(entry.receipt_handle, message)
-
-    def _receive(self, count: int) -> list[dict[str, Any]]:
-        response = self._sqs.receive_message(
-            QueueUrl=self._queue_url,
-            MaxNumberOfMessages=count,
-            WaitTimeSeconds=self._settings.wait_time_seconds,
-            MessageAttributeNames=["All"],
-            MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
-        )
-        messages: list[dict[str, Any]] = response.get("Messages", [])
-        return messages
 
     def _slot(
         self, message: dict[str, Any], entry: InFlight, preparation: Future[Any] | None

@@ -30,6 +30,7 @@ from worker.eventbatch import EventBatcher
 from worker.inflight import InFlight, InFlightRegistry
 from worker.leasefile import lease_times
 from worker.liveness import touch
+from worker.queues import QueueRoutes
 
 MAX_EXTENSION_FAILURES: Final = 3
 RENEWAL_RETRY_S: Final = 1.0  # at least this long between tries after a failed renewal
@@ -46,10 +47,12 @@ class Heartbeat:
         publisher: EventBatcher,
         inflight: InFlightRegistry,
         worker_id: str,
+        routes: QueueRoutes | None = None,
     ) -> None:
         self._settings = settings
         self._sqs = sqs
-        self._queue_url = settings.required("queue_url")
+        # Each held message is extended on its own tier's queue.
+        self._routes = routes or QueueRoutes(settings.required("queue_url"))
         self._store = store
         self._publisher = publisher
         self._inflight = inflight
@@ -100,12 +103,19 @@ class Heartbeat:
             self._publisher.publish_many(events)
 
     def _extend(self, entries: list[InFlight]) -> None:
+        by_queue: dict[str, list[InFlight]] = {}
+        for entry in entries:
+            by_queue.setdefault(self._routes.queue_of(entry.receipt_handle), []).append(entry)
+        for queue_url, held in by_queue.items():
+            self._extend_on(queue_url, held)
+
+    def _extend_on(self, queue_url: str, entries: list[InFlight]) -> None:
         amount = self._settings.extension_amount_s
         for start in range(0, len(entries), MAX_BATCH):
             chunk = entries[start : start + MAX_BATCH]
             try:
                 response = self._sqs.change_message_visibility_batch(
-                    QueueUrl=self._queue_url,
+                    QueueUrl=queue_url,
                     Entries=[{"Id": str(n), "ReceiptHandle": e.receipt_handle,
                               "VisibilityTimeout": amount} for n, e in enumerate(chunk)],
                 )  # fmt: skip

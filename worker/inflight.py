@@ -20,6 +20,7 @@ class InFlight:
     # As received (body and attributes): what a give-back requeues as a fresh copy.
     message: Mapping[str, Any] | None = None
     received_at: float = field(default_factory=time.monotonic)
+    tier: str | None = None  # the priority tier whose queue it came from
     envelope: TaskEnvelope | None = None
     lease: Lease | None = None
     child_pid: int | None = None

@@ -13,6 +13,13 @@ start it while another worker idles. Prefetched messages are in the in-flight re
 so the heartbeat keeps them invisible until they start. Each is validated and locked
 while it waits (the consumer's `prepare`), so the lock's round trip is not on the slot's
 path either; the heartbeat renews that lease like a running task's.
+
+With priority tiers (docs/scheduling.md) a freed slot takes the highest-priority
+buffered message (one buffered longer than `BUFFER_AGE_FIRST_S` goes first, so the
+buffer starves nobody), and each lower tier may fill one place less of the prefetch
+than the tier above it (down to one place): a flood of low-priority work cannot take
+the space that keeps a high-priority message ready to start. Free slots are open to
+every tier.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Final
 
@@ -29,6 +36,8 @@ from worker.inflight import InFlight
 # How far back the start rate is measured; long enough to smooth, short enough to adapt.
 RATE_WINDOW_S: Final = 10.0
 MAX_RECEIVE: Final = 10  # SQS ReceiveMessage maximum
+# A buffered message waits at most about this long behind higher-priority arrivals.
+BUFFER_AGE_FIRST_S: Final = 10.0
 
 Message = dict[str, Any]
 # A received message, its in-flight record and, once buffered, its preparation.
@@ -44,8 +53,10 @@ class Intake:
         *,
         horizon_s: float,
         clock: Callable[[], float] = time.monotonic,
+        ranks: Mapping[str, int] | None = None,
     ) -> None:
         self.size = size
+        self._ranks = dict(ranks or {})  # priority tier → rank (0 highest)
         self._horizon = horizon_s
         self._clock = clock
         self._busy = 0
@@ -74,6 +85,18 @@ class Intake:
                 return 0
             free = self.size - self._busy - len(self._buffer)
             return max(0, min(MAX_RECEIVE, free + self._prefetch()))
+
+    def rooms(self, wanted: int, tiers: Sequence[str]) -> dict[str, int]:
+        """Of `wanted`, how many each tier may bring: every free slot, and the prefetch
+        less one place per rank (those places stay for the tiers above) but never less
+        than one place, so every tier keeps the prefetch's benefit."""
+        with self._cond:
+            idle = max(0, self.size - self._busy - len(self._buffer))
+            prefetch = max(0, wanted - idle)
+            return {
+                tier: min(wanted, idle + max(min(prefetch, 1), prefetch - self._ranks.get(tier, 0)))
+                for tier in tiers
+            }
 
     def _hungry(self) -> bool:
         if self.size - self._busy > len(self._buffer):
@@ -117,7 +140,7 @@ class Intake:
                 # The buffer may now be below its refill mark: wake the receiver, or it
                 # would only notice at its next wait's timeout.
                 self._cond.notify_all()
-                return self._buffer.popleft()
+                return self._next_buffered()
             self._busy -= 1
             self._cond.notify_all()
             return None
@@ -133,6 +156,22 @@ class Intake:
     def wait_idle(self, timeout_s: float) -> bool:
         with self._cond:
             return self._cond.wait_for(lambda: self._busy == 0, timeout=timeout_s)
+
+    def _next_buffered(self) -> Held:
+        if not self._ranks:
+            return self._buffer.popleft()
+        now = time.monotonic()
+        chosen = min(
+            range(len(self._buffer)),
+            key=lambda i: (
+                now - self._buffer[i][1].received_at < BUFFER_AGE_FIRST_S,
+                self._ranks.get(self._buffer[i][1].tier or "", 0),
+                i,
+            ),
+        )
+        held = self._buffer[chosen]
+        del self._buffer[chosen]
+        return held
 
     def _take(self) -> None:
         self._busy += 1

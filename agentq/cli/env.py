@@ -48,7 +48,18 @@ def stage_env(
                and r["LogicalResourceId"].startswith("Artifacts")]  # fmt: skip
     if not buckets:
         raise NotFound("artifacts bucket", f"in stack {stack}")
+    tiers = {}
+    for tier, name in names.tier_queues().items():
+        try:
+            tiers[tier] = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+        except ClientError:
+            continue  # a stage deployed before priority tiers: its one queue serves all
     return {
+        **(
+            {"SQS_QUEUE_URLS": ",".join(f"{t}={u}" for t, u in tiers.items())}
+            if len(tiers) > 1
+            else {}
+        ),
         "AWS_REGION": region,
         "AGENTQ_STAGE": names.stage,
         "APP_NAME": names.app_name,

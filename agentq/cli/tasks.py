@@ -24,6 +24,9 @@ def register(subparsers: Any) -> None:
     when.add_argument(
         "--not-before", help="run no sooner than this time (ISO 8601 with a zone, or epoch s)"
     )
+    submit.add_argument(
+        "--priority", help="priority tier (PRIORITIES; default: the definition's, else normal)"
+    )
     submit.add_argument("--wait", action="store_true", help="wait until the task is terminal")
     submit.add_argument("--timeout", type=float, default=600.0, help="--wait limit (s)")
     views.add_tenant_flag(submit)
@@ -65,6 +68,7 @@ def _submit(args: argparse.Namespace) -> int:
         tenant=args.tenant,
         delay=args.delay,
         not_before=args.not_before,
+        priority=args.priority,
     )
     if args.wait:
         try:

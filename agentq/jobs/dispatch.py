@@ -243,6 +243,8 @@ class JobDispatcher:
                 task_key=task.key,
                 submitted_at_ms=now_ms(),
                 not_before_ms=task.not_before_ms,
+                # Resolved when the task was created (task, job, definition).
+                priority=_stored_priority(states.get(task.key)),
             )
             envelope.to_body()  # the size check, before the state moves
         except (InvalidInput, NotFound) as error:
@@ -423,3 +425,8 @@ def _cost(record: TaskRecord) -> float:
         if isinstance(value, int | float):
             return float(value)
     return 0.0
+
+
+def _stored_priority(record: TaskRecord | None) -> str | None:
+    priority = (record.envelope or {}).get("priority") if record is not None else None
+    return priority if isinstance(priority, str) else None

@@ -57,6 +57,7 @@ class TaskSpec:
     depends_on: tuple[str, ...] = ()  # task keys, explicit and implied by references
     group: str | None = None
     not_before_ms: int | None = None  # epoch ms; the task is SCHEDULED until then
+    priority: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"definition": self.definition, "input": dict(self.input)}
@@ -66,6 +67,8 @@ class TaskSpec:
             data["group"] = self.group
         if self.not_before_ms is not None:
             data["not_before"] = self.not_before_ms  # epoch ms parse back as ms
+        if self.priority:
+            data["priority"] = self.priority
         return data
 
 
@@ -74,6 +77,7 @@ class JobSpec:
     tasks: tuple[TaskSpec, ...]  # in dependency order: every task after its dependencies
     failure_policy: FailurePolicy = "fail_fast"
     name: str | None = None
+    priority: str | None = None  # tier of the tasks that name none
 
     def task(self, key: str) -> TaskSpec:
         for task in self.tasks:
@@ -108,6 +112,8 @@ class JobSpec:
         }
         if self.name:
             data["name"] = self.name
+        if self.priority:
+            data["priority"] = self.priority
         return data
 
 
@@ -144,6 +150,7 @@ def parse_spec(data: Mapping[str, Any], *, existing: JobSpec | None = None) -> J
         existing.failure_policy if existing else "fail_fast"
     )
     name = shape.name if "name" in shape.model_fields_set else existing.name if existing else None
+    priority = shape.priority or (existing.priority if existing else None)
     new = [task for key, raw in shape.tasks.items() for task in _expand(key, raw)]
     old = list(existing.tasks) if existing else []
     _check_keys(old, new)
@@ -159,7 +166,7 @@ def parse_spec(data: Mapping[str, Any], *, existing: JobSpec | None = None) -> J
     ordered = _topological([*old, *resolved])
     if len(ordered) > MAX_TASKS:
         raise InvalidInput("tasks", f"a job holds at most {MAX_TASKS} tasks, got {len(ordered)}")
-    return JobSpec(tasks=tuple(ordered), failure_policy=policy, name=name)
+    return JobSpec(tasks=tuple(ordered), failure_policy=policy, name=name, priority=priority)
 
 
 def check_definitions(tasks: Iterable[TaskSpec], lookup: Callable[[str], object]) -> None:
@@ -229,7 +236,8 @@ def _expand(key: str, raw: TaskIn) -> list[TaskSpec]:
                 raise InvalidInput(f"{where}.input", f"{ref} is only allowed in a for_each task")
         return [TaskSpec(key=key, definition=definition, input=dict(task_input),
                          depends_on=tuple(depends), group=group,
-                         not_before_ms=not_before)]  # fmt: skip
+                         not_before_ms=not_before,
+                         priority=raw.priority)]  # fmt: skip
     items = raw.for_each
     if group is not None and group != key:
         raise InvalidInput(f"{where}.group", "a for_each task is its own group (its key)")
@@ -251,6 +259,7 @@ def _expand(key: str, raw: TaskIn) -> list[TaskSpec]:
                 depends_on=tuple(depends),
                 group=key,
                 not_before_ms=not_before,
+                priority=raw.priority,
             )
         )
     return expanded
@@ -289,7 +298,8 @@ def _with_dependencies(task: TaskSpec, keys: set[str], groups: Mapping[str, list
         raise InvalidInput(where, "a task cannot depend on itself")
     return TaskSpec(key=task.key, definition=task.definition, input=task.input,
                     depends_on=tuple(dict.fromkeys(needed)), group=task.group,
-                    not_before_ms=task.not_before_ms)  # fmt: skip
+                    not_before_ms=task.not_before_ms,
+                    priority=task.priority)  # fmt: skip
 
 
 def _topological(tasks: list[TaskSpec]) -> list[TaskSpec]:

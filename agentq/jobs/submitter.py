@@ -13,7 +13,7 @@ import hashlib
 import logging
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from botocore.exceptions import ClientError
@@ -58,14 +58,27 @@ class TaskSubmitter:
         dynamodb: Any,
         table_name: str,
         max_message_delay_s: int = SQS_MAX_DELAY_S,
+        tier_urls: Mapping[str, str] | None = None,
     ) -> None:
         self.tasks = tasks
         self._max_delay_s = max_message_delay_s
         self._publisher = publisher
         self._sqs = sqs
         self._queue_url = queue_url
+        # Priority tier → queue; a task without a priority goes to `queue_url`.
+        self._tier_urls = dict(tier_urls or {})
         self._ddb = dynamodb
         self._table = table_name
+
+    def queue_for(self, envelope: TaskEnvelope) -> str:
+        """The queue of the task's priority tier (InvalidInput for an unknown tier)."""
+        if envelope.priority is None:
+            return self._queue_url
+        url = self._tier_urls.get(envelope.priority)
+        if url is None:
+            known = ", ".join(self._tier_urls) or "none configured"
+            raise InvalidInput("priority", f"unknown priority {envelope.priority!r} ({known})")
+        return url
 
     def submit(
         self,
@@ -104,6 +117,9 @@ class TaskSubmitter:
         """Like `enqueue` for many tasks, in batched calls (a fan-out sends hundreds)."""
         if not envelopes:
             return
+        by_queue: dict[str, list[TaskEnvelope]] = {}
+        for envelope in envelopes:
+            by_queue.setdefault(self.queue_for(envelope), []).append(envelope)
         self._publisher.publish_all(
             task_event(
                 "Task Pending",
@@ -116,19 +132,19 @@ class TaskSubmitter:
             )
             for envelope in envelopes
         )
-        for batch in _message_batches(envelopes):
-            self._send_batch(batch)
+        for queue_url, group in by_queue.items():
+            for batch in _message_batches(group):
+                self._send_batch(queue_url, batch)
         for envelope in envelopes:
             self._mark_sent(envelope)
 
-    def _send_batch(self, batch: Sequence[TaskEnvelope]) -> None:
+    def _send_batch(self, queue_url: str, batch: Sequence[TaskEnvelope]) -> None:
         response = self._sqs.send_message_batch(
-            QueueUrl=self._queue_url,
+            QueueUrl=queue_url,
             Entries=[
                 {
                     "Id": str(index),
-                    "MessageBody": envelope.to_body(),
-                    "MessageAttributes": envelope.message_attributes(),
+                    **envelope.send_fields(),
                     "DelaySeconds": self._delay_s(envelope),
                 }
                 for index, envelope in enumerate(batch)
@@ -140,10 +156,7 @@ class TaskSubmitter:
             # A throttled or internal failure of one entry: send it alone (boto3 retries).
             envelope = batch[int(failed["Id"])]
             self._sqs.send_message(
-                QueueUrl=self._queue_url,
-                MessageBody=envelope.to_body(),
-                MessageAttributes=envelope.message_attributes(),
-                DelaySeconds=self._delay_s(envelope),
+                QueueUrl=queue_url, **envelope.send_fields(), DelaySeconds=self._delay_s(envelope)
             )
 
     def _delay_s(self, envelope: TaskEnvelope) -> int:

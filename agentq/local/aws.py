@@ -24,6 +24,7 @@ import boto3
 
 from agentq.aws import make_client
 from agentq.resources import (
+    DEFAULT_TIER,
     DEFINITIONS_TABLE,
     EVENTS_TABLE,
     RULES,
@@ -116,6 +117,7 @@ class LocalResources:
     bus_name: str
     bucket: str
     target_queues: dict[str, str] = field(default_factory=dict)  # rule name → queue URL
+    tier_queues: dict[str, str] = field(default_factory=dict)  # priority tier → queue URL
 
     def env(self) -> dict[str, str]:
         env = {
@@ -132,6 +134,8 @@ class LocalResources:
             "EVENTBRIDGE_BUS_NAME": self.bus_name,
             "S3_BUCKET": self.bucket,
         }
+        if self.tier_queues:
+            env["SQS_QUEUE_URLS"] = ",".join(f"{t}={u}" for t, u in self.tier_queues.items())
         if self.endpoint_url:
             env["AWS_ENDPOINT_URL"] = self.endpoint_url
         return env
@@ -151,6 +155,7 @@ class LocalResources:
                 "bus_name": self.bus_name,
                 "bucket": self.bucket,
                 "target_queues": self.target_queues,
+                "tier_queues": self.tier_queues,
             }
         )
 
@@ -226,17 +231,22 @@ def provision(
         Attributes={"MessageRetentionPeriod": str(TASK_QUEUE.dlq_retention_days * 86_400)},
     )["QueueUrl"]
     dlq_arn = _queue_arn(sqs, dlq_url)
-    queue_url = sqs.create_queue(
-        QueueName=names.task_queue,
-        Attributes={
-            "VisibilityTimeout": str(TASK_QUEUE.visibility_timeout_s),
-            "ReceiveMessageWaitTimeSeconds": str(TASK_QUEUE.receive_wait_s),
-            "MessageRetentionPeriod": str(TASK_QUEUE.retention_days * 86_400),
-            "RedrivePolicy": json.dumps(
-                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": TASK_QUEUE.max_receive_count}
-            ),
-        },
-    )["QueueUrl"]
+    tier_queues = {
+        tier: sqs.create_queue(
+            QueueName=name,
+            Attributes={
+                "VisibilityTimeout": str(TASK_QUEUE.visibility_timeout_s),
+                "ReceiveMessageWaitTimeSeconds": str(TASK_QUEUE.receive_wait_s),
+                "MessageRetentionPeriod": str(TASK_QUEUE.retention_days * 86_400),
+                "RedrivePolicy": json.dumps(
+                    {"deadLetterTargetArn": dlq_arn,
+                     "maxReceiveCount": TASK_QUEUE.max_receive_count}
+                ),
+            },
+        )["QueueUrl"]
+        for tier, name in names.tier_queues().items()
+    }  # fmt: skip
+    queue_url = tier_queues[DEFAULT_TIER]
     queue_arn = _queue_arn(sqs, queue_url)
 
     for table_name, spec in (
@@ -291,6 +301,7 @@ def provision(
         bus_name=names.event_bus,
         bucket=bucket,
         target_queues=target_queues,
+        tier_queues=tier_queues,
     )
 
 

@@ -108,11 +108,7 @@ class LostMessages:
         if not self._claim(record, token, now, bound):
             return None
         try:
-            self._sqs.send_message(
-                QueueUrl=self._queue_url,
-                MessageBody=envelope.to_body(),
-                MessageAttributes=envelope.message_attributes(),
-            )
+            self._sqs.send_message(QueueUrl=self._queue_url, **envelope.send_fields())
         except AWS_ERRORS:
             # Give the claim back, so the next run repairs it instead of waiting a bound.
             self._release(record, token)

@@ -37,7 +37,7 @@ class DispatcherStack(cdk.Stack):
             event_driven=True,
             description="Drives job DAGs: enqueues ready successors, closes finished jobs",
             environment=core.runtime_environment(
-                "queue_url", "table_name", "definitions_table", "bus_name", "bucket"
+                "queue_url", "queue_urls", "table_name", "definitions_table", "bus_name", "bucket"
             ),
             # It is an AgentqClient: reconciles the job, enqueues successors, publishes.
             statements=core.client_statements(),

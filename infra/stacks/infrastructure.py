@@ -1,4 +1,4 @@
-"""The stateful core of a stage: task queue + DLQ, events and definitions tables, the bus
+"""The stateful core of a stage: task queues (one per priority tier) + DLQ, events and definitions tables, the bus
 with its queue-bound rule, and the artifacts bucket (with its access-log bucket).
 
 Other stacks receive these constructs as Python objects; CDK turns each reference into
@@ -22,6 +22,7 @@ from constructs import Construct
 from agentq.config import env_name
 from agentq.resources import (
     ARTIFACTS_PREFIX,
+    DEFAULT_TIER,
     DEFINITIONS_TABLE,
     EVENT_OVERFLOW_PREFIX,
     EVENTS_TABLE,
@@ -72,20 +73,15 @@ class InfrastructureStack(cdk.Stack):
             enforce_ssl=True,
             removal_policy=settings.removal_policy,
         )
-        self.task_queue = sqs.Queue(
-            self,
-            "TaskQueue",
-            queue_name=names.task_queue,
-            visibility_timeout=Duration.seconds(TASK_QUEUE.visibility_timeout_s),
-            receive_message_wait_time=Duration.seconds(TASK_QUEUE.receive_wait_s),
-            retention_period=Duration.days(TASK_QUEUE.retention_days),
-            dead_letter_queue=sqs.DeadLetterQueue(
-                queue=self.dead_letter_queue, max_receive_count=TASK_QUEUE.max_receive_count
-            ),
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            removal_policy=settings.removal_policy,
-        )
+        # One queue per priority tier, all alike; the default tier's is the task queue
+        # itself (same construct id and name as before tiers existed: no replacement).
+        self.tier_queues = {
+            tier: self._task_queue(
+                "TaskQueue" if tier == DEFAULT_TIER else f"TaskQueue-{tier}", name
+            )
+            for tier, name in names.tier_queues().items()
+        }
+        self.task_queue = self.tier_queues[DEFAULT_TIER]
 
         self.events_table = self._table("EventsTable", names.events_table, EVENTS_TABLE)
         self.definitions_table = self._table(
@@ -217,6 +213,22 @@ class InfrastructureStack(cdk.Stack):
         )
         return policy
 
+    def _task_queue(self, construct_id: str, name: str) -> sqs.Queue:
+        return sqs.Queue(
+            self,
+            construct_id,
+            queue_name=name,
+            visibility_timeout=Duration.seconds(TASK_QUEUE.visibility_timeout_s),
+            receive_message_wait_time=Duration.seconds(TASK_QUEUE.receive_wait_s),
+            retention_period=Duration.days(TASK_QUEUE.retention_days),
+            dead_letter_queue=sqs.DeadLetterQueue(
+                queue=self.dead_letter_queue, max_receive_count=TASK_QUEUE.max_receive_count
+            ),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            removal_policy=self.settings.removal_policy,
+        )
+
     def _table(self, construct_id: str, name: str, spec: TableSpec) -> dynamodb.Table:
         table = dynamodb.Table(
             self,
@@ -241,10 +253,15 @@ class InfrastructureStack(cdk.Stack):
             )
         return table
 
+    @property
+    def tier_queue_arns(self) -> list[str]:
+        return [queue.queue_arn for queue in self.tier_queues.values()]
+
     def runtime_environment(self, *attributes: str) -> dict[str, str]:
         """Environment variables (names from agentq.config) pointing at these resources."""
         values = {
             "queue_url": self.task_queue.queue_url,
+            "queue_urls": ",".join(f"{t}={q.queue_url}" for t, q in self.tier_queues.items()),
             "dlq_url": self.dead_letter_queue.queue_url,
             "table_name": self.events_table.table_name,
             "definitions_table": self.definitions_table.table_name,
@@ -266,6 +283,6 @@ class InfrastructureStack(cdk.Stack):
                 indexes=True,
             ),
             table_statement(self.definitions_table, DEFINITIONS_TABLE, ["GetItem"]),
-            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.task_queue.queue_arn]),
+            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=self.tier_queue_arns),
             iam.PolicyStatement(actions=["events:PutEvents"], resources=[self.bus.event_bus_arn]),
         ]

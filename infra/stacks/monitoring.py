@@ -124,14 +124,18 @@ class MonitoringStack(cdk.Stack):
             "A dead letter has waited in the DLQ: the DLQ processor fails on it, or its "
             "task's lease is still live",
         )
-        self._alarm(
-            "oldest-task-message",
-            core.task_queue.metric_approximate_age_of_oldest_message(
-                period=period, statistic="Maximum"
-            ),
-            limits.oldest_message_age_s,
-            "A task message has waited too long: workers down, scaled to max, or stuck",
-        )
+        for tier, tier_queue in core.tier_queues.items():
+            self._alarm(
+                "oldest-task-message"
+                if tier_queue is core.task_queue
+                else f"oldest-{tier}-message",
+                tier_queue.metric_approximate_age_of_oldest_message(
+                    period=period, statistic="Maximum"
+                ),
+                limits.oldest_message_age_s,
+                f"A {tier}-priority task message has waited too long: workers down, scaled "
+                "to max, or stuck",
+            )
         for name, function in functions.items():
             self._alarm(
                 f"{name}-errors",

@@ -43,7 +43,7 @@ class ProducerApiStack(cdk.Stack):
             handler="lambdas.producer_api.handler",
             description="Producer API: submit tasks and jobs, read them, manage definitions",
             environment=core.runtime_environment(
-                "queue_url", "table_name", "definitions_table", "bus_name", "bucket"
+                "queue_url", "queue_urls", "table_name", "definitions_table", "bus_name", "bucket"
             ),
             statements=[
                 *core.client_statements(),

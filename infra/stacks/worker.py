@@ -215,8 +215,11 @@ class WorkerStack(cdk.Stack):
                     # sends a fresh copy; without it every requeue spends a receive.
                     "sqs:SendMessage",
                 ],
-                resources=[core.task_queue.queue_arn],
+                # Every tier's queue: the worker receives from all, and forwards a message
+                # to its tier's queue (SendMessage) when it arrived on another.
+                resources=core.tier_queue_arns,
             ),
+            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=core.tier_queue_arns),
             # The conditional lock, lease renewals and finalization are all on STATE items.
             table_statement(
                 core.events_table,
@@ -260,7 +263,7 @@ class WorkerStack(cdk.Stack):
         worker = settings.worker
         return {
             **core.runtime_environment(
-                "queue_url", "table_name", "definitions_table", "bus_name", "bucket"
+                "queue_url", "queue_urls", "table_name", "definitions_table", "bus_name", "bucket"
             ),
             env_name("app_name"): settings.app_name,
             env_name("stage"): settings.name,
@@ -278,9 +281,14 @@ class WorkerStack(cdk.Stack):
         scaling = self.service.auto_scale_task_count(
             min_capacity=worker.min_tasks, max_capacity=worker.max_tasks
         )
-        visible = core.task_queue.metric_approximate_number_of_messages_visible(
-            period=Duration.minutes(1), statistic="Maximum"
-        )
+        tiers = list(core.tier_queues.items())
+        visible_by_tier = {
+            f"visible{rank}": queue.metric_approximate_number_of_messages_visible(
+                period=Duration.minutes(1), statistic="Maximum"
+            )
+            for rank, (_, queue) in enumerate(tiers)
+        }
+        any_visible = " + ".join(f"FILL({name}, 0)" for name in visible_by_tier)
         running = cloudwatch.Metric(
             namespace="ECS/ContainerInsights",
             metric_name="RunningTaskCount",
@@ -294,8 +302,8 @@ class WorkerStack(cdk.Stack):
         # Zero tasks: the ratio below divides by zero and target tracking sees no data.
         # This policy covers exactly that case, so it never competes with the ratio.
         idle_with_backlog = cloudwatch.MathExpression(
-            expression="IF(FILL(running, 0) == 0 AND FILL(visible, 0) > 0, 1, 0)",
-            using_metrics={"visible": visible, "running": running},
+            expression=f"IF(FILL(running, 0) == 0 AND ({any_visible}) > 0, 1, 0)",
+            using_metrics={**visible_by_tier, "running": running},
             period=Duration.minutes(1),
             label="backlog with no running worker",
         )
@@ -325,11 +333,14 @@ class WorkerStack(cdk.Stack):
                 scale_in_cooldown=worker.scale_in_cooldown_s,
                 customized_metric_specification=appscaling.CfnScalingPolicy.CustomizedMetricSpecificationProperty(
                     metrics=[
-                        _stat_query(
-                            "visible",
-                            "AWS/SQS",
-                            "ApproximateNumberOfMessagesVisible",
-                            {"QueueName": core.task_queue.queue_name},
+                        *(
+                            _stat_query(
+                                f"visible{rank}",
+                                "AWS/SQS",
+                                "ApproximateNumberOfMessagesVisible",
+                                {"QueueName": queue.queue_name},
+                            )
+                            for rank, (_, queue) in enumerate(tiers)
                         ),
                         _stat_query(
                             "running",
@@ -342,14 +353,22 @@ class WorkerStack(cdk.Stack):
                         ),
                         appscaling.CfnScalingPolicy.TargetTrackingMetricDataQueryProperty(
                             id="backlogPerTask",
-                            expression="visible / running",
-                            label="visible messages per running worker task",
+                            expression=f"({weighted_backlog(len(tiers))}) / running",
+                            label="visible messages per running worker task, weighted by tier",
                             return_data=True,
                         ),
                     ]
                 ),
             ),
         )
+
+
+def weighted_backlog(tiers: int) -> str:
+    """Every tier's visible messages, the higher tiers counting more: a high-priority
+    backlog scales out sooner (x2 above the default tier, x0.5 below it, by rank)."""
+    middle = (tiers - 1) / 2
+    terms = [f"{2.0 ** (middle - rank):g} * visible{rank}" for rank in range(tiers)]
+    return " + ".join(terms)
 
 
 def _stat_query(

@@ -67,6 +67,8 @@ def test_env_for_a_stage_reads_names_urls_and_the_bucket(stack: Stack, tmp_path:
         "AGENTQ_STAGE": names.stage,
         "APP_NAME": "agentq",
         "SQS_QUEUE_URL": stack.resources.queue_url,
+        # Every priority tier's queue (the default tier's is SQS_QUEUE_URL).
+        "SQS_QUEUE_URLS": ",".join(f"{t}={u}" for t, u in stack.resources.tier_queues.items()),
         "SQS_DLQ_URL": stack.resources.dlq_url,
         "DYNAMODB_EVENTS_TABLE_NAME": stack.resources.table_name,
         "TASK_DEFINITIONS_TABLE": stack.resources.definitions_table,

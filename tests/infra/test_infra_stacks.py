@@ -99,8 +99,9 @@ def test_infra_task_queue_redrives_to_the_dlq_after_max_receives(stage: Synthesi
             "MessageRetentionPeriod": TASK_QUEUE.dlq_retention_days * 86_400,
         },
     )
-    # The task queue, its DLQ and the Task Requested rule's DLQ refuse plain-HTTP requests.
-    template.resource_count_is("AWS::SQS::QueuePolicy", 3)
+    # Every queue (the DLQ, one per priority tier, and the Task Requested rule's DLQ)
+    # refuses plain-HTTP requests.
+    template.resource_count_is("AWS::SQS::QueuePolicy", 2 + len(names.tier_queues()))
     template.has_resource_properties(
         "AWS::SQS::QueuePolicy",
         {
@@ -383,7 +384,7 @@ def test_infra_worker_task_role_is_least_privilege(stage: SynthesizedStage) -> N
         "sqs:DeleteMessage",
         "sqs:ChangeMessageVisibility",
         "sqs:GetQueueAttributes",
-        "sqs:SendMessage",  # a requeue sends a fresh copy
+        "sqs:SendMessage",  # a requeue and a forward to a priority tier are sends
         "dynamodb:GetItem",
         "dynamodb:PutItem",
         "dynamodb:UpdateItem",
@@ -395,14 +396,14 @@ def test_infra_worker_task_role_is_least_privilege(stage: SynthesizedStage) -> N
         "ecs:UpdateTaskProtection",
         "ecs:GetTaskProtection",
     }
-    assert by_action["sqs:SendMessage"] == queue_resources_of(by_action)
     protection = json.dumps(by_action["ecs:UpdateTaskProtection"])
     assert f":task/{stage.stacks.settings.names.prefix}/*" in protection
-    # Queue actions on the task queue alone (one imported ARN, not the DLQ).
-    queue_resources = by_action["sqs:ReceiveMessage"]
-    assert len(queue_resources) == 1
-    assert "TaskQueue" in json.dumps(queue_resources)
-    assert "DeadLetter" not in json.dumps(queue_resources)
+    # Queue actions on the task queues alone (one imported ARN per tier, not the DLQ).
+    for action in ("sqs:ReceiveMessage", "sqs:SendMessage"):
+        queue_resources = by_action[action]
+        assert len(queue_resources) == len(stage.stacks.settings.names.tier_queues())
+        assert "TaskQueue" in json.dumps(queue_resources)
+        assert "DeadLetter" not in json.dumps(queue_resources)
     # Scan only on the definitions table; writes only on the events table and its indexes.
     assert "DefinitionsTable" in json.dumps(by_action["dynamodb:Scan"])
     assert "EventsTable" not in json.dumps(by_action["dynamodb:Scan"])
@@ -460,7 +461,7 @@ def test_infra_worker_scales_on_backlog_per_task_from_zero(stage: SynthesizedSta
                         [
                             Match.object_like(
                                 {
-                                    "Id": "visible",
+                                    "Id": "visible0",
                                     "MetricStat": Match.object_like(
                                         {
                                             "Metric": Match.object_like(
@@ -478,7 +479,10 @@ def test_infra_worker_scales_on_backlog_per_task_from_zero(stage: SynthesizedSta
                             Match.object_like({"Id": "running"}),
                             {
                                 "Id": "backlogPerTask",
-                                "Expression": "visible / running",
+                                # Every tier's backlog, weighted towards high.
+                                "Expression": (
+                                    "(2 * visible0 + 1 * visible1 + 0.5 * visible2) / running"
+                                ),
                                 "Label": Match.any_value(),
                                 "ReturnData": True,
                             },

@@ -209,7 +209,7 @@ def test_a_message_received_while_draining_is_requeued_fresh(
     [message] = _receive_all(inproc_stack, 1)
     try:
         consumer._stopping.set()  # the long poll that brought it ended after the drain began
-        consumer._accept(message)
+        consumer._accept(message, Settings.from_env().default_priority)
         consumer._batcher.flush()
         [back] = _receive_all(inproc_stack, 1)
         assert back["Body"] == "late" and back["MessageId"] != message["MessageId"]

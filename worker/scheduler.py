@@ -1,0 +1,176 @@
+"""Which priority tier the receiver asks next: the scheduler's policy, and nothing else.
+
+No I/O and no clock of its own: the receiver tells it what each receive returned and
+what a periodic `GetQueueAttributes` said, passes `now`, and asks `pick(now, room)`.
+So it is tested as a pure function of those observations (tests/unit/test_scheduler.py).
+
+Backlog is an *estimate*, never a request per receive: a full batch means more is
+probably there (the estimate drops by what was taken, but not below 1), a short or empty
+batch means the visible backlog was drained (0), and `refreshed` sets it from the
+queue's `ApproximateNumberOfMessages` at most every `SCHEDULER_BACKLOG_REFRESH`. A tier
+believed empty becomes a *maybe* again after `probe_s`, and is then probed with a short
+poll, so new high-priority work is found within about `probe_s` without an attributes
+call.
+
+Modes:
+- ``strict``: the highest tier that has (or may have) work, always.
+- ``round-robin``: tiers that have (or may have) work, in turn.
+- ``weighted``: seed 004's score, backlog * weight * priority multiplier (10^(level+1))
+  * wait boost (1 + wait/30 s, capped at 1 + level/2), * 0.95 after more than 10
+  consecutive polls of the same tier. The multiplier makes it strict in practice; the
+  guarantee against starvation is the bound: a tier with work that has not been polled
+  for `starvation_s` goes first (the longest-waiting such tier).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal, get_args
+
+Mode = Literal["strict", "weighted", "round-robin"]
+MODES: Final[tuple[Mode, ...]] = get_args(Mode)
+
+WAIT_BOOST_FULL_S: Final = 30.0  # seed 004: the wait factor reaches its cap after this
+POLL_PENALTY_AFTER: Final = 10  # consecutive polls of one tier before the penalty
+POLL_PENALTY: Final = 0.95
+
+
+def default_weight(rank: int) -> float:
+    """Seed 004's weights by rank (1.0, 0.75, 0.5), never below 0.25."""
+    return max(0.25, 1.0 - 0.25 * rank)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pick:
+    tier: str
+    # 0: a short poll (the tier has, or may have, work); otherwise a long poll because
+    # every tier is believed empty.
+    wait_s: int
+    probe: bool = False  # the tier was believed empty: this receive checks again
+
+
+@dataclass
+class TierState:
+    name: str
+    rank: int  # 0 is the highest priority
+    weight: float
+    backlog: float | None = None  # None: not known yet (counts as "may have work")
+    empty_since: float | None = None
+    last_poll: float = 0.0
+    polls: int = 0  # receives from this tier since the last receive from another one
+
+    def level(self, tiers: int) -> int:
+        """Seed 004's priority number: the lowest tier is 1, the highest `tiers`."""
+        return tiers - self.rank
+
+
+@dataclass
+class Scheduler:
+    """One per worker; the receiver thread is its only caller (no lock needed)."""
+
+    tiers: Sequence[str]  # highest priority first
+    mode: Mode = "weighted"
+    starvation_s: float = 30.0
+    probe_s: float = 1.0
+    idle_wait_s: int = 20
+    weights: Mapping[str, float] = field(default_factory=dict)
+    started: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.tiers or len(set(self.tiers)) != len(self.tiers):
+            raise ValueError("tiers must be distinct and at least one")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        self.state = {
+            name: TierState(name=name, rank=rank,
+                            weight=self.weights.get(name, default_weight(rank)),
+                            last_poll=self.started)
+            for rank, name in enumerate(self.tiers)
+        }  # fmt: skip
+        self._last: str | None = None
+        self._idle_turn = 0
+
+    # -- observations ----------------------------------------------------------------
+    def received(self, tier: str, *, asked: int, got: int, now: float) -> None:
+        """What one receive from `tier` returned."""
+        state = self.state[tier]
+        if got >= asked > 0:
+            state.backlog = max((state.backlog or 0.0) - got, 1.0)
+            state.empty_since = None
+        else:
+            state.backlog = 0.0
+            state.empty_since = now
+
+    def refreshed(self, backlog: Mapping[str, int], *, now: float) -> None:
+        """The queues' visible message counts (GetQueueAttributes)."""
+        for tier, count in backlog.items():
+            state = self.state.get(tier)
+            if state is None:
+                continue
+            state.backlog = float(max(0, count))
+            state.empty_since = None if count > 0 else now
+
+    # -- the decision ----------------------------------------------------------------
+    def has_work(self, tier: str, now: float) -> bool:
+        """Known backlog, unknown, or believed empty for longer than the probe interval."""
+        state = self.state[tier]
+        if state.backlog is None or state.backlog > 0:
+            return True
+        return state.empty_since is None or now - state.empty_since >= self.probe_s
+
+    def pick(self, now: float, room: Mapping[str, int] | None = None) -> Pick | None:
+        """The tier to receive from now; None when no tier has room (`room[tier]` ≤ 0)."""
+        open_tiers = [t for t in self.tiers if room is None or room.get(t, 0) > 0]
+        if not open_tiers:
+            return None
+        if len(self.tiers) == 1:
+            # One queue: long-poll it, as a single-queue worker always has.
+            return self._polled(Pick(tier=open_tiers[0], wait_s=self.idle_wait_s), now)
+        candidates = [t for t in open_tiers if self.has_work(t, now)]
+        if not candidates:
+            # Every tier believed empty: long-poll them in turn, highest first, each for
+            # a share of the wait, so new work on any tier is seen within one wait.
+            tier = open_tiers[self._idle_turn % len(open_tiers)]
+            self._idle_turn += 1
+            wait = min(self.idle_wait_s, max(1, self.idle_wait_s // len(self.tiers)))
+            return self._polled(Pick(tier=tier, wait_s=wait), now)
+        self._idle_turn = 0
+        tier = self._choose(candidates, now)
+        state = self.state[tier]
+        probe = state.backlog is not None and state.backlog <= 0
+        # A known backlog returns at once from a 1 s long poll (which, unlike a short
+        # poll, asks every SQS server); a probe of a tier believed empty must not stall.
+        return self._polled(Pick(tier=tier, wait_s=0 if probe else 1, probe=probe), now)
+
+    def _choose(self, candidates: list[str], now: float) -> str:
+        if self.mode == "strict":
+            return candidates[0]  # tiers are in priority order
+        if self.mode == "round-robin":
+            if self._last is None or self._last not in self.tiers:
+                return candidates[0]
+            start = self.tiers.index(self._last) + 1
+            order = [*self.tiers[start:], *self.tiers[:start]]
+            return next(t for t in order if t in candidates)
+        overdue = [t for t in candidates if now - self.state[t].last_poll >= self.starvation_s]
+        if overdue:
+            return min(overdue, key=lambda t: (self.state[t].last_poll, self.state[t].rank))
+        return max(candidates, key=lambda t: (self.score(t, now), -self.state[t].rank))
+
+    def score(self, tier: str, now: float) -> float:
+        """Seed 004's score for `tier` (weighted mode)."""
+        state = self.state[tier]
+        level = state.level(len(self.tiers))
+        backlog = state.backlog if state.backlog is not None and state.backlog > 0 else 1.0
+        multiplier = 10.0 ** (level + 1)
+        wait = max(0.0, now - state.last_poll)
+        boost = min(1.0 + wait / WAIT_BOOST_FULL_S, 1.0 + level * 0.5)
+        penalty = POLL_PENALTY if state.polls > POLL_PENALTY_AFTER else 1.0
+        return backlog * state.weight * multiplier * boost * penalty
+
+    def _polled(self, pick: Pick, now: float) -> Pick:
+        state = self.state[pick.tier]
+        state.polls = state.polls + 1 if self._last == pick.tier else 1
+        state.last_poll = now
+        self._last = pick.tier
+        return pick
