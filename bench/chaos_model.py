@@ -82,6 +82,8 @@ class ChaosReport:
     duplicates_suppressed: int = 0
     held_elsewhere: int = 0
     dead_lettered: int = 0
+    # Dead letters sent back to the task queue with attempts left (agentq/dlq_return.py).
+    dlq_returned: int = 0
     failed_by_chaos: int = 0
     seconds: float = 0.0
     killing_seconds: float = 0.0  # how long the killer struck
@@ -123,6 +125,7 @@ class ChaosReport:
             "duplicates suppressed": self.duplicates_suppressed,
             "held elsewhere (backed off)": self.held_elsewhere,
             "dead-lettered": self.dead_lettered,
+            "dead letters returned": self.dlq_returned,
             "failed by chaos": self.failed_by_chaos,
             "dead-lettered without running": self.dead_lettered_unrun,
             "terminal events lost": self.events_lost,

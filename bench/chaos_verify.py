@@ -192,7 +192,8 @@ def verify(
 
     archive = DlqArchive(stage.clients["s3"], stage.resources.bucket)
     dead = archive.list()
-    report.dead_lettered = len({m.request_id for m in dead})
+    report.dead_lettered = len({m.request_id for m in dead if m.outcome != "returned"})
+    report.dlq_returned = sum(1 for m in dead if m.outcome == "returned")
     for letter in dead:
         if letter.outcome == "failed" and letter.request_id:
             timeline = events.timeline(letter.tenant or "", letter.request_id)

@@ -1,8 +1,9 @@
 """dlq-processor: closes out tasks whose messages SQS moved to the dead-letter queue.
 
 SQS event source on the DLQ with partial batch responses: each record is archived to
-S3, its task marked FAILED (unless terminal, or a live lease says a worker still has
-it) and one `Task Failed` emitted. A malformed message is archived and its record
+S3; a task with attempts left is sent back to the task queue (a bounded number of
+times, agentq/dlq_return.py), any other marked FAILED (unless terminal, or a live lease
+says a worker still has it) and one `Task Failed` emitted. A malformed message is archived and its record
 succeeds, so it never cycles; if its request id is readable, that task ends FAILED with
 the parse error (agentq/dlq_malformed.py). Infrastructure errors (S3, DynamoDB, EventBridge) fail a
 record, and so does a live lease (the holder may die before it settles the task): the
@@ -23,7 +24,7 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from agentq.dlq import DeadLetter, DlqArchive, DlqProcessor, DlqResult
+from agentq.dlq import DeadLetter, DlqArchive, DlqProcessor, DlqResult, DlqReturner
 from agentq.errors import TaskStillHeld
 from agentq.publisher import EventPublisher
 from agentq.store import TaskStore
@@ -34,11 +35,12 @@ logger, metrics = powertools("dlq-processor")
 
 def _processor() -> DlqProcessor:
     rt = runtime()
-    settings = rt.settings.require("table_name", "bucket", "bus_name")
+    settings = rt.settings.require("table_name", "bucket", "bus_name", "queue_url")
     clients = rt.clients
     bucket = settings.required("bucket")
+    table_name = settings.required("table_name")
     return DlqProcessor(
-        tasks=TaskStore(clients.dynamodb, settings.required("table_name")),
+        tasks=TaskStore(clients.dynamodb, table_name),
         archive=DlqArchive(clients.s3, bucket),
         publisher=EventPublisher(
             clients.events,
@@ -48,6 +50,12 @@ def _processor() -> DlqProcessor:
             bucket=bucket,
         ),
         default_tenant=settings.tenant_id,
+        returner=DlqReturner(
+            dynamodb=clients.dynamodb,
+            table_name=table_name,
+            sqs=clients.sqs,
+            queue_url=settings.required("queue_url"),
+        ),
     )
 
 

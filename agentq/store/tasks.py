@@ -229,6 +229,9 @@ class TaskStore(LeaseRenewals):
             "#definition = if_not_exists(#definition, :definition)",
             "envelope = if_not_exists(envelope, :envelope)",
             "createdAt = if_not_exists(createdAt, :now)",
+            # The budget, for the DLQ processor: a dead letter with attempts left is
+            # sent back rather than failed (agentq/dlq_return.py).
+            "maxAttempts = :max",
         ]
         if timeout_ms:
             sets.append("deadlineAt = :deadline")
@@ -451,7 +454,8 @@ class TaskStore(LeaseRenewals):
             UpdateExpression=(
                 "SET #state = :pending, #attempt = :zero, updatedAt = :now, "
                 "redrivenAt = :now, statusPK = :spk, statusSK = :ssk, #wid = :wid "
-                "REMOVE effectiveUntil, leaseToken, finishedAt, retryAt, deadlineAt"
+                "REMOVE effectiveUntil, leaseToken, finishedAt, retryAt, deadlineAt, "
+                "dlqReturns, dlqReturnOf"
             ),
             ConditionExpression=(
                 f"attribute_exists(PK) AND #state IN ({', '.join(placeholders)}) "

@@ -63,7 +63,7 @@ class EventsStack(cdk.Stack):
             settings=settings,
             code=code,
             handler="lambdas.dlq_processor.handler",
-            description="Archives dead-lettered task messages and closes out their tasks",
+            description="Archives dead letters; returns or closes out their tasks",
             environment=core.runtime_environment(
                 "queue_url", "dlq_url", "table_name", "bus_name", "bucket"
             ),
@@ -76,6 +76,10 @@ class EventsStack(cdk.Stack):
                 ),
                 iam.PolicyStatement(
                     actions=["events:PutEvents"], resources=[core.bus.event_bus_arn]
+                ),
+                # A dead letter whose task has attempts left goes back to the task queue.
+                iam.PolicyStatement(
+                    actions=["sqs:SendMessage"], resources=[core.task_queue.queue_arn]
                 ),
             ],
             timeout=Duration.seconds(DLQ_PROCESSOR_TIMEOUT_S),

@@ -39,9 +39,10 @@ from infra.stages import StageSettings
 NAMESPACE: Final = "agentq"
 WORKER_SERVICE: Final = "worker"
 # DLQ-processor outcomes that mean a task's message was dead-lettered and settled
-# ("lease-live" comes back until its holder ends, "archived" is a redrive's record).
+# ("lease-live" comes back until its holder ends, "archived" is a redrive's record,
+# "returned" went back to the task queue with attempts left: the task goes on).
 DEAD_LETTER_OUTCOMES: Final = tuple(
-    o for o in typing.get_args(DlqOutcome) if o not in ("lease-live", "archived")
+    o for o in typing.get_args(DlqOutcome) if o not in ("lease-live", "archived", "returned")
 )
 
 

@@ -73,6 +73,7 @@ def test_infra_dead_lettered_tasks_alarm_reads_what_the_dlq_processor_counts(
     assert names == {f"DeadLetters_{outcome}" for outcome in DEAD_LETTER_OUTCOMES}
     assert {"failed", "malformed"} <= set(DEAD_LETTER_OUTCOMES)
     assert "lease-live" not in DEAD_LETTER_OUTCOMES  # comes back until its holder ends
+    assert "returned" not in DEAD_LETTER_OUTCOMES  # back on the task queue: the task goes on
     for metric in _metrics_of(alarm):
         assert {"Name": "service", "Value": "agentq-dlq-processor"} in metric["Dimensions"]
     (expression,) = [q["Expression"] for q in alarm["Metrics"] if "Expression" in q]
@@ -257,3 +258,25 @@ def test_infra_dlq_processor_may_create_the_state_item_a_producer_never_wrote(
     }
     assert {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"} <= actions
     assert "dynamodb:DeleteItem" not in actions and "dynamodb:Query" not in actions
+
+
+def test_infra_dlq_processor_may_send_back_to_the_task_queue_only(
+    stage: SynthesizedStage,
+) -> None:
+    """A dead letter whose task has attempts left is returned to the task queue."""
+    processor = stage.stacks.events.dlq_processor
+    role_id = stage.stacks.events.get_logical_id(processor.role.node.default_child)  # type: ignore[arg-type]
+    sends = [
+        statement["Resource"]
+        for policy in stage.resources("events", "AWS::IAM::Policy").values()
+        if {"Ref": role_id} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "sqs:SendMessage" in json.dumps(statement["Action"])
+    ]
+    assert len(sends) == 1
+    assert "TaskQueue" in json.dumps(sends[0]) and "DeadLetter" not in json.dumps(sends[0])
+    function_id = stage.stacks.events.get_logical_id(processor.function.node.default_child)  # type: ignore[arg-type]
+    environment = stage.resources("events", "AWS::Lambda::Function")[function_id]["Properties"][
+        "Environment"
+    ]["Variables"]
+    assert env_name("queue_url") in environment

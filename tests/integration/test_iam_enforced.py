@@ -17,6 +17,7 @@ from support import wait_for
 from agentq.client import AgentqClient
 from agentq.dlq import DLQ_REASON, DlqArchive
 from agentq.envelope import TaskEnvelope
+from agentq.events import now_ms
 from agentq.local.aws import LOCAL_CREDENTIALS, local_session_clients
 from agentq.local.lambda_procs import FUNCTIONS
 from agentq.local.stack import LocalStack, LocalStackOptions
@@ -102,6 +103,9 @@ def test_iam_enforced_job_runs_through_worker_and_lambdas(enforced: LocalStack) 
     envelope = TaskEnvelope(request_id="iam-dead", tenant="acme", definition="sample-echo",
                             input={"v": 2})  # fmt: skip
     tasks.create(envelope)
+    # Its only attempt spent (a holder that died): no attempt left to return it for.
+    spent = tasks.acquire(envelope, worker_id="w-gone", lease_seconds=0.05, max_attempts=1)
+    wait_for(lambda: now_ms() > spent.effective_until_ms, timeout=5, message="lease lapse")
     operator["sqs"].send_message(QueueUrl=stack.resources.dlq_url, MessageBody=envelope.to_body(),
                                  MessageAttributes=envelope.message_attributes())  # fmt: skip
     record = wait_for(lambda: (r := tasks.get("acme", "iam-dead")) and r.state.terminal and r,
@@ -112,14 +116,16 @@ def test_iam_enforced_job_runs_through_worker_and_lambdas(enforced: LocalStack) 
     wait_for(archive.list, timeout=30,
              message="the dead letter archived")  # fmt: skip
     # A dead letter whose producer never wrote the STATE item: the processor creates it
-    # (its one PutItem) so the task still ends FAILED with its cause recorded.
+    # (its one PutItem); the task never ran, so the processor sends it back to the task
+    # queue (sqs:SendMessage on its role) and a worker runs it.
     orphan = TaskEnvelope(request_id="iam-orphan", tenant="acme", definition="sample-echo",
                           input={"v": 3})  # fmt: skip
     operator["sqs"].send_message(QueueUrl=stack.resources.dlq_url, MessageBody=orphan.to_body(),
                                  MessageAttributes=orphan.message_attributes())  # fmt: skip
     closed = wait_for(lambda: (r := tasks.get("acme", "iam-orphan")) and r.state.terminal and r,
-                      timeout=60, message="the orphan dead letter closed out")  # fmt: skip
-    assert closed.state is TaskState.FAILED
+                      timeout=90, message="the orphan dead letter run")  # fmt: skip
+    assert closed.state is TaskState.COMPLETED
+    assert closed.raw["dlqReturns"] == 1
     # The health check ran (it reads the status index and the queues) and nothing was denied.
     wait_for(lambda: stack.lambda_host.output("health-check").count("\n") >= 1, timeout=30,
              message="the health check host up")  # fmt: skip

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from conftest import Stack
+from dlq_support import dead_letter as _dead_letter
+from dlq_support import dlq_event as _dlq_event
+from dlq_support import envelope_of as _envelope
+from dlq_support import tasks_of as _tasks
 from support import EventLog, wait_for
 
 from agentq.cli import main as cli
@@ -16,71 +19,13 @@ from agentq.config import Settings
 from agentq.dlq import DLQ_REASON, DlqArchive
 from agentq.envelope import TaskEnvelope
 from agentq.events import now_ms, task_event
-from agentq.local.lambda_host import LambdaHost, local_context, sqs_lambda_record
+from agentq.local.lambda_host import LambdaHost, local_context
 from agentq.local.workers import WorkerProcess, fast_env
 from agentq.states import TaskState
-from agentq.store import EventStore, TaskStore
+from agentq.store import EventStore
 from lambdas import dlq_processor
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _envelope(request_id: str) -> TaskEnvelope:
-    return TaskEnvelope(request_id=request_id, tenant="acme", definition="echo",
-                        input={"text": "hi"})  # fmt: skip
-
-
-def _tasks(stack: Stack) -> TaskStore:
-    return TaskStore(stack.dynamodb, stack.resources.table_name)
-
-
-def _send(stack: Stack, envelope: TaskEnvelope) -> None:
-    stack.sqs.send_message(
-        QueueUrl=stack.resources.queue_url,
-        MessageBody=envelope.to_body(),
-        MessageAttributes=envelope.message_attributes(),
-    )
-
-
-def _crashed_attempt(tasks: TaskStore, envelope: TaskEnvelope) -> None:
-    """A worker locks the task and dies: its short lease simply runs out."""
-    lease = tasks.acquire(envelope, worker_id="w-dead", lease_seconds=0.05, max_attempts=5)
-    wait_for(lambda: now_ms() > lease.effective_until_ms, timeout=5, message="lease expiry")
-
-
-def _dead_letter(
-    stack: Stack, envelope: TaskEnvelope, *, crash: bool = True, create: bool = True
-) -> None:
-    """Receive the message three times without deleting it; SQS then moves it to the DLQ."""
-    tasks = _tasks(stack)
-    if create:
-        tasks.create(envelope)
-    _send(stack, envelope)
-    for _ in range(3):
-        got = stack.sqs.receive_message(
-            QueueUrl=stack.resources.queue_url, VisibilityTimeout=0, WaitTimeSeconds=5
-        ).get("Messages", [])
-        assert len(got) == 1
-        if crash:
-            _crashed_attempt(tasks, envelope)
-
-    def moved() -> bool:
-        # The receive past maxReceiveCount is what makes SQS move the message.
-        stack.sqs.receive_message(QueueUrl=stack.resources.queue_url, WaitTimeSeconds=0)
-        attributes = stack.sqs.get_queue_attributes(
-            QueueUrl=stack.resources.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
-        )["Attributes"]
-        return int(attributes["ApproximateNumberOfMessages"]) == 1
-
-    wait_for(moved, timeout=20, message="the message in the DLQ")
-
-
-def _dlq_event(stack: Stack) -> dict[str, Any]:
-    messages = stack.sqs.receive_message(
-        QueueUrl=stack.resources.dlq_url, MaxNumberOfMessages=10, WaitTimeSeconds=2,
-        AttributeNames=["All"], MessageAttributeNames=["All"],
-    )["Messages"]  # fmt: skip
-    return {"Records": [sqs_lambda_record(m, queue_arn=stack.resources.dlq_arn) for m in messages]}
 
 
 def test_a_message_that_failed_three_times_ends_failed_with_one_event(stack: Stack) -> None:
@@ -174,7 +119,8 @@ def test_a_live_lease_is_left_to_its_holder_until_it_lapses(stack: Stack) -> Non
     record is failed so SQS brings it back, and once the lease lapsed it is closed out."""
     envelope = _envelope("r-dlq-live")
     _dead_letter(stack, envelope, crash=False)
-    lease = _tasks(stack).acquire(envelope, worker_id="w-live", lease_seconds=2, max_attempts=3)
+    # Its last attempt: once the lease lapsed, no attempt is left to return it for.
+    lease = _tasks(stack).acquire(envelope, worker_id="w-live", lease_seconds=2, max_attempts=1)
     event = _dlq_event(stack)
 
     # Every record of the batch failed: Powertools fails the invocation, so SQS retries
@@ -303,18 +249,19 @@ def test_a_redriven_task_runs_again_to_completion_on_a_worker(stack: Stack, tmp_
     assert kinds.index("Task Failed") < kinds.index("Task Completed")
 
 
-def test_a_dead_letter_without_a_state_item_still_fails_once(stack: Stack) -> None:
-    # A producer that skipped writing the STATE item.
+def test_a_dead_letter_without_a_state_item_is_returned_once_counted(stack: Stack) -> None:
+    """A producer that skipped writing the STATE item: the processor creates it; the
+    task never ran, so its message goes back to the task queue (it used to fail)."""
     _dead_letter(stack, _envelope("r-dlq-nostate"), crash=False, create=False)
     event = _dlq_event(stack)
 
     dlq_processor.handler(event, local_context("dlq"))
-    dlq_processor.handler(event, local_context("dlq"))
+    dlq_processor.handler(event, local_context("dlq"))  # the same dead letter again
 
     record = _tasks(stack).require("acme", "r-dlq-nostate")
-    assert record.state is TaskState.FAILED
+    assert (record.state, record.attempt, record.raw["dlqReturns"]) == (TaskState.PENDING, 0, 1)
     outcomes = sorted(m.outcome for m in DlqArchive(stack.s3, stack.resources.bucket).list())
-    assert outcomes == ["already-terminal"]  # same message id: the second pass overwrote it
+    assert outcomes == ["returned"]  # same message id: the second pass overwrote it
 
 
 def test_dlq_list_peeks_at_messages_not_yet_processed(

@@ -1,0 +1,93 @@
+"""The STATE item's count of dead letters returned to the task queue.
+
+SQS dead-letters a message after `maxReceiveCount` receives, and receives are not
+attempts: a killed worker's prefetched messages, a lost ReceiveMessage answer and a
+refusal backed off in place each spend one. The DLQ processor sends such a task back
+(agentq/dlq_return.py) and counts it here, one conditional write per return, so a
+message no worker can ever settle still ends after a bounded number of returns.
+
+The write carries the dead letter's MessageId as its mark: botocore's retry of an
+applied write recognises itself (agentq.store.idempotent), and a redelivery of the same
+dead letter (the Lambda died between this write and its SendMessage) finds the mark
+and sends again without counting twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from agentq.events import now_ms
+from agentq.states import TaskState
+from agentq.store import idempotent, keys
+from agentq.store.codec import values
+from agentq.store.tasks import TaskRecord
+
+DLQ_RETURNS: Final = "dlqReturns"
+RETURNED_LETTER: Final = "dlqReturnOf"
+MAX_ATTEMPTS: Final = "maxAttempts"
+RETURNABLE_STATES: Final = (TaskState.PENDING, TaskState.RETRYING)
+
+
+def returns_of(record: TaskRecord) -> int:
+    value = record.raw.get(DLQ_RETURNS)
+    return int(value) if isinstance(value, int) else 0
+
+
+def returned_letter(record: TaskRecord) -> str | None:
+    value = record.raw.get(RETURNED_LETTER)
+    return value if isinstance(value, str) else None
+
+
+def attempts_left(record: TaskRecord, at_ms: int | None = None) -> bool:
+    """Whether a worker may still lock the task: waiting (or its holder's lease lapsed)
+    and attempts remain. A task acquired before `maxAttempts` was recorded counts as
+    having attempts left only if it never ran (attempt 0)."""
+    waiting = record.state in RETURNABLE_STATES or (
+        record.state is TaskState.PROCESSING and not record.lease_live(at_ms)
+    )
+    budget = record.raw.get(MAX_ATTEMPTS)
+    if isinstance(budget, int):
+        return waiting and record.attempt < budget
+    return waiting and record.attempt == 0
+
+
+def count_return(dynamodb: Any, table_name: str, record: TaskRecord, *, message_id: str) -> bool:
+    """Count one return of `record`'s task for the dead letter `message_id`.
+
+    Conditional on the count read (so two processors cannot both count from the same
+    value) and on the task still having attempts left. False when refused: the task
+    moved on (a worker locked it, it ended, another dead letter was counted first).
+    """
+    seen = returns_of(record)
+    now = now_ms()
+    counted = f"{DLQ_RETURNS} = :seen" if seen else f"attribute_not_exists({DLQ_RETURNS})"
+    written = idempotent.update(
+        dynamodb,
+        mark=(RETURNED_LETTER, message_id),
+        TableName=table_name,
+        Key={
+            "PK": {"S": keys.task_pk(record.tenant, record.request_id)},
+            "SK": {"S": keys.STATE_SK},
+        },
+        UpdateExpression=f"SET {DLQ_RETURNS} = :next, {RETURNED_LETTER} = :mid, updatedAt = :now",
+        ConditionExpression=(
+            "attribute_exists(PK) AND (#state IN (:pending, :retrying) "
+            "OR (#state = :processing AND effectiveUntil < :now)) "
+            f"AND ((attribute_not_exists({MAX_ATTEMPTS}) AND "
+            "(attribute_not_exists(#attempt) OR #attempt = :zero)) "
+            f"OR #attempt < {MAX_ATTEMPTS}) AND {counted}"
+        ),
+        ExpressionAttributeNames={"#state": "state", "#attempt": "attempt"},
+        ExpressionAttributeValues=values(
+            pending=TaskState.PENDING.value,
+            retrying=TaskState.RETRYING.value,
+            processing=TaskState.PROCESSING.value,
+            zero=0,
+            now=now,
+            next=seen + 1,
+            mid=message_id,
+            **({"seen": seen} if seen else {}),
+        ),
+        ReturnValues="ALL_NEW",
+    )
+    return written.written
