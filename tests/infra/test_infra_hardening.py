@@ -210,7 +210,7 @@ def test_infra_producer_policy_grants_what_a_client_does_and_nothing_else(
             by_action[action] = by_action.get(action, "") + json.dumps(statement["Resource"])
     assert "TaskQueue" in by_action["sqs:SendMessage"]
     assert not {a for a in by_action if a.startswith("sqs:") and a != "sqs:SendMessage"}
-    assert "/task/logs/*" in by_action["s3:GetObject"]
+    assert "/task/*" in by_action["s3:GetObject"]
     assert "/events/overflow/*" in by_action["s3:PutObject"]
     assert "dynamodb:DeleteItem" not in by_action and "dynamodb:Scan" not in by_action
     stage.templates["infrastructure"].has_output("ProducerPolicyArn", Match.any_value())
