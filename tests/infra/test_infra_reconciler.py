@@ -100,7 +100,13 @@ def test_infra_reconciler_repairs_raise_an_alarm(stage: SynthesizedStage) -> Non
         {
             "MetricName": "Repairs",
             "Namespace": "agentq",
-            "Dimensions": [{"Name": "service", "Value": "agentq-reconciler"}],
+            # Every agentq metric carries its stage, so one stage never trips another's.
+            "Dimensions": Match.array_with(
+                [
+                    {"Name": "service", "Value": "agentq-reconciler"},
+                    {"Name": "stage", "Value": Match.any_value()},
+                ]
+            ),
             "Threshold": 1,
         },
     )
