@@ -34,6 +34,9 @@ class _Resolver:
             if isinstance(output.get("Export", {}).get("Name"), str)
         }
         self._tokens = {getattr(names, attr): f"${{agentq:{attr}}}" for attr in NAMED_RESOURCES}
+        # Every priority tier's queue (the default tier's is the task queue itself).
+        for tier, queue in names.tier_queues().items():
+            self._tokens.setdefault(queue, f"${{agentq:tier:{tier}}}")
         self._buckets = bucket_ids
 
     def resolve(self, stack: str, value: Any) -> Any:

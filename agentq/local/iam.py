@@ -131,6 +131,9 @@ def local_statements(
     """Tokens replaced by the local stage's names, region and account."""
     values = {f"${{agentq:{attr}}}": getattr(resources.names, attr) for attr in NAMED_RESOURCES}
     values |= {
+        f"${{agentq:tier:{tier}}}": queue for tier, queue in resources.names.tier_queues().items()
+    }
+    values |= {
         "${agentq:bucket}": resources.bucket,
         "${AWS::Region}": region,
         "${AWS::AccountId}": account,

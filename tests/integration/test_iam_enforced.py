@@ -193,4 +193,4 @@ def test_iam_enforced_worker_requeues_a_task_held_elsewhere(tmp_path: Path, gran
         else:
             wait_for(lambda: f"{DENIED}: sqs:SendMessage" in worker.output(), timeout=60,
                      message="the worker's requeue denied")  # fmt: skip
-            assert "requeue failed; backing off in place" in worker.output()
+            assert "requeue failed; giving the message back in place" in worker.output()
