@@ -17,31 +17,27 @@ late or reordered events are harmless:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any
 
 from agentq.envelope import TaskEnvelope
 from agentq.errors import AgentqError, InvalidInput, NotFound
 from agentq.events import Event, job_event, now_ms, task_event
 from agentq.jobs import refs
+from agentq.jobs.policy import NOT_STARTED, doomed_tasks
 from agentq.jobs.refs import Ref
 from agentq.jobs.results import ResultReader
 from agentq.jobs.spec import JobSpec, TaskSpec, task_request_id
 from agentq.jobs.store import JobRecord, JobState, JobStore
 from agentq.jobs.submitter import TaskSubmitter
+from agentq.jobs.task_states import read_task_states
 from agentq.publisher import EventPublisher
 from agentq.security import sanitize_error_message
 from agentq.states import TaskState
-from agentq.store import TaskRecord, TaskStore, keys
+from agentq.store import TaskRecord, TaskStore
 
 logger = logging.getLogger(__name__)
-
-_BATCH_GET_LIMIT: Final = 100
-_BATCH_GET_ATTEMPTS: Final = 8
-_FAILURES: Final = frozenset({TaskState.FAILED, TaskState.TIMEOUT})
-_NOT_STARTED: Final = frozenset({TaskState.BLOCKED, TaskState.SCHEDULED, TaskState.PENDING})
 
 
 @dataclass
@@ -62,14 +58,6 @@ class DispatchOutcome:
             "counted": self.counted,
             "closed": self.closed,
         }
-
-
-def _counts_as_failure(record: TaskRecord) -> bool:
-    # A task someone cancelled (agentq cancel, running or not) is a failure the policy
-    # answers; one the policy itself cancelled is not, or fail_fast would feed on itself.
-    if record.state is TaskState.CANCELLED:
-        return "cancelRequestedAt" in record.raw
-    return record.state in _FAILURES
 
 
 class JobDispatcher:
@@ -115,7 +103,7 @@ class JobDispatcher:
         self._count_and_close(job, states, trigger, outcome)
         return outcome
 
-    # -- failure policy ---------------------------------------------------------------
+    # -- failure policy (agentq.jobs.policy decides) ---------------------------------
     def _apply_policy(
         self,
         job: JobRecord,
@@ -123,31 +111,8 @@ class JobDispatcher:
         trigger: str,
         outcome: DispatchOutcome,
     ) -> bool:
-        spec = job.spec
-        failed = [k for k, r in states.items() if r and _counts_as_failure(r)]
-        doomed: dict[str, str] = {}
-        if failed and spec.failure_policy == "fail_fast":
-            first = states[failed[0]]
-            assert first is not None
-            reason = f"fail_fast: task {failed[0]} {first.state.value.lower()}"
-            for key, record in states.items():
-                if record and record.state in _NOT_STARTED:
-                    doomed[key] = reason
-        for task in spec.tasks:
-            record = states.get(task.key)
-            if not record or record.state is not TaskState.BLOCKED or task.key in doomed:
-                continue
-            for dep in task.depends_on:
-                dep_record = states.get(dep)
-                if (
-                    dep_record
-                    and dep_record.state.terminal
-                    and dep_record.state is not (TaskState.COMPLETED)
-                ):
-                    doomed[task.key] = f"dependency {dep} {dep_record.state.value.lower()}"
-                    break
         changed = False
-        for key, reason in doomed.items():
+        for key, reason in doomed_tasks(job.spec, states).items():
             changed |= self._cancel(job, key, reason, states, trigger, outcome)
         return changed
 
@@ -164,7 +129,7 @@ class JobDispatcher:
         moved = self._tasks.transition(
             job.tenant,
             request_id,
-            from_states=_NOT_STARTED,
+            from_states=NOT_STARTED,
             to_state=TaskState.CANCELLED,
             fields={"cancelReason": reason, "cancelledBy": trigger},
         )
@@ -390,33 +355,7 @@ class JobDispatcher:
         self, tenant: str, job_id: str, task_keys: Iterable[str]
     ) -> dict[str, TaskRecord | None]:
         """Every task's STATE item, strongly consistent (never the byJob index)."""
-        ordered = list(task_keys)
-        by_request = {task_request_id(job_id, key): key for key in ordered}
-        found: dict[str, TaskRecord | None] = dict.fromkeys(ordered)
-        request_ids = list(by_request)
-        for start in range(0, len(request_ids), _BATCH_GET_LIMIT):
-            pending: dict[str, Any] = {
-                self._table: {
-                    "Keys": [
-                        {"PK": {"S": keys.task_pk(tenant, rid)}, "SK": {"S": keys.STATE_SK}}
-                        for rid in request_ids[start : start + _BATCH_GET_LIMIT]
-                    ],
-                    "ConsistentRead": True,
-                }
-            }
-            for attempt in range(_BATCH_GET_ATTEMPTS):
-                if not pending:
-                    break
-                if attempt:
-                    time.sleep(min(2.0, 0.05 * 2**attempt))
-                response = self._ddb.batch_get_item(RequestItems=pending)
-                for item in response.get("Responses", {}).get(self._table, []):
-                    record = TaskRecord.from_item(item)
-                    found[by_request[record.request_id]] = record
-                pending = response.get("UnprocessedKeys") or {}
-            if pending:
-                raise RuntimeError(f"job {job_id}: task states unreadable (throttled)")
-        return found
+        return read_task_states(self._ddb, self._table, tenant, job_id, task_keys)
 
 
 def _cost(record: TaskRecord) -> float:

@@ -14,7 +14,8 @@ whose policy is exactly what the CDK templates grant that component's role.
    ARN naming it under `arn:aws:agentq-local-unresolved:::...`, which matches nothing, so
    such a statement grants nothing locally. Only a literal `*` in a template stays `*`.
    Synthesis costs tens of seconds, so its result is cached by the content of
-   `infra/`, `agentq/resources.py`, `agentq/config.py`, `app.py` and `cdk.json`.
+   `infra/`, `agentq/resources.py`, the settings (`agentq/config*.py`), `app.py` and
+   `cdk.json`.
 2. `create_component_users()` fills the tokens with the local resources' ARNs and
    creates one IAM user per component in moto (through the operator's admin key),
    with the statements as its inline policy, and returns each user's access key.
@@ -65,6 +66,10 @@ _HASHED: Final = (
     "infra/local_policies.py",
     "agentq/resources.py",
     "agentq/config.py",
+    # The settings' fields, declared by concern (bases of agentq.config.Settings).
+    "agentq/config_places.py",
+    "agentq/config_worker.py",
+    "agentq/config_services.py",
     "app.py",
     "cdk.json",
 )

@@ -1,0 +1,109 @@
+"""Following a task or job to its end (`wait`) and ending it early (`cancel`), for
+`AgentqClient`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+
+from agentq.client_base import ClientBase
+from agentq.errors import AgentqError, InvalidInput, NotCancellable
+from agentq.events import Event
+from agentq.jobs import JobRecord
+from agentq.store import TaskRecord
+from agentq.store.scheduling import NOT_STARTED, request_cancel
+
+
+class WaitTimeout(AgentqError):
+    """`wait` gave up; the task or job is still running (`state` says where it is)."""
+
+    def __init__(self, what: str, state: str, timeout_s: float) -> None:
+        self.what = what
+        self.state = state
+        self.timeout_s = timeout_s
+        super().__init__(f"{what} still {state} after {timeout_s:g}s")
+
+
+class TaskControl(ClientBase):
+    """Waiting and cancelling for `AgentqClient` (a base of it, never built on its own)."""
+
+    # -- waiting --------------------------------------------------------------------------
+    def wait(
+        self,
+        request_id: str | None = None,
+        *,
+        job_id: str | None = None,
+        tenant: str | None = None,
+        timeout_s: float = 300.0,
+        poll_s: float = 1.0,
+    ) -> TaskRecord | JobRecord:
+        """Poll the STATE item (or job item) until terminal; `WaitTimeout` after timeout_s."""
+        if (request_id is None) == (job_id is None):
+            raise InvalidInput("wait", "give exactly one of request_id or job_id")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            current: TaskRecord | JobRecord
+            state: str
+            if job_id is not None:
+                current = self.get_job(job_id, tenant=tenant)
+                done, state = current.state != "RUNNING", current.state
+            else:
+                assert request_id is not None
+                current = self.get_task(request_id, tenant=tenant)
+                done, state = current.state.terminal, current.state.value
+            if done:
+                return current
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                what = f"job {job_id}" if job_id else f"task {request_id}"
+                raise WaitTimeout(what, state, timeout_s)
+            time.sleep(min(poll_s, remaining))
+
+    # -- cancelling -----------------------------------------------------------------------
+    def cancel(
+        self,
+        request_id: str | None = None,
+        *,
+        job_id: str | None = None,
+        tenant: str | None = None,
+        reason: str = "cancelled by request",
+    ) -> list[str]:
+        """Cancel a task, or every task of a job that has not started.
+
+        A task not started is CANCELLED at once; a running one is asked to stop (its
+        worker stops the child within one heartbeat and records `Task Cancelled`).
+        Returns the request ids cancelled or asked to stop now; cancelling one finished
+        task raises `NotCancellable`. A job task's cancellation applies the job's
+        failure policy, and a job whose tasks are all terminal is closed.
+        """
+        if (request_id is None) == (job_id is None):
+            raise InvalidInput("cancel", "give exactly one of request_id or job_id")
+        tenant = tenant or self.settings.tenant_id
+        if job_id is not None:
+            job = self.get_job(job_id, tenant=tenant)
+            targets = [
+                record
+                for record in self.job_tasks(job).values()
+                if record is not None and record.state in NOT_STARTED
+            ]
+        else:
+            assert request_id is not None
+            targets = [self.get_task(request_id, tenant=tenant)]
+        done: list[str] = []
+        for record in targets:
+            try:
+                result = request_cancel(self.tasks, self._ddb, self._table, record, reason)
+            except NotCancellable:
+                if job_id is not None:
+                    continue  # finished meanwhile: nothing to do for a job-wide cancel
+                raise
+            done.append(record.request_id)
+            if result.outcome == "cancelled":
+                stored = result.record.raw.get("terminalEvent")
+                if isinstance(stored, Mapping):
+                    self.publisher.publish(Event.from_detail(stored))
+        for affected in {r.job_id for r in targets if r.job_id}:
+            self.dispatcher.reconcile(tenant, affected, trigger=f"cancel-{uuid.uuid4().hex}")
+        return done

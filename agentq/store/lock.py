@@ -1,0 +1,171 @@
+"""The task lock: one conditional UpdateItem takes a task for an attempt, and a refused
+condition is turned into the `LockNotAcquired` subclass that tells the caller what to do.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from agentq.envelope import TaskEnvelope
+from agentq.errors import (
+    AttemptsExhausted,
+    CancelPending,
+    LockNotAcquired,
+    TaskAlreadyTerminal,
+    TaskHeldElsewhere,
+    TaskNotReady,
+)
+from agentq.events import now_ms
+from agentq.states import TaskState
+from agentq.store import idempotent, keys
+from agentq.store.codec import serialize, values
+from agentq.store.leases import Lease, LeaseRenewals
+from agentq.store.records import TaskRecord
+
+
+class TaskLock(LeaseRenewals):
+    """The locking part of `TaskStore` (a mixin: it uses the store's client and table)."""
+
+    def acquire(
+        self,
+        envelope: TaskEnvelope,
+        *,
+        worker_id: str,
+        lease_seconds: float,
+        max_attempts: int,
+        timeout_ms: int | None = None,
+    ) -> Lease:
+        """Take the task's lock for one attempt.
+
+        Allowed when the task is new, PENDING or RETRYING, or PROCESSING with an expired
+        lease, and attempts remain. Raises a `LockNotAcquired` subclass otherwise.
+        """
+        now = now_ms()
+        if envelope.not_before_ms is not None and envelope.not_before_ms > now:
+            # Early: never an attempt. The worker records it SCHEDULED if it is not yet
+            # (agentq.store.scheduling.not_yet_due) and re-delays the message.
+            raise TaskNotReady(envelope.request_id, TaskState.SCHEDULED.value,
+                               envelope.not_before_ms)  # fmt: skip
+        token = uuid.uuid4().hex
+        effective_until = now + int(lease_seconds * 1000)
+        names = {"#state": "state", "#owner": "owner", "#tenant": "tenant",
+                 "#definition": "definition", "#attempt": "attempt"}  # fmt: skip
+        attrs = values(
+            processing=TaskState.PROCESSING.value,
+            pending=TaskState.PENDING.value,
+            retrying=TaskState.RETRYING.value,
+            scheduled=TaskState.SCHEDULED.value,
+            token=token,
+            worker=worker_id,
+            eu=effective_until,
+            zero=0,
+            one=1,
+            now=now,
+            max=max_attempts,
+            deadline=now + timeout_ms if timeout_ms else None,
+            spk=keys.status_pk(TaskState.PROCESSING.value, envelope.request_id),
+            ssk=keys.status_sk(effective_until, envelope.tenant, envelope.request_id),
+            rid=envelope.request_id,
+            tenant=envelope.tenant,
+            definition=envelope.definition,
+            envelope=envelope.to_dict(),
+        )
+        sets = [
+            "#state = :processing",
+            "leaseToken = :token",
+            "#owner = :worker",
+            "effectiveUntil = :eu",
+            "#attempt = if_not_exists(#attempt, :zero) + :one",
+            "startedAt = :now",
+            "updatedAt = :now",
+            "lastHeartbeatAt = :now",
+            "statusPK = :spk",
+            "statusSK = :ssk",
+            "requestId = if_not_exists(requestId, :rid)",
+            "#tenant = if_not_exists(#tenant, :tenant)",
+            "#definition = if_not_exists(#definition, :definition)",
+            "envelope = if_not_exists(envelope, :envelope)",
+            "createdAt = if_not_exists(createdAt, :now)",
+            # The budget, for the DLQ processor: a dead letter with attempts left is
+            # sent back rather than failed (agentq/dlq_return.py).
+            "maxAttempts = :max",
+        ]
+        if timeout_ms:
+            sets.append("deadlineAt = :deadline")
+        else:
+            del attrs[":deadline"]
+        for name, value in self._job_keys(envelope).items():
+            attrs[f":{name}"] = serialize(value)
+            sets.append(f"{name} = if_not_exists({name}, :{name})")
+        written = idempotent.update(
+            self._ddb,
+            mark=("leaseToken", token),
+            TableName=self._table,
+            Key=self._key(envelope.tenant, envelope.request_id),
+            UpdateExpression="SET " + ", ".join(sets),
+            ConditionExpression=(
+                "(attribute_not_exists(PK) OR #state IN (:pending, :retrying) "
+                "OR (#state = :scheduled AND notBefore <= :now) "
+                "OR (#state = :processing AND effectiveUntil < :now "
+                "AND attribute_not_exists(cancelRequested))) "
+                "AND (attribute_not_exists(#attempt) OR #attempt < :max)"
+            ),
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=attrs,
+            ReturnValues="ALL_NEW",
+        )
+        if not written.written or written.item is None:
+            raise self._refusal(envelope, written.item, now, max_attempts)
+        record = TaskRecord.from_item(written.item)
+        return Lease(
+            request_id=envelope.request_id,
+            tenant=envelope.tenant,
+            token=token,
+            worker_id=worker_id,
+            attempt=record.attempt,
+            effective_until_ms=effective_until,
+        )
+
+    def _refusal(
+        self,
+        envelope: TaskEnvelope,
+        item: Mapping[str, Any] | None,
+        now: int,
+        max_attempts: int,
+    ) -> LockNotAcquired:
+        if not item:
+            # The item vanished between condition and read: treat as contention.
+            return LockNotAcquired(envelope.request_id, None, "lock refused, task missing")
+        record = TaskRecord.from_item(item)
+        if record.state.terminal:
+            return TaskAlreadyTerminal(envelope.request_id, record.state.value)
+        if record.state is TaskState.BLOCKED:
+            return TaskNotReady(envelope.request_id, record.state.value)
+        if record.state is TaskState.SCHEDULED:
+            return TaskNotReady(
+                envelope.request_id, record.state.value, int(record.raw.get("notBefore") or now)
+            )
+        if record.raw.get("cancelRequested") and not record.lease_live(now):
+            # Its worker died after a cancel was requested: the cancel ends it, not a rerun.
+            return CancelPending(envelope.request_id, record.state.value)
+        if record.lease_live(now):
+            return TaskHeldElsewhere(
+                envelope.request_id, record.owner, int(record.effective_until_ms or 0)
+            )
+        if record.attempt >= max_attempts:
+            return AttemptsExhausted(envelope.request_id, record.attempt)
+        return LockNotAcquired(
+            envelope.request_id, record.state.value, "lock refused: task changed concurrently"
+        )
+
+    @staticmethod
+    def _job_keys(envelope: TaskEnvelope) -> dict[str, Any]:
+        if not envelope.job_id:
+            return {}
+        return {
+            "jobId": envelope.job_id,
+            "jobPK": keys.job_pk(envelope.tenant, envelope.job_id),
+            "jobSK": f"TASK#{envelope.task_key or envelope.request_id}",
+        }

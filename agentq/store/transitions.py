@@ -1,0 +1,193 @@
+"""Task transitions: an attempt's end (conditional on its lease token), the lease-free
+moves between states, and the redrive reset. Each is one conditional UpdateItem.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from agentq.errors import LeaseLost
+from agentq.events import now_ms
+from agentq.states import TaskState
+from agentq.store import idempotent, keys
+from agentq.store.codec import serialize, values
+from agentq.store.leases import Lease, LeaseRenewals
+from agentq.store.records import TaskRecord
+
+
+class TaskTransitions(LeaseRenewals):
+    """The state-changing part of `TaskStore` (a mixin: it uses the store's client and
+    table)."""
+
+    def finalize(
+        self,
+        lease: Lease,
+        state: TaskState,
+        *,
+        retry_at_ms: int | None = None,
+        fields: Mapping[str, Any] | None = None,
+    ) -> TaskRecord:
+        """End an attempt: a terminal state, or RETRYING (message kept for redelivery).
+
+        Conditional on the lease token, so a stale worker cannot overwrite a newer
+        attempt; raises `LeaseLost` then.
+        """
+        if state is not TaskState.RETRYING and not state.terminal:
+            raise ValueError(f"finalize to a terminal state or RETRYING, not {state}")
+        now = now_ms()
+        names = {"#state": "state"}
+        attrs = values(state=state.value, now=now, token=lease.token,
+                       processing=TaskState.PROCESSING.value)  # fmt: skip
+        # finalizedBy marks the write as this attempt's: a retry of an applied finalize
+        # finds it (leaseToken is gone by then) and reports success, not LeaseLost.
+        sets = ["#state = :state", "updatedAt = :now", "finalizedBy = :token"]
+        removes = ["effectiveUntil", "leaseToken"]
+        if state is TaskState.RETRYING:
+            due = retry_at_ms or now
+            sets += ["statusPK = :spk", "statusSK = :ssk", "retryAt = :due"]
+            attrs.update(
+                values(
+                    spk=keys.status_pk(state.value, lease.request_id),
+                    ssk=keys.status_sk(due, lease.tenant, lease.request_id),
+                    due=due,
+                )
+            )
+        else:
+            sets.append("finishedAt = :now")
+            removes += ["statusPK", "statusSK"]
+        for index, (name, value) in enumerate((fields or {}).items()):
+            names[f"#f{index}"] = name
+            attrs[f":f{index}"] = serialize(value)
+            sets.append(f"#f{index} = :f{index}")
+        written = idempotent.update(
+            self._ddb,
+            mark=("finalizedBy", lease.token),
+            TableName=self._table,
+            Key=self._key(lease.tenant, lease.request_id),
+            UpdateExpression=f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+            ConditionExpression="leaseToken = :token AND #state = :processing",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=attrs,
+            ReturnValues="ALL_NEW",
+        )
+        if not written.written or written.item is None:
+            raise LeaseLost(lease.request_id, lease.token)
+        return TaskRecord.from_item(written.item)
+
+    def transition(
+        self,
+        tenant: str,
+        request_id: str,
+        *,
+        from_states: Iterable[TaskState],
+        to_state: TaskState,
+        fields: Mapping[str, Any] | None = None,
+        unless_lease_live: bool = False,
+        due_ms: int | None = None,
+    ) -> TaskRecord | None:
+        """Move a task from one of `from_states` to `to_state`, atomically.
+
+        Returns the new record, or None when the task was not in an allowed state (the
+        caller lost a race or the event was a duplicate). With `unless_lease_live`, a
+        PROCESSING task whose lease is live is left alone. `due_ms` is the status index's
+        due time for a live `to_state` (default now; a SCHEDULED task's notBefore).
+        """
+        now = now_ms()
+        write_id = uuid.uuid4().hex
+        sources = sorted({s.value for s in from_states})
+        names = {"#state": "state", "#wid": idempotent.WRITE_ID}
+        attrs = values(to=to_state.value, now=now, wid=write_id)
+        placeholders = []
+        for index, source in enumerate(sources):
+            attrs[f":s{index}"] = serialize(source)
+            placeholders.append(f":s{index}")
+        condition = f"#state IN ({', '.join(placeholders)})"
+        if unless_lease_live:
+            condition += " AND NOT (#state = :processing AND effectiveUntil >= :now)"
+            attrs.update(values(processing=TaskState.PROCESSING.value))
+        sets = ["#state = :to", "updatedAt = :now", "#wid = :wid"]
+        removes: list[str] = []
+        if to_state.terminal:
+            sets.append("finishedAt = :now")
+            removes += ["statusPK", "statusSK", "effectiveUntil", "leaseToken"]
+        else:
+            sets += ["statusPK = :spk", "statusSK = :ssk"]
+            attrs.update(
+                values(
+                    spk=keys.status_pk(to_state.value, request_id),
+                    ssk=keys.status_sk(due_ms or now, tenant, request_id),
+                )
+            )
+        for index, (name, value) in enumerate((fields or {}).items()):
+            names[f"#f{index}"] = name
+            attrs[f":f{index}"] = serialize(value)
+            sets.append(f"#f{index} = :f{index}")
+        expression = "SET " + ", ".join(sets)
+        if removes:
+            expression += " REMOVE " + ", ".join(removes)
+        written = idempotent.update(
+            self._ddb,
+            mark=(idempotent.WRITE_ID, write_id),
+            TableName=self._table,
+            Key=self._key(tenant, request_id),
+            UpdateExpression=expression,
+            ConditionExpression=f"attribute_exists(PK) AND {condition}",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=attrs,
+            ReturnValues="ALL_NEW",
+        )
+        if not written.written or written.item is None:
+            return None
+        return TaskRecord.from_item(written.item)
+
+    def reset_for_redrive(self, tenant: str, request_id: str) -> TaskRecord | None:
+        """Give a dead-lettered task a fresh attempt budget: back to PENDING, attempt 0.
+
+        Refused (None) for a COMPLETED or CANCELLED task, or while a lease is live:
+        replaying must never re-run finished work or race a running attempt.
+        """
+        now = now_ms()
+        resettable = (TaskState.PENDING, TaskState.RETRYING, TaskState.PROCESSING,
+                      TaskState.FAILED, TaskState.TIMEOUT)  # fmt: skip
+        write_id = uuid.uuid4().hex
+        attrs = values(
+            pending=TaskState.PENDING.value,
+            processing=TaskState.PROCESSING.value,
+            zero=0,
+            now=now,
+            wid=write_id,
+            spk=keys.status_pk(TaskState.PENDING.value, request_id),
+            ssk=keys.status_sk(now, tenant, request_id),
+        )
+        placeholders = []
+        for index, state in enumerate(resettable):
+            attrs[f":r{index}"] = serialize(state.value)
+            placeholders.append(f":r{index}")
+        written = idempotent.update(
+            self._ddb,
+            mark=(idempotent.WRITE_ID, write_id),
+            TableName=self._table,
+            Key=self._key(tenant, request_id),
+            UpdateExpression=(
+                "SET #state = :pending, #attempt = :zero, updatedAt = :now, "
+                "redrivenAt = :now, statusPK = :spk, statusSK = :ssk, #wid = :wid "
+                "REMOVE effectiveUntil, leaseToken, finishedAt, retryAt, deadlineAt, "
+                "dlqReturns, dlqReturnOf"
+            ),
+            ConditionExpression=(
+                f"attribute_exists(PK) AND #state IN ({', '.join(placeholders)}) "
+                "AND NOT (#state = :processing AND effectiveUntil >= :now)"
+            ),
+            ExpressionAttributeNames={
+                "#state": "state",
+                "#attempt": "attempt",
+                "#wid": idempotent.WRITE_ID,
+            },
+            ExpressionAttributeValues=attrs,
+            ReturnValues="ALL_NEW",
+        )
+        if not written.written or written.item is None:
+            return None
+        return TaskRecord.from_item(written.item)
