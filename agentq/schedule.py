@@ -33,7 +33,9 @@ def parse_time_ms(value: object, field: str = "not_before") -> int:
         return int(value) if value >= _MS_THRESHOLD else int(value * 1000)
     if isinstance(value, str):
         text = value.strip()
-        if text and all(c in "0123456789." for c in text) and text.count(".") <= 1:
+        # ASCII digits with at most one point, and at least one digit ("." is no number).
+        digits = text.replace(".", "", 1)
+        if digits.isascii() and digits.isdigit() and all(c in "0123456789." for c in text):
             return parse_time_ms(float(text), field)
         try:
             parsed = datetime.fromisoformat(text.replace("Z", "+00:00", 1))
