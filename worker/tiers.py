@@ -15,7 +15,6 @@ happens to it.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -23,7 +22,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentq.config import Settings
-from agentq.envelope import PRIORITY_PATTERN
+from agentq.envelope import PRIORITY_PATTERN, decode_json
+from agentq.errors import InvalidInput
 from worker.scheduler import Pick, Scheduler
 
 logger = logging.getLogger(__name__)
@@ -147,8 +147,10 @@ def _priority_of(message: Mapping[str, Any]) -> str | None:
     value: object = attribute.get("StringValue") if isinstance(attribute, Mapping) else None
     if value is None:
         try:
-            body = json.loads(message.get("Body") or "")
-        except (ValueError, TypeError):
+            # The shared untrusted-JSON reader: a 10,000-deep body is refused, not a
+            # RecursionError that would leave the message unsettled.
+            body = decode_json(message.get("Body") or "")
+        except (InvalidInput, TypeError):
             return None
         if isinstance(body, dict) and isinstance(body.get("detail"), dict):
             body = body["detail"]

@@ -32,7 +32,9 @@ LAUNCH_ARGS: Final = [
 ]
 
 
-@pytest.fixture(scope="session")
+# Module scope: Playwright's sync API keeps an asyncio loop running in this thread while
+# it is open, and later modules (the model server's CLI tests) run loops of their own.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not CHROMIUM.exists():
         pytest.fail("Debian's chromium is missing: run `make browser`")

@@ -37,8 +37,10 @@ def test_liveness_file_age_decides_alive(tmp_path: Path) -> None:
 
 @given(interval_ms=st.integers(min_value=50, max_value=10_000_000))
 def test_liveness_allows_three_missed_beats_and_never_less_than_a_minute(interval_ms: int) -> None:
+    # The heartbeat must also beat within the queue's visibility timeout (a checked relation).
     settings = Settings.from_env({"VISIBILITY_EXTENSION_INTERVAL": str(interval_ms),
-                                  "VISIBILITY_EXTENSION_AMOUNT": str(interval_ms // 1000 + 1)})  # fmt: skip
+                                  "VISIBILITY_EXTENSION_AMOUNT": str(interval_ms // 1000 + 1),
+                                  "VISIBILITY_TIMEOUT": str(interval_ms // 1000 + 1)})  # fmt: skip
     assert max_age_s(settings) >= MIN_MAX_AGE_S
     assert max_age_s(settings) >= 3 * interval_ms / 1000
 

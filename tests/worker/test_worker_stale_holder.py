@@ -120,12 +120,14 @@ class Gate:
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self.open = threading.Event()
         self.open.set()
+        self.connections = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
         with contextlib.suppress(OSError):
             while True:
                 client, _ = self._listener.accept()
+                self.connections += 1
                 upstream = socket.create_connection(self._target)
                 threading.Thread(target=self._pump, args=(client, upstream, True),
                                  daemon=True).start()  # fmt: skip
@@ -163,7 +165,10 @@ def test_lease_is_renewed_while_a_slow_upload_runs(stack: Stack, tmp_path: Path)
         _gate(stack) as gate,
         running_worker(stack, "slow-s3", **_env(AWS_ENDPOINT_URL_S3=gate.url)) as worker,
     ):
-        gate.open.clear()  # every S3 request waits from now on
+        # The worker's start-up check of its bucket goes through first (a worker that
+        # cannot reach its bucket does not start), then every S3 request waits.
+        wait_for(lambda: gate.connections >= 1, timeout=60, message="the start-up check")
+        gate.open.clear()
         task = send(stack, "bench-work", {"seconds": 0.5, "side_log": str(side_log)})
         wait_for(lambda: _runs(side_log, "end", 1), timeout=60, message="the child finished")
         at_exit = state(stack, task)
