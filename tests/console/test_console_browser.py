@@ -21,6 +21,7 @@ from support import wait_for
 from agentq.client import AgentqClient
 from agentq.config import Settings
 from agentq.dlq import DlqArchive
+from agentq.envelope import TaskEnvelope
 from agentq.local.claude_env import offline_claude_env
 from agentq.local.lambda_host import LambdaHost
 from agentq.local.model_server import ModelServer
@@ -139,8 +140,14 @@ def test_a_dead_letter_is_redriven_from_the_page_and_completes(
         LambdaHost(stage.resources, Settings.from_env(), sqs=stage.sqs, health_interval_s=0),
         running_console(allow_actions=True) as console,
     ):
-        # Three receives that never finish (a worker crashing each time): SQS then moves
-        # the message to the DLQ, and the dlq-processor archives it and fails the task.
+        # The one attempt it was allowed was taken by a worker that crashed (its lease
+        # lapses); three receives that never finish then move the message to the DLQ,
+        # and the dlq-processor archives it and fails the task: no attempt is left.
+        record = client.tasks.require(client.settings.tenant_id, task.request_id)
+        envelope = TaskEnvelope.from_dict(dict(record.envelope or {}), default_tenant="default")
+        client.tasks.acquire(envelope, worker_id="crashed", lease_seconds=1, max_attempts=1)
+        wait_for(lambda: not client.get_task(task.request_id).lease_live(), timeout=30,
+                 message="the crashed worker's lease lapsed")  # fmt: skip
         for _ in range(3):
             got = stage.sqs.receive_message(QueueUrl=stage.resources.queue_url,
                                             VisibilityTimeout=0, WaitTimeSeconds=5)  # fmt: skip

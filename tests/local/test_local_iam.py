@@ -258,7 +258,12 @@ def test_iam_synthesized_policies_cover_every_component_with_local_resources() -
         assert "Fn::" not in text[component] and '"Ref"' not in text[component], component
     # What the enforced run found missing is granted now.
     worker = [s for s in policies["worker"] if "sqs:SendMessage" in s["Action"]]
-    assert worker and worker[0]["Resource"].endswith("${agentq:task_queue}")
+    assert worker
+    queues = worker[0]["Resource"]
+    queues = queues if isinstance(queues, list) else [queues]
+    # Every priority tier's queue, the default tier's being the task queue itself.
+    assert any(q.endswith("${agentq:task_queue}") for q in queues)
+    assert any(q.endswith("${agentq:tier:high}") for q in queues)
     assert "ecs:UpdateTaskProtection" in text["worker"]
     # Resources that exist only in AWS grant nothing locally; "*" stays only where AWS
     # allows nothing else.
