@@ -12,7 +12,7 @@ docs/configuration.md from these fields; `python -m agentq.config` prints it.
 
 The fields are declared by concern in agentq.config_places (where things are),
 agentq.config_worker (receiving, leases, the child) and agentq.config_services (events,
-health, reconciler, runtime); `Settings` joins them and checks them together.
+health, reconciler, producer API, runtime); `Settings` joins them and checks them together.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from agentq.config_fields import Environment, allowed, config_error
 from agentq.config_places import Places
-from agentq.config_services import Events, Health, LogLevel, Reconciler, Runtime
+from agentq.config_services import Events, Health, LogLevel, ProducerApi, Reconciler, Runtime
 from agentq.config_worker import Child, Receiving, SchedulerMode, WarmAgent
 from agentq.errors import ConfigError
 
@@ -48,7 +48,7 @@ __all__ = [
 # The groups are listed last-first: pydantic gathers fields from the bases in reverse
 # method resolution order, so this keeps the declaration order (Places first), which is
 # the order of docs/configuration.md's table.
-class Settings(Runtime, Reconciler, Health, Events, Child, Receiving, Places):
+class Settings(Runtime, ProducerApi, Reconciler, Health, Events, Child, Receiving, Places):
     model_config = SettingsConfigDict(
         frozen=True,
         extra="forbid",

@@ -1,5 +1,5 @@
 """Settings of the services around the worker: events, the health check, the reconciler,
-and the runtime the process finds itself in.
+the producer API and the runtime the process finds itself in.
 """
 
 from __future__ import annotations
@@ -98,6 +98,23 @@ class Reconciler(BaseSettings):
         "dispatcher should have moved on (uncounted terminal task, BLOCKED task with "
         "finished dependencies, every task counted) is moved on by the reconciler.",
         "reconciler", ge=1, le=604_800,
+    )  # fmt: skip
+
+
+class ProducerApi(BaseSettings):
+    """The producer API's tenancy (docs/security.md); a base of `agentq.config.Settings`."""
+
+    api_account_tenant: Flag = var(
+        "API_ACCOUNT_TENANT", False,
+        "Producer API: a caller whose IAM principal is mapped to no tenant acts for its "
+        "AWS account id's tenant (single-tenant deployments); off: it is refused (403).",
+        "producer-api",
+    )  # fmt: skip
+    api_tenant_cache_s: Int = var(
+        "API_TENANT_CACHE_SECONDS", 30,
+        "Seconds the producer API keeps a principal's tenant mapping (0 = read it on "
+        "every request): a changed or removed mapping takes effect within this bound.",
+        "producer-api", ge=0, le=300,
     )  # fmt: skip
 
 

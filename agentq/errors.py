@@ -99,6 +99,17 @@ class NotFound(AgentqError):
         super().__init__(f"{kind} {key!r} not found")
 
 
+class PrincipalNotMapped(AgentqError):
+    """A producer-API caller whose IAM principal acts for no tenant (docs/security.md)."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(
+            f"no tenant for this caller: {problem}; an operator maps its role or user with "
+            "`agentq tenants map PRINCIPAL_ARN TENANT`"
+        )
+
+
 class LockNotAcquired(AgentqError):
     """The task's STATE item refused the lock. `state` is what it holds now."""
 

@@ -130,6 +130,9 @@ class StageSettings:
     dlq_batch_size: int = 1
     api_rate_limit: int = 50
     api_burst_limit: int = 100
+    # The producer API's tenancy (API_ACCOUNT_TENANT, API_TENANT_CACHE_SECONDS).
+    api_account_tenant: bool = False
+    api_tenant_cache_s: int = 30
     lambda_memory_mib: int = 512
     # Stateful resources (tables, queues) go with the stack in dev; prod keeps them.
     removal_policy: RemovalPolicy = RemovalPolicy.DESTROY

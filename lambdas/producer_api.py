@@ -14,10 +14,12 @@ Routes (OpenAPI document at `GET /openapi.json`):
     DELETE /task-definitions/{name}
 
 The tenant comes from the request context, never from the body: the authorizer's
-`tenant` (a Lambda authorizer puts it in its context) or else the IAM caller's
-account id. Every read is keyed by that tenant, so another tenant's job or task is
-simply not found (404). Bad input is 400 (spec problems) or 422 (shape problems),
-each with a message that names the field.
+`tenant` (a Lambda authorizer puts it in its context), else the tenant an operator
+mapped the IAM caller's role or user to (agentq.principals; an unmapped caller is
+refused with 403 unless API_ACCOUNT_TENANT lets its account id stand in). Every read
+and write is keyed by that tenant, so another tenant's job or task is simply not found
+(404). Bad input is 400 (spec problems) or 422 (shape problems), each with a message
+that names the field.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
-from aws_lambda_powertools.event_handler.exceptions import ForbiddenError
+from aws_lambda_powertools.event_handler.exceptions import ForbiddenError, ServiceError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.metrics import MetricUnit
@@ -38,13 +40,14 @@ from agentq import __version__
 from agentq.config import Settings
 from agentq.definitions import DefinitionBody, DefinitionsTable, TaskDefinition
 from agentq.envelope import TENANT_PATTERN
-from agentq.errors import InvalidInput, NotCancellable, NotFound
+from agentq.errors import InvalidInput, NotCancellable, NotFound, PrincipalNotMapped
 from agentq.spec_models import JOB_ID, JobIn, Priority, TasksIn
 from lambdas._common import powertools
 
 if TYPE_CHECKING:
     from agentq.client import AgentqClient
     from agentq.jobs.store import JobRecord
+    from agentq.principals import TenantResolver
     from agentq.store import TaskRecord
 
 app = APIGatewayRestResolver(enable_validation=True)
@@ -117,16 +120,39 @@ def warm() -> None:
     import agentq.jobs.summary  # noqa: F401
 
 
+@functools.lru_cache(maxsize=4)
+def _resolver_for(settings: Settings) -> TenantResolver:
+    # One per warm container (and settings): its cache is what bounds a revoked
+    # mapping's life to API_TENANT_CACHE_SECONDS.
+    from agentq.principals import PrincipalTenants, TenantResolver
+
+    store = PrincipalTenants(_client_for(settings).dynamodb, settings.required("table_name"))
+    return TenantResolver(
+        store, ttl_s=settings.api_tenant_cache_s, account_fallback=settings.api_account_tenant
+    )
+
+
 def tenant_of(event: Mapping[str, Any]) -> str:
-    """The caller's tenant: the authorizer's `tenant`, else the IAM caller's account."""
+    """The caller's tenant: the authorizer's `tenant`, else its IAM principal's mapping."""
     context = event.get("requestContext") or {}
     authorizer = context.get("authorizer") or {}
     tenant = authorizer.get("tenant") or (authorizer.get("lambda") or {}).get("tenant")
-    if not tenant:
-        tenant = (context.get("identity") or {}).get("accountId")
-    if not isinstance(tenant, str) or not TENANT_PATTERN.fullmatch(tenant):
-        raise ForbiddenError("no tenant: call with IAM credentials or through the authorizer")
-    return tenant
+    if tenant:
+        if not isinstance(tenant, str) or not TENANT_PATTERN.fullmatch(tenant):
+            raise ForbiddenError("no tenant: the authorizer's tenant is not a valid name")
+        return tenant
+    identity = context.get("identity") or {}
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return _resolver_for(Settings.from_env()).tenant(
+            identity.get("userArn"), identity.get("accountId")
+        )
+    except (BotoCoreError, ClientError) as exc:
+        # botocore already retried a throttle; a stale answer is never served instead,
+        # or a revoked mapping could outlive its bound.
+        logger.warning("tenant lookup failed", extra={"error": type(exc).__name__})
+        raise ServiceError(503, "the tenant lookup failed; try again") from None
 
 
 def _tenant() -> str:
@@ -202,11 +228,13 @@ def cancel_task(
 # -- task definitions ----------------------------------------------------------------------
 @app.get("/task-definitions", summary="Task definitions")
 def list_definitions() -> dict[str, Any]:
+    _tenant()  # shared by all tenants, yet only callers acting for one
     return {"definitions": [d.to_dict() for d in _definitions().all()]}
 
 
 @app.get("/task-definitions/<name>", summary="A task definition")
 def get_definition(name: str) -> dict[str, Any]:
+    _tenant()  # shared by all tenants, yet only callers acting for one
     found = _definitions().get(name)
     if found is None:
         raise NotFound("task definition", name)
@@ -215,6 +243,7 @@ def get_definition(name: str) -> dict[str, Any]:
 
 @app.put("/task-definitions/<name>", summary="Create or replace a task definition")
 def put_definition(name: str, body: DefinitionBody) -> dict[str, Any]:
+    _tenant()  # shared by all tenants, yet only callers acting for one
     definition = TaskDefinition.from_dict({"name": name, **body.model_dump(exclude_none=True)})
     _definitions().put(definition)
     return definition.to_dict()
@@ -222,6 +251,7 @@ def put_definition(name: str, body: DefinitionBody) -> dict[str, Any]:
 
 @app.delete("/task-definitions/<name>", summary="Delete a task definition")
 def delete_definition(name: str) -> dict[str, Any]:
+    _tenant()  # shared by all tenants, yet only callers acting for one
     if not _definitions().delete(name):
         raise NotFound("task definition", name)
     return {"deleted": name}
@@ -251,6 +281,11 @@ def _error(status: int, message: str, **extra: Any) -> Response[str]:
 @app.exception_handler(NotFound)  # type: ignore[untyped-decorator]
 def _not_found(error: NotFound) -> Response[str]:
     return _error(404, str(error))
+
+
+@app.exception_handler(PrincipalNotMapped)  # type: ignore[untyped-decorator]
+def _not_mapped(error: PrincipalNotMapped) -> Response[str]:
+    return _error(403, str(error))
 
 
 @app.exception_handler(NotCancellable)  # type: ignore[untyped-decorator]

@@ -126,7 +126,8 @@ def _not_found_hint(exc: NotFound) -> str:
         tenant = os.environ.get("TENANT_ID") or "default"
         return (
             f"looked under tenant {tenant!r}; work submitted through the producer API lives "
-            "under the caller's AWS account id: pass --tenant ACCOUNT_ID or set TENANT_ID"
+            "under the tenant its caller's IAM principal is mapped to (`agentq tenants "
+            "list`): pass --tenant TENANT or set TENANT_ID"
         )
     if exc.kind == "task result":
         return "the task has no stored result (it may not have completed)"

@@ -89,8 +89,8 @@ def recent_frame(jobs: list[Any], tasks: list[Any], args: argparse.Namespace) ->
             f"[bold]{escape(tenant)}[/bold].\n"
             'Submit one:  agentq submit sample-echo --input \'{"hello": "agentq"}\'\n'
             "Or a job:    agentq job create examples/job.yaml\n"
-            "Work submitted through the producer API lives under the caller's AWS account "
-            "id: add --tenant ACCOUNT_ID."
+            "Work submitted through the producer API lives under the tenant its caller's "
+            "IAM principal is mapped to (agentq tenants list): add --tenant TENANT."
         )
     parts: list[RenderableType] = []
     if jobs:

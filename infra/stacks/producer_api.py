@@ -11,10 +11,12 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_apigateway as apigateway
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from agentq.config import env_name
 from agentq.resources import ARTIFACTS_PREFIX, DEFINITIONS_TABLE, EVENT_OVERFLOW_PREFIX
 from infra.function import AgentqFunction
 from infra.nag import acknowledge
@@ -42,14 +44,31 @@ class ProducerApiStack(cdk.Stack):
             code=code,
             handler="lambdas.producer_api.handler",
             description="Producer API: submit tasks and jobs, read them, manage definitions",
-            environment=core.runtime_environment(
-                "queue_url", "queue_urls", "table_name", "definitions_table", "bus_name", "bucket"
-            ),
+            environment={
+                **core.runtime_environment(
+                    "queue_url",
+                    "queue_urls",
+                    "table_name",
+                    "definitions_table",
+                    "bus_name",
+                    "bucket",
+                ),
+                env_name("api_account_tenant"): str(settings.api_account_tenant).lower(),
+                env_name("api_tenant_cache_s"): str(settings.api_tenant_cache_s),
+            },
             statements=[
                 *core.client_statements(),
                 # Producers manage definitions as well as reading them.
                 table_statement(
                     core.definitions_table, DEFINITIONS_TABLE, ["PutItem", "DeleteItem", "Scan"]
+                ),
+                # The caller's tenant: its principal's mapping item (agentq.principals).
+                # A statement of its own, so narrowing the client's grant cannot take it
+                # away; the Sid keeps policy minimization from folding it in.
+                iam.PolicyStatement(
+                    sid="ReadPrincipalTenantMappings",
+                    actions=["dynamodb:GetItem"],
+                    resources=[core.events_table.table_arn],
                 ),
             ],
         )

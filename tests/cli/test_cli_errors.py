@@ -101,7 +101,8 @@ def test_an_unknown_task_points_at_the_tenant_producer_api_tasks_live_under(stac
     ran = agentq(fresh_shell(**stack.env()), "status", "from-the-api")
     assert ran.code == 3, ran
     line = one_line_error(ran)
-    assert "tenant 'default'" in line and "--tenant ACCOUNT_ID" in line
+    assert "tenant 'default'" in line and "--tenant TENANT" in line
+    assert "agentq tenants list" in line
 
 
 def test_the_region_falls_back_like_boto3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ from conftest import Stack
 from jobs_support import client_for, drain, eventbridge, finish
 from openapi_spec_validator import validate
 
+from agentq.principals import PrincipalTenants
 from lambdas import dispatcher, producer_api
 
 pytestmark = pytest.mark.timeout(120)
@@ -87,10 +88,15 @@ def test_jobs_api_jobs_and_tasks_are_per_tenant(stack: Stack) -> None:
     assert call("POST", "/jobs/api-1/tasks", {"tasks": {"X": {"definition": "noop"}}},
                 tenant="globex")[0] == 404  # fmt: skip
 
-    # IAM callers without an authorizer tenant are their account's tenant.
+    # IAM callers without an authorizer tenant act for their principal's mapped tenant
+    # (tests/jobs/test_jobs_api_principals.py); unmapped, they are refused.
+    assert call("GET", "/jobs", tenant=None, account="444455556666")[0] == 403
+    PrincipalTenants(stack.dynamodb, stack.resources.table_name).map(
+        "arn:aws:iam::111122223333:user/alice", "alice-co"
+    )
     status, mine = call("POST", "/tasks", {"definition": "noop", "idempotency_key": "k"},
                         tenant=None, account="111122223333")  # fmt: skip
-    assert status == 201 and mine["tenant"] == "111122223333"
+    assert status == 201 and mine["tenant"] == "alice-co"
     again = call("POST", "/tasks", {"definition": "noop", "idempotency_key": "k"},
                  tenant=None, account="111122223333")[1]  # fmt: skip
     assert again["requestId"] == mine["requestId"]

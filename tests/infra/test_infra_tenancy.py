@@ -1,0 +1,56 @@
+"""The producer API's role reads principal-to-tenant mappings; its Lambda gets the
+tenancy settings of its stage."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk.assertions import Match, Template
+from infra_synth import SynthesizedStage, synthesized
+
+from agentq.config import env_name
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def dev() -> SynthesizedStage:
+    return synthesized("dev")
+
+
+def test_the_producer_api_role_reads_principal_mappings_from_the_events_table(
+    dev: SynthesizedStage,
+) -> None:
+    template = Template.from_stack(dev.stacks.producer_api)
+    table = dev.stacks.infrastructure.events_table
+    exported = dev.stacks.producer_api.resolve(
+        dev.stacks.infrastructure.export_value(table.table_arn)
+    )
+    template.has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "Roles": [{"Ref": Match.string_like_regexp("ProducerApi")}],
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        {
+                            "Sid": "ReadPrincipalTenantMappings",
+                            "Effect": "Allow",
+                            "Action": "dynamodb:GetItem",
+                            "Resource": exported,
+                        }
+                    ]
+                )
+            },
+        },
+    )
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {
+            "Handler": "lambdas.producer_api.handler",
+            "Environment": {
+                "Variables": Match.object_like(
+                    {env_name("api_account_tenant"): "false", env_name("api_tenant_cache_s"): "30"}
+                )
+            },
+        },
+    )
