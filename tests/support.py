@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from conftest import Stack
 
@@ -81,3 +85,83 @@ class EventLog:
             interval=0.1,
             message=f"{count}x {detail_type} for {request_id}",
         )
+
+
+class Forwarder:
+    """A TCP forwarder to moto's server: a real network in between, slowed or cut.
+
+    Held (`hold` until `release`), every request waits before it reaches moto: a slow
+    service. Cut (`cut` until `mend`), every open connection and every new one closes at
+    once, so the client sees its requests fail, as when the service is unreachable.
+    """
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self._target = target
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.connections = 0
+        self._passing = threading.Event()
+        self._passing.set()
+        self._cut = threading.Event()
+        self._lock = threading.Lock()
+        self._open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self._listener.accept()
+                if self._cut.is_set():
+                    client.close()
+                    continue
+                self.connections += 1
+                upstream = socket.create_connection(self._target)
+                with self._lock:
+                    self._open += [client, upstream]
+                # Only requests are held; answers to requests already let through flow.
+                for source, sink, held in ((client, upstream, True), (upstream, client, False)):
+                    threading.Thread(target=self._pump, args=(source, sink, held),
+                                     daemon=True).start()  # fmt: skip
+
+    def _pump(self, source: socket.socket, sink: socket.socket, held: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if held:
+                    self._passing.wait()
+                sink.sendall(data)
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def hold(self) -> None:
+        self._passing.clear()
+
+    def release(self) -> None:
+        self._passing.set()
+
+    def cut(self) -> None:
+        self._cut.set()
+        with self._lock:
+            for sock in self._open:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            self._open.clear()
+
+    def mend(self) -> None:
+        self._cut.clear()
+
+    def close(self) -> None:
+        self.release()
+        self.cut()
+        self._listener.close()
+
+
+@contextlib.contextmanager
+def forwarder(stack: Stack) -> Iterator[Forwarder]:
+    """A Forwarder to the stack's moto server, closed on the way out."""
+    endpoint = urlsplit(stack.env()["AWS_ENDPOINT_URL"])
+    proxy = Forwarder((endpoint.hostname or "127.0.0.1", endpoint.port or 80))
+    try:
+        yield proxy
+    finally:
+        proxy.close()

@@ -13,16 +13,12 @@ import contextlib
 import json
 import os
 import signal
-import socket
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from conftest import Stack
-from support import wait_for
+from support import forwarder, wait_for
 from worker_support import running_worker, send, set_visibility_timeout, state
 
 from agentq.local.workers import REPO_ROOT, SAMPLE_DEFINITIONS, WorkerProcess
@@ -135,76 +131,13 @@ def test_worker_lease_frozen_worker_child_ends_before_its_lease_lapses(
     assert "error.json" not in {o["Key"].removeprefix(winner_folder) for o in listed["Contents"]}
 
 
-class Cable:
-    """A TCP forwarder to moto's server that can be cut and mended: a real network loss.
-
-    Cut, it closes every open connection and every new one at once (the client sees
-    its requests fail, as when DynamoDB is unreachable); mended, it forwards again.
-    """
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self._target = target
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        self._cut = threading.Event()
-        self._lock = threading.Lock()
-        self._open: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                client, _ = self._listener.accept()
-                if self._cut.is_set():
-                    client.close()
-                    continue
-                upstream = socket.create_connection(self._target)
-                with self._lock:
-                    self._open += [client, upstream]
-                for a, b in ((client, upstream), (upstream, client)):
-                    threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                sink.sendall(data)
-        for end in (source, sink):
-            with contextlib.suppress(OSError):
-                end.shutdown(socket.SHUT_RDWR)
-
-    def cut(self) -> None:
-        self._cut.set()
-        with self._lock:
-            for sock in self._open:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-            self._open.clear()
-
-    def mend(self) -> None:
-        self._cut.clear()
-
-    def close(self) -> None:
-        self.cut()
-        self._listener.close()
-
-
-@contextlib.contextmanager
-def _cable(stack: Stack) -> Iterator[Cable]:
-    endpoint = urlsplit(stack.env()["AWS_ENDPOINT_URL"])
-    cable = Cable((endpoint.hostname or "127.0.0.1", endpoint.port or 80))
-    try:
-        yield cable
-    finally:
-        cable.close()
-
-
 def test_worker_lease_worker_cut_off_from_dynamodb_stops_its_child(
     stack: Stack, tmp_path: Path
 ) -> None:
     set_visibility_timeout(stack, 4)
     side_log = tmp_path / "runs.jsonl"
     with (
-        _cable(stack) as cable,
+        forwarder(stack) as cable,
         running_worker(stack, "cut", **_env(AWS_ENDPOINT_URL_DYNAMODB=cable.url)) as worker,
     ):
         task = send(stack, "bench-work", {"seconds": 8, "side_log": str(side_log)})

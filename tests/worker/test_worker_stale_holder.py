@@ -11,20 +11,15 @@ the attempt that produced it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-import socket
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from conftest import Stack
-from support import wait_for
+from support import forwarder, wait_for
 from worker_support import running_worker, send, set_visibility_timeout, state
 
 from agentq.client import AgentqClient
@@ -111,64 +106,16 @@ def test_stale_holder_that_finished_cannot_replace_the_winners_result(
     }
 
 
-class Gate:
-    """A TCP forwarder to moto's server that holds every request while shut: a slow S3."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self._target = target
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        self.open = threading.Event()
-        self.open.set()
-        self.connections = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                client, _ = self._listener.accept()
-                self.connections += 1
-                upstream = socket.create_connection(self._target)
-                threading.Thread(target=self._pump, args=(client, upstream, True),
-                                 daemon=True).start()  # fmt: skip
-                threading.Thread(target=self._pump, args=(upstream, client, False),
-                                 daemon=True).start()  # fmt: skip
-
-    def _pump(self, source: socket.socket, sink: socket.socket, gated: bool) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                if gated:
-                    self.open.wait()
-                sink.sendall(data)
-        for end in (source, sink):
-            with contextlib.suppress(OSError):
-                end.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self.open.set()
-        self._listener.close()
-
-
-@contextlib.contextmanager
-def _gate(stack: Stack) -> Iterator[Gate]:
-    endpoint = urlsplit(stack.env()["AWS_ENDPOINT_URL"])
-    gate = Gate((endpoint.hostname or "127.0.0.1", endpoint.port or 80))
-    try:
-        yield gate
-    finally:
-        gate.close()
-
-
 def test_lease_is_renewed_while_a_slow_upload_runs(stack: Stack, tmp_path: Path) -> None:
     side_log = tmp_path / "runs.jsonl"
     with (
-        _gate(stack) as gate,
+        forwarder(stack) as gate,
         running_worker(stack, "slow-s3", **_env(AWS_ENDPOINT_URL_S3=gate.url)) as worker,
     ):
         # The worker's start-up check of its bucket goes through first (a worker that
         # cannot reach its bucket does not start), then every S3 request waits.
         wait_for(lambda: gate.connections >= 1, timeout=60, message="the start-up check")
-        gate.open.clear()
+        gate.hold()
         task = send(stack, "bench-work", {"seconds": 0.5, "side_log": str(side_log)})
         wait_for(lambda: _runs(side_log, "end", 1), timeout=60, message="the child finished")
         at_exit = state(stack, task)
@@ -180,7 +127,7 @@ def test_lease_is_renewed_while_a_slow_upload_runs(stack: Stack, tmp_path: Path)
         held = state(stack, task)
         assert held is not None and held.state is TaskState.PROCESSING
         assert held.lease_live(), "the lease lapsed while the upload was in progress"
-        gate.open.set()
+        gate.release()
         done = wait_for(lambda: _completed(stack, task), timeout=60, message="completed")
         assert done.attempt == 1
         worker.stop()
