@@ -1,4 +1,5 @@
-"""Hostile SQS messages for the poison tests: what a producer could put on the queue.
+"""Helpers of the security tests: a worker launched on the stack, and hostile SQS
+messages for the poison tests (what a producer could put on the queue).
 
 A `Hostile` is a message shape; `build(request_id)` turns it into a body and attributes
 with a fresh request id, so examples never share a task.
@@ -6,12 +7,56 @@ with a fresh request id, so examples never share a task.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import pwd
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from conftest import Stack
 from hypothesis import strategies as st
+
+from agentq.local.workers import REPO_ROOT, WorkerProcess, fast_env
+
+
+@contextlib.contextmanager
+def launched_worker(
+    stack: Stack,
+    name: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    log_dir: Path | None = None,
+    interpreter: str = sys.executable,
+    user: pwd.struct_passwd | None = None,
+) -> Iterator[WorkerProcess]:
+    """`python -m worker` on the stack with the tests' short intervals and `env` on top,
+    in a session of its own; on the way out it is SIGKILLed with all it started.
+
+    `interpreter` and `user` run it as another user (the isolation tests), which
+    WorkerProcess.start cannot; its log is `log_dir/{name}.log`.
+    """
+    worker = WorkerProcess(name, log_dir)
+    full = {**os.environ, **stack.env(), **fast_env(), **(env or {})}
+    full.setdefault("WORKER_ID", f"{name}-{os.getpid()}")
+    as_user: dict[str, Any] = {}
+    if user is not None:
+        as_user = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+    with worker.log_path.open("ab") as log:
+        worker.process = subprocess.Popen(
+            [interpreter, "-m", "worker"], env=full, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, cwd=REPO_ROOT, start_new_session=True, **as_user,
+        )  # fmt: skip
+    try:
+        yield worker
+    finally:
+        worker.kill()
+
 
 # What SQS accepts in a body or attribute (#x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD and up).
 SQS_TEXT = st.characters(

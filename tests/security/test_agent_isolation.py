@@ -30,11 +30,12 @@ from typing import Any
 import pytest
 import yaml
 from conftest import Stack
+from security_support import launched_worker
 from support import EventLog, wait_for
 
 from agentq.local.claude_env import offline_claude_env
 from agentq.local.model_server import ModelServer
-from agentq.local.workers import REPO_ROOT, fast_env
+from agentq.local.workers import REPO_ROOT
 from worker import isolation
 
 pytestmark = pytest.mark.timeout(300)
@@ -157,8 +158,7 @@ def test_an_agent_with_bash_cannot_reach_the_worker_or_its_credentials(
     shutil.chown(shared / "home" / ".claude", user.pw_uid, user.pw_gid)
     site = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
     env = {
-        **os.environ, **stack.env(),
-        **fast_env(TASK_DEFINITIONS_DIR=str(definitions)),
+        "TASK_DEFINITIONS_DIR": str(definitions),
         **claude_env,
         "HOME": str(shared / "home"),
         "AGENTQ_WORK_DIR": str(shared / "work"),
@@ -168,37 +168,29 @@ def test_an_agent_with_bash_cannot_reach_the_worker_or_its_credentials(
         "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": CREDENTIAL_PATH,
         "WORKER_ONLY_SECRET": WORKER_SECRET,
     }  # fmt: skip
-    with log_path.open("ab") as log:
-        as_user: dict[str, Any] = {}
-        if mode == "same_user":
-            as_user = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
-        worker = subprocess.Popen([interpreter, "-m", "worker"], env=env, stdout=log,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  cwd=REPO_ROOT, start_new_session=True, **as_user)  # fmt: skip
     events = EventLog(stack)
     try:
-        probe = shared / "probe" / "probe.sh"
-        probe.write_text(PROBE.format(pid=worker.pid, log=log_path, out=out))
-        probe.chmod(0o755)
-        command = json.dumps({"command": f"bash {probe}"})
-        request_id = "iso-" + uuid.uuid4().hex[:10]
-        body = {"requestId": request_id, "tenant": "acme", "definition": "probe",
-                "input": {"text": f"Please check. [[model: key iso; tool Bash {command}]]"}}  # fmt: skip
-        stack.sqs.send_message(
-            QueueUrl=stack.resources.queue_url, MessageBody=json.dumps(body),
-            MessageAttributes={"requestId": {"DataType": "String", "StringValue": request_id}},
-        )  # fmt: skip
-        ended = wait_for(
-            lambda: [e for e in events.of(request_id)
-                     if e["detail-type"] in ("Task Completed", "Task Failed")],
-            timeout=180, message="the agent task ended",
-        )  # fmt: skip
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=60)
+        with launched_worker(stack, "worker", env, log_dir=log_dir, interpreter=interpreter,
+                             user=user if mode == "same_user" else None) as worker:  # fmt: skip
+            probe = shared / "probe" / "probe.sh"
+            probe.write_text(PROBE.format(pid=worker.pid, log=log_path, out=out))
+            probe.chmod(0o755)
+            command = json.dumps({"command": f"bash {probe}"})
+            request_id = "iso-" + uuid.uuid4().hex[:10]
+            body = {"requestId": request_id, "tenant": "acme", "definition": "probe",
+                    "input": {"text": f"Please check. [[model: key iso; tool Bash {command}]]"}}  # fmt: skip
+            stack.sqs.send_message(
+                QueueUrl=stack.resources.queue_url, MessageBody=json.dumps(body),
+                MessageAttributes={"requestId": {"DataType": "String", "StringValue": request_id}},
+            )  # fmt: skip
+            ended = wait_for(
+                lambda: [e for e in events.of(request_id)
+                         if e["detail-type"] in ("Task Completed", "Task Failed")],
+                timeout=180, message="the agent task ended",
+            )  # fmt: skip
+            worker.send(signal.SIGTERM)
+            worker.wait(timeout=60)
     finally:
-        if worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait(timeout=10)
         model.stop()
     worker_log = log_path.read_text(errors="replace")
     assert ended[0]["detail-type"] == "Task Completed", (ended, worker_log[-4000:])

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from conftest import Stack
+from security_support import launched_worker
 from support import wait_for
 
-from agentq.local.workers import WorkerProcess, fast_env
 from worker.consumer import ExitCode
 
 pytestmark = pytest.mark.timeout(180)
@@ -31,12 +31,9 @@ def test_a_missing_resource_stops_the_worker_with_one_line_naming_it(
     stack: Stack, variable: str, value: str
 ) -> None:
     endpoint = stack.env().get("AWS_ENDPOINT_URL", "")
-    worker = WorkerProcess(f"preflight-{variable.lower()}")
-    worker.start({**stack.env(), **fast_env(), variable: value.format(endpoint=endpoint)})
-    try:
+    env = {variable: value.format(endpoint=endpoint)}
+    with launched_worker(stack, f"preflight-{variable.lower()}", env) as worker:
         assert worker.wait(timeout=120) == ExitCode.CONFIG
-    finally:
-        worker.kill()
     lines = worker.output().strip().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"agentq worker: configuration: {variable} = ")
@@ -44,13 +41,10 @@ def test_a_missing_resource_stops_the_worker_with_one_line_naming_it(
 
 
 def test_an_unreachable_endpoint_stops_the_worker_naming_what_to_check(stack: Stack) -> None:
-    worker = WorkerProcess("preflight-unreachable")
     # Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
-    worker.start({**stack.env(), **fast_env(), "AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
-    try:
+    unreachable = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+    with launched_worker(stack, "preflight-unreachable", unreachable) as worker:
         assert worker.wait(timeout=150) == ExitCode.CONFIG
-    finally:
-        worker.kill()
     (line,) = worker.output().strip().splitlines()
     assert line.startswith("agentq worker: configuration: SQS_QUEUE_URL = ")
     assert "AWS_ENDPOINT_URL" in line
@@ -88,14 +82,11 @@ def test_a_denied_bus_check_is_logged_and_the_worker_starts(
     stack: Stack, denying_endpoint: str
 ) -> None:
     """The worker's role holds no events:DescribeEventBus (it needs only PutEvents)."""
-    worker = WorkerProcess("preflight-denied-bus")
-    worker.start({**stack.env(), **fast_env(), "AWS_ENDPOINT_URL_EVENTBRIDGE": denying_endpoint})
-    try:
+    denied = {"AWS_ENDPOINT_URL_EVENTBRIDGE": denying_endpoint}
+    with launched_worker(stack, "preflight-denied-bus", denied) as worker:
         wait_for(lambda: "worker started" in worker.output() or not worker.alive(),
                  timeout=60, message="the worker started")  # fmt: skip
         assert worker.alive(), worker.output()
-    finally:
-        worker.kill()
     (warning,) = [r for r in worker.log_records()
                   if r.get("message") == "start-up check not allowed; going on"]  # fmt: skip
     assert warning["setting"] == "EVENTBRIDGE_BUS_NAME"
@@ -104,12 +95,9 @@ def test_a_denied_bus_check_is_logged_and_the_worker_starts(
 
 def test_a_denied_table_check_stops_the_worker(stack: Stack, denying_endpoint: str) -> None:
     """The worker's role holds GetItem on its table: a denial means the wrong table."""
-    worker = WorkerProcess("preflight-denied-table")
-    worker.start({**stack.env(), **fast_env(), "AWS_ENDPOINT_URL_DYNAMODB": denying_endpoint})
-    try:
+    denied = {"AWS_ENDPOINT_URL_DYNAMODB": denying_endpoint}
+    with launched_worker(stack, "preflight-denied-table", denied) as worker:
         assert worker.wait(timeout=120) == ExitCode.CONFIG
-    finally:
-        worker.kill()
     (line,) = worker.output().strip().splitlines()
     assert line.startswith("agentq worker: configuration: DYNAMODB_EVENTS_TABLE_NAME = ")
     assert "is not allowed for these credentials (AccessDeniedException)" in line
