@@ -10,7 +10,7 @@ message's `maxReceiveCount`):
   PENDING task of the tier in the status index, marked `"ageSource": "status-index"`;
 - claims, completions, failures, retries, timeouts and processing time p50/p95: the
   worker's events in the window, through the byType index (each worker event names its
-  tier in `payload.priority`);
+  tier in `payload.priority`, and an attempt's end its `payload.duration_ms`);
 - consumers: workers and their slots from the `Task Processing Started` events of the
   window (`payload.workerSlots`), busy slots and last heartbeats from the PROCESSING
   tasks' STATE items. A worker that started nothing in the window and runs nothing is
@@ -155,7 +155,7 @@ class StatsReader:
                 payload: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
                 tenant = str(event.get("tenant") or "?")
                 groups = (tier_of(payload.get("priority")), tenants[tenant])
-                duration = payload.get("durationMs")
+                duration = payload.get("duration_ms")
                 for group in groups:
                     group.counts[figure] += 1
                     if detail_type != "Task Processing Started" and isinstance(duration, int):
@@ -259,7 +259,7 @@ class StatsReader:
     def _events(self, detail_type: str, since_ms: int, until_ms: int) -> Iterable[dict[str, Any]]:
         # Only the fields counted: a page then holds thousands of events.
         names = {"#tenant": "tenant", "#worker": "workerId", "#at": "timestampMs",
-                 "#p": "payload", "#tier": "priority", "#took": "durationMs",
+                 "#p": "payload", "#tier": "priority", "#took": "duration_ms",
                  "#slots": "workerSlots"}  # fmt: skip
         return self._query(
             IndexName="byType",

@@ -48,19 +48,20 @@ def _env(stack: Stack, definitions: Path) -> dict[str, str]:
     return {**stack.env(), "TASK_DEFINITIONS_DIR": f"{SAMPLE_DEFINITIONS}{os.pathsep}{definitions}"}
 
 
-def _persist_events(stack: Stack) -> int:
-    """Play the save-event Lambda: store every event that reached the bus."""
+def _persist_events(stack: Stack) -> list[dict[str, Any]]:
+    """Play the save-event Lambda: store every event that reached the bus (returned)."""
     store = EventStore(stack.dynamodb, stack.resources.table_name, app_name="agentq")
-    stored = 0
+    details: list[dict[str, Any]] = []
     url = stack.resources.target_queues["save-event"]
     while messages := stack.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get(
         "Messages", []
     ):
         for message in messages:
             body = json.loads(message["Body"])
-            stored += store.append(Event.from_detail(body["detail"], body["detail-type"]))
+            if store.append(Event.from_detail(body["detail"], body["detail-type"])):
+                details.append({"detail-type": body["detail-type"], **body["detail"]})
             stack.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-    return stored
+    return details
 
 
 def _ended(stack: Stack, submitted: list[TaskRecord]) -> bool:
@@ -105,14 +106,22 @@ def test_stats_counts_each_tier_and_tenant_and_the_worker_emits_them(
         for tenant, tier, definition, payload in TASKS
     ]
     worker = WorkerProcess("stats")
+    # Leases long enough that a loaded machine's slow heartbeat does not fence tasks.
     worker.start({**env, **fast_env(MAX_CONCURRENT_CLAUDE="2", METRIC_TENANTS="tenant-a",
+                                    VISIBILITY_EXTENSION_AMOUNT="8",
+                                    VISIBILITY_EXTENSION_INTERVAL="500",
                                     TASK_DEFINITIONS_DIR=env["TASK_DEFINITIONS_DIR"])})  # fmt: skip
     try:
         wait_for(lambda: _ended(stack, submitted), timeout=180, interval=0.3,
                  message="every task ended")  # fmt: skip
     finally:
         worker.stop()  # SIGTERM: the worker sends its last events and metrics, then exits
-    assert _persist_events(stack) > 0
+    stored = _persist_events(stack)
+    # An attempt the worker had to give up (a lease fenced on a loaded machine) is retried:
+    # the retries the bus saw are the ones stats must count, per tier and per tenant.
+    retried = [e for e in stored if e["detail-type"] == "Task Processing Failed"]
+    retries_by_tier = Counter(str(e["payload"]["priority"]) for e in retried)
+    retries_by_tenant = Counter(str(e["tenant"]) for e in retried)
     records = worker.log_records()
 
     ran = agentq({**os.environ, **env}, "stats", "--json", "--window", "15m")
@@ -121,18 +130,22 @@ def test_stats_counts_each_tier_and_tenant_and_the_worker_emits_them(
     assert data["version"] == 1 and data["windowS"] == 900 and data["truncated"] is False
     tiers = {row["tier"]: row for row in data["tiers"]}
     assert list(tiers) == ["high", "normal", "low"]
-    figures = ("claims", "completions", "failures", "retries", "timeouts")
-    assert {t: [tiers[t][f] for f in figures] for t in tiers} == {
-        "high": [4, 3, 1, 0, 0],
-        "normal": [1, 0, 1, 0, 0],
-        "low": [3, 2, 0, 0, 1],
+    endings = ("completions", "failures", "timeouts")
+    assert {t: [tiers[t][f] for f in endings] for t in tiers} == {
+        "high": [3, 1, 0],
+        "normal": [0, 1, 0],
+        "low": [2, 0, 1],
     }
     tenants = {row["tenant"]: row for row in data["tenants"]}
-    assert {t: [tenants[t][f] for f in figures] for t in tenants} == {
-        "tenant-a": [4, 3, 1, 0, 0],
-        "tenant-b": [4, 2, 1, 0, 1],
+    assert {t: [tenants[t][f] for f in endings] for t in tenants} == {
+        "tenant-a": [3, 1, 0],
+        "tenant-b": [2, 1, 1],
     }
+    assert {t: tiers[t]["retries"] for t in tiers} == {t: retries_by_tier[t] for t in tiers}
+    assert {t: tenants[t]["retries"] for t in tenants} == {t: retries_by_tenant[t] for t in tenants}
     for row in [*tiers.values(), *tenants.values()]:
+        # Every attempt started ends once: completed, failed, timed out or retried.
+        assert row["claims"] == sum(row[f] for f in (*endings, "retries"))
         times = row["processingMs"]
         assert times["count"] == row["claims"], "every attempt that ended has a duration"
         assert times["p50"] is not None and times["p50"] <= times["p95"]
@@ -155,17 +168,21 @@ def test_stats_counts_each_tier_and_tenant_and_the_worker_emits_them(
     )
     again = reader.read(900)
     assert counter.total() == again["requests"] == 17
-    assert [row["claims"] for row in again["tiers"]] == [4, 1, 3]
+    assert again["tiers"][0]["claims"] == tiers["high"]["claims"]
 
     # The worker's own EMF lines: one set per tier, tenant-a by name, tenant-b as (other).
+    # (TasksFailed counts a retried attempt too: an attempt failed either way.)
     by_tier = _emf(records, "tier")
-    assert by_tier[("high", "TasksStarted")] == 4 and by_tier[("high", "TasksFailed")] == 1
-    assert by_tier[("low", "TasksStarted")] == 3 and by_tier[("low", "TasksTimedOut")] == 1
-    assert by_tier[("normal", "TasksStarted")] == 1
+    for tier, row in tiers.items():
+        assert by_tier[(tier, "TasksStarted")] == row["claims"], tier
+        assert by_tier[(tier, "TasksCompleted")] == row["completions"], tier
+        assert by_tier[(tier, "TasksFailed")] == row["failures"] + row["retries"], tier
+        assert by_tier[(tier, "TasksTimedOut")] == row["timeouts"], tier
     by_tenant = _emf(records, "tenant")
-    assert by_tenant[("tenant-a", "TasksStarted")] == 4
+    assert by_tenant[("tenant-a", "TasksStarted")] == tenants["tenant-a"]["claims"]
     assert by_tenant[("tenant-a", "TasksCompleted")] == 3
-    assert by_tenant[(OTHER_TENANTS, "TasksStarted")] == 4
+    assert by_tenant[(OTHER_TENANTS, "TasksStarted")] == tenants["tenant-b"]["claims"]
+    assert by_tenant[(OTHER_TENANTS, "TasksTimedOut")] == 1
     assert {value for value, _ in by_tenant} == {"tenant-a", OTHER_TENANTS}, (
         "a tenant not named in METRIC_TENANTS has no dimension value of its own"
     )
