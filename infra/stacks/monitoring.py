@@ -33,12 +33,16 @@ from constructs import Construct
 from infra.stacks.dashboard import build_dashboard
 from infra.stacks.infrastructure import InfrastructureStack
 from infra.stacks.metrics import (
+    DEAD_LETTER_OUTCOMES,
     agentq_metric,
     dead_letters,
     worker_metric,
 )
 from infra.stacks.worker import WorkerStack
 from infra.stages import StageSettings
+
+# The metric helpers moved to infra/stacks/metrics.py; their names stay importable here.
+__all__ = ["DEAD_LETTER_OUTCOMES", "MonitoringStack", "dead_letters", "worker_metric"]
 
 
 class MonitoringStack(cdk.Stack):
