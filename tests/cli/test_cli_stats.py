@@ -204,3 +204,13 @@ def test_stats_without_a_stage_says_what_to_set(tmp_path: Path) -> None:
     assert ran.code == 5, ran
     assert ran.json()["error"]["kind"] == "config"
     one_line_error(ran)
+
+
+def test_stats_draws_its_tables_for_a_stage_with_nothing_done_yet(stack: Stack) -> None:
+    ran = agentq({**os.environ, **stack.env(), "COLUMNS": "250"}, "stats", "--window", "5m")
+    assert ran.code == 0, ran
+    assert "per tier, last 5m" in ran.stdout and "per tenant, last 5m" in ran.stdout
+    for tier in ("high", "normal", "low"):
+        assert f"│ {tier} " in ran.stdout, tier
+    assert "dead letters: 0 waiting, 0 in flight, oldest —" in ran.stdout
+    assert "consumers: 0 worker(s) seen, 0 slot(s), 0 busy" in ran.stdout
