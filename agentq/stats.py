@@ -121,9 +121,17 @@ class StatsReader:
     """Reads the figures; clients are passed in, `cloudwatch` only where SQS metrics exist."""
 
     def __init__(
-        self, settings: Settings, *, sqs: Any, dynamodb: Any, cloudwatch: Any = None
+        self,
+        settings: Settings,
+        *,
+        sqs: Any,
+        dynamodb: Any,
+        cloudwatch: Any = None,
+        page_size: int | None = None,
     ) -> None:
+        """`page_size`: items per query page (DynamoDB's `Limit`; default: 1 MB pages)."""
         self._settings = settings
+        self._page_size = page_size
         self._sqs = sqs
         self._ddb = dynamodb
         self._cloudwatch = None if settings.local else cloudwatch
@@ -286,6 +294,8 @@ class StatsReader:
             )
 
     def _query(self, **query: Any) -> Iterable[dict[str, Any]]:
+        if self._page_size is not None:
+            query["Limit"] = self._page_size
         for _ in range(MAX_PAGES):
             self.requests += 1
             response = self._ddb.query(TableName=self._table, **query)

@@ -8,9 +8,12 @@ from datetime import UTC, datetime
 import pytest
 from conftest import Stack
 
+from agentq import stats
 from agentq.aws import CallCounter
 from agentq.config import Settings
+from agentq.events import task_event
 from agentq.stats import StatsReader
+from agentq.store import EventStore
 
 
 def _queue_name(url: str) -> str:
@@ -53,3 +56,28 @@ def test_on_aws_the_oldest_ages_come_from_one_get_metric_data(
     snapshot = counter.snapshot()
     assert snapshot["cloudwatch:GetMetricData"] == 1
     assert counter.total() - before == data["requests"] == 18
+
+
+def test_a_long_read_stops_at_its_page_cap_and_says_so(
+    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings.from_env(inproc_stack.env())
+    store = EventStore(inproc_stack.dynamodb, inproc_stack.resources.table_name,
+                       app_name=settings.app_name)  # fmt: skip
+    for n in range(9):
+        store.append(task_event("Task Completed", request_id=f"r-{n}", tenant="acme",
+                                priority="high", duration_ms=10 * n))  # fmt: skip
+    monkeypatch.setattr(stats, "MAX_PAGES", 2)
+    counter = CallCounter()
+    reader = StatsReader(settings, sqs=counter.attach(inproc_stack.sqs),
+                         dynamodb=counter.attach(inproc_stack.dynamodb), page_size=3)  # fmt: skip
+    data = reader.read(900)
+    high = data["tiers"][0]
+    assert data["truncated"] is True
+    assert high["completions"] == 6, "two pages of three: a lower bound, not the 9 stored"
+    # 4 queue reads, 2 pages of completions, 4 other event types and 8 status shards once.
+    assert counter.total() == data["requests"] == 4 + 2 + 4 + 8
+    whole = StatsReader(settings, sqs=inproc_stack.sqs, dynamodb=inproc_stack.dynamodb,
+                        page_size=100).read(900)  # fmt: skip
+    assert whole["truncated"] is False and whole["tiers"][0]["completions"] == 9
+    assert whole["tiers"][0]["processingMs"] == {"count": 9, "p50": 40, "p95": 80}
