@@ -146,6 +146,11 @@ class Settings(Runtime, ProducerApi, Reconciler, Health, Events, Child, Receivin
         urls = {tier: named.get(tier) or fallback for tier in self.priorities}
         return {tier: url for tier, url in urls.items() if url}
 
+    @property
+    def metric_tenants(self) -> tuple[str, ...]:
+        """Tenants with their own worker metrics (METRIC_TENANTS)."""
+        return tuple(self.metric_tenants_list.split(",")) if self.metric_tenants_list else ()
+
     def tier_weights(self) -> dict[str, float]:
         return {tier: float(weight) for tier, weight in _pairs(self.priority_weights).items()}
 

@@ -125,6 +125,14 @@ class Runtime(BaseSettings):
         "ECS_AGENT_URI", None, "Set by ECS; enables task scale-in protection.", "worker", **URL
     )
     log_level: Annotated[LogLevel, Level] = var("LOG_LEVEL", "INFO", "Log level.", "all")
+    metric_tenants_list: str | None = var(
+        "METRIC_TENANTS", None,
+        "Tenants whose worker metrics carry their own `tenant` dimension, as `a,b,...` "
+        "(at most 50); every other tenant's are summed as `(other)`. Each named tenant "
+        "adds about 7 billed CloudWatch metrics (docs/operations.md, \"Metrics\").",
+        "worker", min_length=1, max_length=6_500,
+        pattern=r"^[a-zA-Z0-9_.-]{1,128}(,[a-zA-Z0-9_.-]{1,128}){0,49}$",
+    )  # fmt: skip
     clock_offset_ms: Int = var(
         "AGENTQ_TEST_CLOCK_OFFSET_MS", 0,
         "TEST ONLY: shifts this process's agentq clock (`agentq.events.now_ms`: leases, "

@@ -48,6 +48,8 @@ class WorkerSettings:
     scale_out_cooldown_s: int = 60
     scale_in_cooldown_s: int = 300
     nat_gateways: int = 1
+    # METRIC_TENANTS: tenants with their own worker metrics (docs/operations.md, "Metrics").
+    metric_tenants: tuple[str, ...] = ()
 
     def check(self) -> None:
         if not 0 < self.stop_timeout_s <= FARGATE_MAX_STOP_TIMEOUT_S:

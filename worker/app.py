@@ -107,7 +107,14 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
     def slots_busy() -> int:
         return busy[0].slots.busy if busy else 0
 
-    metrics = MetricsMiddleware(slots_busy=slots_busy, counter=counter, stage=settings.stage)
+    metrics = MetricsMiddleware(
+        slots_busy=slots_busy,
+        counter=counter,
+        stage=settings.stage,
+        slots=settings.max_concurrent,
+        tiers=settings.priorities,
+        tenants=settings.metric_tenants,
+    )
     middleware: list[Middleware] = [metrics]
     ticks = [metrics.tick]
     if settings.ecs_agent_uri:

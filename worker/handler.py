@@ -13,6 +13,7 @@ worker.outbox (events, and deletes that wait for them); this module runs them in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -147,15 +148,22 @@ class MessageHandler:
         attributes, max_attempts = ready.attributes, ready.max_attempts
         timeout_ms = ready.timeout_ms
         sent = attributes.get("SentTimestamp")
+        # A message without a priority has its queue's tier: the attempt's events say
+        # which, so `agentq stats` counts every task under its tier.
+        tier = envelope.priority or entry.tier or self._settings.default_priority
+        if envelope.priority is None:
+            envelope = dataclasses.replace(envelope, priority=tier)
         start = TaskStart(
             request_id=envelope.request_id,
             tenant=envelope.tenant,
             definition=definition.name,
             attempt=lease.attempt,
             queue_wait_ms=max(0, now_ms() - int(sent)) if sent else None,
+            tier=tier,
         )
         self._outbox.emit("Task Processing Started", envelope=envelope, attempt=lease.attempt,
-                          effective_until_ms=lease.effective_until_ms)  # fmt: skip
+                          effective_until_ms=lease.effective_until_ms,
+                          workerSlots=self._settings.max_concurrent)  # fmt: skip
         for middleware in self._middleware:
             _safely(middleware.before_process, start)
         began = time.monotonic()

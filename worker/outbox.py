@@ -62,6 +62,8 @@ class Outbox:
         effective_until_ms: int | None = None,
         **payload: Any,
     ) -> Event:
+        if envelope is not None and envelope.priority:
+            payload.setdefault("priority", envelope.priority)  # per-tier figures
         return task_event(
             detail_type,
             request_id=envelope.request_id if envelope else str(request_id),

@@ -14,9 +14,8 @@ the AWS-managed SNS key would not).
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import Duration
@@ -31,41 +30,19 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from agentq.dlq import DlqOutcome
+from infra.stacks.dashboard import build_dashboard
 from infra.stacks.infrastructure import InfrastructureStack
+from infra.stacks.metrics import (
+    DEAD_LETTER_OUTCOMES,
+    agentq_metric,
+    dead_letters,
+    worker_metric,
+)
 from infra.stacks.worker import WorkerStack
 from infra.stages import StageSettings
 
-NAMESPACE: Final = "agentq"
-WORKER_SERVICE: Final = "worker"
-# DLQ-processor outcomes that mean a task's message was dead-lettered and settled
-# ("lease-live" comes back until its holder ends, "archived" is a redrive's record,
-# "returned" went back to the task queue with attempts left: the task goes on).
-DEAD_LETTER_OUTCOMES: Final = tuple(
-    o for o in typing.get_args(DlqOutcome) if o not in ("lease-live", "archived", "returned")
-)
-
-
-def agentq_metric(
-    name: str, *, service: str, stage: str, statistic: str = "Sum", period: Duration
-) -> cloudwatch.Metric:
-    """One of agentq's EMF metrics (the worker's, or a Lambda's `agentq-<function>`)."""
-    return cloudwatch.Metric(
-        namespace=NAMESPACE,
-        metric_name=name,
-        dimensions_map={"service": service, "stage": stage},
-        statistic=statistic,
-        period=period,
-    )
-
-
-def worker_metric(
-    name: str, *, stage: str, statistic: str = "Sum", period: Duration
-) -> cloudwatch.Metric:
-    """One of the worker's EMF metrics (TasksStarted, TasksFailed, TaskDuration, ...)."""
-    return agentq_metric(
-        name, service=WORKER_SERVICE, stage=stage, statistic=statistic, period=period
-    )
+# The metric helpers moved to infra/stacks/metrics.py; their names stay importable here.
+__all__ = ["DEAD_LETTER_OUTCOMES", "MonitoringStack", "dead_letters", "worker_metric"]
 
 
 class MonitoringStack(cdk.Stack):
@@ -211,7 +188,10 @@ class MonitoringStack(cdk.Stack):
             "upstream lost them (the health check's Slack alert names each one)",
         )
 
-        self.dashboard = self._dashboard(settings, core, worker, functions, period)
+        self.dashboard = build_dashboard(
+            self, settings=settings, core=core, worker=worker, functions=functions,
+            alarms=self.alarms, period=period,
+        )  # fmt: skip
 
     def _alarm(
         self,
@@ -236,82 +216,6 @@ class MonitoringStack(cdk.Stack):
         created.add_alarm_action(self._notify)
         self.alarms.append(created)
         return created
-
-    def _dashboard(
-        self,
-        settings: StageSettings,
-        core: InfrastructureStack,
-        worker: WorkerStack,
-        functions: Mapping[str, lambda_.IFunction],
-        period: Duration,
-    ) -> cloudwatch.Dashboard:
-        stage = settings.name
-        dashboard = cloudwatch.Dashboard(
-            self, "Dashboard", dashboard_name=f"{settings.names.prefix}-overview"
-        )
-        queue = core.task_queue
-        dashboard.add_widgets(
-            cloudwatch.GraphWidget(
-                title="Task queue",
-                left=[
-                    queue.metric_approximate_number_of_messages_visible(period=period),
-                    queue.metric_approximate_number_of_messages_not_visible(period=period),
-                    dead_letters(stage, period),
-                ],
-                right=[queue.metric_approximate_age_of_oldest_message(period=period)],
-                width=12,
-            ),
-            cloudwatch.GraphWidget(
-                title="Worker tasks",
-                left=[
-                    worker_metric(name, stage=stage, period=period)
-                    for name in ("TasksStarted", "TasksCompleted", "TasksFailed", "TasksTimedOut")
-                ],
-                right=[
-                    worker.service.metric_cpu_utilization(period=period),
-                    worker_metric("SlotsBusy", stage=stage, statistic="Average", period=period),
-                ],
-                width=12,
-            ),
-            cloudwatch.GraphWidget(
-                title="Task duration and queue wait (ms, p90)",
-                left=[
-                    worker_metric("TaskDuration", stage=stage, statistic="p90", period=period),
-                    worker_metric("QueueWait", stage=stage, statistic="p90", period=period),
-                ],
-                width=12,
-            ),
-            cloudwatch.GraphWidget(
-                title="Lambda errors and throttles",
-                left=[
-                    function.metric_errors(period=period, label=name)
-                    for name, function in functions.items()
-                ],
-                right=[
-                    function.metric_throttles(period=period, label=f"{name} throttled")
-                    for name, function in functions.items()
-                ],
-                width=12,
-            ),
-            cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms), width=24),
-        )
-        return dashboard
-
-
-def dead_letters(stage: str, period: Duration) -> cloudwatch.MathExpression:
-    """Dead letters the DLQ processor settled, whatever the outcome's name."""
-    using = {
-        f"d{index}": agentq_metric(
-            f"DeadLetters_{outcome}", service="agentq-dlq-processor", stage=stage, period=period
-        )
-        for index, outcome in enumerate(DEAD_LETTER_OUTCOMES)
-    }
-    return cloudwatch.MathExpression(
-        expression=" + ".join(f"FILL({key}, 0)" for key in using),
-        using_metrics=using,
-        period=period,
-        label="tasks dead-lettered",
-    )
 
 
 def rule_failed_invocations(

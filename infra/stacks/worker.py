@@ -274,7 +274,9 @@ class WorkerStack(cdk.Stack):
             env_name("warm_agent"): worker.warm_agent,
             env_name("log_level"): "INFO",
             env_name("liveness_file"): LIVENESS_FILE,
-        }
+            **({env_name("metric_tenants_list"): ",".join(worker.metric_tenants)}
+               if worker.metric_tenants else {}),
+        }  # fmt: skip
 
     def _autoscaling(self, settings: StageSettings, core: InfrastructureStack) -> None:
         worker = settings.worker

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from worker.telemetry import MetricsMiddleware, TaskEnd, TaskStart, write_line
+from worker.telemetry import OTHER_TENANTS, MetricsMiddleware, TaskEnd, TaskStart, write_line
 
 
 def _metric_names(line: str) -> set[str]:
@@ -87,3 +87,54 @@ def test_without_a_log_handler_the_line_goes_to_stdout_whole(
     monkeypatch.setattr(logging.getLogger("worker"), "handlers", [])
     write_line('{"_aws":{}}')
     assert capsys.readouterr().out == '{"_aws":{}}\n'
+
+
+def _lines_by(lines: list[str], dimension: str) -> dict[str, dict[str, Any]]:
+    """The last line for each value of `dimension` (lines without it left out)."""
+    found: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        payload = json.loads(line)
+        if dimension in payload:
+            (dimensions,) = payload["_aws"]["CloudWatchMetrics"][0]["Dimensions"]
+            assert set(dimensions) == {"service", "stage", dimension}
+            assert payload["stage"] == "qa"
+            found[payload[dimension]] = payload
+    return found
+
+
+def test_tiers_and_named_tenants_get_their_own_lines_and_the_rest_share_one() -> None:
+    lines: list[str] = []
+    metrics = MetricsMiddleware(slots_busy=lambda: 1, counter=None, stage="qa",
+                                write=lines.append, slots=4, tiers=("high", "low"),
+                                tenants=("acme",))  # fmt: skip
+    first = TaskStart(request_id="r-1", tenant="acme", definition="d", attempt=1,
+                      queue_wait_ms=5, tier="high")  # fmt: skip
+    second = TaskStart(request_id="r-2", tenant="globex", definition="d", attempt=1,
+                       queue_wait_ms=None, tier="low")  # fmt: skip
+    metrics.before_process(first)
+    metrics.before_process(second)
+    metrics.after_process(TaskEnd(start=first, result="failed", duration_ms=70))
+    tiers = _lines_by(lines, "tier")
+    assert tiers["high"]["TasksStarted"] == [1.0] and tiers["high"]["TasksFailed"] == [1.0]
+    assert tiers["high"]["TaskDuration"] == [70.0] and tiers["high"]["TasksInFlight"] == [0.0]
+    assert tiers["low"]["TasksInFlight"] == [1.0], "a tier with a running task reports it"
+    tenants = _lines_by(lines, "tenant")
+    assert set(tenants) == {"acme", OTHER_TENANTS}, "globex is not named: it is (other)"
+    assert json.loads(lines[0])["Slots"] == [4.0]
+    lines.clear()
+    metrics.after_process(TaskEnd(start=second, result="timeout", duration_ms=900))
+    assert set(_lines_by(lines, "tier")) == {"low"}, "a quiet tier sends nothing"
+    assert _lines_by(lines, "tier")["low"]["TasksTimedOut"] == [1.0]
+    assert _lines_by(lines, "tenant")[OTHER_TENANTS]["TasksInFlight"] == [0.0]
+
+
+def test_without_named_tenants_there_are_no_tenant_lines() -> None:
+    lines: list[str] = []
+    metrics = MetricsMiddleware(slots_busy=lambda: 0, counter=None, stage="qa",
+                                write=lines.append, tiers=("normal",))  # fmt: skip
+    start = TaskStart(request_id="r-1", tenant="acme", definition="d", attempt=1,
+                      queue_wait_ms=1, tier="normal")  # fmt: skip
+    metrics.before_process(start)
+    metrics.after_process(TaskEnd(start=start, result="completed", duration_ms=3))
+    assert _lines_by(lines, "tenant") == {}
+    assert _lines_by(lines, "tier")["normal"]["TasksCompleted"] == [1.0]
