@@ -20,7 +20,6 @@ from agentq.store.tenants import (
     MAX_LIMIT,
     TenantLimitStore,
     free_seats,
-    validate_limit,
     validate_tenant,
 )
 
@@ -52,10 +51,15 @@ def parse_limit(text: str) -> int | None:
     if text.strip().lower() == DEFAULT_WORD:
         return None
     stripped = text.strip()
-    if not stripped.isascii() or not stripped.isdigit() or len(stripped) > 5:
+    if (
+        not stripped.isascii()
+        or not stripped.isdigit()
+        or len(stripped) > 5
+        or int(stripped) > MAX_LIMIT
+    ):
         raise InvalidInput("N", f"must be an integer from 0 to {MAX_LIMIT} or "
                                 f"'{DEFAULT_WORD}', got {shown(text)}")  # fmt: skip
-    return validate_limit(int(stripped))
+    return int(stripped)
 
 
 def _store() -> tuple[TenantLimitStore, int]:

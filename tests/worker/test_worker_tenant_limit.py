@@ -112,7 +112,7 @@ def test_a_killed_workers_seats_come_free_within_a_lease(stack: Stack, tmp_path:
     store(stack).tenant_limits().set("crowd", 2)  # an override; the fleet has no default
     events = EventLog(stack)
     with running_worker(stack, "doomed", **SLOTS) as doomed:
-        held = [_send(stack, "crowd", 2.0, side_log) for _ in range(2)]
+        held = [_send(stack, "crowd", 6.0, side_log) for _ in range(2)]
         for task in held:
             events.wait(task.request_id, "Task Processing Started", timeout=60)
         doomed.kill()
