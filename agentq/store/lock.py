@@ -64,9 +64,14 @@ class TaskLock(LeaseRenewals):
                                envelope.not_before_ms)  # fmt: skip
         token = uuid.uuid4().hex
         if tenant_limit > 0:
-            return acquire_seated(self, envelope, token=token, worker_id=worker_id,
-                                  lease_seconds=lease_seconds, max_attempts=max_attempts,
-                                  timeout_ms=timeout_ms, limit=tenant_limit)  # fmt: skip
+            return acquire_seated(
+                self.tenant_limits(), envelope, token=token, worker_id=worker_id,
+                lease_seconds=lease_seconds, max_attempts=max_attempts, limit=tenant_limit,
+                lock_request=lambda at, until: self._lock_request(
+                    envelope, token=token, worker_id=worker_id, now=at,
+                    effective_until=until, max_attempts=max_attempts, timeout_ms=timeout_ms),
+                refusal=lambda item, at: self._refusal(envelope, item, at, max_attempts),
+            )  # fmt: skip
         effective_until = now + int(lease_seconds * 1000)
         request = self._lock_request(
             envelope, token=token, worker_id=worker_id, now=now,

@@ -16,12 +16,13 @@ request, a first attempt none.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
 from agentq.envelope import TaskEnvelope
-from agentq.errors import TenantAtLimit
+from agentq.errors import LockNotAcquired, TenantAtLimit
 from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store import idempotent, transact
@@ -30,8 +31,10 @@ from agentq.store.leases import Lease
 from agentq.store.records import TaskRecord
 from agentq.store.tenants import TenantLimitStore, free_seats, seat_start
 
-if TYPE_CHECKING:
-    from agentq.store.lock import TaskLock
+# The lock's UpdateItem parameters for (now, effective until), and the refusal a failed
+# condition means for (the item as it is, now): agentq.store.lock's.
+LockRequest = Callable[[int, int], dict[str, Any]]
+Refusal = Callable[[Mapping[str, Any] | None, int], LockNotAcquired]
 
 # Transactions per acquire at most: seats taken by others between our query and our
 # write are tried around; past this the tenant is as good as full.
@@ -39,32 +42,29 @@ MAX_SEAT_TRIES: Final = 4
 
 
 def acquire_seated(
-    lock: TaskLock,
+    seats: TenantLimitStore,
     envelope: TaskEnvelope,
     *,
     token: str,
     worker_id: str,
     lease_seconds: float,
     max_attempts: int,
-    timeout_ms: int | None,
     limit: int,
+    lock_request: LockRequest,
+    refusal: Refusal,
 ) -> Lease:
-    seats = TenantLimitStore(lock._ddb, lock._table)
     expected = 0
     seat = seat_start(envelope.request_id, limit)
     tried: set[int] = set()
     for _ in range(MAX_SEAT_TRIES):
         now = now_ms()
         until = now + int(lease_seconds * 1000)
-        request = lock._lock_request(
-            envelope, token=token, worker_id=worker_id, now=now, effective_until=until,
-            max_attempts=max_attempts, timeout_ms=timeout_ms,
-        )  # fmt: skip
+        request = lock_request(now, until)
         _expect_attempt(request, expected)
         take = seats.take(envelope.tenant, seat, token=token, request_id=envelope.request_id,
                           worker_id=worker_id, until_ms=until, now=now)  # fmt: skip
         try:
-            transact.write(lock._ddb, [{"Update": request}, {"Update": take}])
+            transact.write(seats.client, [{"Update": request}, {"Update": take}])
         except ClientError as error:
             found = transact.reasons(error)
             if found is None:
@@ -85,7 +85,7 @@ def acquire_seated(
                 ):
                     expected = record.attempt
                     continue
-                raise lock._refusal(envelope, item, now, max_attempts) from None
+                raise refusal(item, now) from None
             if transact.code(found, 1) != transact.CONDITION:
                 raise
             tried.add(seat)

@@ -138,6 +138,10 @@ class TenantLimitStore:
         self._ddb = dynamodb
         self._table = table_name
 
+    @property
+    def client(self) -> Any:
+        return self._ddb
+
     def _key(self, tenant: str, sort_key: str) -> dict[str, Any]:
         return {"PK": {"S": tenant_pk(tenant)}, "SK": {"S": sort_key}}
 
