@@ -139,6 +139,18 @@ class Receiving(BaseSettings):
         "due; a longer wait is several re-delays. SQS allows at most 12 hours.",
         "worker", ge=1, le=43_200,
     )  # fmt: skip
+    tenant_concurrency_limit: Int = var(
+        "TENANT_CONCURRENCY_LIMIT", 0,
+        "Tasks of one tenant that may hold a lock at once across the whole fleet (0: "
+        "unlimited); `agentq tenants limit` overrides it per tenant.",
+        "worker", ge=0, le=1_000,  # agentq.store.tenants.MAX_LIMIT
+    )  # fmt: skip
+    tenant_limit_backoff_ms: Int = var(
+        "TENANT_LIMIT_BACKOFF", 2_000,
+        "How long (ms, jittered from half to the whole) a task over its tenant's limit "
+        "waits before it is tried again; no attempt and no receive is spent.",
+        "worker", ge=100, le=900_000,
+    )  # fmt: skip
     drain_timeout_ms: Int = var(
         "DRAIN_TIMEOUT",
         120_000,

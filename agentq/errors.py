@@ -171,6 +171,17 @@ class AttemptsExhausted(LockNotAcquired):
         super().__init__(request_id, "RETRYING", f"task {request_id} used {attempts} attempts")
 
 
+class TenantAtLimit(LockNotAcquired):
+    """Every seat of the task's tenant is held: it waits, no attempt spent, for one."""
+
+    def __init__(self, request_id: str, tenant: str, limit: int) -> None:
+        self.tenant = tenant
+        self.limit = limit
+        super().__init__(
+            request_id, None, f"tenant {tenant} runs {limit} tasks already (its limit)"
+        )
+
+
 class CancelRequested(AgentqError):
     """A lease renewal found the task's `cancelRequested` flag: its child must stop."""
 

@@ -2,7 +2,7 @@
 
 Per interval: one `ChangeMessageVisibilityBatch` per 10 held messages, one
 `TransactWriteItems` renewing every running task's lease (`TaskStore.renew_many`,
-conditional on each lease token), and one `PutEvents` for all `Task Heartbeat` events:
+conditional on each lease token; a task of a limited tenant renews its seat with it), and one `PutEvents` for all `Task Heartbeat` events:
 three requests for ten tasks. A renewal that finds another lease token means a newer
 attempt owns the task: that child is stopped. After three consecutive failed extensions
 a message is no longer extended (it becomes visible again and the STATE item arbitrates).

@@ -1,7 +1,9 @@
 """Getting a received message ready to run: validate it, then lock its task.
 
 The lock is a conditional update of the task's STATE item (`TaskStore.acquire`): it
-holds for one worker at a time, and its lease token fences every later write. What
+holds for one worker at a time, and its lease token fences every later write. A tenant
+with a concurrency limit (TENANT_CONCURRENCY_LIMIT or its override, read through a
+cache) has the lock take one of its seats too, in the same transaction. What
 could not be prepared is settled by worker.refusals; what was prepared but will not
 start here (a drain) gives its lock back.
 """
@@ -20,6 +22,7 @@ from agentq.errors import InvalidInput, LeaseLost, LockNotAcquired, NotFound
 from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store.tasks import Lease, TaskStore
+from agentq.store.tenants import CachedTenantLimits
 from worker.batcher import SqsBatcher
 from worker.inflight import InFlight, InFlightRegistry
 from worker.leasefile import lease_times
@@ -60,6 +63,9 @@ class Preparer:
         self._inflight = inflight
         self._worker_id = worker_id
         self._refusals = refusals
+        self._limits = CachedTenantLimits(
+            store.tenant_limits(), default=settings.tenant_concurrency_limit
+        )
 
     def prepare(self, message: Mapping[str, Any], entry: InFlight) -> Prepared | str:
         """Validate and lock: a task ready to run, or the verdict that settled it.
@@ -92,6 +98,7 @@ class Preparer:
                 lease_seconds=self._settings.lease_seconds,
                 max_attempts=max_attempts,
                 timeout_ms=timeout_ms,
+                tenant_limit=self._limits.limit(envelope.tenant),
             )
         except LockNotAcquired as refusal:
             return self._refusals.refused(entry, envelope, refusal, message=message)

@@ -26,6 +26,7 @@ from agentq.errors import (
     TaskAlreadyTerminal,
     TaskHeldElsewhere,
     TaskNotReady,
+    TenantAtLimit,
 )
 from agentq.events import REJECTED_REASON, Event, now_ms
 from agentq.schedule import remaining_s
@@ -199,6 +200,16 @@ class Refusals:
                 entry, envelope, error, attempt=refusal.attempts, reason="attempts exhausted"
             )
             return "failed"
+        if isinstance(refusal, TenantAtLimit):
+            # The slot goes to other work; the task waits as a fresh copy, so neither an
+            # attempt nor a receive is spent however long its tenant stays at its limit.
+            base = self._settings.tenant_limit_backoff_ms / 1000
+            delay = random.uniform(base / 2, base)
+            logger.info("tenant at its concurrency limit; backing off",
+                        extra={**log, "tenant": refusal.tenant, "limit": refusal.limit,
+                               "delay_s": delay})  # fmt: skip
+            self._back_off(entry, delay, message, always_fresh=True)
+            return "tenant_limit"
         if isinstance(refusal, TaskNotReady):
             delay = backoff_s(3, base_s=self._settings.retry_backoff_base_s,
                               max_s=self._settings.retry_backoff_max_s)  # fmt: skip
@@ -218,17 +229,25 @@ class Refusals:
         self._back_off(entry, random.uniform(1, CONTENTION_BACKOFF_S), message)
         return "contended"
 
-    def _back_off(self, entry: InFlight, delay_s: float, message: Mapping[str, Any] | None) -> None:
+    def _back_off(
+        self,
+        entry: InFlight,
+        delay_s: float,
+        message: Mapping[str, Any] | None,
+        *,
+        always_fresh: bool = False,
+    ) -> None:
         """Look at a task again later without running it now.
 
         Every receive counts toward the queue's maxReceiveCount, attempt or not: a
         message that backs off more than once (a takeover after a crash, a duplicate
         of a long task) would be dead-lettered with attempts left. From its second
         receive on it is requeued as a fresh copy instead; the STATE item, not the
-        receive count, decides how often the task runs.
+        receive count, decides how often the task runs. `always_fresh`: from the first,
+        for a wait that may repeat many times (a tenant at its limit).
         """
         receives = int((message or {}).get("Attributes", {}).get("ApproximateReceiveCount", 1))
-        fresh = message is not None and receives > 1
+        fresh = message is not None and (receives > 1 or always_fresh)
         if fresh:
             logger.info("backing off: requeued as a fresh copy",
                         extra={"requestId": entry.request_id, "receives": receives})  # fmt: skip

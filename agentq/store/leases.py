@@ -4,13 +4,17 @@ A renewal is conditional on the lease token, the PROCESSING state and the absenc
 `cancelRequested`. A refused one comes back with the item as it is
 (`ReturnValuesOnConditionCheckFailure`), which tells a cancel of this very attempt
 (`cancelled`) from a lease another attempt took (`lost`) without a read.
+
+A lease that holds a tenant seat (agentq.store.tenants) renews the seat in the same
+transaction: a seat another task took after it lapsed makes the lease `lost` (the
+worker's fence has stopped that child already: its lease lapsed with the seat).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from botocore.exceptions import ClientError
@@ -18,9 +22,10 @@ from botocore.exceptions import ClientError
 from agentq.errors import CancelRequested, LeaseLost
 from agentq.events import now_ms
 from agentq.states import TaskState
-from agentq.store import idempotent, keys
+from agentq.store import idempotent, keys, transact
 from agentq.store._dynamo import condition_failed
 from agentq.store.codec import from_item, values
+from agentq.store.tenants import TenantLimitStore
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +46,11 @@ class Lease:
     worker_id: str
     attempt: int
     effective_until_ms: int
+    # The tenant seat this attempt holds (agentq.store.tenants), when its tenant is limited.
+    seat: int | None = None
+
+    def extended(self, effective_until_ms: int) -> Lease:
+        return replace(self, effective_until_ms=effective_until_ms)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,30 +73,22 @@ class LeaseRenewals:
             "SK": {"S": keys.STATE_SK},
         }
 
+    @property
+    def _tenants(self) -> TenantLimitStore:
+        return TenantLimitStore(self._ddb, self._table)
+
     def renew(self, lease: Lease, *, lease_seconds: float) -> Lease:
         """Extend a held lease; `LeaseLost` if another attempt owns the task now."""
         now = now_ms()
         effective_until = now + int(lease_seconds * 1000)
+        if lease.seat is not None:
+            return self._renew_seated(lease, now, effective_until)
         # A retried renewal meets its own condition unchanged (same token, PROCESSING),
         # so only transaction conflicts need handling here.
         try:
-            idempotent.retry_conflicts(lambda: self._ddb.update_item(
-                TableName=self._table,
-                Key=self._key(lease.tenant, lease.request_id),
-                UpdateExpression=(
-                    "SET effectiveUntil = :eu, lastHeartbeatAt = :now, statusSK = :ssk"
-                ),
-                ConditionExpression=RENEW_CONDITION,
-                ExpressionAttributeNames={"#state": "state"},
-                ExpressionAttributeValues=values(
-                    eu=effective_until,
-                    now=now,
-                    ssk=keys.status_sk(effective_until, lease.tenant, lease.request_id),
-                    token=lease.token,
-                    processing=TaskState.PROCESSING.value,
-                ),
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            ))  # fmt: skip
+            idempotent.retry_conflicts(
+                lambda: self._ddb.update_item(**self._renewal(lease, now, effective_until))
+            )
         except ClientError as error:
             if condition_failed(error):
                 item: Any = error.response.get("Item")
@@ -94,14 +96,25 @@ class LeaseRenewals:
                     raise CancelRequested(lease.request_id) from None
                 raise LeaseLost(lease.request_id, lease.token) from None
             raise
-        return Lease(
-            request_id=lease.request_id,
-            tenant=lease.tenant,
-            token=lease.token,
-            worker_id=lease.worker_id,
-            attempt=lease.attempt,
-            effective_until_ms=effective_until,
-        )
+        return lease.extended(effective_until)
+
+    def _renew_seated(self, lease: Lease, now: int, effective_until: int) -> Lease:
+        # Both conditions hold again on a botocore retry of an applied renewal (same token).
+        try:
+            transact.write(self._ddb, self._renewal_items(lease, now, effective_until))
+        except ClientError as error:
+            found = transact.reasons(error)
+            if found is None or transact.CONDITION not in (
+                transact.code(found, 0),
+                transact.code(found, 1),
+            ):
+                raise
+            if transact.code(found, 0) == transact.CONDITION and _cancel_requested(
+                lease, found[0].get("Item")
+            ):
+                raise CancelRequested(lease.request_id) from None
+            raise LeaseLost(lease.request_id, lease.token) from None
+        return lease.extended(effective_until)
 
     def renew_many(
         self, leases: Iterable[Lease], *, lease_seconds: float
@@ -111,7 +124,8 @@ class LeaseRenewals:
         return renewals.renewed, renewals.lost + renewals.cancelled
 
     def renew_leases(self, leases: Iterable[Lease], *, lease_seconds: float) -> Renewals:
-        """Renew many leases with one `TransactWriteItems` per 100.
+        """Renew many leases with one `TransactWriteItems` per 100 items (a lease holding
+        a tenant seat is two: its STATE item and its seat).
 
         A renewal refused because a cancel was requested (the `cancelRequested` flag,
         seen in the refused item the transaction returns: no extra read) is `cancelled`.
@@ -121,68 +135,65 @@ class LeaseRenewals:
         and the rest retried; any other cancellation falls back to `renew` one by one.
         A lease in neither list could not be renewed this time (the caller tries again).
         """
-        renewed: list[Lease] = []
-        lost: list[Lease] = []
-        cancelled: list[Lease] = []
-        todo = list(leases)
-        for start in range(0, len(todo), MAX_TRANSACTION_ITEMS):
-            pending = todo[start : start + MAX_TRANSACTION_ITEMS]
-            while pending:
-                now = now_ms()
-                effective_until = now + int(lease_seconds * 1000)
-                try:
-                    self._ddb.transact_write_items(
-                        TransactItems=[
-                            {"Update": self._renewal(lease, now, effective_until)}
-                            for lease in pending
-                        ]
-                    )
-                except ClientError as error:
-                    if (
-                        error.response.get("Error", {}).get("Code")
-                        != "TransactionCanceledException"
-                    ):
-                        raise
-                    reasons = error.response.get("CancellationReasons") or []
-                    failed = {
-                        index
-                        for index, reason in enumerate(reasons)
-                        if reason.get("Code") == "ConditionalCheckFailed"
-                    }
-                    if not failed:
-                        # A conflict, say: one by one, and one lease's error (after its
-                        # own retries) must not cost the others their renewal.
-                        for lease in pending:
-                            try:
-                                renewed.append(self.renew(lease, lease_seconds=lease_seconds))
-                            except LeaseLost:
-                                lost.append(lease)
-                            except CancelRequested:
-                                cancelled.append(lease)
-                            except ClientError:
-                                logger.exception("renewing one lease failed; next beat retries",
-                                                 extra={"requestId": lease.request_id})  # fmt: skip
-                        pending = []
-                        continue
-                    for i in sorted(failed):
-                        item = reasons[i].get("Item")
-                        seen = _cancel_requested(pending[i], item)
-                        (cancelled if seen else lost).append(pending[i])
-                    pending = [lease for i, lease in enumerate(pending) if i not in failed]
-                    continue
-                renewed.extend(
-                    Lease(
-                        request_id=lease.request_id,
-                        tenant=lease.tenant,
-                        token=lease.token,
-                        worker_id=lease.worker_id,
-                        attempt=lease.attempt,
-                        effective_until_ms=effective_until,
-                    )
-                    for lease in pending
-                )
-                pending = []
-        return Renewals(renewed=renewed, lost=lost, cancelled=cancelled)
+        out = Renewals(renewed=[], lost=[], cancelled=[])
+        for chunk in _chunks(list(leases)):
+            self._renew_chunk(chunk, lease_seconds, out)
+        return out
+
+    def _renew_chunk(self, pending: list[Lease], lease_seconds: float, out: Renewals) -> None:
+        while pending:
+            now = now_ms()
+            effective_until = now + int(lease_seconds * 1000)
+            items: list[dict[str, Any]] = []
+            owners: list[tuple[int, bool]] = []  # per item: (lease index, is the STATE item)
+            for index, lease in enumerate(pending):
+                parts = self._renewal_items(lease, now, effective_until)
+                items.extend(parts)
+                owners.extend((index, n == 0) for n in range(len(parts)))
+            try:
+                self._ddb.transact_write_items(TransactItems=items)
+            except ClientError as error:
+                found = transact.reasons(error)
+                if found is None:
+                    raise
+                failed: dict[int, Any] = {}
+                for position, reason in enumerate(found[: len(owners)]):
+                    if reason.get("Code") == transact.CONDITION:
+                        index, is_state = owners[position]
+                        item = reason.get("Item") if is_state else None
+                        failed[index] = failed.get(index) or item
+                if not failed:
+                    # A conflict, say: one by one, and one lease's error (after its
+                    # own retries) must not cost the others their renewal.
+                    self._renew_one_by_one(pending, lease_seconds, out)
+                    return
+                for index, item in failed.items():
+                    seen = _cancel_requested(pending[index], item)
+                    (out.cancelled if seen else out.lost).append(pending[index])
+                pending = [lease for i, lease in enumerate(pending) if i not in failed]
+                continue
+            out.renewed.extend(lease.extended(effective_until) for lease in pending)
+            return
+
+    def _renew_one_by_one(self, pending: list[Lease], lease_seconds: float, out: Renewals) -> None:
+        for lease in pending:
+            try:
+                out.renewed.append(self.renew(lease, lease_seconds=lease_seconds))
+            except LeaseLost:
+                out.lost.append(lease)
+            except CancelRequested:
+                out.cancelled.append(lease)
+            except ClientError:
+                logger.exception("renewing one lease failed; next beat retries",
+                                 extra={"requestId": lease.request_id})  # fmt: skip
+
+    def _renewal_items(self, lease: Lease, now: int, effective_until: int) -> list[dict[str, Any]]:
+        items = [{"Update": self._renewal(lease, now, effective_until)}]
+        if lease.seat is not None:
+            seat = self._tenants.renew(lease.tenant, lease.seat, token=lease.token,
+                                       until_ms=effective_until, now=now)  # fmt: skip
+            items.append({"Update": seat})
+        return items
 
     def _renewal(self, lease: Lease, now: int, effective_until: int) -> dict[str, Any]:
         return {
@@ -200,6 +211,20 @@ class LeaseRenewals:
                 processing=TaskState.PROCESSING.value,
             ),
         }
+
+
+def _chunks(leases: list[Lease]) -> list[list[Lease]]:
+    """Leases in groups of at most MAX_TRANSACTION_ITEMS items."""
+    chunks: list[list[Lease]] = [[]]
+    size = 0
+    for lease in leases:
+        weight = 1 if lease.seat is None else 2
+        if size + weight > MAX_TRANSACTION_ITEMS:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(lease)
+        size += weight
+    return [chunk for chunk in chunks if chunk]
 
 
 def _cancel_requested(lease: Lease, item: Mapping[str, Any] | None) -> bool:

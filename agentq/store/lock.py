@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from agentq.envelope import TaskEnvelope
 from agentq.errors import (
@@ -23,6 +23,17 @@ from agentq.store import idempotent, keys
 from agentq.store.codec import serialize, values
 from agentq.store.leases import Lease, LeaseRenewals
 from agentq.store.records import TaskRecord
+from agentq.store.seated import acquire_seated
+from agentq.store.tenants import TenantLimitStore
+
+# Who may take a task: new, waiting, due, or held by a lapsed lease; attempts left.
+LOCK_CONDITION: Final = (
+    "(attribute_not_exists(PK) OR #state IN (:pending, :retrying) "
+    "OR (#state = :scheduled AND notBefore <= :now) "
+    "OR (#state = :processing AND effectiveUntil < :now "
+    "AND attribute_not_exists(cancelRequested))) "
+    "AND (attribute_not_exists(#attempt) OR #attempt < :max)"
+)
 
 
 class TaskLock(LeaseRenewals):
@@ -36,11 +47,14 @@ class TaskLock(LeaseRenewals):
         lease_seconds: float,
         max_attempts: int,
         timeout_ms: int | None = None,
+        tenant_limit: int = 0,
     ) -> Lease:
         """Take the task's lock for one attempt.
 
         Allowed when the task is new, PENDING or RETRYING, or PROCESSING with an expired
-        lease, and attempts remain. Raises a `LockNotAcquired` subclass otherwise.
+        lease, and attempts remain. Raises a `LockNotAcquired` subclass otherwise. With a
+        `tenant_limit` (0: none) the lock also takes one of the tenant's seats, in the
+        same transaction (agentq.store.seated); `TenantAtLimit` when none is free.
         """
         now = now_ms()
         if envelope.not_before_ms is not None and envelope.not_before_ms > now:
@@ -49,7 +63,47 @@ class TaskLock(LeaseRenewals):
             raise TaskNotReady(envelope.request_id, TaskState.SCHEDULED.value,
                                envelope.not_before_ms)  # fmt: skip
         token = uuid.uuid4().hex
+        if tenant_limit > 0:
+            return acquire_seated(
+                self.tenant_limits(), envelope, token=token, worker_id=worker_id,
+                lease_seconds=lease_seconds, max_attempts=max_attempts, limit=tenant_limit,
+                lock_request=lambda at, until: self._lock_request(
+                    envelope, token=token, worker_id=worker_id, now=at,
+                    effective_until=until, max_attempts=max_attempts, timeout_ms=timeout_ms),
+                refusal=lambda item, at: self._refusal(envelope, item, at, max_attempts),
+            )  # fmt: skip
         effective_until = now + int(lease_seconds * 1000)
+        request = self._lock_request(
+            envelope, token=token, worker_id=worker_id, now=now,
+            effective_until=effective_until, max_attempts=max_attempts, timeout_ms=timeout_ms,
+        )  # fmt: skip
+        written = idempotent.update(
+            self._ddb, mark=("leaseToken", token), ReturnValues="ALL_NEW", **request
+        )
+        if not written.written or written.item is None:
+            raise self._refusal(envelope, written.item, now, max_attempts)
+        record = TaskRecord.from_item(written.item)
+        return Lease(
+            request_id=envelope.request_id,
+            tenant=envelope.tenant,
+            token=token,
+            worker_id=worker_id,
+            attempt=record.attempt,
+            effective_until_ms=effective_until,
+        )
+
+    def _lock_request(
+        self,
+        envelope: TaskEnvelope,
+        *,
+        token: str,
+        worker_id: str,
+        now: int,
+        effective_until: int,
+        max_attempts: int,
+        timeout_ms: int | None,
+    ) -> dict[str, Any]:
+        """The lock's conditional update of the STATE item (UpdateItem parameters)."""
         names = {"#state": "state", "#owner": "owner", "#tenant": "tenant",
                  "#definition": "definition", "#attempt": "attempt"}  # fmt: skip
         attrs = values(
@@ -99,34 +153,14 @@ class TaskLock(LeaseRenewals):
         for name, value in self._job_keys(envelope).items():
             attrs[f":{name}"] = serialize(value)
             sets.append(f"{name} = if_not_exists({name}, :{name})")
-        written = idempotent.update(
-            self._ddb,
-            mark=("leaseToken", token),
-            TableName=self._table,
-            Key=self._key(envelope.tenant, envelope.request_id),
-            UpdateExpression="SET " + ", ".join(sets),
-            ConditionExpression=(
-                "(attribute_not_exists(PK) OR #state IN (:pending, :retrying) "
-                "OR (#state = :scheduled AND notBefore <= :now) "
-                "OR (#state = :processing AND effectiveUntil < :now "
-                "AND attribute_not_exists(cancelRequested))) "
-                "AND (attribute_not_exists(#attempt) OR #attempt < :max)"
-            ),
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=attrs,
-            ReturnValues="ALL_NEW",
-        )
-        if not written.written or written.item is None:
-            raise self._refusal(envelope, written.item, now, max_attempts)
-        record = TaskRecord.from_item(written.item)
-        return Lease(
-            request_id=envelope.request_id,
-            tenant=envelope.tenant,
-            token=token,
-            worker_id=worker_id,
-            attempt=record.attempt,
-            effective_until_ms=effective_until,
-        )
+        return {
+            "TableName": self._table,
+            "Key": self._key(envelope.tenant, envelope.request_id),
+            "UpdateExpression": "SET " + ", ".join(sets),
+            "ConditionExpression": LOCK_CONDITION,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": attrs,
+        }
 
     def _refusal(
         self,
@@ -159,6 +193,10 @@ class TaskLock(LeaseRenewals):
         return LockNotAcquired(
             envelope.request_id, record.state.value, "lock refused: task changed concurrently"
         )
+
+    def tenant_limits(self) -> TenantLimitStore:
+        """The tenants' limit overrides and seats, in the same table."""
+        return TenantLimitStore(self._ddb, self._table)
 
     @staticmethod
     def _job_keys(envelope: TaskEnvelope) -> dict[str, Any]:

@@ -8,13 +8,16 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from agentq.errors import LeaseLost
 from agentq.events import now_ms
 from agentq.states import TaskState
-from agentq.store import idempotent, keys
+from agentq.store import idempotent, keys, transact
 from agentq.store.codec import serialize, values
 from agentq.store.leases import Lease, LeaseRenewals
 from agentq.store.records import TaskRecord
+from agentq.store.tenants import TenantLimitStore
 
 
 class TaskTransitions(LeaseRenewals):
@@ -61,20 +64,58 @@ class TaskTransitions(LeaseRenewals):
             names[f"#f{index}"] = name
             attrs[f":f{index}"] = serialize(value)
             sets.append(f"#f{index} = :f{index}")
+        request = {
+            "TableName": self._table,
+            "Key": self._key(lease.tenant, lease.request_id),
+            "UpdateExpression": f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+            "ConditionExpression": "leaseToken = :token AND #state = :processing",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": attrs,
+        }
+        if lease.seat is not None and (record := self._finalize_seated(lease, request)):
+            return record
         written = idempotent.update(
-            self._ddb,
-            mark=("finalizedBy", lease.token),
-            TableName=self._table,
-            Key=self._key(lease.tenant, lease.request_id),
-            UpdateExpression=f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
-            ConditionExpression="leaseToken = :token AND #state = :processing",
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=attrs,
-            ReturnValues="ALL_NEW",
+            self._ddb, mark=("finalizedBy", lease.token), ReturnValues="ALL_NEW", **request
         )
         if not written.written or written.item is None:
             raise LeaseLost(lease.request_id, lease.token)
         return TaskRecord.from_item(written.item)
+
+    def _finalize_seated(self, lease: Lease, request: dict[str, Any]) -> TaskRecord | None:
+        """End the attempt and free its tenant seat in one transaction.
+
+        None when the seat is no longer this lease's (it lapsed and another task took
+        it): the caller then ends the attempt alone. A transaction returns no item, so
+        the settled record is read back (strongly consistent).
+        """
+        seat = TenantLimitStore(self._ddb, self._table).free(
+            lease.tenant, lease.seat or 0, token=lease.token
+        )
+        try:
+            transact.write(self._ddb, [
+                {"Update": {**request, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}},
+                {"Update": seat},
+            ])  # fmt: skip
+        except ClientError as error:
+            found = transact.reasons(error)
+            if found is None:
+                raise
+            if transact.code(found, 0) == transact.CONDITION:
+                item = found[0].get("Item")
+                # A retry of our own applied finalize finds its mark; anything else is a
+                # newer attempt's lease.
+                if idempotent.carries(item, ("finalizedBy", lease.token)) and item:
+                    return TaskRecord.from_item(item)
+                raise LeaseLost(lease.request_id, lease.token) from None
+            if transact.code(found, 1) == transact.CONDITION:
+                return None
+            raise
+        item = self._ddb.get_item(
+            TableName=self._table, Key=request["Key"], ConsistentRead=True
+        ).get("Item")
+        if not item:  # pragma: no cover - the transaction has just written it
+            raise LeaseLost(lease.request_id, lease.token)
+        return TaskRecord.from_item(item)
 
     def transition(
         self,

@@ -1,0 +1,296 @@
+"""Per-tenant concurrency limits: the overrides, their cache, and the seats that hold them.
+
+A tenant's limit is `TENANT_CONCURRENCY_LIMIT` unless the events table holds an override
+for it (`TENANT#{tenant}` / `LIMITS`, attribute `concurrencyLimit`); 0 means unlimited.
+Workers read overrides through `CachedTenantLimits`, so a limit costs at most one read
+per tenant per worker per `LIMIT_CACHE_S`, never one per task.
+
+A tenant limited to N has N *seats* (`TENANT#{tenant}` / `SEAT#{i}`, i < N). A seat is
+held like a lease: `holder` (the task's lease token) and `leaseUntil` (the task lease's
+`effectiveUntil`). The lock takes a seat in the same `TransactWriteItems` as the task
+(agentq.store.lock), the heartbeat renews both in one transaction, and the write that
+ends the lease frees the seat (agentq.store.transitions). A seat whose `leaseUntil` has
+passed is free by the take's condition, so a worker that dies leaks its seats for at
+most one lease, like its tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from agentq.envelope import TENANT_PATTERN
+from agentq.errors import InvalidInput, shown
+from agentq.events import now_ms
+from agentq.resources import INDEX_BY_TENANT
+from agentq.store._dynamo import query_all
+from agentq.store.codec import from_item, to_item, values
+
+logger = logging.getLogger(__name__)
+
+LIMITS_SK: Final = "LIMITS"
+SEAT_SK_PREFIX: Final = "SEAT#"
+# Every override also sits in one partition of the byTenant index, so `agentq tenants
+# show` lists them with a query, never a scan of the table.
+LIMITS_LISTING_PK: Final = "TENANTS#LIMITS"
+MAX_LIMIT: Final = 1_000
+# Long enough that a busy tenant's limit costs a worker ~2 reads a minute; short enough
+# that an operator's change reaches the whole fleet within half a minute.
+LIMIT_CACHE_S: Final = 30.0
+# After a failed read the fallback answer is kept this long, so a throttled table is not
+# asked again for every task.
+LIMIT_RETRY_S: Final = 5.0
+# A seat nobody has taken for a day disappears (TTL); an idle tenant leaves no items.
+SEAT_TTL_S: Final = 86_400
+
+
+def tenant_pk(tenant: str) -> str:
+    return f"TENANT#{tenant}"
+
+
+def seat_sk(index: int) -> str:
+    return f"{SEAT_SK_PREFIX}{index:04d}"
+
+
+def validate_tenant(tenant: object) -> str:
+    if not isinstance(tenant, str) or not TENANT_PATTERN.fullmatch(tenant):
+        raise InvalidInput("tenant", f"must match {TENANT_PATTERN.pattern}, got {shown(tenant)}")
+    return tenant
+
+
+def validate_limit(limit: object) -> int:
+    """A concurrency limit as given by an operator: an int in [0, MAX_LIMIT]."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_LIMIT:
+        raise InvalidInput("limit", f"must be an integer from 0 to {MAX_LIMIT}, got {shown(limit)}")
+    return limit
+
+
+def stored_limit(value: object) -> int | None:
+    """An override as read from the table, or None when it is not a valid limit.
+
+    The table is shared with other writers: a malformed value must neither crash the
+    worker nor become a limit (it is ignored, and the default applies)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if math.isnan(value) or not 0 <= value <= MAX_LIMIT or int(value) != value:
+        return None
+    return int(value)
+
+
+def seat_start(request_id: str, limit: int) -> int:
+    """The first seat a task tries: spread by request id, so tasks of one tenant taking
+    seats at the same moment rarely ask for the same one."""
+    return zlib.crc32(request_id.encode()) % limit
+
+
+@dataclass(frozen=True, kw_only=True)
+class Seat:
+    index: int
+    holder: str | None
+    request_id: str | None
+    worker_id: str | None
+    lease_until_ms: int
+
+    def live(self, at_ms: int) -> bool:
+        return self.holder is not None and self.lease_until_ms >= at_ms
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> Seat | None:
+        data = from_item(item)
+        try:
+            index = int(str(data["SK"])[len(SEAT_SK_PREFIX) :])
+        except (KeyError, ValueError):
+            return None
+        holder = data.get("holder")
+        until = data.get("leaseUntil")
+        return cls(
+            index=index,
+            holder=holder if isinstance(holder, str) else None,
+            request_id=data.get("requestId") if isinstance(data.get("requestId"), str) else None,
+            worker_id=data.get("worker") if isinstance(data.get("worker"), str) else None,
+            lease_until_ms=until if isinstance(until, int) else 0,
+        )
+
+
+def free_seats(seats: Iterable[Seat], limit: int, at_ms: int) -> list[int]:
+    """Indices below `limit` that no live lease holds (a missing item is a free seat)."""
+    busy = {seat.index for seat in seats if seat.live(at_ms)}
+    return [index for index in range(limit) if index not in busy]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TenantLimit:
+    tenant: str
+    limit: int
+    updated_at_ms: int | None
+
+
+class TenantLimitStore:
+    """Overrides and seats in the events table. The DynamoDB client is passed in."""
+
+    def __init__(self, dynamodb: Any, table_name: str) -> None:
+        self._ddb = dynamodb
+        self._table = table_name
+
+    @property
+    def client(self) -> Any:
+        return self._ddb
+
+    def _key(self, tenant: str, sort_key: str) -> dict[str, Any]:
+        return {"PK": {"S": tenant_pk(tenant)}, "SK": {"S": sort_key}}
+
+    def get(self, tenant: str) -> int | None:
+        """The tenant's override, or None. Eventually consistent: the cache is older."""
+        item = self._ddb.get_item(TableName=self._table, Key=self._key(tenant, LIMITS_SK)).get(
+            "Item"
+        )
+        return stored_limit(from_item(item).get("concurrencyLimit")) if item else None
+
+    def set(self, tenant: str, limit: int) -> None:
+        """Set an override. A plain put: a retried one writes the same value again."""
+        validate_tenant(tenant)
+        validate_limit(limit)
+        item = {
+            "PK": tenant_pk(tenant),
+            "SK": LIMITS_SK,
+            "tenant": tenant,
+            "concurrencyLimit": limit,
+            "updatedAt": now_ms(),
+            INDEX_BY_TENANT.partition_key: LIMITS_LISTING_PK,
+            INDEX_BY_TENANT.sort_key: tenant,
+        }
+        self._ddb.put_item(TableName=self._table, Item=to_item(item))
+
+    def clear(self, tenant: str) -> None:
+        """Remove an override: the tenant gets TENANT_CONCURRENCY_LIMIT again."""
+        validate_tenant(tenant)
+        self._ddb.delete_item(TableName=self._table, Key=self._key(tenant, LIMITS_SK))
+
+    def overrides(self) -> list[TenantLimit]:
+        items = query_all(
+            self._ddb,
+            TableName=self._table,
+            IndexName=INDEX_BY_TENANT.name,
+            KeyConditionExpression="#pk = :pk",
+            ExpressionAttributeNames={"#pk": INDEX_BY_TENANT.partition_key},
+            ExpressionAttributeValues=values(pk=LIMITS_LISTING_PK),
+        )
+        found = []
+        for item in items:
+            data = from_item(item)
+            limit = stored_limit(data.get("concurrencyLimit"))
+            tenant = data.get("tenant")
+            if limit is None or not isinstance(tenant, str) or not TENANT_PATTERN.fullmatch(tenant):
+                continue
+            updated = data.get("updatedAt")
+            found.append(TenantLimit(tenant=tenant, limit=limit,
+                                     updated_at_ms=updated if isinstance(updated, int) else None))  # fmt: skip
+        return sorted(found, key=lambda t: t.tenant)
+
+    def seats(self, tenant: str) -> list[Seat]:
+        """Every seat item of a tenant, strongly consistent (the lock decides on it)."""
+        items = query_all(
+            self._ddb,
+            TableName=self._table,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :seat)",
+            ExpressionAttributeValues=values(pk=tenant_pk(tenant), seat=SEAT_SK_PREFIX),
+            ConsistentRead=True,
+        )
+        return [seat for item in items if (seat := Seat.from_item(item)) is not None]
+
+    # -- the seat's parts of the lease transactions --------------------------------
+    def take(self, tenant: str, index: int, *, token: str, request_id: str, worker_id: str,
+             until_ms: int, now: int) -> dict[str, Any]:  # fmt: skip
+        """Take a free or lapsed seat (a `TransactWriteItems` Update)."""
+        return {
+            "TableName": self._table,
+            "Key": self._key(tenant, seat_sk(index)),
+            "UpdateExpression": "SET #holder = :token, leaseUntil = :until, requestId = :rid, "
+            "#worker = :worker, #ttl = :ttl",
+            "ConditionExpression": "attribute_not_exists(#holder) OR leaseUntil < :now",
+            "ExpressionAttributeNames": {"#holder": "holder", "#worker": "worker", "#ttl": "ttl"},
+            "ExpressionAttributeValues": values(
+                token=token,
+                until=until_ms,
+                rid=request_id,
+                worker=worker_id,
+                now=now,
+                ttl=until_ms // 1000 + SEAT_TTL_S,
+            ),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+
+    def renew(self, tenant: str, index: int, *, token: str, until_ms: int,
+              now: int) -> dict[str, Any]:  # fmt: skip
+        """Extend a held seat. One that lapsed and was not taken since is taken back: the
+        task's own lease is the judge of whether the attempt still runs."""
+        return {
+            "TableName": self._table,
+            "Key": self._key(tenant, seat_sk(index)),
+            "UpdateExpression": "SET #holder = :token, leaseUntil = :until, #ttl = :ttl",
+            "ConditionExpression": "#holder = :token OR attribute_not_exists(#holder) "
+            "OR leaseUntil < :now",
+            "ExpressionAttributeNames": {"#holder": "holder", "#ttl": "ttl"},
+            "ExpressionAttributeValues": values(
+                token=token, until=until_ms, now=now, ttl=until_ms // 1000 + SEAT_TTL_S
+            ),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+
+    def free(self, tenant: str, index: int, *, token: str) -> dict[str, Any]:
+        """Give a held seat back (only while this lease still holds it)."""
+        return {
+            "TableName": self._table,
+            "Key": self._key(tenant, seat_sk(index)),
+            "UpdateExpression": "SET leaseUntil = :zero REMOVE #holder, requestId, #worker",
+            "ConditionExpression": "#holder = :token",
+            "ExpressionAttributeNames": {"#holder": "holder", "#worker": "worker"},
+            "ExpressionAttributeValues": values(token=token, zero=0),
+        }
+
+
+class CachedTenantLimits:
+    """Each tenant's effective limit (0: unlimited), read at most once per `ttl_s`."""
+
+    def __init__(
+        self,
+        store: TenantLimitStore,
+        *,
+        default: int,
+        ttl_s: float = LIMIT_CACHE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._default = default
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._known: dict[str, tuple[float, int]] = {}
+
+    def limit(self, tenant: str) -> int:
+        now = self._clock()
+        with self._lock:
+            cached = self._known.get(tenant)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        try:
+            override = self._store.get(tenant)
+        except Exception:
+            # Throttled past botocore's retries, say: the last answer (or the default)
+            # stands for a few seconds rather than holding the task back.
+            fallback = cached[1] if cached is not None else self._default
+            logger.warning("reading a tenant's concurrency limit failed; using %s", fallback,
+                           extra={"tenant": tenant}, exc_info=True)  # fmt: skip
+            with self._lock:
+                self._known[tenant] = (now + LIMIT_RETRY_S, fallback)
+            return fallback
+        limit = self._default if override is None else override
+        with self._lock:
+            self._known[tenant] = (now + self._ttl_s, limit)
+        return limit

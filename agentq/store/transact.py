@@ -1,0 +1,62 @@
+"""`TransactWriteItems` for the lease transactions: the lock with a tenant seat, the
+heartbeat's renewals and the finalize that frees a seat.
+
+A cancelled transaction applied nothing. Its `CancellationReasons` say, per item, why:
+`ConditionalCheckFailed` (with the item as it is, when asked for) is an answer for the
+caller; `TransactionConflict` (another transaction held the item for a moment) is sent
+again with jittered backoff, like `TransactionConflictException` on a single write.
+
+A transaction whose answer was lost is retried by botocore with the same
+`ClientRequestToken` (botocore fills it in once per call): DynamoDB answers such a retry
+within 10 minutes with success and applies nothing again. moto ignores the token, so the
+callers also recognise their own applied write by its mark, as single writes do.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from botocore.exceptions import ClientError
+
+from agentq.store.idempotent import CONFLICT_ATTEMPTS, CONFLICT_BASE_S, CONFLICT_CAP_S
+
+CANCELLED: Final = "TransactionCanceledException"
+CONDITION: Final = "ConditionalCheckFailed"
+CONFLICT: Final = "TransactionConflict"
+
+
+def reasons(error: ClientError) -> list[Mapping[str, Any]] | None:
+    """The per-item reasons of a cancelled transaction, None for any other error."""
+    if error.response.get("Error", {}).get("Code") != CANCELLED:
+        return None
+    found: Any = error.response.get("CancellationReasons") or []
+    return [r if isinstance(r, Mapping) else {} for r in found]
+
+
+def code(found: Sequence[Mapping[str, Any]], index: int) -> str:
+    return str(found[index].get("Code") or "None") if index < len(found) else "None"
+
+
+def write(
+    ddb: Any,
+    items: list[dict[str, Any]],
+    *,
+    attempts: int = CONFLICT_ATTEMPTS,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Send one transaction, again after a conflict; a failed condition is raised."""
+    for attempt in range(attempts):
+        try:
+            ddb.transact_write_items(TransactItems=items)
+            return
+        except ClientError as error:
+            found = reasons(error)
+            conflict = found is not None and any(r.get("Code") == CONFLICT for r in found)
+            failed = found is not None and any(r.get("Code") == CONDITION for r in found)
+            if not conflict or failed or attempt == attempts - 1:
+                raise
+            sleep(random.uniform(0, min(CONFLICT_CAP_S, CONFLICT_BASE_S * 2**attempt)))
+    raise AssertionError("unreachable")  # pragma: no cover

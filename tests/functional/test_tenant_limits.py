@@ -1,0 +1,215 @@
+"""Per-tenant concurrency limits in the store: seats taken with the lock, renewed with
+the lease, freed by the write that ends it, and free again once a lease lapses."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from conftest import Stack
+from support import wait_for
+
+from agentq.aws import AwsClients
+from agentq.envelope import TaskEnvelope
+from agentq.errors import AttemptsExhausted, LockNotAcquired, TaskHeldElsewhere, TenantAtLimit
+from agentq.events import now_ms
+from agentq.states import TaskState
+from agentq.store import Lease, TaskStore
+from agentq.store.tenants import CachedTenantLimits, TenantLimitStore
+
+
+def _envelope(tenant: str = "busy") -> TaskEnvelope:
+    return TaskEnvelope(request_id=f"t-{uuid.uuid4().hex[:12]}", tenant=tenant, definition="echo")
+
+
+def _store(stack: Stack) -> TaskStore:
+    return TaskStore(stack.dynamodb, stack.resources.table_name)
+
+
+def _take(store: TaskStore, envelope: TaskEnvelope, limit: int = 2, **extra: Any) -> Lease:
+    options: dict[str, Any] = {"lease_seconds": 30, "max_attempts": 3, **extra}
+    return store.acquire(envelope, worker_id="w1", tenant_limit=limit, **options)
+
+
+def _live_holders(stack: Stack, tenant: str) -> set[str]:
+    seats = _store(stack).tenant_limits().seats(tenant)
+    return {s.holder or "" for s in seats if s.live(now_ms())}
+
+
+def test_a_tenant_holds_at_most_its_limit_and_the_one_over_spends_nothing(stack: Stack) -> None:
+    store = _store(stack)
+    first, second, third = _envelope(), _envelope(), _envelope()
+    store.create(third)
+    leases = [_take(store, first), _take(store, second)]
+    assert {lease.seat for lease in leases} == {0, 1}
+    with pytest.raises(TenantAtLimit) as refused:
+        _take(store, third)
+    assert (refused.value.tenant, refused.value.limit) == ("busy", 2)
+    waiting = store.require(third.tenant, third.request_id)
+    assert (waiting.state, waiting.attempt) == (TaskState.PENDING, 0), "no attempt spent"
+    assert _live_holders(stack, "busy") == {lease.token for lease in leases}
+    # Another tenant has seats of its own.
+    assert _take(store, _envelope("calm")).seat is not None
+
+
+def test_finalize_frees_the_seat_in_the_same_write(stack: Stack) -> None:
+    store = _store(stack)
+    done, running, waiting = _envelope(), _envelope(), _envelope()
+    lease = _take(store, done)
+    _take(store, running)
+    record = store.finalize(lease, TaskState.COMPLETED, fields={"result": {"ok": True}})
+    assert record.state is TaskState.COMPLETED and record.raw["result"] == {"ok": True}
+    assert lease.token not in _live_holders(stack, "busy")
+    assert _take(store, waiting).seat == lease.seat
+
+
+def test_a_give_back_frees_the_seat_and_the_retry_counts_its_attempt(stack: Stack) -> None:
+    """A retried task's attempt is not 0: the seated lock's first guess is refused and
+    the second, from the refused item, holds."""
+    store = _store(stack)
+    envelope = _envelope()
+    first = _take(store, envelope, limit=1)
+    store.finalize(first, TaskState.RETRYING, retry_at_ms=now_ms())
+    assert not _live_holders(stack, "busy")
+    second = _take(store, envelope, limit=1)
+    assert second.attempt == 2
+    assert store.require(envelope.tenant, envelope.request_id).attempt == 2
+    store.finalize(second, TaskState.RETRYING, retry_at_ms=now_ms())
+    with pytest.raises(AttemptsExhausted):
+        _take(store, envelope, limit=1, max_attempts=2)
+    assert not _live_holders(stack, "busy"), "a refused lock takes no seat"
+
+
+def test_a_task_held_elsewhere_takes_no_seat(stack: Stack) -> None:
+    store = _store(stack)
+    envelope = _envelope()
+    store.acquire(envelope, worker_id="holder", lease_seconds=30, max_attempts=3)
+    with pytest.raises(TaskHeldElsewhere):
+        _take(store, envelope)
+    assert not _live_holders(stack, "busy")
+
+
+def test_a_lapsed_seat_is_free_again_and_its_old_holder_loses_it(stack: Stack) -> None:
+    """A worker that died holds its seat only until its lease would have ended."""
+    store = _store(stack)
+    crashed = _take(store, _envelope(), limit=1, lease_seconds=2)
+    with pytest.raises(TenantAtLimit):
+        _take(store, _envelope(), limit=1)
+    wait_for(lambda: now_ms() > crashed.effective_until_ms, message="the lease lapses")
+    heir = _take(store, _envelope(), limit=1)
+    assert heir.seat == crashed.seat
+    # A holder that was only frozen finds its seat taken: the lease is lost, and ending
+    # its attempt leaves the new holder's seat alone.
+    renewals = store.renew_leases([crashed], lease_seconds=30)
+    assert renewals.lost == [crashed] and not renewals.renewed
+    store.finalize(crashed, TaskState.FAILED)
+    assert _live_holders(stack, "busy") == {heir.token}
+
+
+def test_the_heartbeat_renews_task_and_seat_together(stack: Stack) -> None:
+    store = _store(stack)
+    seated = _take(store, _envelope(), lease_seconds=1)
+    plain = store.acquire(_envelope(), worker_id="w1", lease_seconds=1, max_attempts=3)
+    renewals = store.renew_leases([seated, plain], lease_seconds=60)
+    assert {lease.token for lease in renewals.renewed} == {seated.token, plain.token}
+    renewed = next(lease for lease in renewals.renewed if lease.token == seated.token)
+    assert renewed.seat == seated.seat
+    seat = next(s for s in store.tenant_limits().seats("busy") if s.holder == seated.token)
+    record = store.require("busy", seated.request_id)
+    assert seat.lease_until_ms == record.effective_until_ms == renewed.effective_until_ms
+    single = store.renew(renewed, lease_seconds=90)
+    assert single.effective_until_ms > renewed.effective_until_ms
+
+
+def test_racing_workers_never_exceed_the_limit(stack: Stack) -> None:
+    envelopes = [_envelope() for _ in range(12)]
+    barrier = threading.Barrier(len(envelopes))
+    won: list[Lease] = []
+    refused: list[LockNotAcquired] = []
+    guard = threading.Lock()
+
+    def contend(envelope: TaskEnvelope) -> None:
+        # A client each, as separate workers would have.
+        store = TaskStore(AwsClients("eu-west-1").dynamodb, stack.resources.table_name)
+        barrier.wait()
+        try:
+            lease = _take(store, envelope, limit=3)
+        except LockNotAcquired as refusal:
+            with guard:
+                refused.append(refusal)
+        else:
+            with guard:
+                won.append(lease)
+
+    threads = [threading.Thread(target=contend, args=(e,)) for e in envelopes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(won) == 3 and len(refused) == 9
+    assert sorted(lease.seat or 0 for lease in won) == [0, 1, 2]
+    assert all(isinstance(r, TenantAtLimit) for r in refused)
+
+
+def test_overrides_are_set_listed_and_cleared(stack: Stack) -> None:
+    limits = TenantLimitStore(stack.dynamodb, stack.resources.table_name)
+    limits.set("acme", 3)
+    limits.set("zeta", 0)
+    assert limits.get("acme") == 3 and limits.get("zeta") == 0 and limits.get("other") is None
+    assert [(o.tenant, o.limit) for o in limits.overrides()] == [("acme", 3), ("zeta", 0)]
+    limits.clear("acme")
+    assert limits.get("acme") is None
+    assert [o.tenant for o in limits.overrides()] == ["zeta"]
+
+
+def test_a_malformed_override_in_the_table_is_ignored(stack: Stack) -> None:
+    limits = TenantLimitStore(stack.dynamodb, stack.resources.table_name)
+    stack.dynamodb.put_item(
+        TableName=stack.resources.table_name,
+        Item={"PK": {"S": "TENANT#odd"}, "SK": {"S": "LIMITS"},
+              "concurrencyLimit": {"S": "lots"}},
+    )  # fmt: skip
+    assert limits.get("odd") is None
+    assert CachedTenantLimits(limits, default=4).limit("odd") == 4
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _CountingStore(TenantLimitStore):
+    def __init__(self, inner: TenantLimitStore, fail: bool = False) -> None:
+        self.inner = inner
+        self.reads = 0
+        self.fail = fail
+
+    def get(self, tenant: str) -> int | None:
+        self.reads += 1
+        if self.fail:
+            raise RuntimeError("throttled past every retry")
+        return self.inner.get(tenant)
+
+
+def test_the_limit_cache_reads_once_per_tenant_per_interval(stack: Stack) -> None:
+    inner = TenantLimitStore(stack.dynamodb, stack.resources.table_name)
+    inner.set("acme", 5)
+    counting, clock = _CountingStore(inner), _Clock()
+    cache = CachedTenantLimits(counting, default=2, ttl_s=30, clock=clock)
+    assert [cache.limit("acme") for _ in range(50)] == [5] * 50
+    assert cache.limit("other") == 2
+    assert counting.reads == 2
+    inner.set("acme", 1)
+    clock.now = 29
+    assert cache.limit("acme") == 5, "the cached answer stands within the interval"
+    clock.now = 31
+    assert cache.limit("acme") == 1 and counting.reads == 3
+    counting.fail = True
+    clock.now = 62
+    assert cache.limit("acme") == 1, "a failed read keeps the last answer"
+    assert cache.limit("acme") == 1 and counting.reads == 4, "and does not retry at once"
