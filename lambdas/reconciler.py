@@ -23,8 +23,11 @@ logger, metrics = powertools("reconciler")
 
 
 def warm() -> None:
-    """What every invocation builds: settings, boto3 and the clients the sweep uses."""
+    """What every invocation builds: settings, boto3 and the clients the sweep uses, and
+    what it imports (the client and the reconciler), so "ready" counts them."""
     warm_clients("dynamodb", "sqs", "events", "s3")
+    import agentq.client
+    import agentq.reconcile  # noqa: F401
 
 
 def reconciler() -> Reconciler:
