@@ -17,7 +17,6 @@ health, reconciler, producer API, runtime); `Settings` joins them and checks the
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from collections.abc import Mapping
@@ -28,6 +27,7 @@ from pydantic import ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from agentq.config_fields import Environment, allowed, config_error
+from agentq.config_light import clock_offset_ms
 from agentq.config_places import Places
 from agentq.config_services import Events, Health, LogLevel, ProducerApi, Reconciler, Runtime
 from agentq.config_worker import Child, Receiving, SchedulerMode, WarmAgent
@@ -165,20 +165,6 @@ class Settings(Runtime, ProducerApi, Reconciler, Health, Events, Child, Receivin
         reappears after a crash still finds the lease live. The clock-skew budget is
         worker/leasefile.py's `skew_budget` (2 s at the defaults), not this margin."""
         return self.extension_amount_s * 1.5
-
-
-@functools.cache
-def clock_offset_ms() -> int:
-    """AGENTQ_TEST_CLOCK_OFFSET_MS, read once per process (`now_ms` is a hot path)."""
-    raw = os.environ.get("AGENTQ_TEST_CLOCK_OFFSET_MS", "").strip()
-    if not raw:
-        return 0
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigError(
-            "AGENTQ_TEST_CLOCK_OFFSET_MS", f"expected an integer, got {raw!r}"
-        ) from None
 
 
 def _fallback_region(env: Mapping[str, str]) -> str:

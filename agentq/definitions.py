@@ -24,13 +24,15 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from agentq.config import Settings
 from agentq.envelope import DEFINITION_PATTERN, PRIORITY_PATTERN
 from agentq.errors import ConfigError, InvalidInput, NotFound
+
+if TYPE_CHECKING:  # the producer API's import does without the settings model
+    from agentq.config import Settings
 
 TaskKind = Literal["python", "agent"]
 TASK_KINDS: Final[tuple[TaskKind, ...]] = get_args(TaskKind)

@@ -20,16 +20,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from botocore.exceptions import ClientError
 
-from agentq.config import Settings
 from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store import EventStore, TaskRecord, TaskStore
 from agentq.store._dynamo import condition_failed
 from agentq.store.codec import values
+
+if TYPE_CHECKING:  # the health-check Lambda loads the model with its first invocation
+    from agentq.config import Settings
 
 Condition = Literal["stuck", "overtime", "starving", "dlq", "repaired"]
 ALERT_PK_PREFIX: Final = "ALERT#"

@@ -111,9 +111,14 @@ def redact_known(text: str) -> str:
     return text
 
 
+def known_secret_bytes() -> list[bytes]:
+    """The remembered secret values as bytes, in the order `redact_known_bytes` removes
+    them (worker/scrub.py streams a file through the same replacements)."""
+    return [secret.encode("utf-8", "replace") for secret in _known]
+
+
 def redact_known_bytes(data: bytes) -> bytes:
-    for secret in _known:
-        raw = secret.encode("utf-8", "replace")
+    for raw in known_secret_bytes():
         if raw in data:
             data = data.replace(raw, REDACTED.encode())
     return data

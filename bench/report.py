@@ -100,6 +100,10 @@ def _lambda_import(d: Data) -> Table:
         else:
             ready = f"{row['ready_ms']:.0f}" if "ready_ms" in row else "—"
             t.add_row(row["module"], f"{row['import_ms']:.0f}", ready, ", ".join(row["heaviest"]))
+    if "child" in d:  # the task child: no target, but on every task's latency
+        child = d["child"]
+        t.add_row(f"{child['module']} (task child)", f"{child['import_ms']:.0f}", "—",
+                  ", ".join(child["heaviest"]))  # fmt: skip
     return t
 
 

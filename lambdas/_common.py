@@ -8,6 +8,10 @@ invocation builds, without calling AWS; `bench/lambda_import.py` reports import 
 and import + `warm()` ("ready"), because deferring boto3 moves its cost into the first
 request rather than removing it.
 
+The settings model (pydantic) loads with the runtime too: a handler's import does not
+pay for it, and a handler that needs none of pydantic otherwise never imports it before
+its first invocation (tests/unit/test_lambda_imports.py).
+
 There is no in-process X-Ray Tracer: Powertools' Tracer imports aws_xray_sdk even when
 disabled (≈250 ms of every cold start). The functions keep X-Ray active tracing
 (infra/function.py), so each invocation is still traced by the Lambda service; see
@@ -19,12 +23,15 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from aws_lambda_powertools import Logger, Metrics
 
 from agentq.aws import AwsClients
-from agentq.config import Settings, env_name
+from agentq.config_light import STAGE_VARIABLE
+
+if TYPE_CHECKING:
+    from agentq.config import Settings
 
 METRICS_NAMESPACE: Final = "agentq"
 
@@ -35,7 +42,7 @@ def powertools(function: str) -> tuple[Logger, Metrics]:
     metrics = Metrics(namespace=METRICS_NAMESPACE, service=service)
     # A function's stage never changes (it is in its configuration), and alarms select
     # their stage's metrics by it: a dev stage must not trip prod's alarms.
-    metrics.set_default_dimensions(stage=os.environ.get(env_name("stage"), "dev"))
+    metrics.set_default_dimensions(stage=os.environ.get(STAGE_VARIABLE, "dev"))
     return Logger(service=service), metrics
 
 
@@ -58,6 +65,8 @@ def warm_clients(*services: str) -> Runtime:
 
 
 def runtime() -> Runtime:
+    from agentq.config import Settings
+
     settings = Settings.from_env()
     key = (settings, os.environ.get("AWS_ENDPOINT_URL", ""))
     with _lock:

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from agentq.client import AgentqClient
-from agentq.config import Settings
 from agentq.errors import InvalidInput, NotFound
 from agentq.events import Event
 from lambdas._common import powertools
+
+if TYPE_CHECKING:
+    from agentq.client import AgentqClient
+    from agentq.config import Settings
 
 logger, metrics = powertools("dispatcher")
 
@@ -27,10 +29,14 @@ logger, metrics = powertools("dispatcher")
 @functools.lru_cache(maxsize=4)
 def _client_for(settings: Settings) -> AgentqClient:
     # Built on the first invocation (never at import) and kept for the warm container.
+    from agentq.client import AgentqClient
+
     return AgentqClient.from_env(settings)
 
 
 def _client() -> AgentqClient:
+    from agentq.config import Settings  # pydantic: with the client, not at import
+
     return _client_for(Settings.from_env())
 
 

@@ -37,7 +37,6 @@ from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentq import __version__
-from agentq.config import Settings
 from agentq.definitions import DefinitionBody, DefinitionsTable, TaskDefinition
 from agentq.envelope import TENANT_PATTERN
 from agentq.errors import InvalidInput, NotCancellable, NotFound, PrincipalNotMapped
@@ -46,6 +45,7 @@ from lambdas._common import powertools
 
 if TYPE_CHECKING:
     from agentq.client import AgentqClient
+    from agentq.config import Settings
     from agentq.jobs.store import JobRecord
     from agentq.principals import TenantResolver
     from agentq.store import TaskRecord
@@ -111,6 +111,8 @@ def _task_dict(record: TaskRecord) -> dict[str, Any]:
 
 
 def _client() -> AgentqClient:
+    from agentq.config import Settings  # the settings model: with the client, not at import
+
     return _client_for(Settings.from_env())
 
 

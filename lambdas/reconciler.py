@@ -9,24 +9,32 @@ for the next run, never retried inside this one.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from agentq.client import AgentqClient
-from agentq.reconcile import REPAIR_KINDS, Reconciler
 from lambdas._common import powertools, runtime, warm_clients
+
+if TYPE_CHECKING:
+    from agentq.reconcile import Reconciler
 
 logger, metrics = powertools("reconciler")
 
 
 def warm() -> None:
-    """What every invocation builds: settings, boto3 and the clients the sweep uses."""
+    """What every invocation builds: settings, boto3 and the clients the sweep uses, and
+    what it imports (the client and the reconciler), so "ready" counts them."""
     warm_clients("dynamodb", "sqs", "events", "s3")
+    import agentq.client
+    import agentq.reconcile  # noqa: F401
 
 
 def reconciler() -> Reconciler:
+    # The client and the reconciler (job specs: pydantic) load with the first invocation.
+    from agentq.client import AgentqClient
+    from agentq.reconcile import Reconciler
+
     rt = runtime()
     settings = rt.settings.require("table_name", "queue_url", "bus_name", "bucket")
     client = AgentqClient.from_env(settings, aws=rt.clients)
@@ -44,6 +52,8 @@ def reconciler() -> Reconciler:
 @logger.inject_lambda_context
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    from agentq.reconcile import REPAIR_KINDS
+
     report = reconciler().run()
     counts = report.counts()
     # Every kind every run, zeros included: an alarm on a metric needs its data points.

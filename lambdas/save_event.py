@@ -14,17 +14,19 @@ DynamoDB do raise, so the Lambda service retries them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from agentq.config import Settings
 from agentq.errors import InvalidInput
 from agentq.events import Event
 from agentq.store import EventStore
 from lambdas._common import powertools, runtime, warm_clients
+
+if TYPE_CHECKING:
+    from agentq.config import Settings
 
 logger, metrics = powertools("save-event")
 

@@ -3,17 +3,27 @@
 `s3://{bucket}/task/{tenant}/{requestId}/attempt-{n}/` (agentq.store.keys): a worker
 that lost its lease while frozen uploads only into its own attempt's folder, so it can
 never replace the objects the STATE item names for the attempt that won.
+
+Each file is scrubbed of the worker's secrets into an unnamed temporary file beside the
+task directories (worker/scrub.py streams it: a large output costs a chunk of memory,
+not its size) and that file is the upload's body. botocore rewinds a file body when it
+retries, so a throttled or failed-after-applied PutObject sends the same bytes again to
+the same attempt-scoped key; a worker that dies mid-upload leaves nothing the STATE
+item names (its finalize never ran).
 """
 
 from __future__ import annotations
 
 import mimetypes
+import os
 import shutil
+import tempfile
+from io import BufferedReader
 from pathlib import Path
 from typing import Any, Final
 
-from agentq.security import redact_known_bytes
 from agentq.store.keys import attempt_prefix
+from worker.scrub import scrub_file
 
 UPLOADED_DIRS: Final = ("artifacts", "logs", "traces")
 UPLOADED_FILES: Final = ("error.json", "usage.json")
@@ -39,10 +49,17 @@ def upload_outputs(s3: Any, bucket: str, prefix: str, task_dir: Path) -> list[st
         key = prefix + path.relative_to(task_dir).as_posix()
         content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         # The worker's own secret values never leave in what the task wrote.
-        body = redact_known_bytes(path.read_bytes())
-        s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type)
+        with _open_plain(path) as source, tempfile.TemporaryFile(dir=task_dir.parent) as body:
+            scrub_file(source, body)
+            body.seek(0)
+            s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type)
         keys.append(key)
     return keys
+
+
+def _open_plain(path: Path) -> BufferedReader:
+    # O_NOFOLLOW: the file checked above is the file read, even if a link took its place.
+    return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
 
 
 def _plain_file_inside(path: Path, root: Path) -> bool:

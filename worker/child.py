@@ -6,6 +6,11 @@
 ``{"task_dir": ...}`` as one line from stdin and then runs exactly what the first form
 runs, in that directory.
 
+It runs once per task, so its imports are on every task's latency: it reads its
+settings without the settings model (agentq.config_light) and its definition without
+pydantic (`ChildDefinition`); a python task's child never imports pydantic
+(tests/unit/test_child_imports.py).
+
 Runs one attempt of one task and leaves files behind: `artifacts/task-result.json` on
 success (exit 0), `error.json` on failure (exit 1). It talks to no AWS service; the
 worker reads the files, uploads them and emits every event.
@@ -22,11 +27,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Final
 
-from agentq.config import Settings
-from agentq.definitions import TaskDefinition
+from agentq.config_light import ChildSettings
 from agentq.security import sanitize_error_message
 from agentq.taxonomy import ErrorInfo, classify_exception, info
-from worker.kinds import ChildContext, load_kind
+from worker.kinds import ChildContext, ChildDefinition, load_kind
 from worker.leasefile import Watchdog
 
 TASK_FILE: Final = "task.json"
@@ -58,10 +62,10 @@ def load_context(task_dir: Path) -> ChildContext:
         tenant=task["tenant"],
         attempt=int(task.get("attempt") or 1),
         job_id=task.get("jobId"),
-        definition=TaskDefinition.from_dict(task["definition"]),
+        definition=ChildDefinition.from_dict(task["definition"]),
         input=task.get("input") or {},
         task_dir=task_dir,
-        settings=Settings.from_env(),
+        settings=ChildSettings.from_env(),
         lease_token=task.get("leaseToken"),
     )
 

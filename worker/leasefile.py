@@ -27,9 +27,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from agentq.config import Settings
+if TYPE_CHECKING:  # the task child runs the watchdog and must not import the model
+    from agentq.config import Settings
 
 LEASE_FILE: Final = "lease.json"
 CHECK_S: Final = 0.1

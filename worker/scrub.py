@@ -6,18 +6,32 @@ credentials URI, Slack tokens, ...). From then on they are removed from its log 
 (every record, whatever it holds), from each line of child output it copies, from the
 events it sends, and from the files it uploads; error records get them removed where
 they are made (`agentq.taxonomy.info` → `sanitize_error_message`).
+
+A file is scrubbed as a stream (`scrub_file`), so an output of any size costs a chunk
+of memory, not its size; the result is byte for byte what `redact_known_bytes` makes
+of the whole file (tests/security/test_scrub_streaming.py).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import IO, Final
 
 from agentq.events import Event
-from agentq.security import ScrubbingStream, redact_known, sanitize_error_message
+from agentq.security import (
+    REDACTED,
+    ScrubbingStream,
+    known_secret_bytes,
+    redact_known,
+    sanitize_error_message,
+)
 from worker.outbox import EventSink
 from worker.supervisor import MAX_LINE_BYTES
+
+CHUNK_BYTES: Final = 1024 * 1024
+_REDACTED_BYTES: Final = REDACTED.encode()
 
 
 def scrub_log_handlers(handlers: Iterable[logging.Handler]) -> None:
@@ -57,3 +71,48 @@ class ScrubbingSink:
         otherwise: Callable[[], object] | None = None,
     ) -> None:
         self._sink.publish(scrub_event(event), then=then, otherwise=otherwise)
+
+
+def scrub_file(source: IO[bytes], target: IO[bytes], *, chunk_bytes: int = CHUNK_BYTES) -> None:
+    """Copy `source` to `target` with the remembered secrets removed, a chunk at a time."""
+    chunks = iter(lambda: source.read(chunk_bytes), b"")
+    for piece in scrub_chunks(chunks, known_secret_bytes()):
+        target.write(piece)
+
+
+def scrub_chunks(chunks: Iterable[bytes], secrets: Sequence[bytes]) -> Iterator[bytes]:
+    """The chunks with each secret replaced, in turn, as `redact_known_bytes` does it to
+    the whole: one streaming pass per secret, each fed by the one before."""
+    stream: Iterator[bytes] = iter(chunks)
+    for secret in secrets:
+        if secret:
+            stream = _replaced(stream, secret, _REDACTED_BYTES)
+    return stream
+
+
+def _replaced(chunks: Iterator[bytes], old: bytes, new: bytes) -> Iterator[bytes]:
+    """`b"".join(chunks).replace(old, new)`, chunk by chunk.
+
+    An occurrence may cross a chunk boundary, so the last `len(old) - 1` bytes, which
+    could begin one, wait for the next chunk. The output is cut only where a scan of the
+    whole would stand too (right after an occurrence, or before the first position that
+    lacks the bytes to decide), so the leftmost, non-overlapping occurrences found are
+    the same ones `bytes.replace` finds.
+    """
+    overlap = len(old) - 1
+    pending = b""
+    for chunk in chunks:
+        data = pending + chunk
+        decided = len(data) - overlap  # an occurrence starting before this is whole
+        out: list[bytes] = []
+        start = 0
+        while (found := data.find(old, start)) != -1 and found < decided:
+            out += (data[start:found], new)
+            start = found + len(old)
+        cut = max(start, decided)
+        out.append(data[start:cut])
+        pending = data[cut:]
+        if piece := b"".join(out):
+            yield piece
+    if pending:
+        yield pending.replace(old, new)

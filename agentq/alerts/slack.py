@@ -21,13 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from agentq.config import Settings
 from agentq.errors import ConfigError
 from agentq.health import AlertLedger, Finding, HealthReport, dedupe
 from agentq.resources import SECRET_PLACEHOLDER
 
 if TYPE_CHECKING:
     from slack_sdk import WebClient
+
+    from agentq.config import Settings
 
 logger = logging.getLogger(__name__)
 

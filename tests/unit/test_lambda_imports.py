@@ -9,6 +9,7 @@ a request.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -33,6 +34,10 @@ HEAVY_AT_IMPORT: Final = (
     "botocore.session",
     "urllib3",
 )
+# The settings model (pydantic-settings, ~100 ms with pydantic) loads with the runtime on
+# the first invocation; only the producer API's request models need pydantic at import.
+SETTINGS_MODEL: Final = ("agentq.config", "pydantic_settings")
+PYDANTIC_AT_IMPORT: Final = frozenset({"lambdas.producer_api"})
 
 _PROBE: Final = """
 import json, sys
@@ -57,6 +62,7 @@ def _deployed_env() -> dict[str, str]:
     return env
 
 
+@functools.cache  # one fresh interpreter per handler serves every check of it
 def _probe(module: str) -> dict[str, Any]:
     env = _deployed_env()
     result = subprocess.run(
@@ -92,6 +98,18 @@ def test_a_handler_imports_nothing_heavy_until_its_clients_are_built(module: str
     # warm() is what the bench's "ready" figure adds: it must really build the clients.
     assert _loaded(probe["after_warm"], "boto3")
     assert not _loaded(probe["after_warm"], "slack_sdk")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("module", HANDLERS)
+def test_a_handler_loads_the_settings_model_with_its_runtime_not_at_import(module: str) -> None:
+    probe = _probe(module)
+    early = [name for name in SETTINGS_MODEL if _loaded(probe["at_import"], name)]
+    assert early == [], f"{module} imports {early} at import time"
+    if module not in PYDANTIC_AT_IMPORT:
+        assert not _loaded(probe["at_import"], "pydantic"), f"{module} imports pydantic"
+    # Deferred, not dropped: warm() builds the settings the first invocation reads.
+    assert _loaded(probe["after_warm"], "agentq.config")
 
 
 @pytest.mark.timeout(120)

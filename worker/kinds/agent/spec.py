@@ -10,7 +10,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from agentq.config import Settings
+from agentq.config_light import ChildDefaults
 from agentq.errors import InvalidInput
 from worker.kinds.agent.prompt import Template
 
@@ -97,7 +97,7 @@ class AgentSpec:
     cli_max_retries: int
 
     @classmethod
-    def from_settings(cls, raw: Mapping[str, Any], settings: Settings) -> AgentSpec:
+    def from_settings(cls, raw: Mapping[str, Any], settings: ChildDefaults) -> AgentSpec:
         try:
             given = AgentSettings.model_validate(dict(raw))
         except ValidationError as exc:
