@@ -9,7 +9,7 @@ definition changes the hash, hence the resource, hence an Update that syncs the 
 
 Least privilege: the loader's role may scan, put and delete items of the definitions
 table and read the one bundle object, nothing else; the framework's role may only
-invoke the loader and write its own log group.
+invoke the loader (and look it up, to wait for it to be ready) and write its own logs.
 """
 
 from __future__ import annotations
@@ -151,9 +151,15 @@ class DefinitionsLoader(Construct):
             self,
             "Provider",
             on_event_handler=self.handler.function,
-            role=role,
+            framework_on_event_role=role,
             log_group=log_group,
         )
+        # As for AgentqFunction: the GetAtt already orders the function after its role;
+        # cfn-lint (W3005) flags the duplicate, so depend on the policy alone.
+        framework = provider.node.find_child("framework-onEvent").node.default_child
+        policy = role.node.find_child("DefaultPolicy").node.default_child
+        assert isinstance(framework, cdk.CfnResource) and isinstance(policy, cdk.CfnElement)
+        framework.add_override("DependsOn", [cdk.Stack.of(self).get_logical_id(policy)])
         acknowledge(
             role,
             "IAM5",

@@ -89,7 +89,7 @@ def test_infra_the_core_stack_loads_the_sample_definitions_through_a_custom_reso
             "BundleHash": loader.bundle.asset_hash,
             "Definitions": sorted(load_directory(SAMPLES)),
             # CloudFormation gives up on a silent provider after this, not after an hour.
-            "ServiceTimeout": 1200,
+            "ServiceTimeout": "1200",
         },
     )
     template.resource_count_is(RESOURCE_TYPE, 1)
@@ -124,8 +124,12 @@ def test_infra_the_provider_framework_may_only_invoke_the_loader(stage: Synthesi
     loader_id = _function_id(template, LOADER)
     framework_id = _function_id(template, "framework.onEvent")
     by_action = _by_action(_role_statements(template, framework_id))
-    assert {a for a in by_action if not a.startswith("logs:")} == {"lambda:InvokeFunction"}
-    for resource in by_action["lambda:InvokeFunction"]:
+    # GetFunction: the framework waits for a loader still starting up before it invokes.
+    assert {a for a in by_action if not a.startswith("logs:")} == {
+        "lambda:InvokeFunction",
+        "lambda:GetFunction",
+    }
+    for resource in by_action["lambda:InvokeFunction"] + by_action["lambda:GetFunction"]:
         assert loader_id in json.dumps(resource)
     # Its own log group with the stage's retention, not one Lambda makes unbounded.
     framework = template["Resources"][framework_id]["Properties"]
