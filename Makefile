@@ -68,14 +68,14 @@ synth: $(STAMP) $(CDK_STAMP)
 	npx cdk synth --quiet -c stage=prod --output cdk.out/prod
 	$(VENV)/bin/cfn-lint cdk.out/dev/*.template.json cdk.out/prod/*.template.json
 
-# One stage, end to end: the stacks, then its variables, then the task definitions its
-# table needs (the bundled samples and DEFINITIONS="dir ..."). Rerunning is an upgrade.
+# One stage, end to end: the stacks (which load the task definitions: the bundled
+# samples and DEFINITIONS="dir ...", validated at synth), then the stage's variables.
+# Rerunning is an upgrade. `agentq definitions sync` stays for quick updates.
 STAGE ?= dev
 DEFINITIONS ?=
 deploy: $(STAMP) $(CDK_STAMP)
-	npx cdk deploy --all -c stage=$(STAGE)
+	npx cdk deploy --all -c stage=$(STAGE) $(if $(strip $(DEFINITIONS)),-c definitions="$(strip $(DEFINITIONS))")
 	$(VENV)/bin/agentq env --stage $(STAGE) --output .agentq/$(STAGE).env
-	$(VENV)/bin/agentq --local-env .agentq/$(STAGE).env definitions sync definitions/samples $(DEFINITIONS)
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .mypy_cache .ruff_cache .pytest_cache

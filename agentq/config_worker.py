@@ -9,6 +9,9 @@ from pydantic_settings import BaseSettings
 from agentq.config_fields import DAY_MS, NAME, Choice, Flag, Float, Int, var
 from agentq.config_places import TIER
 
+# Mid-priced and current: Opus costs 5/3 as much per token, and is one setting away.
+DEFAULT_MODEL: Final = "claude-sonnet-4-5"
+
 # When a worker's warm spares import the Claude SDK (see worker/spares.py).
 WarmAgent = Literal["recent", "always", "never"]
 # How the worker's receiver picks a priority tier (worker/scheduler.py).
@@ -193,7 +196,12 @@ class Child(BaseSettings):
         "worker",
     )
     model: str = var(
-        "CLAUDE_MODEL", "claude-opus-4-5", "Default model of agent tasks.", "child", **NAME
+        "CLAUDE_MODEL",
+        DEFAULT_MODEL,
+        "Default model of agent tasks; a definition's `settings.model` overrides it "
+        "(`claude-opus-4-5` for the most capable, at 5/3 the price: docs/cost.md).",
+        "child",
+        **NAME,
     )
     step_timeout_ms: Int = var(
         "DEFAULT_TIMEOUT",

@@ -112,27 +112,50 @@ def _invalid(exc: ValidationError, source: str) -> InvalidInput:
     return InvalidInput(field, first["msg"])
 
 
-def load_file(path: Path) -> list[TaskDefinition]:
-    """One definition, or a list of them, from a YAML or JSON file."""
+DEFINITION_SUFFIXES: Final = (".yaml", ".yml", ".json")
+
+
+def parse_definitions(text: str, *, source: str, json_format: bool = False) -> list[TaskDefinition]:
+    """One definition, or a list of them, from YAML (or JSON) text; `source` names it in errors."""
     import yaml  # only files need it; the Lambdas read definitions from the table
 
-    text = path.read_text()
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if json_format else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise InvalidInput(str(path), f"unreadable: {exc}") from None
+        raise InvalidInput(source, f"unreadable: {exc}") from None
     items = data if isinstance(data, list) else [data]
-    return [TaskDefinition.from_dict(item, source=str(path)) for item in items]
+    try:
+        return [TaskDefinition.from_dict(item, source=source) for item in items]
+    except InvalidInput as exc:
+        if exc.field.startswith(source):
+            raise
+        # Whoever reads the error (a shell, a failed deployment) needs the file too.
+        raise InvalidInput(source, f"{exc.field}: {exc.problem}") from None
 
 
-def load_directory(directory: Path) -> dict[str, TaskDefinition]:
+def load_file(path: Path, *, source: str | None = None) -> list[TaskDefinition]:
+    """One definition, or a list of them, from a YAML or JSON file."""
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise InvalidInput(source or str(path), "unreadable: not UTF-8 text") from None
+    return parse_definitions(text, source=source or str(path), json_format=path.suffix == ".json")
+
+
+def load_directory(directory: Path, *, label: str | None = None) -> dict[str, TaskDefinition]:
+    """The definitions of a directory's YAML/JSON files (not its subdirectories).
+
+    `label` replaces the directory's path in error messages (a deployment names the
+    directory as the user gave it, not where it was unpacked).
+    """
     definitions: dict[str, TaskDefinition] = {}
     for path in sorted(directory.glob("*")):
-        if path.suffix not in (".yaml", ".yml", ".json"):
+        if path.suffix not in DEFINITION_SUFFIXES or not path.is_file():
             continue
-        for definition in load_file(path):
+        source = f"{label}/{path.name}" if label else str(path)
+        for definition in load_file(path, source=source):
             if definition.name in definitions:
-                raise InvalidInput(str(path), f"defines {definition.name!r} twice")
+                raise InvalidInput(source, f"defines {definition.name!r} twice")
             definitions[definition.name] = definition
     return definitions
 
@@ -168,6 +191,28 @@ class DefinitionsTable:
     def all(self) -> list[TaskDefinition]:
         from agentq.store.codec import from_item
 
+        return sorted(
+            (TaskDefinition.from_dict(from_item(i), source="table") for i in self._scan()),
+            key=lambda d: d.name,
+        )
+
+    def stored(self) -> dict[str, TaskDefinition | None]:
+        """Every item by name; None for one that is no valid definition (written by hand,
+        or by an older agentq), so a sync can replace it instead of failing on it."""
+        from agentq.store.codec import from_item
+
+        found: dict[str, TaskDefinition | None] = {}
+        for item in self._scan():
+            name = item.get("name", {}).get("S")
+            if not isinstance(name, str):
+                continue
+            try:
+                found[name] = TaskDefinition.from_dict(from_item(item), source=f"table:{name}")
+            except InvalidInput:
+                found[name] = None
+        return found
+
+    def _scan(self) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         kwargs: dict[str, Any] = {"TableName": self._table}
         while True:
@@ -175,12 +220,8 @@ class DefinitionsTable:
             response = self._ddb.scan(**kwargs)
             items.extend(response.get("Items", []))
             if "LastEvaluatedKey" not in response:
-                break
+                return items
             kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
-        return sorted(
-            (TaskDefinition.from_dict(from_item(i), source="table") for i in items),
-            key=lambda d: d.name,
-        )
 
 
 class DefinitionRegistry:

@@ -49,6 +49,17 @@ class IncompatibleDependency(AgentqError):
         super().__init__(f"{package} {version}: {problem}")
 
 
+class OutOfTime(AgentqError):
+    """Work stopped short of its deadline so the failure can still be reported; what it
+    did is complete in itself, and running it again converges."""
+
+    def __init__(self, what: str, done: int, total: int) -> None:
+        self.what = what
+        self.done = done
+        self.total = total
+        super().__init__(f"{what}: out of time after {done} of {total} writes; run it again")
+
+
 class InvalidInput(AgentqError):
     """Bad input from a producer or user. `field` names what is wrong."""
 

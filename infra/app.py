@@ -1,6 +1,7 @@
 """Builds every stack of the stage named by the `stage` context value.
 
-`cdk synth -c stage=prod` (optionally `-c app_name=...`) selects the stage; its typed
+`cdk synth -c stage=prod` (optionally `-c app_name=...`, and `-c definitions="DIR ..."`
+for definition directories to ship beyond the stage's own) selects the stage; its typed
 settings live in infra/stages.py. cdk-nag's AwsSolutions checks run as a validation
 plugin on every synth, so a finding without an acknowledgment fails the build.
 """
@@ -8,6 +9,7 @@ plugin on every synth, so a finding without an acknowledgment fails the build.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 import aws_cdk as cdk
@@ -15,6 +17,7 @@ from cdk_nag import AwsSolutionsChecks
 
 from agentq.resources import RULES
 from infra.assets import lambda_code
+from infra.definitions import DefinitionsLoader
 from infra.stacks.dispatcher import DispatcherStack
 from infra.stacks.events import EventsStack
 from infra.stacks.health_check import HealthCheckStack
@@ -35,6 +38,7 @@ class StageStacks:
     producer_api: ProducerApiStack
     worker: WorkerStack
     monitoring: MonitoringStack
+    definitions: DefinitionsLoader
 
     def all(self) -> list[cdk.Stack]:
         return [
@@ -52,6 +56,15 @@ def build_stage(app: cdk.App, settings: StageSettings) -> StageStacks:
     """The stacks of one stage."""
     prefix = settings.names.prefix
     core = InfrastructureStack(app, f"{prefix}-infrastructure", settings=settings)
+    # Beside the table it fills: `cdk deploy` of the core stack loads the definitions
+    # before any worker could ask for one.
+    definitions = DefinitionsLoader(
+        core,
+        "DefinitionsLoader",
+        settings=settings,
+        table=core.definitions_table,
+        code=lambda_code(),
+    )
     events = EventsStack(app, f"{prefix}-events", settings=settings, core=core, code=lambda_code())
     health = HealthCheckStack(
         app, f"{prefix}-health-check", settings=settings, core=core, code=lambda_code()
@@ -89,7 +102,9 @@ def build_stage(app: cdk.App, settings: StageSettings) -> StageStacks:
         api=api.api,
         settings=settings,
     )
-    stacks = StageStacks(settings, core, events, health, dispatcher, api, worker, monitoring)
+    stacks = StageStacks(
+        settings, core, events, health, dispatcher, api, worker, monitoring, definitions
+    )
     for stack in stacks.all():
         cdk.Tags.of(stack).add("app", settings.app_name)
         cdk.Tags.of(stack).add("stage", settings.name)
@@ -105,6 +120,14 @@ FEATURE_FLAGS: Final = {
 }
 
 
+def definitions_context(value: object) -> list[Path]:
+    """`-c definitions="a b"` (the Makefile's DEFINITIONS): more directories to ship."""
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else str(value).replace(",", " ").split()
+    return [Path(str(item)) for item in items if str(item).strip()]
+
+
 def build_app(app: cdk.App, *, nag: bool = True) -> StageStacks:
     """Every stack of the context's stage, checked by cdk-nag unless `nag` is False."""
     for flag, value in FEATURE_FLAGS.items():
@@ -112,7 +135,11 @@ def build_app(app: cdk.App, *, nag: bool = True) -> StageStacks:
             app.node.set_context(flag, value)
     stage = str(app.node.try_get_context("stage") or "dev")
     app_name = app.node.try_get_context("app_name")
-    settings = stage_settings(stage, app_name=str(app_name) if app_name else None)
+    settings = stage_settings(
+        stage,
+        app_name=str(app_name) if app_name else None,
+        definitions=definitions_context(app.node.try_get_context("definitions")),
+    )
     if nag:
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return build_stage(app, settings)

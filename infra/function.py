@@ -4,7 +4,8 @@ Each function gets a role of its own holding only inline statements (no AWS mana
 policy: `AWSLambdaBasicExecutionRole` would grant logs on every group) and a log group
 with the stage's retention, created before the function so Lambda never makes an
 unbounded one. An event-driven function also owns the queue its failed events land in,
-and `subscribe` wires a bus rule to it with the retry policy that queue is meant for.
+and `subscribe` wires a bus rule to it with the retry policy that queue is meant for;
+`schedule` runs a function on a fixed rate instead.
 """
 
 from __future__ import annotations
@@ -146,4 +147,28 @@ class AgentqFunction(Construct):
                     dead_letter_queue=self.failed_events,
                 )
             ],
+        )
+
+    def schedule(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        what: str,
+        rate_minutes: int,
+        enabled: bool,
+    ) -> events.Rule:
+        """A rule invoking this function every `rate_minutes`, made in `scope` under
+        `construct_id` (as with `subscribe`, the caller's tree keeps its logical IDs).
+
+        No retries: a missed run is repaired by the next one; retrying it would only
+        overlap with it.
+        """
+        return events.Rule(
+            scope,
+            construct_id,
+            description=f"{what} every {rate_minutes} min",
+            schedule=events.Schedule.rate(Duration.minutes(rate_minutes)),
+            enabled=enabled,
+            targets=[targets.LambdaFunction(self.function, retry_attempts=0)],
         )

@@ -7,7 +7,9 @@ fails at synth time instead of in production.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Final
 
 from aws_cdk import RemovalPolicy
@@ -15,6 +17,9 @@ from aws_cdk import aws_logs as logs
 
 from agentq.config import WarmAgent
 from agentq.resources import APP_NAME_DEFAULT, ResourceNames
+
+# What every stage ships unless it says otherwise: the bundled samples (repo-relative).
+SAMPLE_DEFINITIONS: Final = (Path("definitions/samples"),)
 
 # Fargate waits at most 120 s between SIGTERM and SIGKILL; a longer stopTimeout is rejected.
 FARGATE_MAX_STOP_TIMEOUT_S: Final = 120
@@ -142,10 +147,15 @@ class StageSettings:
     health_check: HealthCheckSettings = field(default_factory=HealthCheckSettings)
     reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings)
     alarms: AlarmSettings = field(default_factory=AlarmSettings)
+    # Definition directories the deployment loads into the definitions table (relative
+    # paths are from the repository root, where cdk runs); see docs/deploy.md.
+    definitions: tuple[Path, ...] = SAMPLE_DEFINITIONS
 
     def __post_init__(self) -> None:
         if not self.name.isalnum() or not self.name.islower():
             raise StageError(f"stage name must be lowercase letters/digits, got {self.name!r}")
+        if len(set(self.definitions)) != len(self.definitions):
+            raise StageError("a definitions directory is named twice")
         self.worker.check()
         self.health_check.check()
         self.reconciler.check()
@@ -192,11 +202,17 @@ STAGES: Final[dict[str, StageSettings]] = {
 }
 
 
-def stage_settings(name: str, *, app_name: str | None = None) -> StageSettings:
-    """The settings of a known stage; `app_name` renames every resource of it."""
+def stage_settings(
+    name: str, *, app_name: str | None = None, definitions: Sequence[Path] = ()
+) -> StageSettings:
+    """The settings of a known stage; `app_name` renames every resource of it and
+    `definitions` ships more definition directories (`make deploy DEFINITIONS=...`)."""
     try:
         settings = STAGES[name]
     except KeyError:
         known = ", ".join(sorted(STAGES))
         raise StageError(f"unknown stage {name!r}; known stages: {known}") from None
-    return replace(settings, app_name=app_name) if app_name else settings
+    if app_name:
+        settings = replace(settings, app_name=app_name)
+    extra = tuple(Path(d) for d in definitions if Path(d) not in settings.definitions)
+    return replace(settings, definitions=settings.definitions + extra) if extra else settings

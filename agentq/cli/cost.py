@@ -12,6 +12,7 @@ from agentq.cli.common import EXIT_OK, emit_json
 
 
 def register(subparsers: Any) -> None:
+    from agentq.config_worker import DEFAULT_MODEL
     from agentq.cost import MODEL_PRICES, STAGES
 
     cost = subparsers.add_parser("cost", help="what agentq costs (docs/cost.md)")
@@ -22,7 +23,12 @@ def register(subparsers: Any) -> None:
     est.add_argument("--input-tokens", type=float, default=20_000, help="per task (20000)")
     est.add_argument("--output-tokens", type=float, default=2_000, help="per task (2000)")
     est.add_argument("--stage", choices=sorted(STAGES), default="prod")
-    est.add_argument("--model", choices=sorted(MODEL_PRICES), default="claude-opus-4-5")
+    est.add_argument(
+        "--model",
+        choices=sorted(MODEL_PRICES),
+        default=DEFAULT_MODEL,
+        help=f"the model of agent tasks ({DEFAULT_MODEL}, as CLAUDE_MODEL)",
+    )
     est.add_argument("--python", action="store_true", help="python tasks: no model cost")
     views.add_json_flag(est)
     est.set_defaults(func=_estimate)

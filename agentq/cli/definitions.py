@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
     views.add_json_flag(delete)
     delete.set_defaults(func=_delete)
     sync = commands.add_parser(
-        "sync", help="make the table hold the definitions of these directories (after a deploy)"
+        "sync", help="make the table hold the definitions of these directories (deploys do it too)"
     )
     sync.add_argument("directories", type=Path, nargs="+", help="definition directories")
     sync.add_argument("--prune", action="store_true", help="also delete definitions not in them")
@@ -105,32 +105,12 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _sync(args: argparse.Namespace) -> int:
-    """Idempotent: every put writes the whole definition, so a rerun after a throttle, a
-    retried call or a crash half-way converges on the same table."""
-    from agentq.definitions import load_directory
+    """The same sync a deployment runs (agentq.definitions_sync): idempotent, so a rerun
+    after a throttle, a retried call or a crash half-way converges on the same table."""
+    from agentq.definitions_sync import DefinitionSource, load_sources, sync_definitions
 
-    wanted: dict[str, Any] = {}
-    for directory in args.directories:
-        if not directory.is_dir():
-            raise InvalidInput(str(directory), "no such directory")
-        for name, definition in load_directory(directory).items():  # all validated first
-            if name in wanted:
-                raise InvalidInput(str(directory), f"defines {name!r} again")
-            wanted[name] = definition
-    table = _table()
-    stored = {d.name: d for d in table.all()}
-    report: dict[str, list[str]] = {"added": [], "updated": [], "unchanged": [], "deleted": []}
-    for name, definition in sorted(wanted.items()):
-        current = stored.get(name)
-        if current is not None and current.to_dict() == definition.to_dict():
-            report["unchanged"].append(name)
-            continue
-        table.put(definition)
-        report["added" if current is None else "updated"].append(name)
-    if args.prune:
-        for name in sorted(set(stored) - set(wanted)):
-            table.delete(name)
-            report["deleted"].append(name)
+    wanted = load_sources(DefinitionSource(d, str(d)) for d in args.directories)
+    report = sync_definitions(_table(), wanted, prune=args.prune).to_dict()
     if args.json:
         emit_json(report)
     else:

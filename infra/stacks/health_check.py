@@ -7,8 +7,6 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import Duration
-from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_secretsmanager as secretsmanager
@@ -109,13 +107,12 @@ class HealthCheckStack(cdk.Stack):
             "resource-level permissions; AWS allows only Resource '*'",
             applies_to="Resource::*",
         )
-        self.schedule = events.Rule(
+        self.schedule = self.handler.schedule(
             self,
             "Schedule",
-            description=f"health check every {health.rate_minutes} min",
-            schedule=events.Schedule.rate(Duration.minutes(health.rate_minutes)),
+            what="health check",
+            rate_minutes=health.rate_minutes,
             enabled=health.enabled,
-            targets=[targets.LambdaFunction(self.handler.function, retry_attempts=0)],
         )
         self.reconciler = Reconciler(self, "Reconcile", settings=settings, core=core, code=code)
         self.functions = {

@@ -10,8 +10,6 @@ publishing events, reading upstream results and writing event overflow.
 from __future__ import annotations
 
 from aws_cdk import Duration
-from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
@@ -71,12 +69,10 @@ class Reconciler(Construct):
         grant_objects(
             self.handler.role, core.bucket, [EVENT_OVERFLOW_PREFIX], ["PutObject"], "Overflow"
         )
-        self.schedule = events.Rule(
+        self.schedule = self.handler.schedule(
             self,
             "Schedule",
-            description=f"reconciler every {reconcile.rate_minutes} min",
-            schedule=events.Schedule.rate(Duration.minutes(reconcile.rate_minutes)),
+            what="reconciler",
+            rate_minutes=reconcile.rate_minutes,
             enabled=reconcile.enabled,
-            # A missed run is repaired by the next one; retrying it would only overlap.
-            targets=[targets.LambdaFunction(self.handler.function, retry_attempts=0)],
         )

@@ -58,3 +58,22 @@ def test_infra_function_without_failed_events_queue_refuses_to_subscribe() -> No
     with pytest.raises(ValueError, match="event_driven"):
         function.subscribe(stack, "Rule", rule=SAVE_EVENT_RULE, bus=bus)
     assert stack.node.try_find_child("Rule") is None
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_infra_function_schedule_runs_it_at_the_rate_without_retries(enabled: bool) -> None:
+    stack = cdk.Stack(cdk.App(), "agentq-test")
+    function = _function(stack, "Sweep", event_driven=False)
+
+    rule = function.schedule(stack, "Schedule", what="sweep", rate_minutes=7, enabled=enabled)
+
+    assert rule.node.scope is stack and rule.node.id == "Schedule"
+    resource = rule.node.default_child
+    assert isinstance(resource, events.CfnRule)
+    assert resource.schedule_expression == "rate(7 minutes)"
+    assert resource.description == "sweep every 7 min"
+    assert resource.state == ("ENABLED" if enabled else "DISABLED")
+    [target] = stack.resolve(resource.targets)
+    assert target["arn"] == stack.resolve(function.function.function_arn)
+    # A missed run is left to the next one: a retry would only overlap it.
+    assert target["retryPolicy"] == {"maximumRetryAttempts": 0}

@@ -89,7 +89,7 @@ def test_settings_built_in_code_are_the_defaults_plus_what_is_passed(
     # Only from_env reads the environment: code that builds Settings gets what it asks for.
     monkeypatch.setenv("CLAUDE_MODEL", "from-the-environment")
     settings = Settings(step_timeout_ms=42_000)
-    assert (settings.step_timeout_ms, settings.model) == (42_000, "claude-opus-4-5")
+    assert (settings.step_timeout_ms, settings.model) == (42_000, "claude-sonnet-4-5")
     with pytest.raises(ValueError):
         Settings(no_such_setting=1)  # type: ignore[call-arg]
 
