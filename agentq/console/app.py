@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +106,9 @@ def create_app(parts: ConsoleParts) -> Starlette:
                 "status": status,
                 "detail": data.get("detail") if status != 200 else None,
                 "csrf": parts.gate.csrf(request.state.session),
+                # A form's idempotency key: a retried or doubled POST from this page
+                # resubmits once (agentq.console.actions).
+                "nonce": secrets.token_urlsafe(18),
                 "actions": parts.gate.allow_actions,
                 "refresh_ms": parts.refresh_ms,
                 "api": "/api" + request.url.path,
@@ -220,13 +224,11 @@ def _act(
     name = request.path_params["name"]
     tenant = validate_tenant(body.get("tenant") or tenant_of(request))
     if name == "redrive":
-        return {"results": actions.redrive(body.get("keys"))}  # type: ignore[arg-type]
+        return actions.redrive(body.get("keys"))  # type: ignore[arg-type]
     if name == "discard":
-        return {"results": actions.discard(body.get("keys"))}  # type: ignore[arg-type]
+        return actions.discard(body.get("keys"))  # type: ignore[arg-type]
     if name == "cancel":
-        cancelled = actions.cancel(tenant, request_id=body.get("requestId"),
-                                   job_id=body.get("jobId"))  # fmt: skip
-        return {"cancelled": cancelled}
+        return actions.cancel(tenant, request_id=body.get("requestId"), job_id=body.get("jobId"))
     if name == "resubmit":
-        return {"requestId": actions.resubmit(tenant, body.get("requestId"))}
+        return actions.resubmit(tenant, body.get("requestId"), body.get("nonce"))
     raise NotFound("action", name)
