@@ -29,6 +29,7 @@ from starlette.templating import Jinja2Templates
 
 from agentq.console.actions import Actions
 from agentq.console.deadletters import DeadLetters
+from agentq.console.jobtasks import TasksUnreadable
 from agentq.console.operations import Operations
 from agentq.console.reads import ConsoleReader, job_state_filter, page_size, validate_tenant
 from agentq.console.security import Gate, GateMiddleware
@@ -51,13 +52,25 @@ class ConsoleParts:
 
 def embed_json(data: Any) -> str:
     """JSON safe inside a <script type="application/json"> element: no `</script>`."""
-    text = json.dumps(data, default=str, separators=(",", ":"))
+    return _embeddable(_body(data).decode())
+
+
+def _embeddable(text: str) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def static_version(directory: Path = HERE / "static") -> str:
+    """A hash of the front end's files: their URLs change when any of them does."""
+    digest = hashlib.blake2b(digest_size=8)
+    for path in sorted(p for p in directory.iterdir() if p.is_file()):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def create_app(parts: ConsoleParts) -> Starlette:
     # Autoescaping always on, whatever the template's name.
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
+    env.globals["static_version"] = static_version()
     templates = Jinja2Templates(env=env)
     reader = parts.reader
 
@@ -98,11 +111,14 @@ def create_app(parts: ConsoleParts) -> Starlette:
                 data, status = {"error": "bad request", "detail": str(bad)}, 400
             except ClientError as error:
                 data, status = _aws_problem(error), 502
+            except TasksUnreadable:
+                data, status = _THROTTLED, 502
+            body = _body(data)  # serialised once, for the tag and the page
             context = {
-                "etag": etag_of(data) if status == 200 else "",
+                "etag": _tag(body) if status == 200 else "",
                 "page": name,
                 "title": TITLES[name],
-                "data": embed_json(data),
+                "data": _embeddable(body.decode()),
                 "status": status,
                 "detail": data.get("detail") if status != 200 else None,
                 "csrf": parts.gate.csrf(request.state.session),
@@ -128,6 +144,8 @@ def create_app(parts: ConsoleParts) -> Starlette:
                 return JSONResponse({"error": "bad request", "detail": str(bad)}, 400)
             except ClientError as error:
                 return JSONResponse(_aws_problem(error), 502)
+            except TasksUnreadable:
+                return JSONResponse(_THROTTLED, 502)
 
         return endpoint
 
@@ -195,6 +213,9 @@ def create_app(parts: ConsoleParts) -> Starlette:
     return app
 
 
+_THROTTLED: Final = {"error": "aws", "detail": "AWS left some tasks unread (throttled); try again"}
+
+
 def _aws_problem(error: ClientError) -> dict[str, Any]:
     # What AWS said after botocore's retries (throttled, unavailable, denied): its code
     # only, so nothing of the request leaks into the page; the next poll tries again.
@@ -206,13 +227,13 @@ def _body(data: Any) -> bytes:
     return json.dumps(data, default=str, separators=(",", ":")).encode()
 
 
-def etag_of(data: Any) -> str:
-    return '"' + hashlib.blake2b(_body(data), digest_size=16).hexdigest() + '"'
+def _tag(body: bytes) -> str:
+    return '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
 
 
 def etagged(request: Request, data: Any) -> Response:
     body = _body(data)
-    etag = '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
+    etag = _tag(body)
     if request.headers.get("if-none-match") == etag:
         return Response(status_code=304, headers={"ETag": etag})
     return Response(body, media_type="application/json", headers={"ETag": etag})
