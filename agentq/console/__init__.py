@@ -11,11 +11,14 @@ docs/console.md.
 | `app.py` | routes: page shells with embedded data, JSON with ETags, actions |
 | `security.py` | the printed token, session cookie, CSRF, loopback Host, headers |
 | `reads.py` | jobs, a job, a task: through `AgentqClient` and the stores |
+| `jobhead.py` | a job's item per refresh: its progress, its spec read once |
+| `jobtasks.py` | a job's tasks as summary rows (projected reads, final rows kept) |
 | `cursor.py` | the jobs list's page cursor (validated: it comes from the browser) |
 | `artifacts.py` | a task's S3 objects: logs, trace, result, raw downloads |
 | `deadletters.py` | the DLQ archive listing (ETag-cached) |
 | `operations.py` | queue depths, workers from leases, event rates |
 | `actions.py` | redrive, discard, cancel, resubmit, each recorded as an event |
+| `record.py` | an action stored as requested before it runs, its outcome after |
 | `static/`, `templates/` | the front end: hand-written JS and CSS, no build step |
 """
 

@@ -1,14 +1,20 @@
 """Operator actions: redrive or discard dead letters, cancel, resubmit.
 
 Off unless the console was started with `--allow-actions`. Each action is done through
-agentq's own client, redriver and archive, then recorded as an `Operator Action` event
-(`Job Operator Action` for a job) naming the operator's AWS identity (STS
-GetCallerIdentity, asked once) and what came of it. If the identity cannot be had,
-nothing is done: no action goes unrecorded for want of a name.
+agentq's own client, redriver and archive, and is on record before it is done: an
+`Operator Action` event (`Job Operator Action` for a job) naming the operator's AWS
+identity (STS GetCallerIdentity, asked once) is stored as requested first, then its
+outcome is stored and published (agentq.console.record). If the identity cannot be
+had, nothing is done: no action goes unrecorded for want of a name.
+
+Resubmitting is idempotent per form: the page carries a nonce, the new task's
+idempotency key is derived from it, so a double click or a retried POST makes one task.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 import threading
 from typing import Any, Final
 
@@ -16,6 +22,7 @@ from botocore.exceptions import ClientError
 
 from agentq.client import AgentqClient
 from agentq.console.deadletters import validate_archive_key
+from agentq.console.record import ActionLog
 from agentq.dlq import ArchivedMessage, DlqArchive, Redriver
 from agentq.envelope import REQUEST_ID_PATTERN, validate_request_id
 from agentq.errors import InvalidInput, NotFound
@@ -23,6 +30,11 @@ from agentq.events import Event, task_event
 from agentq.jobs.spec import validate_job_id
 
 MAX_BATCH: Final = 100
+# What the page issues (secrets.token_urlsafe); anything else is refused, not hashed.
+FORM_NONCE: Final = re.compile(r"[A-Za-z0-9_-]{16,64}")
+NOT_PUBLISHED: Final = (
+    "done and recorded in the events table, but EventBridge did not take its event"
+)
 
 
 class Actions:
@@ -42,6 +54,8 @@ class Actions:
         self._redriver = redriver
         self._archive = archive
         self._s3 = s3
+        self._log = ActionLog(client.event_store, client.publisher,
+                              ttl_days=client.settings.event_ttl_days)  # fmt: skip
         self._identity: dict[str, str] | None = None
         self._lock = threading.Lock()
 
@@ -53,9 +67,10 @@ class Actions:
             return self._identity
 
     # -- dead letters ----------------------------------------------------------------
-    def redrive(self, keys: list[Any]) -> list[dict[str, Any]]:
+    def redrive(self, keys: list[Any]) -> dict[str, Any]:
         operator = self.identity()
-        results = []
+        results: list[dict[str, Any]] = []
+        published = True
         done: set[tuple[str, str]] = set()
         for key in _keys(keys):
             message = self._letter(key)
@@ -63,64 +78,92 @@ class Actions:
                 if (message.tenant, message.request_id) in done:
                     continue  # one replay per task: its newest letter (as `dlq redrive`)
                 done.add((message.tenant, message.request_id))
-                outcomes = self._redriver.redrive_request(message.request_id)
-            else:
-                outcomes = [self._redriver.redrive(message)]
-            rows = [{"key": o.archive_key, "requestId": o.request_id, "outcome": o.outcome,
-                     "detail": o.detail} for o in outcomes] or [
-                {"key": key, "requestId": message.request_id, "outcome": "skipped",
-                 "detail": "already redriven"}]  # fmt: skip
+            rows, sent = self._log.perform(
+                self._event(operator, "redrive", tenant=message.tenant,
+                            request_id=_subject(message.request_id, message.message_id),
+                            archiveKey=key),
+                functools.partial(self._redrive_one, message, key),
+                lambda rows: {"outcome": rows[-1]["outcome"]},
+            )  # fmt: skip
             results.extend(rows)
-            self._record(operator, "redrive", tenant=message.tenant,
-                         request_id=_subject(message.request_id, message.message_id),
-                         archiveKey=key, outcome=rows[-1]["outcome"])  # fmt: skip
-        return results
+            published &= sent
+        return _answer({"results": results}, published)
 
-    def discard(self, keys: list[Any]) -> list[dict[str, Any]]:
+    def _redrive_one(self, message: ArchivedMessage, key: str) -> list[dict[str, Any]]:
+        if message.request_id and message.tenant:
+            outcomes = self._redriver.redrive_request(message.request_id)
+        else:
+            outcomes = [self._redriver.redrive(message)]
+        return [{"key": o.archive_key, "requestId": o.request_id, "outcome": o.outcome,
+                 "detail": o.detail} for o in outcomes] or [
+            {"key": key, "requestId": message.request_id, "outcome": "skipped",
+             "detail": "already redriven"}]  # fmt: skip
+
+    def discard(self, keys: list[Any]) -> dict[str, Any]:
         operator = self.identity()
         results = []
+        published = True
         for key in _keys(keys):
             message = self._letter(key)
-            # Recorded first: a discarded letter is gone, its event is what remains.
-            self._record(operator, "discard", tenant=message.tenant,
-                         request_id=_subject(message.request_id, message.message_id),
-                         archiveKey=key, messageId=message.message_id)  # fmt: skip
-            self._s3.delete_object(Bucket=self._archive.bucket, Key=key)
+            # The request is stored before the delete: a discarded letter is gone, its
+            # events are what remains of it.
+            _, sent = self._log.perform(
+                self._event(operator, "discard", tenant=message.tenant,
+                            request_id=_subject(message.request_id, message.message_id),
+                            archiveKey=key, messageId=message.message_id),
+                functools.partial(self._s3.delete_object, Bucket=self._archive.bucket, Key=key),
+                lambda _: {"outcome": "discarded"},
+            )  # fmt: skip
+            published &= sent
             results.append({"key": key, "requestId": message.request_id, "outcome": "discarded"})
-        return results
+        return _answer({"results": results}, published)
 
     # -- tasks and jobs ----------------------------------------------------------------
-    def cancel(self, tenant: str, *, request_id: Any = None, job_id: Any = None) -> list[str]:
+    def cancel(self, tenant: str, *, request_id: Any = None, job_id: Any = None) -> dict[str, Any]:
         operator = self.identity()
+        reason = f"cancelled from the console by {operator['arn']}"
         if job_id is not None:
             job = validate_job_id(job_id)
-            cancelled = self._client.cancel(job_id=job, tenant=tenant,
-                                            reason=f"cancelled from the console by {operator['arn']}")  # fmt: skip
-            self._publish(Event(detail_type="Job Operator Action", request_id=f"job-{job}",
-                                tenant=tenant, job_id=job,
-                                payload={"action": "cancel", "operator": operator,
-                                         "cancelled": cancelled}))  # fmt: skip
-            return cancelled
+            event = Event(detail_type="Job Operator Action", request_id=f"job-{job}",
+                          tenant=tenant, job_id=job,
+                          payload={"action": "cancel", "operator": operator})  # fmt: skip
+            cancelled, sent = self._log.perform(
+                event,
+                lambda: self._client.cancel(job_id=job, tenant=tenant, reason=reason),
+                lambda ids: {"cancelled": ids},
+            )
+            return _answer({"cancelled": cancelled}, sent)
         rid = validate_request_id(request_id)
         record = self._client.get_task(rid, tenant=tenant)
-        cancelled = self._client.cancel(rid, tenant=tenant,
-                                        reason=f"cancelled from the console by {operator['arn']}")  # fmt: skip
-        self._record(operator, "cancel", tenant=tenant, request_id=rid, job_id=record.job_id,
-                     outcome="cancelled" if cancelled else f"not cancelled: {record.state.value}")  # fmt: skip
-        return cancelled
+        cancelled, sent = self._log.perform(
+            self._event(operator, "cancel", tenant=tenant, request_id=rid, job_id=record.job_id),
+            lambda: self._client.cancel(rid, tenant=tenant, reason=reason),
+            lambda ids: {"outcome": "cancelled" if ids
+                         else f"not cancelled: {record.state.value}"},
+        )  # fmt: skip
+        return _answer({"cancelled": cancelled}, sent)
 
-    def resubmit(self, tenant: str, request_id: Any) -> str:
-        """A new task with the same definition and input (the old one stays as it was)."""
+    def resubmit(self, tenant: str, request_id: Any, nonce: Any) -> dict[str, Any]:
+        """A new task with the same definition and input (the old one stays as it was),
+        once per form: the same nonce again answers with the same new task."""
+        if not isinstance(nonce, str) or not FORM_NONCE.fullmatch(nonce):
+            raise InvalidInput("nonce", "the page's form nonce (reload the page)")
         operator = self.identity()
         record = self._client.get_task(validate_request_id(request_id), tenant=tenant)
         envelope = record.envelope or {}
-        if not record.definition:
+        definition = record.definition
+        if not definition:
             raise InvalidInput("requestId", "the task has no definition to run again")
-        task = self._client.submit(record.definition, dict(envelope.get("input") or {}),
-                                   tenant=tenant)  # fmt: skip
-        self._record(operator, "resubmit", tenant=tenant, request_id=record.request_id,
-                     job_id=record.job_id, newRequestId=task.request_id)  # fmt: skip
-        return task.request_id
+        new_id, sent = self._log.perform(
+            self._event(operator, "resubmit", tenant=tenant, request_id=record.request_id,
+                        job_id=record.job_id),
+            lambda: self._client.submit(
+                definition, dict(envelope.get("input") or {}), tenant=tenant,
+                idempotency_key=f"console-resubmit/{record.request_id}/{nonce}",
+            ).request_id,
+            lambda rid: {"newRequestId": rid},
+        )  # fmt: skip
+        return _answer({"requestId": new_id}, sent)
 
     def _letter(self, key: str) -> ArchivedMessage:
         try:
@@ -130,8 +173,7 @@ class Actions:
                 raise NotFound("dead letter", key) from None
             raise
 
-    # -- recording ----------------------------------------------------------------------
-    def _record(
+    def _event(
         self,
         operator: dict[str, str],
         action: str,
@@ -140,13 +182,14 @@ class Actions:
         request_id: str,
         job_id: str | None = None,
         **detail: Any,
-    ) -> None:
-        self._publish(task_event("Operator Action", request_id=request_id,
-                                 tenant=tenant or self._client.settings.tenant_id,
-                                 job_id=job_id, action=action, operator=operator, **detail))  # fmt: skip
+    ) -> Event:
+        return task_event("Operator Action", request_id=request_id,
+                          tenant=tenant or self._client.settings.tenant_id,
+                          job_id=job_id, action=action, operator=operator, **detail)  # fmt: skip
 
-    def _publish(self, event: Event) -> None:
-        self._client.publisher.publish(event)
+
+def _answer(body: dict[str, Any], published: bool) -> dict[str, Any]:
+    return body if published else body | {"notice": NOT_PUBLISHED}
 
 
 def _keys(keys: list[Any]) -> list[str]:

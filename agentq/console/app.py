@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from starlette.templating import Jinja2Templates
 
 from agentq.console.actions import Actions
 from agentq.console.deadletters import DeadLetters
+from agentq.console.jobtasks import TasksUnreadable
 from agentq.console.operations import Operations
 from agentq.console.reads import ConsoleReader, job_state_filter, page_size, validate_tenant
 from agentq.console.security import Gate, GateMiddleware
@@ -50,13 +52,25 @@ class ConsoleParts:
 
 def embed_json(data: Any) -> str:
     """JSON safe inside a <script type="application/json"> element: no `</script>`."""
-    text = json.dumps(data, default=str, separators=(",", ":"))
+    return _embeddable(_body(data).decode())
+
+
+def _embeddable(text: str) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def static_version(directory: Path = HERE / "static") -> str:
+    """A hash of the front end's files: their URLs change when any of them does."""
+    digest = hashlib.blake2b(digest_size=8)
+    for path in sorted(p for p in directory.iterdir() if p.is_file()):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def create_app(parts: ConsoleParts) -> Starlette:
     # Autoescaping always on, whatever the template's name.
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
+    env.globals["static_version"] = static_version()
     templates = Jinja2Templates(env=env)
     reader = parts.reader
 
@@ -97,14 +111,20 @@ def create_app(parts: ConsoleParts) -> Starlette:
                 data, status = {"error": "bad request", "detail": str(bad)}, 400
             except ClientError as error:
                 data, status = _aws_problem(error), 502
+            except TasksUnreadable:
+                data, status = _THROTTLED, 502
+            body = _body(data)  # serialised once, for the tag and the page
             context = {
-                "etag": etag_of(data) if status == 200 else "",
+                "etag": _tag(body) if status == 200 else "",
                 "page": name,
                 "title": TITLES[name],
-                "data": embed_json(data),
+                "data": _embeddable(body.decode()),
                 "status": status,
                 "detail": data.get("detail") if status != 200 else None,
                 "csrf": parts.gate.csrf(request.state.session),
+                # A form's idempotency key: a retried or doubled POST from this page
+                # resubmits once (agentq.console.actions).
+                "nonce": secrets.token_urlsafe(18),
                 "actions": parts.gate.allow_actions,
                 "refresh_ms": parts.refresh_ms,
                 "api": "/api" + request.url.path,
@@ -124,6 +144,8 @@ def create_app(parts: ConsoleParts) -> Starlette:
                 return JSONResponse({"error": "bad request", "detail": str(bad)}, 400)
             except ClientError as error:
                 return JSONResponse(_aws_problem(error), 502)
+            except TasksUnreadable:
+                return JSONResponse(_THROTTLED, 502)
 
         return endpoint
 
@@ -191,6 +213,9 @@ def create_app(parts: ConsoleParts) -> Starlette:
     return app
 
 
+_THROTTLED: Final = {"error": "aws", "detail": "AWS left some tasks unread (throttled); try again"}
+
+
 def _aws_problem(error: ClientError) -> dict[str, Any]:
     # What AWS said after botocore's retries (throttled, unavailable, denied): its code
     # only, so nothing of the request leaks into the page; the next poll tries again.
@@ -202,13 +227,13 @@ def _body(data: Any) -> bytes:
     return json.dumps(data, default=str, separators=(",", ":")).encode()
 
 
-def etag_of(data: Any) -> str:
-    return '"' + hashlib.blake2b(_body(data), digest_size=16).hexdigest() + '"'
+def _tag(body: bytes) -> str:
+    return '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
 
 
 def etagged(request: Request, data: Any) -> Response:
     body = _body(data)
-    etag = '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
+    etag = _tag(body)
     if request.headers.get("if-none-match") == etag:
         return Response(status_code=304, headers={"ETag": etag})
     return Response(body, media_type="application/json", headers={"ETag": etag})
@@ -220,13 +245,11 @@ def _act(
     name = request.path_params["name"]
     tenant = validate_tenant(body.get("tenant") or tenant_of(request))
     if name == "redrive":
-        return {"results": actions.redrive(body.get("keys"))}  # type: ignore[arg-type]
+        return actions.redrive(body.get("keys"))  # type: ignore[arg-type]
     if name == "discard":
-        return {"results": actions.discard(body.get("keys"))}  # type: ignore[arg-type]
+        return actions.discard(body.get("keys"))  # type: ignore[arg-type]
     if name == "cancel":
-        cancelled = actions.cancel(tenant, request_id=body.get("requestId"),
-                                   job_id=body.get("jobId"))  # fmt: skip
-        return {"cancelled": cancelled}
+        return actions.cancel(tenant, request_id=body.get("requestId"), job_id=body.get("jobId"))
     if name == "resubmit":
-        return {"requestId": actions.resubmit(tenant, body.get("requestId"))}
+        return actions.resubmit(tenant, body.get("requestId"), body.get("nonce"))
     raise NotFound("action", name)

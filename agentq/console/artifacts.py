@@ -1,8 +1,8 @@
 """A task's objects in S3: the listing, its logs and agent trace inline, raw downloads.
 
-Where a task's objects live is not decided here: the result pointer that agentq's
-`ResultReader` gives (the STATE item's, or the conventional key) names the result
-object, and the other artifacts of that attempt sit beside it. Reads are bounded
+Where a task's objects live is not decided here: `TaskOutputs.location`, the one place
+that turns a STATE item into its attempt's folder (the client's `logs` and `trace` use
+it too), names it, so the console reads the same objects as the CLI. Reads are bounded
 (log tails, a size cap on the trace and result) so a huge object cannot stall a page,
 and a finished task's artifacts are cached: they never change once it is terminal.
 """
@@ -17,9 +17,10 @@ from typing import Any, Final
 from botocore.exceptions import ClientError
 
 from agentq.errors import InvalidInput, NotFound
-from agentq.jobs.results import RESULT_FILE, ResultReader, artifacts_pointer
+from agentq.jobs.results import RESULT_FILE, ResultReader
 from agentq.states import TaskState
 from agentq.store import TaskRecord
+from agentq.task_outputs import TaskOutputs
 
 MAX_LOG_BYTES: Final = 256 * 1024
 MAX_INLINE_BYTES: Final = 2 * 1024 * 1024
@@ -29,23 +30,12 @@ TRACE_NAME: Final = "traces/session_trace.json"
 
 
 class TaskArtifacts:
-    def __init__(self, s3: Any, results: ResultReader) -> None:
+    def __init__(self, s3: Any, results: ResultReader, outputs: TaskOutputs) -> None:
         self._s3 = s3
         self._results = results
+        self.outputs = outputs
         self._cache: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
-
-    def location(self, record: TaskRecord) -> tuple[str, str]:
-        """The bucket and the key prefix of the task's (winning attempt's) objects: the
-        attempt folder the STATE item names, else its result's (no key is guessed)."""
-        named = artifacts_pointer(record)
-        if named is not None:
-            return named
-        bucket, key = self._results.pointer(record)
-        prefix = (
-            key[: -len(RESULT_FILE)] if key.endswith(RESULT_FILE) else key.rsplit("/", 1)[0] + "/"
-        )
-        return bucket, prefix
 
     def of(self, record: TaskRecord) -> dict[str, Any]:
         cache_key = (record.tenant, record.request_id, record.attempt, record.state.value,
@@ -63,7 +53,7 @@ class TaskArtifacts:
         return found
 
     def _read(self, record: TaskRecord) -> dict[str, Any]:
-        bucket, prefix = self.location(record)
+        bucket, prefix = self.outputs.location(record)
         listing = self._s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1000)
         objects: list[dict[str, Any]] = [
             {"name": str(o["Key"])[len(prefix) :], "size": int(o["Size"])}
@@ -103,7 +93,7 @@ class TaskArtifacts:
         # whether or not the task has objects yet.
         if not name or ".." in name.split("/") or name.startswith("/"):
             raise InvalidInput("name", "not an object of this task")
-        bucket, prefix = self.location(record)
+        bucket, prefix = self.outputs.location(record)
         try:
             response = self._s3.get_object(
                 Bucket=bucket, Key=prefix + name, Range=f"bytes=0-{MAX_INLINE_BYTES - 1}"

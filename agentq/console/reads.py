@@ -1,8 +1,8 @@
 """What the console shows, read through agentq's own client and stores.
 
 Every page is one JSON document built here: the jobs list (one index query per page),
-a job (the job item, its tasks' STATE items in batches of 100, its event timeline) and
-a task (STATE item, timeline, artifacts). Ids and filters come from the browser and are
+a job (the job item, its tasks' summaries from agentq.console.jobtasks, its event
+timeline) and a task (STATE item, timeline, artifacts). Ids and filters come from the browser and are
 validated before any AWS call; an unknown id is `NotFound` (a 404 page).
 """
 
@@ -16,15 +16,15 @@ from typing import Any, Final, cast, get_args
 from agentq.client import AgentqClient
 from agentq.console.artifacts import TaskArtifacts
 from agentq.console.cursor import decode_cursor, encode_cursor
+from agentq.console.jobhead import JobHeads
+from agentq.console.jobtasks import JobTasks
 from agentq.envelope import TENANT_PATTERN, validate_request_id
 from agentq.errors import InvalidInput
 from agentq.jobs.spec import validate_job_id
 from agentq.jobs.store import JobRecord, JobState
 from agentq.jobs.summary import job_dict, task_dict
-from agentq.store import TaskRecord
 
 MAX_PAGE: Final = 200
-BATCH: Final = 100  # keys per BatchGetItem
 READ_THREADS: Final = 8
 _PAGE_SIZE: Final = re.compile(r"[0-9]{1,4}")
 JOB_STATES: Final = get_args(JobState)
@@ -66,6 +66,9 @@ class ConsoleReader:
         # (one BatchGetItem per 100) and its timeline go out together, so a 1,000-task
         # job costs about one round trip more than a 10-task one, not ten.
         self._pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="console-read")
+        self._heads = JobHeads(client)
+        self._tasks = JobTasks(client.dynamodb, client.settings.required("table_name"),
+                               self._pool.submit)  # fmt: skip
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -88,22 +91,10 @@ class ConsoleReader:
         }
 
     def job(self, tenant: str, job_id: str) -> dict[str, Any]:
-        job = self.client.get_job(validate_job_id(job_id), tenant=tenant)
-        keys = list(job.spec.keys)
-        dispatcher = self.client.dispatcher
-        chunks = [
-            self._pool.submit(dispatcher.task_states, job.tenant, job.job_id, keys[i : i + BATCH])
-            for i in range(0, len(keys), BATCH)
-        ]
+        job = self._heads.get(tenant, validate_job_id(job_id))
+        # The timeline goes out beside the tasks' batch reads: one round trip for all.
         events = self._pool.submit(self.client.event_store.job_timeline, job.tenant, job.job_id)
-        tasks: dict[str, TaskRecord | None] = {}
-        for chunk in chunks:
-            tasks.update(chunk.result())
-        specs = {spec.key: spec for spec in job.spec.tasks}
-        rows = [
-            _task_row(key, record, list(specs[key].depends_on), specs[key].definition)
-            for key, record in tasks.items()
-        ]
+        rows = self._tasks.rows(job)
         timeline = events.result()
         return {
             "job": _job_row(job),
@@ -137,29 +128,6 @@ def _job_row(job: JobRecord) -> dict[str, Any]:
         "createdMs": job.created_at_ms,
         "closedMs": job.closed_at_ms,
         "taskCount": len(job.spec.tasks),
-    }
-
-
-def _task_row(
-    key: str, record: TaskRecord | None, depends_on: list[str], definition: str
-) -> dict[str, Any]:
-    row: dict[str, Any] = {"key": key, "dependsOn": depends_on, "definition": definition}
-    if record is None:
-        return row | {"state": "NOT_CREATED", "attempt": 0}
-    error = record.raw.get("error")
-    raw = record.raw
-    return row | {
-        "requestId": record.request_id,
-        "state": record.state.value,
-        "attempt": record.attempt,
-        "owner": record.owner,
-        "createdMs": record.created_at_ms,
-        "startedMs": raw.get("startedAt") if isinstance(raw.get("startedAt"), int) else None,
-        "finishedMs": raw.get("finishedAt") if isinstance(raw.get("finishedAt"), int) else None,
-        "costUsd": task_dict(record)["costUsd"],
-        "errorCategory": error.get("category") if isinstance(error, Mapping) else None,
-        "errorMessage": error.get("message") if isinstance(error, Mapping) else None,
-        "cancelReason": raw.get("cancelReason"),
     }
 
 

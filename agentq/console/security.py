@@ -38,6 +38,9 @@ SECURITY_HEADERS: Final = {
 }
 
 
+STATIC_CACHE: Final = "private, max-age=31536000, immutable"
+
+
 class Gate:
     """The token, the sessions it opened, and their CSRF tokens (in memory, per run)."""
 
@@ -107,6 +110,15 @@ class GateMiddleware(BaseHTTPMiddleware):
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         response = await self._guarded(request, call_next)
+        if (
+            response.status_code == 200
+            and request.url.path.startswith("/static/")
+            and request.query_params.get("v")
+        ):
+            # The console's own scripts and styles, named by a hash of their content
+            # (`?v=`): a page load reuses them instead of asking again. Data is never
+            # cached (no-store below).
+            response.headers["Cache-Control"] = STATIC_CACHE
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, value)
         return response

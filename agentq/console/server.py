@@ -52,7 +52,7 @@ def build_parts(settings: Settings, aws: AwsClients, options: ConsoleOptions) ->
     redriver = Redriver(sqs=aws.sqs, queue_url=settings.required("queue_url"),
                         tasks=client.tasks, archive=archive, publisher=client.publisher)  # fmt: skip
     return ConsoleParts(
-        reader=ConsoleReader(client, TaskArtifacts(aws.s3, client.results)),
+        reader=ConsoleReader(client, TaskArtifacts(aws.s3, client.results, client.outputs)),
         dead_letters=DeadLetters(aws.s3, archive),
         operations=Operations(client, aws.sqs, aws.get("cloudwatch")),
         actions=Actions(

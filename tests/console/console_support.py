@@ -127,6 +127,13 @@ class Http:
         assert found, page.text[:500]
         return found.group(1)
 
+    def nonce(self, path: str = "/jobs") -> str:
+        """The form nonce a freshly served page carries (one per page served)."""
+        page = self.request("GET", path)
+        found = re.search(r'name="form-nonce" content="([A-Za-z0-9_-]+)"', page.text)
+        assert found, page.text[:500]
+        return found.group(1)
+
     def act(self, name: str, payload: Mapping[str, Any], *, csrf: str | None,
             content_type: str = "application/json", origin: str | None = None) -> Reply:  # fmt: skip
         headers = {"Content-Type": content_type}

@@ -212,7 +212,7 @@ def test_raw_objects_are_only_the_tasks_own_and_served_as_text(
     named = {"bucket": bucket, "prefix": attempt_prefix("default", task.request_id, lease.attempt)}
     client.tasks.finalize(lease, TaskState.FAILED, fields={"artifacts": named})
     # Where the console looks for this task's objects: the folder the STATE item names.
-    bucket, prefix = readonly.parts.reader.artifacts.location(
+    bucket, prefix = readonly.parts.reader.artifacts.outputs.location(
         client.tasks.require("default", task.request_id)
     )
     assert prefix == named["prefix"]

@@ -38,8 +38,10 @@ AQ.dag = (() => {
     const pos = new Map();
     let x = PAD, height = 0;
     columns.forEach((column) => {
-      // Order by the parents' rows (one barycentre pass) to untangle edges.
-      column.sort((a, b) => rank(a) - rank(b) || a.key.localeCompare(b.key));
+      // Order by the parents' rows (one barycentre pass) to untangle edges; each rank
+      // is computed once, not once per comparison.
+      const ranks = new Map(column.map((t) => [t.key, rank(t)]));
+      column.sort((a, b) => ranks.get(a.key) - ranks.get(b.key) || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
       const subs = Math.ceil(column.length / ROWS);
       column.forEach((t, i) => {
         const sub = Math.floor(i / ROWS), row = i % ROWS;
@@ -49,27 +51,33 @@ AQ.dag = (() => {
       x += subs * (W + SUB_GAP) - SUB_GAP + GAP_X;
     });
     function rank(t) {
-      const ys = (t.dependsOn || []).map((d) => pos.get(d)).filter(Boolean).map((p) => p.y * 1000 + p.x);
-      return ys.length ? ys.reduce((a, b) => a + b, 0) / ys.length : 0;
+      let sum = 0, n = 0;
+      for (const d of t.dependsOn || []) {
+        const p = pos.get(d);
+        if (p) { sum += p.y * 1000 + p.x; n += 1; }
+      }
+      return n ? sum / n : 0;
     }
     return { pos, width: x - GAP_X + PAD, height: height + 2 * PAD };
   }
 
+  // One pass over the tasks, into a detached tree the caller attaches once: every edge
+  // is a segment of a single path (one node, not one per edge: a fan-in of 200 tasks
+  // would otherwise be 200 curves to style and paint), then the nodes.
   function draw(tasks, tenant) {
     const { pos, width, height } = layout(tasks);
     const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "job DAG" });
-    const edges = svg("g", { class: "edges" });
-    const edgeCount = tasks.reduce((n, t) => n + (t.dependsOn || []).length, 0);
+    const segments = [];
     for (const t of tasks) {
       const to = pos.get(t.key);
       for (const d of t.dependsOn || []) {
         const from = pos.get(d);
         if (!from || !to) continue;
         const x1 = from.x + W, y1 = from.y + H / 2, x2 = to.x, y2 = to.y + H / 2, mx = (x1 + x2) / 2;
-        edges.appendChild(svg("path", { class: edgeCount > 120 ? "edge many" : "edge", d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}` }));
+        segments.push(`M${x1},${y1}C${mx},${y1} ${mx},${y2} ${x2},${y2}`);
       }
     }
-    root.appendChild(edges);
+    if (segments.length) root.appendChild(svg("path", { class: segments.length > 120 ? "edge many" : "edge", d: segments.join("") }));
     for (const t of tasks) {
       const p = pos.get(t.key);
       const g = svg("g", { class: `task s-${t.state}`, "data-key": t.key, "data-state": t.state, "data-attempt": t.attempt || 0 });

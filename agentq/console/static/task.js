@@ -63,7 +63,9 @@
       }
       if (TERMINAL.includes(t.state)) {
         buttons.push(AQ.actionButton("Resubmit as a new task", async () => {
-          const r = await AQ.post("resubmit", { requestId: t.requestId, tenant: t.tenant });
+          // The page's nonce: pressing again, or a retried request, gives the same task.
+          const nonce = document.querySelector('meta[name="form-nonce"]').content;
+          const r = await AQ.post("resubmit", { requestId: t.requestId, tenant: t.tenant, nonce });
           location.href = AQ.taskHref(r.requestId, t.tenant);
           return `submitted ${r.requestId}`;
         }));

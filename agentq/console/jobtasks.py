@@ -1,0 +1,152 @@
+"""A job's tasks as its page draws them: a summary row per task, not whole records.
+
+A row needs a dozen attributes of the task's STATE item and never its envelope (the
+task's input, up to hundreds of KB) or its pointers, so the batch reads ask for those
+only (a ProjectionExpression), strongly consistent, so a refresh never shows a task
+going back. A task in a state with no way out (COMPLETED, CANCELLED; a FAILED or
+TIMEOUT task can still be redriven back to PENDING) keeps its row: later refreshes
+read only the others, and a finished job's refresh reads no task at all.
+
+Fault story: botocore retries a throttled or failed BatchGetItem; keys DynamoDB leaves
+unprocessed (throttling inside a successful call) are asked again with a growing
+pause, a bounded number of times, after which the page says AWS did not answer (502)
+and the next poll tries again. Reads change nothing, so any retry is harmless.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, Final
+
+from agentq.errors import AgentqError
+from agentq.jobs.spec import TaskSpec, task_request_id
+from agentq.jobs.store import JobRecord
+from agentq.jobs.summary import cost_of
+from agentq.states import TaskState
+from agentq.store import TaskRecord, keys
+
+BATCH: Final = 100  # keys per BatchGetItem
+ATTEMPTS: Final = 6  # for keys left unprocessed
+# What a row is made of (task_row); everything else of the item stays in DynamoDB.
+ROW_ATTRIBUTES: Final = ("requestId", "tenant", "state", "attempt", "owner", "createdAt",
+                         "startedAt", "finishedAt", "costUsd", "cost_usd", "error",
+                         "cancelReason")  # fmt: skip
+_NAMES: Final = {f"#a{i}": name for i, name in enumerate(ROW_ATTRIBUTES)}
+_PROJECTION: Final = ", ".join(_NAMES)
+FINAL_STATES: Final = frozenset({TaskState.COMPLETED, TaskState.CANCELLED})
+MAX_CACHED_ROWS: Final = 50_000
+
+Submit = Callable[..., "Future[Any]"]
+
+
+class TasksUnreadable(AgentqError):
+    """DynamoDB kept leaving some of a job's tasks unread (throttled)."""
+
+    def __init__(self, job_id: str, left: int) -> None:
+        self.job_id = job_id
+        self.left = left
+        super().__init__(f"job {job_id}: {left} task(s) unread after {ATTEMPTS} attempts")
+
+
+class JobTasks:
+    def __init__(self, dynamodb: Any, table: str, submit: Submit) -> None:
+        self._ddb = dynamodb
+        self._table = table
+        self._submit = submit
+        # (tenant, job id, its creation time: a job made again under the same id is
+        # another job) → task key → its final row; the least recently read job goes first.
+        self._final: OrderedDict[tuple[str, str, int], dict[str, dict[str, Any]]] = OrderedDict()
+        self._cached_rows = 0
+        self._lock = threading.Lock()
+
+    def rows(self, job: JobRecord) -> list[dict[str, Any]]:
+        """Each task's row in the spec's order (NOT_CREATED for a task not created yet)."""
+        tenant, job_id, specs = job.tenant, job.job_id, job.spec.tasks
+        cache_key = (tenant, job_id, job.created_at_ms)
+        with self._lock:
+            final = dict(self._final.get(cache_key, {}))
+        wanted = [spec.key for spec in specs if spec.key not in final]
+        chunks = [
+            self._submit(self._read, tenant, job_id, wanted[i : i + BATCH])
+            for i in range(0, len(wanted), BATCH)
+        ]
+        found: dict[str, TaskRecord] = {}
+        for chunk in chunks:
+            found.update(chunk.result())
+        rows, newly_final = [], {}
+        for spec in specs:
+            row = final.get(spec.key)
+            if row is None:
+                record = found.get(spec.key)
+                row = task_row(spec, record)
+                if record is not None and record.state in FINAL_STATES:
+                    newly_final[spec.key] = row
+            rows.append(row)
+        if newly_final:
+            self._keep(cache_key, newly_final)
+        return rows
+
+    def _read(self, tenant: str, job_id: str, task_keys: Sequence[str]) -> dict[str, TaskRecord]:
+        by_request = {task_request_id(job_id, key): key for key in task_keys}
+        wanted = [
+            {"PK": {"S": keys.task_pk(tenant, rid)}, "SK": {"S": keys.STATE_SK}}
+            for rid in by_request
+        ]
+        pending: dict[str, Any] = {
+            self._table: {
+                "Keys": wanted,
+                "ConsistentRead": True,
+                "ProjectionExpression": _PROJECTION,
+                "ExpressionAttributeNames": _NAMES,
+            }
+        }
+        found: dict[str, TaskRecord] = {}
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                time.sleep(min(1.0, 0.05 * 2**attempt))
+            response = self._ddb.batch_get_item(RequestItems=pending)
+            for item in response.get("Responses", {}).get(self._table, []):
+                record = TaskRecord.from_item(item)
+                if record.request_id in by_request:
+                    found[by_request[record.request_id]] = record
+            pending = response.get("UnprocessedKeys") or {}
+            if not pending:
+                return found
+        raise TasksUnreadable(job_id, len(pending.get(self._table, {}).get("Keys", [])))
+
+    def _keep(self, cache_key: tuple[str, str, int], rows: Mapping[str, dict[str, Any]]) -> None:
+        with self._lock:
+            kept = self._final.setdefault(cache_key, {})
+            before = len(kept)
+            kept.update(rows)
+            self._cached_rows += len(kept) - before
+            self._final.move_to_end(cache_key)
+            while self._cached_rows > MAX_CACHED_ROWS and len(self._final) > 1:
+                _, dropped = self._final.popitem(last=False)
+                self._cached_rows -= len(dropped)
+
+
+def task_row(spec: TaskSpec, record: TaskRecord | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"key": spec.key, "dependsOn": list(spec.depends_on),
+                           "definition": spec.definition}  # fmt: skip
+    if record is None:
+        return row | {"state": "NOT_CREATED", "attempt": 0}
+    raw = record.raw
+    error = raw.get("error")
+    return row | {
+        "requestId": record.request_id,
+        "state": record.state.value,
+        "attempt": record.attempt,
+        "owner": record.owner,
+        "createdMs": record.created_at_ms,
+        "startedMs": raw.get("startedAt") if isinstance(raw.get("startedAt"), int) else None,
+        "finishedMs": raw.get("finishedAt") if isinstance(raw.get("finishedAt"), int) else None,
+        "costUsd": cost_of(record),
+        "errorCategory": error.get("category") if isinstance(error, Mapping) else None,
+        "errorMessage": error.get("message") if isinstance(error, Mapping) else None,
+        "cancelReason": raw.get("cancelReason"),
+    }

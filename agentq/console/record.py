@@ -1,0 +1,93 @@
+"""Every operator action on record before it is done, and its outcome after it.
+
+An action is first stored in the events table as an `Operator Action` with
+`phase: "requested"` (a conditional put keyed by the event's time and id, so a put
+that botocore retries after it was applied finds itself there), and only then done.
+Its outcome (`phase: "done"`, the same `actionId`) is stored the same way and then
+published to EventBridge; save-event stores that same event again, which is a
+duplicate of the row already there, not a second one. What each failure leaves:
+
+- the table cannot be written before acting (throttled past botocore's retries, an
+  outage): the action is not done, the answer is a 502;
+- the console dies after the `requested` row: the row stands for an action that may
+  have happened (the task's own state says whether it did);
+- the action itself fails: its outcome is recorded as `failed` with the error's code;
+- EventBridge refuses the outcome: it is in the table all the same, and the answer
+  says the event was not published (consumers of the bus missed it).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from agentq.errors import AgentqError
+from agentq.events import Event, now_ms
+from agentq.publisher import EventPublisher
+from agentq.store import EventStore
+
+T = TypeVar("T")
+logger = logging.getLogger(__name__)
+
+
+class ActionLog:
+    def __init__(self, store: EventStore, publisher: EventPublisher, *, ttl_days: int) -> None:
+        self._store = store
+        self._publisher = publisher
+        self._ttl_days = ttl_days
+
+    def perform(
+        self,
+        event: Event,
+        act: Callable[[], T],
+        outcome: Callable[[T], Mapping[str, Any]],
+    ) -> tuple[T, bool]:
+        """Record `event` as requested, run `act`, record `outcome(result)`.
+
+        Returns the action's result and whether its outcome reached EventBridge. An
+        error of the action is recorded as its outcome, then raised.
+        """
+        action_id = uuid.uuid4().hex
+        requested = replace(event, payload={**event.payload, "phase": "requested",
+                                            "actionId": action_id})  # fmt: skip
+        # Not caught: if the intent cannot be stored, nothing is done.
+        self._store.append(requested, ttl_days=self._ttl_days)
+        try:
+            result = act()
+        except (AgentqError, ClientError, BotoCoreError) as error:
+            self._done(requested, action_id, {"outcome": "failed", "error": _code(error)})
+            raise
+        return result, self._done(requested, action_id, outcome(result))
+
+    def _done(self, requested: Event, action_id: str, detail: Mapping[str, Any]) -> bool:
+        done = replace(
+            requested,
+            event_id=uuid.uuid4().hex,
+            # After the request on the timeline even within one millisecond.
+            timestamp_ms=max(now_ms(), requested.timestamp_ms + 1),
+            payload={**requested.payload, **detail, "phase": "done", "actionId": action_id},
+        )
+        try:
+            self._store.append(done, ttl_days=self._ttl_days)
+        except (ClientError, BotoCoreError) as error:
+            # The bus may still carry it to save-event; the request is on record anyway.
+            logger.warning("operator action outcome not stored", extra={"error": _code(error)})
+        try:
+            self._publisher.publish(done)
+        except (AgentqError, ClientError, BotoCoreError) as error:
+            logger.warning("operator action not published", extra={"error": _code(error)})
+            return False
+        return True
+
+
+def _code(error: Exception) -> str:
+    # AWS's error code or the exception's name: never the message, which can quote the
+    # request (keys, bodies) into an event that operators and consumers read.
+    if isinstance(error, ClientError):
+        return str(error.response.get("Error", {}).get("Code") or "ClientError")
+    return type(error).__name__
