@@ -112,11 +112,13 @@ class _Checker:
             report.violations.append(
                 f"{where}: {record.state.value} with {len(terminal)} stored terminal events"
             )
-        if _dead_lettered(record) and record.attempt < self._max_attempts:
+        # The task's own budget, as its lock recorded it (a one-attempt task has 1).
+        budget = record.raw.get("maxAttempts")
+        limit = budget if isinstance(budget, int) else self._max_attempts
+        if _dead_lettered(record) and record.attempt < limit:
             report.dead_lettered_with_attempts += 1
             report.violations.append(
-                f"{where}: dead-lettered FAILED after {record.attempt} of "
-                f"{self._max_attempts} attempts"
+                f"{where}: dead-lettered FAILED after {record.attempt} of {limit} attempts"
             )
         if record.state is TaskState.COMPLETED:
             self._result(record, where)
