@@ -11,6 +11,7 @@ Checked from the STATE items, the events table, S3 and the fault log after the r
 - each completed task's result object is the one its winning attempt wrote: the
   STATE item names the attempt, and bench.tasks writes the attempt into its result;
 - no task dead-lettered while it had attempts left;
+- every job task the dispatcher moved out of BLOCKED was sent by that dispatch;
 - job tasks' executions do not overlap beyond the skew budget (independent tasks are
   checked by bench.chaos_verify);
 - the reconciler's repairs and the injected faults, counted by kind.
@@ -70,6 +71,7 @@ def verify_faults(
             states[key] = checker.task(job.tenant, rid, kind, job_id=job.job_id)
             _overlaps(rid, runs.get(rid, []), frozen, report)
         _check_job(job, states, jobs_store, events, report)
+        _check_dispatched(job, states, report)
     report.repairs = _repairs(events)
     if fault_log.exists():
         by_kind: Counter[str] = Counter()
@@ -110,11 +112,13 @@ class _Checker:
             report.violations.append(
                 f"{where}: {record.state.value} with {len(terminal)} stored terminal events"
             )
-        if _dead_lettered(record) and record.attempt < self._max_attempts:
+        # The task's own budget, as its lock recorded it (a one-attempt task has 1).
+        budget = record.raw.get("maxAttempts")
+        limit = budget if isinstance(budget, int) else self._max_attempts
+        if _dead_lettered(record) and record.attempt < limit:
             report.dead_lettered_with_attempts += 1
             report.violations.append(
-                f"{where}: dead-lettered FAILED after {record.attempt} of "
-                f"{self._max_attempts} attempts"
+                f"{where}: dead-lettered FAILED after {record.attempt} of {limit} attempts"
             )
         if record.state is TaskState.COMPLETED:
             self._result(record, where)
@@ -178,6 +182,22 @@ def _check_job(
     if problems:
         report.jobs_bad_close += 1
         report.violations.append(f"job {job.job_id}: {'; '.join(problems)}")
+
+
+def _check_dispatched(
+    job: PlannedJob, states: Mapping[str, TaskRecord | None], report: ChaosReport
+) -> None:
+    """The invocation whose write moved a task out of BLOCKED (`enqueuedBy`) sends its
+    message and marks it (`sentAt`), even when that write was applied and retried. A
+    reconciler's re-send repairs a message never sent without marking it: such a task
+    still ends, and only this check sees that the dispatch itself failed."""
+    for key, record in states.items():
+        if record is not None and record.raw.get("enqueuedBy") and "sentAt" not in record.raw:
+            report.dispatched_unsent += 1
+            report.violations.append(
+                f"job {job.job_id}: {key} moved out of BLOCKED by "
+                f"{record.raw['enqueuedBy']}, its message never sent by that dispatch"
+            )
 
 
 def _upstream_mismatches(states: Mapping[str, TaskRecord | None]) -> list[str]:

@@ -8,6 +8,11 @@ Each strike picks a random worker not frozen at the moment and either
   wakes up believing it still holds its tasks, while another worker took them over;
 - or SIGKILLs it with its children, like a host that died, and starts it again.
 
+Quotas (`min_worker_kills`, `min_freezes`) are what a run must deliver whatever its
+pace: the harness keeps the killer striking until they are met (`quota_met`), and a
+strike on a worker running tasks freezes it whenever freezes fall behind their share of
+the quotas, since a freeze needs running tasks and those run out as the run settles.
+
 Workers get their environment from `env` plus `per_worker[name]` (a clock offset).
 """
 
@@ -35,6 +40,8 @@ class Strikes:
     child_kill_share: float = 0.3
     freeze_share: float = 0.0
     freeze_s: float = 0.0  # how long a frozen worker stays stopped
+    min_worker_kills: int = 0
+    min_freezes: int = 0
 
 
 class Killer:
@@ -85,6 +92,25 @@ class Killer:
             self.ended = time.monotonic()
 
     @property
+    def worker_kills(self) -> int:
+        return sum(1 for kill in self.kills if not kill.child_only)
+
+    def quota_met(self) -> bool:
+        strikes = self._strikes
+        return self.worker_kills >= strikes.min_worker_kills and (
+            strikes.freeze_share <= 0 or len(self.freezes) >= strikes.min_freezes
+        )
+
+    def _freezes_behind(self) -> bool:
+        """Fewer freezes so far than their share of the quotas' strikes (10 of 30: a
+        third), so the freeze quota is met while there are still tasks to freeze."""
+        strikes = self._strikes
+        if strikes.freeze_share <= 0 or len(self.freezes) >= strikes.min_freezes:
+            return False
+        share = strikes.min_freezes / (strikes.min_freezes + strikes.min_worker_kills)
+        return len(self.freezes) < share * (len(self.freezes) + self.worker_kills)
+
+    @property
     def seconds(self) -> float:
         if self.began is None:
             return 0.0
@@ -125,7 +151,8 @@ class Killer:
                                    worker_id=self._ids[worker.name], pids=(child.pid,),
                                    child_only=True))  # fmt: skip
             return
-        if children and roll < self._strikes.child_kill_share + self._strikes.freeze_share:
+        freeze = roll < self._strikes.child_kill_share + self._strikes.freeze_share
+        if children and (freeze or self._freezes_behind()):
             self._freeze(worker, [c.pid for c in children])
             return
         self._kill(worker)

@@ -9,13 +9,14 @@ from typing import Any, Literal
 from agentq.envelope import TaskEnvelope
 from agentq.states import TaskState
 
-Kind = Literal["ok", "flaky", "permanent", "timeout", "duplicate"]
+Kind = Literal["ok", "flaky", "permanent", "timeout", "duplicate", "once"]
 EXPECTED: dict[Kind, TaskState] = {
     "ok": TaskState.COMPLETED,
     "flaky": TaskState.COMPLETED,
     "permanent": TaskState.FAILED,
     "timeout": TaskState.TIMEOUT,
     "duplicate": TaskState.COMPLETED,
+    "once": TaskState.COMPLETED,  # one attempt; --faults aims its writes' faults at it
 }
 TERMINAL_EVENTS = {
     "Task Completed": TaskState.COMPLETED,
@@ -105,6 +106,9 @@ class ChaosReport:
     results_mismatched: int = 0
     results_unchecked: int = 0  # completed tasks whose result names no attempt to compare
     dead_lettered_with_attempts: int = 0
+    one_attempt_tasks: int = 0
+    unreadable_copies: int = 0  # of finished tasks, sent to be rejected
+    dispatched_unsent: int = 0  # job tasks the dispatcher moved to PENDING, never sent
     overlaps_beyond_budget: int = 0
     max_overlap_s: float = 0.0
     skew_budget_s: float = 0.0
@@ -151,6 +155,10 @@ class ChaosReport:
                 f"({self.results_unchecked} unchecked)"
             ),
             "INV dead-lettered with attempts left": self.dead_lettered_with_attempts,
+            "INV job tasks dispatched without a message": self.dispatched_unsent,
+            "one-attempt tasks / unreadable copies of finished tasks": (
+                f"{self.one_attempt_tasks} / {self.unreadable_copies}"
+            ),
             "INV overlaps beyond the skew budget": (
                 f"{self.overlaps_beyond_budget} (max {self.max_overlap_s:.2f}s, "
                 f"budget {self.skew_budget_s:g}s)"

@@ -38,9 +38,32 @@ FAULT_RULES: Final[list[dict[str, Any]]] = [
 ]
 
 
+# One-attempt tasks ("once") carry this in their request id, job tasks their job id's
+# prefix: the aimed rules below name them (`match`), so a small run meets, for sure,
+# the faults whose mishandling costs a task its only attempt or a job its next step.
+ONCE_PREFIX: Final = "chaos-once-"
+JOB_PREFIX: Final = "chaos-job-"
+AIMED_RULES: Final[list[dict[str, Any]]] = [
+    # A finalize (or release) conflicting with the heartbeat's renewal transaction.
+    {"op": "dynamodb:UpdateItem", "kind": "transaction_conflict", "rate": 0.25,
+     "match": ONCE_PREFIX},
+    # A lock, finalize or transition applied, its answer lost, botocore retrying it.
+    {"op": "dynamodb:UpdateItem", "kind": "applied_then_failed", "rate": 0.3,
+     "match": ONCE_PREFIX},
+    # The lock of any task (it sets maxAttempts; a dead letter's return reads it).
+    {"op": "dynamodb:UpdateItem", "kind": "applied_then_failed", "rate": 0.3,
+     "match": "maxAttempts"},
+    # The dispatcher's BLOCKED -> PENDING moves, the job's counts and its close.
+    {"op": "dynamodb:UpdateItem", "kind": "applied_then_failed", "rate": 0.15,
+     "match": JOB_PREFIX},
+]  # fmt: skip
+
+
 def fault_spec(scale: float = 1.0) -> str:
-    """AGENTQ_FAULTS for the run: the mix above, every rate times `scale`."""
-    rules = [{**rule, "rate": min(1.0, rule["rate"] * scale)} for rule in FAULT_RULES]
+    """AGENTQ_FAULTS for the run: the aimed rules and the mix above, every rate times
+    `scale`."""
+    rules = [{**rule, "rate": min(1.0, rule["rate"] * scale)}
+             for rule in [*AIMED_RULES, *FAULT_RULES]]  # fmt: skip
     return json.dumps({"rules": rules}, separators=(",", ":"))
 
 
@@ -62,6 +85,23 @@ def plan(count: int, rng: random.Random, side_log: Path) -> list[Planned]:
             definition, payload["seconds"] = "bench-hang", 30
         planned.append(Planned(envelope=envelope(definition, payload), kind=kind))
     return planned
+
+
+def plan_once(count: int, rng: random.Random, side_log: Path) -> list[Planned]:
+    """Tasks of one attempt: an attempt spent without running them, or a finished
+    attempt's outcome dropped, fails them (the verdict tells that from a kill)."""
+    return [
+        Planned(envelope=envelope("bench-once", {"side_log": str(side_log),
+                                                 "seconds": rng.uniform(0.1, 0.8)},
+                                  request_id=f"{ONCE_PREFIX}{uuid.uuid4().hex[:12]}"),
+                kind="once")
+        for _ in range(count)
+    ]  # fmt: skip
+
+
+def once_count(tasks: int) -> int:
+    """How many one-attempt tasks a --faults run of `tasks` tasks holds."""
+    return max(8, tasks // 25)
 
 
 def job_count(tasks: int) -> int:
@@ -87,7 +127,7 @@ def plan_jobs(count: int, rng: random.Random, side_log: Path, tenant: str) -> li
             # verdict checks it got the winning attempt's.
             tasks[f"part{part}"]["input"]["upstream"] = "${tasks.split.result.attempt}"
         tasks["merge"] = _task(rng, side_log, "ok", depends_on=[f"part{p}" for p in range(PARTS)])
-        job_id = f"chaos-job-{uuid.uuid4().hex[:10]}"
+        job_id = f"{JOB_PREFIX}{uuid.uuid4().hex[:10]}"
         spec = {"name": f"chaos {n}", "failure_policy": policy, "tasks": tasks}
         jobs.append(PlannedJob(job_id=job_id, tenant=tenant, spec=spec, kinds=kinds))
     return jobs

@@ -88,9 +88,11 @@ def verify(
     *,
     freezes: Sequence[Freeze] = (),
     budget_s: float = 0.0,
+    lease_s: float = 0.0,
 ) -> None:
     """`budget_s`: how far two attempts' executions may overlap (the clock-skew budget);
-    time a worker spent frozen (`freezes`) is not execution."""
+    time a worker spent frozen (`freezes`) is not execution. `lease_s`: how long a lock
+    holds unrenewed (a one-attempt task's holder must be struck within it)."""
     ddb = stage.clients["dynamodb"]
     table = stage.resources.table_name
     store = TaskStore(ddb, table)
@@ -144,7 +146,13 @@ def verify(
                 report.failed_by_chaos += 1
                 report.dead_lettered_unrun += 1
                 report.findings.append(f"{rid} ({item.kind}): dead-lettered without running")
-            elif record.state is TaskState.FAILED and _attempts_unrun(record, executions):
+            elif (
+                record.state is TaskState.FAILED
+                and _attempts_unrun(record, executions)
+                # A one-attempt task's attempt may be spent unrun only by a holder a
+                # strike hit; a live holder that spent it lost its own lock to a fault.
+                and (item.kind != "once" or _struck_while_held(record, kills, freezes, lease_s))
+            ):
                 # Attempts are counted at the lock; a holder killed before its child
                 # started (its `Task Processing Started` still in its batcher) leaves
                 # an attempt used and nothing run. Exactly-once holds; a finding.
@@ -230,6 +238,25 @@ def fenced_children(fleet: Sequence[WorkerProcess]) -> dict[int, float]:
             if record.get("message") == FENCED_MESSAGE:
                 ended[int(record["pid"])] = float(record["at"])
     return ended
+
+
+def _struck_while_held(
+    record: TaskRecord, kills: Sequence[Kill], freezes: Sequence[Freeze], lease_s: float
+) -> bool:
+    """Whether a strike hit the incarnation that took the task's last lock while that
+    lock held (from its `startedAt` for a lease, give or take the clocks' skew): only
+    then may its attempt be spent without running. A holder whose own lock came back
+    as someone else's (its write applied and retried) was struck by nothing."""
+    owner, started = record.raw.get("owner"), record.raw.get("startedAt")
+    if not isinstance(started, int):
+        return True  # no lock time to judge by
+    since, until = started / 1000 - _SKEW_S, started / 1000 + lease_s + _SKEW_S
+    hits = [k.at for k in kills if k.worker_id == owner]
+    hits += [f.at for f in freezes if f.worker_id == owner]
+    return any(since <= at <= until for at in hits)
+
+
+_SKEW_S = 2.5  # the run's clock offsets (±2 s) and a margin
 
 
 def _attempts_unrun(record: TaskRecord, executions: Sequence[Execution]) -> bool:

@@ -93,6 +93,7 @@ class JobDispatcher:
             raise NotFound("job", job_id)
         spec = job.spec
         states = self.task_states(tenant, job_id, spec.keys)
+        self._resend_own_endings(states, trigger)
         # Each pass can unlock the next (a cancellation cascades, a failed resolution
         # fails a task); a DAG of n tasks settles within n passes.
         for _ in range(len(spec.tasks) + 1):
@@ -102,6 +103,20 @@ class JobDispatcher:
                 break
         self._count_and_close(job, states, trigger, outcome)
         return outcome
+
+    def _resend_own_endings(self, states: Mapping[str, TaskRecord | None], trigger: str) -> None:
+        """A retry of an invocation that ended tasks (a cancel by policy, an input that
+        cannot be built) and stopped before their events went out (PutEvents failed, the
+        Lambda died): each ending is stored on its STATE item; send it again, same id,
+        which save-event and this dispatcher deduplicate."""
+        for record in states.values():
+            if record is None or not record.state.terminal:
+                continue
+            if trigger not in (record.raw.get("cancelledBy"), record.raw.get("failedBy")):
+                continue
+            stored = record.raw.get("terminalEvent")
+            if isinstance(stored, Mapping):
+                self._publisher.publish(Event.from_detail(stored))
 
     # -- failure policy (agentq.jobs.policy decides) ---------------------------------
     def _apply_policy(
@@ -126,29 +141,31 @@ class JobDispatcher:
         outcome: DispatchOutcome,
     ) -> bool:
         request_id = task_request_id(job.job_id, key)
+        before = states.get(key)
+        event = task_event(
+            "Task Cancelled",
+            request_id=request_id,
+            tenant=job.tenant,
+            job_id=job.job_id,
+            definition=before.definition if before is not None else None,
+            reason=reason,
+            task_key=key,
+        )
+        # Stored with the transition, published after it (see _resend_own_endings).
         moved = self._tasks.transition(
             job.tenant,
             request_id,
             from_states=NOT_STARTED,
             to_state=TaskState.CANCELLED,
-            fields={"cancelReason": reason, "cancelledBy": trigger},
-        )
+            fields={"cancelReason": reason, "cancelledBy": trigger,
+                    "terminalEvent": event.to_detail()},
+        )  # fmt: skip
         if moved is None:
             states[key] = self._tasks.get(job.tenant, request_id)
             return False
         states[key] = moved
         outcome.cancelled.append(key)
-        self._publisher.publish(
-            task_event(
-                "Task Cancelled",
-                request_id=request_id,
-                tenant=job.tenant,
-                job_id=job.job_id,
-                definition=moved.definition,
-                reason=reason,
-                task_key=key,
-            )
-        )
+        self._publisher.publish(event)
         return True
 
     # -- readiness ----------------------------------------------------------------------
@@ -270,6 +287,10 @@ class JobDispatcher:
         request_id = task_request_id(job.job_id, task.key)
         category = "not_found" if isinstance(error, NotFound) else "validation"
         message = sanitize_error_message(f"cannot build the task's input: {error}")
+        error_record = {"category": category, "retryable": False, "message": message}
+        event = task_event("Task Failed", request_id=request_id, tenant=job.tenant,
+                           job_id=job.job_id, definition=task.definition, error=error_record,
+                           task_key=task.key)  # fmt: skip
         # A task that can never get its input fails where it stands (BLOCKED), so the
         # failure policy and the job's close see it like any other failure.
         moved = self._tasks.transition(
@@ -277,25 +298,15 @@ class JobDispatcher:
             request_id,
             from_states=[TaskState.BLOCKED],
             to_state=TaskState.FAILED,
-            fields={"error": {"category": category, "retryable": False, "message": message},
-                    "failedBy": trigger},
+            fields={"error": error_record, "failedBy": trigger,
+                    "terminalEvent": event.to_detail()},
         )  # fmt: skip
         if moved is None:
             states[task.key] = self._tasks.get(job.tenant, request_id)
             return False
         states[task.key] = moved
         outcome.failed.append(task.key)
-        self._publisher.publish(
-            task_event(
-                "Task Failed",
-                request_id=request_id,
-                tenant=job.tenant,
-                job_id=job.job_id,
-                definition=task.definition,
-                error={"category": category, "retryable": False, "message": message},
-                task_key=task.key,
-            )
-        )
+        self._publisher.publish(event)
         return True
 
     # -- counting and closing ----------------------------------------------------------

@@ -1,11 +1,15 @@
-"""The chaos verdict's overlap measure: time two attempts of one task both ran."""
+"""The chaos verdict's overlap measure (time two attempts of one task both ran), and the
+killer's strike quotas."""
 
 from __future__ import annotations
+
+import random
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.chaos_model import Freeze
+from bench.chaos_killer import Killer, Strikes
+from bench.chaos_model import Freeze, Kill
 from bench.chaos_verify import Execution, frozen_windows, overlap_s
 
 times = st.floats(min_value=0, max_value=100, allow_nan=False)
@@ -48,3 +52,30 @@ def test_an_unfinished_run_is_bounded_by_the_horizon() -> None:
     before = Execution(request_id="r", attempt=1, pid=1, start=0.0)
     after = _run(2, 5.0, 10.0, 2)
     assert overlap_s(before, after, {}, horizon=8.0) == 3.0
+
+
+def _killer(kills: int, freezes: int) -> Killer:
+    strikes = Strikes(freeze_share=0.25, freeze_s=10.0, min_worker_kills=20, min_freezes=10)
+    killer = Killer([], {}, strikes, random.Random(1))
+    killer.kills = [Kill(at=float(n), worker="w0", worker_id="w0.1", pids=(), child_only=False)
+                    for n in range(kills)]  # fmt: skip
+    killer.freezes = [Freeze(at=float(n), until=n + 10.0, worker="w1", worker_id="w1.1", pids=())
+                      for n in range(freezes)]  # fmt: skip
+    return killer
+
+
+def test_the_killer_strikes_until_both_quotas_are_met() -> None:
+    assert not _killer(19, 10).quota_met()
+    assert not _killer(25, 9).quota_met()
+    assert _killer(20, 10).quota_met()
+    # Child kills do not count towards worker kills.
+    killer = _killer(20, 10)
+    killer.kills[0] = Kill(at=0.0, worker="w0", worker_id="w0.1", pids=(1,), child_only=True)
+    assert not killer.quota_met()
+
+
+def test_freezes_are_preferred_while_behind_their_share_of_the_quotas() -> None:
+    # 10 of 30 quota strikes are freezes: a third.
+    assert _killer(4, 1)._freezes_behind()
+    assert not _killer(4, 2)._freezes_behind()
+    assert not _killer(0, 10)._freezes_behind()  # its quota met: never preferred again

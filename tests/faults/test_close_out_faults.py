@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from conftest import Stack
 from fault_support import drain_bodies, faulty_client, injector, rule, unique_seed
 
@@ -193,3 +194,50 @@ def test_a_job_whose_last_count_was_applied_then_retried_still_closes(
     assert read_counts(str(log)) == {"dynamodb:UpdateItem:applied_then_failed": 1}
     job = JobStore(stack.dynamodb, stack.resources.table_name).get("default", job_id)
     assert job is not None and job.state == "FAILED"
+
+
+def test_a_cancel_by_policy_whose_publish_failed_is_published_by_the_retry(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The class of defect 2 in the dispatcher: A failed under fail_fast, the dispatcher
+    cancelled B and its PutEvents failed for good; the retried event found B CANCELLED
+    and sent nothing, so B's ending was never stored as an event."""
+    table = DefinitionsTable(stack.dynamodb, stack.resources.definitions_table)
+    table.put(TaskDefinition(name="noop", kind="python"))
+    job_id = f"j{uuid.uuid4().hex[:10]}"
+    spec = {
+        "failure_policy": "fail_fast",
+        "tasks": {"A": {"definition": "noop"}, "B": {"definition": "noop", "depends_on": ["A"]}},
+    }
+    AgentqClient.from_env().create_job(spec, job_id=job_id)
+    drain_bodies(stack, stack.resources.queue_url)
+    tasks = TaskStore(stack.dynamodb, stack.resources.table_name)
+    a_id, b_id = task_request_id(job_id, "A"), task_request_id(job_id, "B")
+    record = tasks.require("default", a_id)
+    lease = tasks.acquire(
+        TaskEnvelope.from_dict(dict(record.envelope or {}), default_tenant="default"),
+        worker_id="w1", lease_seconds=60, max_attempts=3,
+    )  # fmt: skip
+    tasks.finalize(lease, TaskState.FAILED, fields={"error": {"category": "task_error"}})
+    drain_bodies(stack, stack.resources.target_queues["save-event"])
+    # Every try of the cancel's PutEvents fails (the first and botocore's five retries),
+    # then none.
+    faults = injector(rule("events:PutEvents", Kind.SERVER_ERROR, limit=6, match="Task Cancelled"))
+    client = AgentqClient(settings=Settings.from_env(), sqs=stack.sqs, dynamodb=stack.dynamodb,
+                          events=faulty_client(stack, "events", faults), s3=stack.s3)  # fmt: skip
+    event = task_event("Task Failed", request_id=a_id, tenant="default", job_id=job_id, attempt=1)
+
+    with pytest.raises(ClientError, match="PutEvents"):
+        client.dispatcher.on_task_event(event)
+    assert tasks.require("default", b_id).state is TaskState.CANCELLED
+    assert _bus_events(stack, b_id, "Task Cancelled") == []
+    client.dispatcher.on_task_event(event)  # the Lambda service's retry of the same event
+
+    assert faults.counts() == {"events:PutEvents:server_error": 6}
+    [cancelled] = _bus_events(stack, b_id, "Task Cancelled")
+    stored = tasks.require("default", b_id).raw["terminalEvent"]
+    assert cancelled["eventId"] == stored["eventId"] and cancelled["jobId"] == job_id
+    assert (
+        JobStore(stack.dynamodb, stack.resources.table_name).require("default", job_id).state
+        == "FAILED"
+    )
