@@ -15,8 +15,8 @@ while it waits (the consumer's `prepare`), so the lock's round trip is not on th
 path either; the heartbeat renews that lease like a running task's.
 
 With priority tiers (docs/scheduling.md) a freed slot takes the highest-priority
-buffered message (one buffered longer than `BUFFER_AGE_FIRST_S` goes first, so the
-buffer starves nobody), and each lower tier may fill one place less of the prefetch
+buffered message: one of the highest tier always goes first; otherwise one buffered
+longer than `BUFFER_AGE_FIRST_S` goes first, so the buffer starves nobody; and each lower tier may fill one place less of the prefetch
 than the tier above it (down to one place): a flood of low-priority work cannot take
 the space that keeps a high-priority message ready to start. Free slots are open to
 every tier.
@@ -75,6 +75,19 @@ class Intake:
     def buffered(self) -> int:
         with self._cond:
             return len(self._buffer)
+
+    def wait_watch(self, tier: str, reserve: int, timeout_s: float) -> int:
+        """Messages a watched tier's long poll may ask for: the free slots plus its
+        `reserve` less what of it is buffered already; 0 after `timeout_s` if none."""
+
+        def room() -> int:
+            held = sum(1 for _, entry, _ in self._buffer if entry.tier == tier)
+            free = max(0, self.size - self._busy - len(self._buffer))
+            return max(0, min(MAX_RECEIVE, free + reserve - held))
+
+        with self._cond:
+            self._cond.wait_for(lambda: room() > 0, timeout=timeout_s)
+            return room()
 
     def wait_wanted(self, timeout_s: float) -> int:
         """Messages to ask SQS for, once a free slot has nothing to start or the
@@ -161,14 +174,15 @@ class Intake:
         if not self._ranks:
             return self._buffer.popleft()
         now = time.monotonic()
-        chosen = min(
-            range(len(self._buffer)),
-            key=lambda i: (
-                now - self._buffer[i][1].received_at < BUFFER_AGE_FIRST_S,
-                self._ranks.get(self._buffer[i][1].tier or "", 0),
-                i,
-            ),
-        )
+
+        def order(i: int) -> tuple[int, int, int]:
+            entry = self._buffer[i][1]
+            rank = self._ranks.get(entry.tier or "", 0)
+            # The highest tier is never overtaken: the age rule only orders the rest.
+            aged = rank > 0 and now - entry.received_at >= BUFFER_AGE_FIRST_S
+            return (0 if rank == 0 else 1 if aged else 2, rank, i)
+
+        chosen = min(range(len(self._buffer)), key=order)
         held = self._buffer[chosen]
         del self._buffer[chosen]
         return held
