@@ -271,11 +271,11 @@ class Consumer:
             if freed:
                 return
             freed = True
-            following = self.slots.release()
+            following = self.slots.release(entry.tier or "")
             while following is not None and self._stopping.is_set():
                 # Nothing new starts while draining: give it back and free the slot.
                 self._give_back([following])
-                following = self.slots.release()
+                following = self.slots.release(following[1].tier or "")
             if following is not None:
                 self._pool.submit(self._slot, *following)
 

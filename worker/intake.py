@@ -60,6 +60,7 @@ class Intake:
         self._horizon = horizon_s
         self._clock = clock
         self._busy = 0
+        self._running: dict[str, int] = {}  # tasks in slots by tier (with priority tiers)
         self._buffer: deque[Held] = deque()
         self._starts: deque[float] = deque()
         self._born = clock()
@@ -77,13 +78,22 @@ class Intake:
             return len(self._buffer)
 
     def wait_watch(self, tier: str, reserve: int, timeout_s: float) -> int:
-        """Messages a watched tier's long poll may ask for: the free slots plus its
-        `reserve` less what of it is buffered already; 0 after `timeout_s` if none."""
+        """Messages a watched tier's long poll may ask for: the free slots, plus its
+        `reserve` less what of it is buffered already while lower-tier work holds slots
+        or buffer places; 0 after `timeout_s` if none.
+
+        Without lower-tier work in hand a reserved message would only wait here for a
+        slot of its own tier's work, while another worker may idle: the prefetch's rule
+        (none when tasks are long) holds for it then."""
+        rank = self._ranks.get(tier, 0)
 
         def room() -> int:
             held = sum(1 for _, entry, _ in self._buffer if entry.tier == tier)
+            lower = any(self._ranks.get(t, 0) > rank for t, n in self._running.items() if n) or any(
+                self._ranks.get(entry.tier or "", 0) > rank for _, entry, _ in self._buffer
+            )
             free = max(0, self.size - self._busy - len(self._buffer))
-            return max(0, min(MAX_RECEIVE, free + reserve - held))
+            return max(0, min(MAX_RECEIVE, free + (reserve - held if lower else 0)))
 
         with self._cond:
             self._cond.wait_for(lambda: room() > 0, timeout=timeout_s)
@@ -140,20 +150,26 @@ class Intake:
         """
         with self._cond:
             if self._busy < self.size and not self._buffer:
-                self._take()
+                self._take(held[1].tier)
                 return True
             self._buffer.append(prepare(held) if prepare is not None else held)
             return False
 
-    def release(self) -> Held | None:
-        """A slot's child ended: the next buffered message keeps the slot, or it frees."""
+    def release(self, tier: str | None = None) -> Held | None:
+        """A slot's child ended (a task of `tier`): the next buffered message keeps the
+        slot, or it frees."""
         with self._cond:
+            if tier is not None and self._running.get(tier, 0) > 0:
+                self._running[tier] -= 1
             if self._buffer:
                 self._starts.append(self._clock())
                 # The buffer may now be below its refill mark: wake the receiver, or it
                 # would only notice at its next wait's timeout.
                 self._cond.notify_all()
-                return self._next_buffered()
+                following = self._next_buffered()
+                following_tier = following[1].tier or ""
+                self._running[following_tier] = self._running.get(following_tier, 0) + 1
+                return following
             self._busy -= 1
             self._cond.notify_all()
             return None
@@ -187,6 +203,7 @@ class Intake:
         del self._buffer[chosen]
         return held
 
-    def _take(self) -> None:
+    def _take(self, tier: str | None) -> None:
+        self._running[tier or ""] = self._running.get(tier or "", 0) + 1
         self._busy += 1
         self._starts.append(self._clock())

@@ -292,7 +292,7 @@ def test_an_in_hand_message_of_the_highest_tier_is_never_overtaken() -> None:
 
 def test_a_watched_tier_may_ask_for_free_slots_and_its_reserve_less_what_it_holds() -> None:
     intake = Intake(2, horizon_s=0, ranks=RANKS)
-    assert intake.wait_watch("high", 2, timeout_s=0) == 4
+    assert intake.wait_watch("high", 2, timeout_s=0) == 2, "idle: the free slots"
     assert intake.offer(held(0, "low")) and intake.offer(held(1, "low"))
     assert intake.wait_watch("high", 2, timeout_s=0) == 2, "slots busy: the reserve only"
     assert not intake.offer(held(2, "high"))
@@ -301,6 +301,18 @@ def test_a_watched_tier_may_ask_for_free_slots_and_its_reserve_less_what_it_hold
     assert not intake.offer(held(4, "high"))
     assert intake.wait_watch("high", 2, timeout_s=0) == 0, "its reserve is in hand"
     assert intake.wait_watch("normal", 1, timeout_s=0) == 1, "each tier has its own"
+
+
+def test_without_lower_tier_work_in_hand_a_busy_worker_reserves_nothing() -> None:
+    intake = Intake(2, horizon_s=0, ranks=RANKS)
+    assert intake.offer(held(0, "normal")) and intake.offer(held(1, "normal"))
+    # Holding another normal task would only keep it from a worker that may be idle.
+    assert intake.wait_watch("normal", 1, timeout_s=0) == 0
+    assert intake.wait_watch("high", 2, timeout_s=0) == 2, "high still overtakes normal"
+    assert intake.release("normal") is None
+    assert intake.wait_watch("normal", 1, timeout_s=0) == 1, "a free slot is open"
+    assert intake.offer(held(2, "low"))
+    assert intake.wait_watch("normal", 1, timeout_s=0) == 1, "low work in hand: the reserve"
 
 
 # -- the forward check decodes a body once and hands it on ------------------------------------
