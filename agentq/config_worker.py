@@ -79,12 +79,15 @@ class Receiving(BaseSettings):
     backlog_refresh_ms: Int = var(
         "SCHEDULER_BACKLOG_REFRESH", 10_000,
         "At most how often (ms) a worker asks the tier queues for their backlog "
-        "(GetQueueAttributes); between refreshes receives estimate it (0: never ask).",
+        "(GetQueueAttributes), only those no receive told about within it; between "
+        "refreshes receives estimate it (0: never ask).",
         "worker", ge=0, le=DAY_MS,
     )  # fmt: skip
     probe_interval_ms: Int = var(
         "SCHEDULER_PROBE_INTERVAL", 1_000,
-        "A tier found empty is checked again (a short poll) after this long (ms).",
+        "The lowest tier, found empty, is checked again (a short poll) after this long "
+        "(ms), doubling per empty check up to 8x; the tiers above it have long polls of "
+        "their own.",
         "worker", ge=50, le=600_000,
     )  # fmt: skip
     priority_weights: str | None = var(

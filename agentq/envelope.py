@@ -93,6 +93,21 @@ def decode_json(text: str, *, name: str = "body") -> Any:
         raise InvalidInput(name, f"not JSON: {str(exc)[:120]}") from None
 
 
+class DecodedBody(str):
+    """A message body that was already decoded (`decode_json`), with its value.
+
+    Still the body's text everywhere (a copy sent on, an archived dead letter); the
+    worker's tier routing decodes a body to read its priority and hands it on in this
+    form, so `parse_message` does not decode the same untrusted text a second time."""
+
+    data: Any
+
+    def __new__(cls, text: str, data: Any) -> DecodedBody:
+        body = super().__new__(cls, text)
+        body.data = data
+        return body
+
+
 def _nesting(text: str) -> int:
     depth = deepest = 0
     for match in _STRING_OR_BRACKET.finditer(text):
@@ -292,7 +307,7 @@ def parse_message(
         raise InvalidInput("body", "holds a lone surrogate (not valid Unicode text)") from None
     if size > MAX_BODY_BYTES:
         raise InvalidInput("body", f"exceeds {MAX_BODY_BYTES} bytes")
-    data = decode_json(body)
+    data = body.data if isinstance(body, DecodedBody) else decode_json(body)
     if not isinstance(data, dict):
         raise InvalidInput("body", "must be a JSON object")
     if data.get("detail-type") == "Task Requested" and isinstance(data.get("detail"), dict):

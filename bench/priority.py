@@ -9,27 +9,37 @@ task on one queue, one tier). Wait = sent (visible at once) → the task code st
 Also: the longest wait of a `low` task (starvation), and the workers' AWS requests per
 task, with the scheduler's `GetQueueAttributes` and receives counted apart.
 
-    python -m bench.priority --low 60 --high 10 --normal 20   # small (default sizes: issue's)
+    python -m bench.priority                  # the issue's sizes, every run
+    python -m bench.priority --low 60 --high 10 --normal 20 --runs weighted idle
+
+Also B's and C's waits with a tenant limit (`TENANT_CONCURRENCY_LIMIT`) and on an idle
+system (no flood), the reference of the tenant target. The figures go to
+bench/results/priority.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
 import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Final
 
 from rich.console import Console
-from rich.table import Table
 
+from agentq.config import Settings
 from agentq.envelope import TaskEnvelope
 from agentq.local.aws import MotoServer
+from bench.priority_report import breakdown, requests, table, verdicts
+from bench.requests_per_task import heartbeat_events
 from bench.stack import (
     Stage,
     merge_calls,
@@ -46,6 +56,7 @@ from bench.stack import (
 WORKERS: Final = 2
 SLOTS: Final = 4
 MODES: Final = ("baseline", "strict", "weighted", "round-robin")
+RESULTS: Final = Path(__file__).resolve().parent / "results" / "priority.json"
 
 
 @dataclass(frozen=True)
@@ -103,10 +114,17 @@ def _send(stage: Stage, url: str, batch: Sequence[Planned]) -> None:
         )  # fmt: skip
 
 
-def run_mode(server: MotoServer, mode: str, sizes: Sizes, work_dir: Path) -> dict[str, Any]:
+def run_mode(
+    server: MotoServer, mode: str, sizes: Sizes, work_dir: Path, *, label: str | None = None,
+    flood: bool = True, extra_env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """One run: `mode` is a scheduler mode or "baseline" (one shared queue); without the
+    flood only B's and C's tasks arrive (the idle-system reference)."""
     stage = new_stage(server, prefix="p")
-    side_log = work_dir / f"priority-{mode}-{time.time_ns()}.jsonl"
+    side_log = work_dir / f"priority-{label or mode}-{time.time_ns()}.jsonl"
     tasks, longest = plan(sizes, side_log)
+    if not flood:
+        tasks = [p for p in tasks if p.delay_s > 0]
     tiers = stage.resources.tier_queues
     if mode == "baseline":
         # Today's agentq: one queue for everything, so one tier to the worker.
@@ -116,18 +134,19 @@ def run_mode(server: MotoServer, mode: str, sizes: Sizes, work_dir: Path) -> dic
         overrides = {"SCHEDULER_MODE": mode}
         url_of = dict(tiers)
     # Leases of 15 s, not the tests' 3 s: on a loaded machine a late heartbeat would fence
-    # tasks, and this benchmark measures scheduling, not heartbeats.
-    env = worker_env(stage, MAX_CONCURRENT_CLAUDE=str(SLOTS),
+    # tasks, and this benchmark measures scheduling, not heartbeats. Long polls of 20 s,
+    # as deployed: the requests an idle tier costs are a production figure, not a test's.
+    env = worker_env(stage, MAX_CONCURRENT_CLAUDE=str(SLOTS), WAIT_TIME_SECONDS="20",
                      VISIBILITY_EXTENSION_INTERVAL="2000", VISIBILITY_EXTENSION_AMOUNT="10",
-                     **overrides)  # fmt: skip
+                     **overrides, **(extra_env or {}))  # fmt: skip
     sent: dict[str, float] = {}
-    with workers(WORKERS, env, log_dir=work_dir, name=f"{mode}-") as fleet:
+    with workers(WORKERS, env, log_dir=work_dir, name=f"{label or mode}-") as fleet:
         wait_started(fleet)
-        flood = [p for p in tasks if p.delay_s == 0]
+        first = [p for p in tasks if p.delay_s == 0]
         began = time.time()
-        for p in flood:
+        for p in first:
             sent[p.envelope.request_id] = began
-        _send(stage, url_of["low"], flood)
+        _send(stage, url_of["low"], first)
         later = sorted((p for p in tasks if p.delay_s > 0), key=lambda p: p.delay_s)
 
         def feed() -> None:
@@ -141,6 +160,7 @@ def run_mode(server: MotoServer, mode: str, sizes: Sizes, work_dir: Path) -> dic
         wait_side_log_ends(side_log, len(tasks), timeout_s=120 + sum(
             float(p.envelope.input["seconds"]) for p in tasks))  # fmt: skip
         feeder.join()
+        load = os.getloadavg()[0]
         stats = stop_all(fleet)
     started: dict[str, float] = {}
     for record in read_side_log(side_log):
@@ -149,31 +169,22 @@ def run_mode(server: MotoServer, mode: str, sizes: Sizes, work_dir: Path) -> dic
     waits: dict[str, list[float]] = {"high": [], "normal": [], "low": []}
     for p in tasks:
         waits[p.tier].append(started[p.envelope.request_id] - sent[p.envelope.request_id])
-    calls = merge_calls(stats)
-    total = sum(calls.values())
-    scheduler = [s.get("scheduler", {}) for s in stats]
+    low_starts = sorted(started[p.envelope.request_id] for p in tasks if p.tier == "low")
+    heartbeats = heartbeat_events(stage, len(tasks))
     return {
         "high": _percentiles(waits["high"]),
         "normal": _percentiles(waits["normal"]),
         "low": _percentiles(waits["low"]),
+        # The starvation bound is about a tier's turn: the longest the flood's tier went
+        # without a task starting while it still had work (its first to its last start).
+        "low_longest_gap_s": round(max((b - a for a, b in pairwise(low_starts)), default=0.0), 2),
         "longest_task_s": longest,
-        "requests_per_task": round(total / len(tasks), 3),
-        # Comparable with the seed design's 6 per task (bench/requests_per_task.py).
-        "requests_per_task_without_s3": round(
-            sum(n for op, n in calls.items() if not op.startswith("s3:")) / len(tasks), 3
-        ),
-        "attributes_per_task": round(calls.get("sqs:GetQueueAttributes", 0) / len(tasks), 3),
-        "receives_per_task": round(calls.get("sqs:ReceiveMessage", 0) / len(tasks), 3),
-        "forwarded": sum(int(s.get("forwarded", 0)) for s in scheduler),
-        # A scheduler that asked every tier's backlog before each receive (the seed's
-        # queue stats per selection) would add this many GetQueueAttributes per task.
-        "per_receive_attributes_per_task": round(
-            calls.get("sqs:ReceiveMessage", 0)
-            * (1 if mode == "baseline" else len(tiers))
-            / len(tasks),
-            3,
-        ),
-    }
+        "tasks": len(tasks),
+        "load_at_end": round(load, 1),
+        "env": dict(extra_env or {}),
+        **requests(calls=merge_calls(stats), stats=stats, tasks=len(tasks),
+                   heartbeats=heartbeats, tiers=1 if mode == "baseline" else len(tiers)),
+    }  # fmt: skip
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
@@ -185,39 +196,38 @@ def _percentiles(values: list[float]) -> dict[str, float]:
             "max": round(ordered[-1], 2)}  # fmt: skip
 
 
+# Every run of the full benchmark, in one go: the modes beside the one-queue baseline,
+# weighted with a tenant limit, and the idle-system reference for B's and C's waits.
+# Most telling first: a run cut short by a slow machine still has the baseline, the
+# target's mode and its references (the figures are written after every run).
+RUNS: Final = ("baseline", "weighted", "idle", "weighted+limit", "strict", "round-robin")
+# A tenant's share of the fleet's 8 slots: A's flood may hold half, B and C the rest.
+TENANT_LIMIT: Final = 4
+
+
 def run(
     server: MotoServer, *, quick: bool = False, sizes: Sizes | None = None,
-    modes: Sequence[str] = MODES,
+    modes: Sequence[str] = RUNS, on_run: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     sizes = sizes or (Sizes.quick() if quick else Sizes())
     work_dir = Path(tempfile.mkdtemp(prefix="agentq-bench-priority-"))
-    results = {mode: run_mode(server, mode, sizes, work_dir) for mode in modes}
-    return {"sizes": sizes.__dict__, "workers": WORKERS, "slots": SLOTS, "modes": results}
-
-
-def table(d: Mapping[str, Any]) -> Table:
-    s = d["sizes"]
-    t = Table(
-        title=f"priorities under a flood ({s['low']} low from A, then {s['high']} high (B) "
-        f"and {s['normal']} normal (C) arriving; {d['workers']} workers x {d['slots']} slots)",
-        title_justify="left",
-    )
-    for n, column in enumerate(("mode", "high p50/p95 s", "normal p50/p95 s", "low max s",
-                                "requests/task (no S3)", "receives/task",
-                                "GetQueueAttributes/task", "per-receive stats would add")):  # fmt: skip
-        t.add_column(column, justify="left" if n == 0 else "right")
-    for mode, r in d["modes"].items():
-        t.add_row(
-            mode + (" (one shared queue)" if mode == "baseline" else ""),
-            f"{r['high']['p50']:.2f} / {r['high']['p95']:.2f}",
-            f"{r['normal']['p50']:.2f} / {r['normal']['p95']:.2f}",
-            f"{r['low']['max']:.1f}",
-            f"{r['requests_per_task']:.2f} ({r.get('requests_per_task_without_s3', 0):.2f})",
-            f"{r.get('receives_per_task', 0):.2f}",
-            f"{r['attributes_per_task']:.3f}",
-            f"{r['per_receive_attributes_per_task']:.2f}",
-        )
-    return t
+    results: dict[str, Any] = {}
+    figures = {"sizes": sizes.__dict__, "workers": WORKERS, "slots": SLOTS,
+               "starvation_bound_s": Settings().starvation_bound_ms / 1000,
+               "tenant_limit": TENANT_LIMIT, "modes": results}  # fmt: skip
+    for name in modes:
+        if name == "weighted+limit":
+            # TENANT_CONCURRENCY_LIMIT: the fleet-wide per-tenant limit (docs/scheduling.md).
+            results[name] = run_mode(server, "weighted", sizes, work_dir, label="limit",
+                                     extra_env={"TENANT_CONCURRENCY_LIMIT": str(TENANT_LIMIT)})  # fmt: skip
+        elif name == "idle":
+            results[name] = run_mode(server, "weighted", sizes, work_dir, label="idle",
+                                     flood=False)  # fmt: skip
+        else:
+            results[name] = run_mode(server, name, sizes, work_dir)
+        if on_run is not None:
+            on_run(figures)
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,12 +235,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--low", type=int, default=Sizes.low)
     parser.add_argument("--high", type=int, default=Sizes.high)
     parser.add_argument("--normal", type=int, default=Sizes.normal)
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--runs", nargs="+", choices=RUNS, default=list(RUNS))
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where the figures go")
     args = parser.parse_args(argv)
     sizes = Sizes(low=args.low, high=args.high, normal=args.normal)
+    began = os.getloadavg()
+
+    def write(result: dict[str, Any]) -> None:
+        result["machine"] = {"cpus": os.cpu_count(), "load_before": [round(x, 1) for x in began],
+                             "load_after": [round(x, 1) for x in os.getloadavg()],
+                             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+
     with moto_server() as server:
-        result = run(server, sizes=sizes, modes=args.modes)
-    Console().print(table(result))
+        result = run(server, sizes=sizes, modes=args.runs, on_run=write)
+    console = Console()
+    console.print(table(result))
+    console.print(breakdown(result))
+    console.print(verdicts(result))
     return 0
 
 

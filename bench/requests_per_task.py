@@ -47,6 +47,9 @@ class Run:
     tasks: int
     heartbeats: int
     calls: dict[str, int]
+    # The priority scheduler's own counters (receives, empty ones, watchers' long polls,
+    # backlog refreshes): where the receives of `calls` went.
+    scheduler: dict[str, int]
 
 
 def _run(
@@ -61,10 +64,16 @@ def _run(
         stats = stop_all(fleet)
     if not stats:
         raise RuntimeError(f"the worker printed no stats:\n{fleet[0].output()[-2000:]}")
-    return Run(tasks=tasks, heartbeats=_heartbeat_events(stage, tasks), calls=merge_calls(stats))
+    scheduler: dict[str, int] = {}
+    for entry in stats:
+        for key, n in entry.get("scheduler", {}).items():
+            if isinstance(n, int):
+                scheduler[key] = scheduler.get(key, 0) + n
+    return Run(tasks=tasks, heartbeats=heartbeat_events(stage, tasks), calls=merge_calls(stats),
+               scheduler=scheduler)  # fmt: skip
 
 
-def _heartbeat_events(stage: Stage, tasks: int) -> int:
+def heartbeat_events(stage: Stage, tasks: int) -> int:
     """Every event reaches the save-event rule's queue; all but two per task are beats."""
     url = stage.resources.target_queues["save-event"]
     visible, in_flight = stage.queue_counts(url)
@@ -138,6 +147,8 @@ def run(
             },
         },
         "operations": rows,
+        # Every tier is configured (the local stack's three queues), so the scheduler is on.
+        "scheduler_per_task": {k: round(n / short.tasks, 3) for k, n in short.scheduler.items()},
         "per_task": round(per_task_total, 3),
         "per_task_without_s3": round(comparable, 3),
         "per_heartbeat": round(per_beat_total, 3),

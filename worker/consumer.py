@@ -38,6 +38,8 @@ from worker.tiers import TierReceiver
 
 logger = logging.getLogger(__name__)
 RECEIVE_ERROR_BACKOFF_S: Final = 1.0
+# How often a paused watcher looks again whether the overdue tier has had its turn.
+WATCH_PAUSE_S: Final = 0.2
 # Preparing is a definition lookup and one conditional write; beyond this it is stuck.
 PREPARE_TIMEOUT_S: Final = 60.0
 
@@ -84,6 +86,14 @@ class Consumer:
         self._signals = 0
         self._signalled = threading.Event()
         self._receiver = threading.Thread(target=self._receive_loop, name="receiver", daemon=True)
+        # Each tier above the lowest keeps a long poll of its own outstanding, for the
+        # prefetch places the tiers below it may not take (worker/tiers.py).
+        lowest = len(self.tiers.tiers) - 1
+        self._watchers = [
+            threading.Thread(target=self._watch_loop, name=f"watch-{tier}", daemon=True,
+                             args=(tier, lowest - self.tiers.ranks[tier]))
+            for tier in self.tiers.watched
+        ]  # fmt: skip
         self.received = 0
         self.verdicts: dict[str, int] = {}
         self._verdict_lock = threading.Lock()
@@ -100,6 +110,8 @@ class Consumer:
             signal.signal(signal.SIGINT, self._on_signal)
         self._heartbeat.start()
         self._receiver.start()
+        for watcher in self._watchers:
+            watcher.start()
         logger.info("worker started", extra={"slots": self.slots.size})
         while not self._signalled.wait(1.0):
             for tick in self._on_tick:
@@ -135,7 +147,10 @@ class Consumer:
         self._give_back(self.slots.drop_buffered(), deadline=deadline)
         # Let the receiver leave its long poll (whatever it brings back is released), so
         # no message starts once draining has begun.
-        self._receiver.join(timeout=self._settings.wait_time_seconds + 10)
+        left_poll_by = time.monotonic() + self._settings.wait_time_seconds + 10
+        for receiver in (self._receiver, *self._watchers):
+            if receiver.ident is not None:  # started
+                receiver.join(timeout=max(0.0, left_poll_by - time.monotonic()))
         self._give_back(self.slots.drop_buffered(), deadline=deadline)
         code = ExitCode.OK
         if not self.slots.wait_idle(max(0.0, deadline - time.monotonic())):
@@ -168,11 +183,31 @@ class Consumer:
                 logger.exception("receive failed; retrying")
                 self._stopping.wait(RECEIVE_ERROR_BACKOFF_S)
 
+    def _watch_loop(self, tier: str, reserve: int) -> None:
+        while not self._stopping.is_set():
+            try:
+                asked = self.slots.wait_watch(tier, reserve, timeout_s=0.5)
+                if asked <= 0 or self._stopping.is_set():
+                    continue
+                if not self.tiers.may_watch(tier):
+                    # Another tier's starvation turn: its message must reach a slot first.
+                    self._stopping.wait(WATCH_PAUSE_S)
+                    continue
+                messages = self.tiers.watch(tier, asked)
+                for message in messages:
+                    self._batcher.routes.note(message["ReceiptHandle"], self.tiers.urls[tier])
+                for message in messages:
+                    self._accept(message, tier)
+            except Exception:
+                logger.exception("receive failed; retrying", extra={"tier": tier})
+                self._stopping.wait(RECEIVE_ERROR_BACKOFF_S)
+
     def _accept(self, message: dict[str, Any], tier: str) -> None:
         if self._stopping.is_set():
             self._batcher.give_back(message["ReceiptHandle"], message)
             return
-        self.received += 1
+        with self._verdict_lock:
+            self.received += 1
         destination = self.tiers.destination(message, tier)
         if destination is not None:
             # Its priority names another tier: it waits there, not in this one's turn.
@@ -236,11 +271,11 @@ class Consumer:
             if freed:
                 return
             freed = True
-            following = self.slots.release()
+            following = self.slots.release(entry.tier or "")
             while following is not None and self._stopping.is_set():
                 # Nothing new starts while draining: give it back and free the slot.
                 self._give_back([following])
-                following = self.slots.release()
+                following = self.slots.release(following[1].tier or "")
             if following is not None:
                 self._pool.submit(self._slot, *following)
 

@@ -15,8 +15,8 @@ while it waits (the consumer's `prepare`), so the lock's round trip is not on th
 path either; the heartbeat renews that lease like a running task's.
 
 With priority tiers (docs/scheduling.md) a freed slot takes the highest-priority
-buffered message (one buffered longer than `BUFFER_AGE_FIRST_S` goes first, so the
-buffer starves nobody), and each lower tier may fill one place less of the prefetch
+buffered message: one of the highest tier always goes first; otherwise one buffered
+longer than `BUFFER_AGE_FIRST_S` goes first, so the buffer starves nobody; and each lower tier may fill one place less of the prefetch
 than the tier above it (down to one place): a flood of low-priority work cannot take
 the space that keeps a high-priority message ready to start. Free slots are open to
 every tier.
@@ -60,6 +60,7 @@ class Intake:
         self._horizon = horizon_s
         self._clock = clock
         self._busy = 0
+        self._running: dict[str, int] = {}  # tasks in slots by tier (with priority tiers)
         self._buffer: deque[Held] = deque()
         self._starts: deque[float] = deque()
         self._born = clock()
@@ -75,6 +76,28 @@ class Intake:
     def buffered(self) -> int:
         with self._cond:
             return len(self._buffer)
+
+    def wait_watch(self, tier: str, reserve: int, timeout_s: float) -> int:
+        """Messages a watched tier's long poll may ask for: the free slots, plus its
+        `reserve` less what of it is buffered already while lower-tier work holds slots
+        or buffer places; 0 after `timeout_s` if none.
+
+        Without lower-tier work in hand a reserved message would only wait here for a
+        slot of its own tier's work, while another worker may idle: the prefetch's rule
+        (none when tasks are long) holds for it then."""
+        rank = self._ranks.get(tier, 0)
+
+        def room() -> int:
+            held = sum(1 for _, entry, _ in self._buffer if entry.tier == tier)
+            lower = any(self._ranks.get(t, 0) > rank for t, n in self._running.items() if n) or any(
+                self._ranks.get(entry.tier or "", 0) > rank for _, entry, _ in self._buffer
+            )
+            free = max(0, self.size - self._busy - len(self._buffer))
+            return max(0, min(MAX_RECEIVE, free + (reserve - held if lower else 0)))
+
+        with self._cond:
+            self._cond.wait_for(lambda: room() > 0, timeout=timeout_s)
+            return room()
 
     def wait_wanted(self, timeout_s: float) -> int:
         """Messages to ask SQS for, once a free slot has nothing to start or the
@@ -127,20 +150,26 @@ class Intake:
         """
         with self._cond:
             if self._busy < self.size and not self._buffer:
-                self._take()
+                self._take(held[1].tier)
                 return True
             self._buffer.append(prepare(held) if prepare is not None else held)
             return False
 
-    def release(self) -> Held | None:
-        """A slot's child ended: the next buffered message keeps the slot, or it frees."""
+    def release(self, tier: str | None = None) -> Held | None:
+        """A slot's child ended (a task of `tier`): the next buffered message keeps the
+        slot, or it frees."""
         with self._cond:
+            if tier is not None and self._running.get(tier, 0) > 0:
+                self._running[tier] -= 1
             if self._buffer:
                 self._starts.append(self._clock())
                 # The buffer may now be below its refill mark: wake the receiver, or it
                 # would only notice at its next wait's timeout.
                 self._cond.notify_all()
-                return self._next_buffered()
+                following = self._next_buffered()
+                following_tier = following[1].tier or ""
+                self._running[following_tier] = self._running.get(following_tier, 0) + 1
+                return following
             self._busy -= 1
             self._cond.notify_all()
             return None
@@ -161,18 +190,20 @@ class Intake:
         if not self._ranks:
             return self._buffer.popleft()
         now = time.monotonic()
-        chosen = min(
-            range(len(self._buffer)),
-            key=lambda i: (
-                now - self._buffer[i][1].received_at < BUFFER_AGE_FIRST_S,
-                self._ranks.get(self._buffer[i][1].tier or "", 0),
-                i,
-            ),
-        )
+
+        def order(i: int) -> tuple[int, int, int]:
+            entry = self._buffer[i][1]
+            rank = self._ranks.get(entry.tier or "", 0)
+            # The highest tier is never overtaken: the age rule only orders the rest.
+            aged = rank > 0 and now - entry.received_at >= BUFFER_AGE_FIRST_S
+            return (0 if rank == 0 else 1 if aged else 2, rank, i)
+
+        chosen = min(range(len(self._buffer)), key=order)
         held = self._buffer[chosen]
         del self._buffer[chosen]
         return held
 
-    def _take(self) -> None:
+    def _take(self, tier: str | None) -> None:
+        self._running[tier or ""] = self._running.get(tier or "", 0) + 1
         self._busy += 1
         self._starts.append(self._clock())

@@ -10,7 +10,14 @@ batch means the visible backlog was drained (0), and `refreshed` sets it from th
 queue's `ApproximateNumberOfMessages` at most every `SCHEDULER_BACKLOG_REFRESH`. A tier
 believed empty becomes a *maybe* again after `probe_s`, and is then probed with a short
 poll, so new high-priority work is found within about `probe_s` without an attributes
-call.
+call. A tier believed empty that stays empty is probed less and less often (the interval
+doubles per empty probe, up to `PROBE_BACKOFF_MAX` times `probe_s`), so a drained tier
+costs few receives while another tier keeps the slots busy.
+
+*Watched* tiers (every tier above the lowest, when there are several) have a long poll
+of their own always outstanding in the receiver (worker/tiers.py): a message arriving
+there is in hand at once, so the scheduler never probes them and counts them as having
+work only while their backlog is above zero (or not known yet).
 
 Modes:
 - ``strict``: the highest tier that has (or may have) work, always.
@@ -34,6 +41,9 @@ MODES: Final[tuple[Mode, ...]] = get_args(Mode)
 WAIT_BOOST_FULL_S: Final = 30.0  # seed 004: the wait factor reaches its cap after this
 POLL_PENALTY_AFTER: Final = 10  # consecutive polls of one tier before the penalty
 POLL_PENALTY: Final = 0.95
+# An empty tier's probe interval doubles per empty probe up to this many times probe_s:
+# each probe of a drained tier is a receive that brings nothing back.
+PROBE_BACKOFF_MAX: Final = 8
 
 
 def default_weight(rank: int) -> float:
@@ -59,6 +69,8 @@ class TierState:
     empty_since: float | None = None
     last_poll: float = 0.0
     polls: int = 0  # receives from this tier since the last receive from another one
+    empty_probes: int = 0  # probes in a row that found the tier still empty
+    observed: float | None = None  # when a receive last told us this tier's backlog
 
     def level(self, tiers: int) -> int:
         """Seed 004's priority number: the lowest tier is 1, the highest `tiers`."""
@@ -76,6 +88,8 @@ class Scheduler:
     idle_wait_s: int = 20
     weights: Mapping[str, float] = field(default_factory=dict)
     started: float = 0.0
+    # Tiers with a long poll of their own outstanding: never probed (see the module doc).
+    watched: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.tiers or len(set(self.tiers)) != len(self.tiers):
@@ -95,10 +109,16 @@ class Scheduler:
     def received(self, tier: str, *, asked: int, got: int, now: float) -> None:
         """What one receive from `tier` returned."""
         state = self.state[tier]
+        state.observed = now
         if got >= asked > 0:
             state.backlog = max((state.backlog or 0.0) - got, 1.0)
             state.empty_since = None
+            state.empty_probes = 0
         else:
+            if got == 0 and state.backlog is not None and state.backlog <= 0:
+                state.empty_probes += 1  # a probe of a tier already believed empty
+            elif got > 0:
+                state.empty_probes = 0
             state.backlog = 0.0
             state.empty_since = now
 
@@ -109,15 +129,36 @@ class Scheduler:
             if state is None:
                 continue
             state.backlog = float(max(0, count))
+            state.observed = now
             state.empty_since = None if count > 0 else now
+            if count > 0:
+                state.empty_probes = 0
+
+    def stale(self, now: float, age_s: float) -> list[str]:
+        """Unwatched tiers no receive or refresh has told us about for `age_s`: the only
+        ones a backlog refresh needs to ask (the others' figures are fresh)."""
+        return [
+            t for t, state in self.state.items()
+            if t not in self.watched and (state.observed is None or now - state.observed >= age_s)
+        ]  # fmt: skip
 
     # -- the decision ----------------------------------------------------------------
     def has_work(self, tier: str, now: float) -> bool:
-        """Known backlog, unknown, or believed empty for longer than the probe interval."""
+        """Known backlog, unknown, or believed empty for longer than its probe interval.
+
+        A watched tier is never probed: its own long poll finds new arrivals, so it has
+        work only while its backlog is known (or not known yet, at start)."""
         state = self.state[tier]
         if state.backlog is None or state.backlog > 0:
             return True
-        return state.empty_since is None or now - state.empty_since >= self.probe_s
+        if tier in self.watched:
+            return False
+        return state.empty_since is None or now - state.empty_since >= self.probe_interval(tier)
+
+    def probe_interval(self, tier: str) -> float:
+        """`probe_s`, doubled per empty probe in a row, at most PROBE_BACKOFF_MAX times."""
+        doublings = min(self.state[tier].empty_probes, PROBE_BACKOFF_MAX.bit_length() - 1)
+        return self.probe_s * (1 << doublings)
 
     def pick(self, now: float, room: Mapping[str, int] | None = None) -> Pick | None:
         """The tier to receive from now; None when no tier has room (`room[tier]` ≤ 0)."""
@@ -129,11 +170,14 @@ class Scheduler:
             return self._polled(Pick(tier=open_tiers[0], wait_s=self.idle_wait_s), now)
         candidates = [t for t in open_tiers if self.has_work(t, now)]
         if not candidates:
-            # Every tier believed empty: long-poll them in turn, highest first, each for
-            # a share of the wait, so new work on any tier is seen within one wait.
-            tier = open_tiers[self._idle_turn % len(open_tiers)]
+            # Every tier believed empty: long-poll the unwatched ones in turn, highest
+            # first, each for a share of the wait, so new work on any tier is seen within
+            # one wait (the watched tiers' own long polls see theirs at once).
+            idle = [t for t in open_tiers if t not in self.watched] or open_tiers
+            unwatched = [t for t in self.tiers if t not in self.watched] or self.tiers
+            tier = idle[self._idle_turn % len(idle)]
             self._idle_turn += 1
-            wait = min(self.idle_wait_s, max(1, self.idle_wait_s // len(self.tiers)))
+            wait = min(self.idle_wait_s, max(1, self.idle_wait_s // len(unwatched)))
             return self._polled(Pick(tier=tier, wait_s=wait), now)
         self._idle_turn = 0
         tier = self._choose(candidates, now)
@@ -142,6 +186,17 @@ class Scheduler:
         # A known backlog returns at once from a 1 s long poll (which, unlike a short
         # poll, asks every SQS server); a probe of a tier believed empty must not stall.
         return self._polled(Pick(tier=tier, wait_s=0 if probe else 1, probe=probe), now)
+
+    def overdue(self, now: float) -> list[str]:
+        """Weighted mode: the tiers with work past the starvation bound (they go next).
+
+        The watched tiers' long polls pause while another tier is overdue: otherwise
+        their messages, which take a freed slot first, would keep the receiver from
+        ever making the overdue tier's turn."""
+        if self.mode != "weighted":
+            return []
+        return [t for t in self.tiers
+                if self.has_work(t, now) and now - self.state[t].last_poll >= self.starvation_s]  # fmt: skip
 
     def _choose(self, candidates: list[str], now: float) -> str:
         if self.mode == "strict":
@@ -152,7 +207,7 @@ class Scheduler:
             start = self.tiers.index(self._last) + 1
             order = [*self.tiers[start:], *self.tiers[:start]]
             return next(t for t in order if t in candidates)
-        overdue = [t for t in candidates if now - self.state[t].last_poll >= self.starvation_s]
+        overdue = [t for t in self.overdue(now) if t in candidates]
         if overdue:
             return min(overdue, key=lambda t: (self.state[t].last_poll, self.state[t].rank))
         return max(candidates, key=lambda t: (self.score(t, now), -self.state[t].rank))

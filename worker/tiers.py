@@ -7,6 +7,13 @@ return; `GetQueueAttributes` is asked at most every `SCHEDULER_BACKLOG_REFRESH` 
 call per tier), never per receive. Tiers that share a queue URL are one tier (a
 single-queue deployment has exactly one, and receives as it always did).
 
+Every tier above the lowest is *watched*: `watch(tier, ...)` keeps one long poll of its
+own outstanding (the consumer runs it on a thread per such tier), for the places that
+tier has reserved in the prefetch, so a high-priority message is in hand the moment it
+arrives and takes the next slot that frees. The scheduler never probes a watched tier,
+and a backlog refresh asks only tiers whose figures no receive renewed within its
+interval (the watched ones never), so a flood costs almost no `GetQueueAttributes`.
+
 A message whose own priority names another tier (a `Task Requested` event, which the
 bus delivers to the default tier's queue, or a foreign sender that used the wrong
 queue) is *forwarded*: sent to its tier's queue and deleted here, before anything else
@@ -22,7 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentq.config import Settings
-from agentq.envelope import PRIORITY_PATTERN, decode_json
+from agentq.envelope import PRIORITY_PATTERN, DecodedBody, decode_json
 from agentq.errors import InvalidInput
 from worker.scheduler import Pick, Scheduler
 
@@ -62,28 +69,61 @@ class TierReceiver:
             idle_wait_s=settings.wait_time_seconds,
             weights=settings.tier_weights(),
             started=clock(),
+            watched=frozenset(self.tiers[:-1]),
         )
         self._refreshed_at: float | None = None
         self._lock = threading.Lock()
-        self.counts: dict[str, int] = {"receives": 0, "backlogRefreshes": 0, "forwarded": 0}
+        # The scheduler is pure and single-threaded; the receiver and the watchers share it.
+        self._scheduling = threading.Lock()
+        self.counts: dict[str, int] = {
+            "receives": 0, "emptyReceives": 0, "watchReceives": 0, "backlogRefreshes": 0,
+            "attributeCalls": 0, "forwarded": 0,
+        }  # fmt: skip
         self.picks: dict[str, int] = dict.fromkeys(self.tiers, 0)
 
     @property
     def multi(self) -> bool:
         return len(self.tiers) > 1
 
+    @property
+    def watched(self) -> tuple[str, ...]:
+        """The tiers with a long poll of their own (highest first)."""
+        return tuple(t for t in self.tiers if t in self.scheduler.watched)
+
     def receive(self, rooms: Mapping[str, int]) -> tuple[str, list[dict[str, Any]]]:
         """One receive from the tier the scheduler picks; ("", []) if none has room."""
         self._refresh_if_due()
-        now = self._clock()
-        pick: Pick | None = self.scheduler.pick(now, rooms)
+        with self._scheduling:
+            pick: Pick | None = self.scheduler.pick(self._clock(), rooms)
         if pick is None:
             return "", []
-        asked = rooms[pick.tier]
+        messages = self._receive(pick.tier, rooms[pick.tier], pick.wait_s)
+        with self._lock:
+            self.picks[pick.tier] += 1
+            # The scheduler's misses (probes of drained tiers, idle polls); a watcher's
+            # long poll that times out is its idle cost, counted in watchReceives.
+            self.counts["emptyReceives"] += not messages
+        return pick.tier, messages
+
+    def may_watch(self, tier: str) -> bool:
+        """False while another tier is past the starvation bound (weighted mode): the
+        watcher pauses so that tier's turn comes (worker/scheduler.py, `overdue`)."""
+        with self._scheduling:
+            return all(t == tier for t in self.scheduler.overdue(self._clock()))
+
+    def watch(self, tier: str, asked: int) -> list[dict[str, Any]]:
+        """The long poll a watched tier keeps outstanding, for `asked` messages."""
+        # Never a short poll: with WAIT_TIME_SECONDS=0 a watcher would spin on empty receives.
+        messages = self._receive(tier, asked, max(1, self._settings.wait_time_seconds))
+        with self._lock:
+            self.counts["watchReceives"] += 1
+        return messages
+
+    def _receive(self, tier: str, asked: int, wait_s: int) -> list[dict[str, Any]]:
         response = self._sqs.receive_message(
-            QueueUrl=self.urls[pick.tier],
+            QueueUrl=self.urls[tier],
             MaxNumberOfMessages=asked,
-            WaitTimeSeconds=pick.wait_s,
+            WaitTimeSeconds=wait_s,
             MessageAttributeNames=["All"],
             MessageSystemAttributeNames=[
                 "ApproximateReceiveCount",
@@ -92,13 +132,15 @@ class TierReceiver:
             ],
         )
         messages: list[dict[str, Any]] = response.get("Messages", [])
-        self.scheduler.received(pick.tier, asked=asked, got=len(messages), now=self._clock())
+        with self._scheduling:
+            self.scheduler.received(tier, asked=asked, got=len(messages), now=self._clock())
         with self._lock:
             self.counts["receives"] += 1
-            self.picks[pick.tier] += 1
-        return pick.tier, messages
+        return messages
 
     def _refresh_if_due(self) -> None:
+        """Ask the backlog of the tiers whose figures went stale (none while receives or
+        watchers keep them fresh), at most every SCHEDULER_BACKLOG_REFRESH."""
         interval = self._settings.backlog_refresh_ms / 1000
         now = self._clock()
         if not self.multi or interval <= 0:
@@ -106,9 +148,16 @@ class TierReceiver:
         if self._refreshed_at is not None and now - self._refreshed_at < interval:
             return
         self._refreshed_at = now
+        with self._scheduling:
+            stale = self.scheduler.stale(now, interval)
+        if not stale:
+            return
         backlog: dict[str, int] = {}
-        for tier, url in self.urls.items():
+        for tier in stale:
+            with self._lock:
+                self.counts["attributeCalls"] += 1
             try:
+                url = self.urls[tier]
                 attributes = self._sqs.get_queue_attributes(
                     QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"]
                 )["Attributes"]
@@ -118,9 +167,10 @@ class TierReceiver:
                 logger.warning("backlog refresh failed", extra={"tier": tier}, exc_info=True)
         with self._lock:
             self.counts["backlogRefreshes"] += 1
-        self.scheduler.refreshed(backlog, now=self._clock())
+        with self._scheduling:
+            self.scheduler.refreshed(backlog, now=self._clock())
 
-    def destination(self, message: Mapping[str, Any], tier: str) -> str | None:
+    def destination(self, message: dict[str, Any], tier: str) -> str | None:
         """The queue a message received from `tier` belongs on, if that is another one.
 
         The priority is untrusted input: anything but a configured tier with its own
@@ -142,16 +192,19 @@ class TierReceiver:
             return {**self.counts, "picks": dict(self.picks), "mode": self.scheduler.mode}
 
 
-def _priority_of(message: Mapping[str, Any]) -> str | None:
+def _priority_of(message: dict[str, Any]) -> str | None:
     attribute = (message.get("MessageAttributes") or {}).get("priority")
     value: object = attribute.get("StringValue") if isinstance(attribute, Mapping) else None
     if value is None:
+        text = message.get("Body") or ""
         try:
             # The shared untrusted-JSON reader: a 10,000-deep body is refused, not a
             # RecursionError that would leave the message unsettled.
-            body = decode_json(message.get("Body") or "")
+            body = text.data if isinstance(text, DecodedBody) else decode_json(text)
         except (InvalidInput, TypeError):
             return None
+        # Handed on decoded: the envelope parser reads this value, not the text again.
+        message["Body"] = DecodedBody(text, body)
         if isinstance(body, dict) and isinstance(body.get("detail"), dict):
             body = body["detail"]
         value = body.get("priority") if isinstance(body, dict) else None

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from bench import report
 from bench.priority import Sizes, plan
+from bench.priority_report import breakdown, checks, table, verdicts
 
 
 def test_the_plan_floods_low_first_then_spreads_high_and_normal_over_the_drain(
@@ -33,3 +35,33 @@ def test_the_table_and_the_verdicts_render_a_result() -> None:
     assert not isinstance(report.table("priority", result), str)
     verdicts = report.verdicts({"priority": result})
     assert verdicts.row_count == 2
+
+
+def _row(high_p95: float, normal_p95: float, *, low_max: float = 40.0, gap: float = 2.0,
+         ratio: float = 0.45) -> dict[str, Any]:  # fmt: skip
+    return {"high": {"p50": 0.5, "p95": high_p95, "max": high_p95},
+            "normal": {"p50": 0.5, "p95": normal_p95, "max": normal_p95},
+            "low": {"p50": 10.0, "p95": 30.0, "max": low_max}, "low_longest_gap_s": gap,
+            "longest_task_s": 1.0, "requests_per_task": 3.5,
+            "requests_per_task_without_s3": 2.7, "seed_per_task": 6.0, "ratio_to_seed": ratio,
+            "attributes_per_task": 0.0, "per_receive_attributes_per_task": 3.0,
+            "calls_per_task": {"sqs:ReceiveMessage": 0.4},
+            "scheduler_per_task": {"receives": 0.4, "emptyReceives": 0.1}}  # fmt: skip
+
+
+def test_the_targets_are_judged_against_the_idle_reference_and_the_bound() -> None:
+    result = {"sizes": {"low": 4, "high": 1, "normal": 1}, "workers": 2, "slots": 4,
+              "starvation_bound_s": 30.0,
+              "modes": {"strict": _row(1.5, 3.0, low_max=35.0),
+                        "weighted": _row(1.8, 2.5, gap=31.0, ratio=0.6),
+                        "weighted+limit": _row(1.2, 0.9), "idle": _row(0.5, 0.5)}}  # fmt: skip
+    found = {label.split(" (")[0]: (measured, met) for label, measured, met in checks(result)}
+    assert found["weighted: high p95 wait ≤ 2 x longest task"] == ("1.80 s", True)
+    assert found["weighted: the low tier waits ≤ the starvation bound"] == ("31.0 s", False)
+    assert found["weighted: no low task waits > the bound"] == ("40.0 s (strict 35.0 s)", False)
+    assert found["weighted: requests/task ≤ 0.5 x the seed design on the same run"][1] is False
+    assert found["with a tenant limit: B's p95 wait ≤ 2 x idle"] == ("1.20 s", False)
+    assert found["with a tenant limit: C's p95 wait ≤ 2 x idle"] == ("0.90 s", True)
+    assert found["without a tenant limit: C's p95 wait ≤ 2 x idle"] == ("2.50 s", False)
+    for render in (table, breakdown, verdicts):
+        assert render(result).row_count > 0

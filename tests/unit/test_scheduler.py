@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentq.config import Settings
+from agentq.envelope import DecodedBody, parse_message
+from agentq.errors import InvalidInput
 from worker.inflight import InFlight
 from worker.intake import Held, Intake
 from worker.scheduler import MODES, Scheduler
+from worker.tiers import TierReceiver
 
 TIERS = ("high", "normal", "low")
 backlogs = st.lists(st.integers(min_value=0, max_value=1000), min_size=3, max_size=3)
@@ -190,3 +195,186 @@ def test_a_freed_slot_takes_the_highest_buffered_tier_first() -> None:
     while (following := intake.release()) is not None:
         order.append(following[1].tier)
     assert order == ["high", "normal", "low", "low"]
+
+
+# -- watched tiers, probe back-off, stale refreshes -----------------------------------------
+WATCHED = frozenset(TIERS[:-1])
+
+
+@given(
+    counts=backlogs,
+    now=st.floats(min_value=0, max_value=1e6),
+    mode=st.sampled_from(MODES),
+    later=st.floats(min_value=0, max_value=1e4),
+)
+def test_a_watched_tier_is_never_probed_and_goes_first_once_its_backlog_is_known(
+    counts: list[int], now: float, mode: str, later: float
+) -> None:
+    chooser = scheduler(mode, watched=WATCHED, starvation_s=1e9)
+    chooser.refreshed(dict(zip(TIERS, counts, strict=True)), now=now)
+    pick = chooser.pick(now + later)
+    assert pick is not None
+    if pick.tier in WATCHED:
+        # Its own long poll finds arrivals: the receiver only takes a known backlog.
+        assert counts[TIERS.index(pick.tier)] > 0 and not pick.probe
+    if mode == "strict":
+        known = [t for t, c in zip(TIERS, counts, strict=True) if c > 0 and t in WATCHED]
+        if known:
+            assert pick.tier == known[0], "a known high backlog goes before the low tier"
+    if not any(counts):
+        # Everything empty: the idle long poll is on the unwatched tier only, for the
+        # whole wait (the watched ones have their own).
+        assert pick.tier == "low" and (pick.wait_s == 0 or pick.wait_s == chooser.idle_wait_s)
+
+
+@settings(max_examples=60)
+@given(
+    steps=st.lists(st.floats(min_value=0.01, max_value=2.0), min_size=50, max_size=300),
+    bound=st.floats(min_value=1.0, max_value=20.0),
+    counts=st.lists(st.integers(min_value=1, max_value=10_000), min_size=3, max_size=3),
+)
+def test_weighted_with_watched_tiers_still_honours_the_starvation_bound(
+    steps: list[float], bound: float, counts: list[int]
+) -> None:
+    chooser = scheduler("weighted", starvation_s=bound, watched=WATCHED)
+    now = 0.0
+    last = dict.fromkeys(TIERS, 0.0)
+    for step in steps:
+        now += step
+        chooser.refreshed(dict(zip(TIERS, counts, strict=True)), now=now)
+        pick = chooser.pick(now)
+        assert pick is not None
+        for tier in TIERS:
+            assert now - last[tier] <= bound + len(TIERS) * max(steps), tier
+        last[pick.tier] = now
+
+
+@given(probes=st.integers(min_value=0, max_value=20))
+def test_an_empty_tier_is_probed_less_often_the_longer_it_stays_empty(probes: int) -> None:
+    chooser = scheduler("strict", probe_s=1.0, watched=WATCHED)
+    chooser.refreshed({"high": 0, "normal": 0, "low": 0}, now=0.0)
+    now = 0.0
+    intervals = []
+    for _ in range(probes):
+        interval = chooser.probe_interval("low")
+        intervals.append(interval)
+        now += interval
+        assert chooser.has_work("low", now) and not chooser.has_work("low", now - 0.01)
+        chooser.received("low", asked=4, got=0, now=now)
+    assert intervals == sorted(intervals), "the interval only grows while nothing comes"
+    assert all(1.0 <= i <= 8.0 for i in intervals)
+    chooser.received("low", asked=4, got=2, now=now)
+    assert chooser.probe_interval("low") == 1.0, "work found: probed at the full rate again"
+
+
+def test_a_refresh_asks_only_the_unwatched_tiers_that_no_receive_renewed() -> None:
+    chooser = scheduler("weighted", watched=WATCHED)
+    assert chooser.stale(0.0, 10.0) == ["low"], "never observed: stale"
+    chooser.received("low", asked=10, got=10, now=5.0)
+    assert chooser.stale(14.0, 10.0) == [], "a receive 9 s ago is fresh"
+    assert chooser.stale(15.0, 10.0) == ["low"]
+    assert scheduler("weighted").stale(0.0, 10.0) == list(TIERS)
+
+
+def test_an_in_hand_message_of_the_highest_tier_is_never_overtaken() -> None:
+    now = [0.0]
+    intake = Intake(1, horizon_s=0, ranks=RANKS, clock=lambda: now[0])
+    assert intake.offer(held(0, "low"))
+    old = held(1, "low")
+    old[1].received_at -= 60  # buffered long past the age rule
+    for message in (old, held(2, "high"), held(3, "normal")):
+        assert not intake.offer(message)
+    order = []
+    while (following := intake.release()) is not None:
+        order.append(following[1].message_id)
+    assert order == ["m2", "m1", "m3"], "high first; then the aged low before normal"
+
+
+def test_a_watched_tier_may_ask_for_free_slots_and_its_reserve_less_what_it_holds() -> None:
+    intake = Intake(2, horizon_s=0, ranks=RANKS)
+    assert intake.wait_watch("high", 2, timeout_s=0) == 2, "idle: the free slots"
+    assert intake.offer(held(0, "low")) and intake.offer(held(1, "low"))
+    assert intake.wait_watch("high", 2, timeout_s=0) == 2, "slots busy: the reserve only"
+    assert not intake.offer(held(2, "high"))
+    assert not intake.offer(held(3, "low"))
+    assert intake.wait_watch("high", 2, timeout_s=0) == 1
+    assert not intake.offer(held(4, "high"))
+    assert intake.wait_watch("high", 2, timeout_s=0) == 0, "its reserve is in hand"
+    assert intake.wait_watch("normal", 1, timeout_s=0) == 1, "each tier has its own"
+
+
+def test_without_lower_tier_work_in_hand_a_busy_worker_reserves_nothing() -> None:
+    intake = Intake(2, horizon_s=0, ranks=RANKS)
+    assert intake.offer(held(0, "normal")) and intake.offer(held(1, "normal"))
+    # Holding another normal task would only keep it from a worker that may be idle.
+    assert intake.wait_watch("normal", 1, timeout_s=0) == 0
+    assert intake.wait_watch("high", 2, timeout_s=0) == 2, "high still overtakes normal"
+    assert intake.release("normal") is None
+    assert intake.wait_watch("normal", 1, timeout_s=0) == 1, "a free slot is open"
+    assert intake.offer(held(2, "low"))
+    assert intake.wait_watch("normal", 1, timeout_s=0) == 1, "low work in hand: the reserve"
+
+
+# -- the forward check decodes a body once and hands it on ------------------------------------
+priorities = st.sampled_from(["high", "normal", "low", "urgent", "HIGH", ""])
+inputs = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@given(priority=priorities, payload=inputs, as_event=st.booleans())
+def test_the_forward_check_hands_on_the_body_it_decoded_and_the_parser_uses_it(
+    priority: str, payload: Any, as_event: bool
+) -> None:
+    data: dict[str, Any] = {"requestId": "r-1", "definition": "sample-noop", "input": payload}
+    if priority:
+        data["priority"] = priority
+    if as_event:
+        data = {"detail-type": "Task Requested", "detail": data}
+    text = json.dumps(data)
+    settings_ = Settings(queue_url="https://q/normal",
+                         queue_urls="high=https://q/high,normal=https://q/normal,low=https://q/low")  # fmt: skip
+    receiver = TierReceiver(settings_, sqs=None)
+    message: dict[str, Any] = {"Body": text, "ReceiptHandle": "h"}
+    destination = receiver.destination(message, "normal")
+    body = message["Body"]
+    assert isinstance(body, DecodedBody) and body == text, "still the same text everywhere"
+    assert body.data == data
+    expected = {"high": "https://q/high", "low": "https://q/low"}.get(priority)
+    assert destination == expected
+    assert outcome(body) == outcome(text), "the decoded body parses as its text does"
+
+
+def outcome(body: str) -> object:
+    try:
+        return parse_message(body, None, default_tenant="acme")
+    except InvalidInput as exc:
+        return str(exc)
+
+
+def test_a_body_the_forward_check_cannot_decode_is_left_as_text() -> None:
+    settings_ = Settings(
+        queue_url="https://q/normal", queue_urls="high=https://q/high,normal=https://q/normal"
+    )
+    message: dict[str, Any] = {"Body": "[" * 10_000, "ReceiptHandle": "h"}
+    assert TierReceiver(settings_, sqs=None).destination(message, "normal") is None
+    assert not isinstance(message["Body"], DecodedBody)
+
+
+@given(mode=st.sampled_from(MODES), waited=st.floats(min_value=0, max_value=100))
+def test_only_weighted_mode_has_overdue_tiers_and_a_turn_ends_it(mode: str, waited: float) -> None:
+    chooser = scheduler(mode, starvation_s=30.0, watched=WATCHED)
+    chooser.refreshed({"high": 50, "normal": 0, "low": 50}, now=waited)
+    overdue = chooser.overdue(waited)
+    if mode != "weighted" or waited < 30.0:
+        assert overdue == []
+        return
+    # Both have work (normal is watched and known empty): the watchers pause for low.
+    assert overdue == ["high", "low"]
+    chooser.state["high"].last_poll = waited
+    pick = chooser.pick(waited)
+    assert pick is not None and pick.tier == "low" and chooser.overdue(waited) == []

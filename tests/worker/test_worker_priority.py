@@ -81,6 +81,32 @@ def test_strict_starts_high_tasks_that_arrive_during_a_low_flood_before_the_rest
     assert scheduler["backlogRefreshes"] < scheduler["receives"]
 
 
+def test_a_high_task_sent_while_every_slot_is_busy_takes_the_next_slot_that_frees(
+    stack: Stack,
+) -> None:
+    events = EventLog(stack)
+    lows = send_to(stack, "low", 24, 0.4)
+    # The default probe interval (1 s): the watched high tier's own long poll, not a
+    # probe, must find the task, or about five low tasks would start before it here.
+    with running_worker(stack, MAX_CONCURRENT_CLAUDE="2", SCHEDULER_MODE="weighted") as worker:
+        wait_for(lambda: len(started_at(events, lows)) >= 4, timeout=90, message="flood started")
+        sent_ms = now_ms()
+        (high,) = send_to(stack, "high", 1, 0.1)
+        wait_for(lambda: completed(events, [high]), timeout=60, message="the high task ran")
+        high_start = started_at(events, [high])[high.request_id]
+        overtaken = [at for at in started_at(events, lows).values() if sent_ms < at < high_start]
+        # In hand before a slot frees: at most the hand-overs racing its receive.
+        assert len(overtaken) <= 2, overtaken
+        wait_for(lambda: completed(events, lows), timeout=120, message="the flood drained")
+        worker.stop()
+        stats = worker.stats()
+    assert stats is not None
+    scheduler = stats["scheduler"]
+    assert scheduler["watchReceives"] >= 1 and scheduler["picks"]["high"] <= 1
+    # A drained tier is probed with back-off, and no refresh asks a tier being received.
+    assert scheduler["emptyReceives"] < scheduler["receives"] / 2, scheduler
+
+
 def preload(stack: Stack) -> tuple[list[TaskEnvelope], list[TaskEnvelope]]:
     return send_to(stack, "high", 6, 0.4), send_to(stack, "low", 3, 0.1)
 
