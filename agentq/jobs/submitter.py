@@ -27,6 +27,7 @@ from agentq.states import TaskState
 from agentq.store import TaskRecord, TaskStore, keys
 from agentq.store._dynamo import condition_failed
 from agentq.store.codec import values
+from agentq.store.idempotent import retry_conflicts
 
 logger = logging.getLogger(__name__)
 
@@ -135,8 +136,21 @@ class TaskSubmitter:
         for queue_url, group in by_queue.items():
             for batch in _message_batches(group):
                 self._send_batch(queue_url, batch)
+                # Marked batch by batch: a later batch's failure must not leave tasks
+                # already sent (and perhaps already started) looking never sent.
+                self._mark_all_sent(batch)
+
+    def _mark_all_sent(self, envelopes: Sequence[TaskEnvelope]) -> None:
+        """`sentAt` on each; one failed mark does not skip the others' (re-raised after)."""
+        failure: Exception | None = None
         for envelope in envelopes:
-            self._mark_sent(envelope)
+            try:
+                self._mark_sent(envelope)
+            except ClientError as error:
+                logger.warning("marking %s sent failed: %s", envelope.request_id, error)
+                failure = failure or error
+        if failure is not None:
+            raise failure
 
     def _send_batch(self, queue_url: str, batch: Sequence[TaskEnvelope]) -> None:
         response = self._sqs.send_message_batch(
@@ -166,15 +180,19 @@ class TaskSubmitter:
 
     def _mark_sent(self, envelope: TaskEnvelope) -> None:
         try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key={
-                    "PK": {"S": keys.task_pk(envelope.tenant, envelope.request_id)},
-                    "SK": {"S": keys.STATE_SK},
-                },
-                UpdateExpression="SET sentAt = :now",
-                ConditionExpression="attribute_exists(PK)",
-                ExpressionAttributeValues=values(now=now_ms()),
+            # A worker's lease renewal (a transaction) may hold the item already: the
+            # message is out, so the conflict is retried rather than failing the send.
+            retry_conflicts(
+                lambda: self._ddb.update_item(
+                    TableName=self._table,
+                    Key={
+                        "PK": {"S": keys.task_pk(envelope.tenant, envelope.request_id)},
+                        "SK": {"S": keys.STATE_SK},
+                    },
+                    UpdateExpression="SET sentAt = :now",
+                    ConditionExpression="attribute_exists(PK)",
+                    ExpressionAttributeValues=values(now=now_ms()),
+                )
             )
         except ClientError as error:
             if not condition_failed(error):
