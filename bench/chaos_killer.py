@@ -143,7 +143,9 @@ class Killer:
         # A process runs no more code once SIGKILL is sent: the time it was sent bounds
         # its execution, and nothing waits for the victims to be reaped (a frozen
         # worker's children stay zombies until it dies: waiting took most of a strike).
-        if children and roll < self._strikes.child_kill_share:
+        # While a quota lags, half the child kills go to the quotas' strikes instead.
+        child_share = self._strikes.child_kill_share * (1.0 if self.quota_met() else 0.5)
+        if children and roll < child_share:
             child = self._rng.choice(children)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child.pid, signal.SIGKILL)
@@ -151,7 +153,7 @@ class Killer:
                                    worker_id=self._ids[worker.name], pids=(child.pid,),
                                    child_only=True))  # fmt: skip
             return
-        freeze = roll < self._strikes.child_kill_share + self._strikes.freeze_share
+        freeze = roll < child_share + self._strikes.freeze_share
         if children and (freeze or self._freezes_behind()):
             self._freeze(worker, [c.pid for c in children])
             return
