@@ -84,15 +84,16 @@ def test_make_demo_installs_the_runtime_and_moto_only(tmp_path: Path) -> None:
     assert "-m agentq.demo --real-claude" in real
 
 
-def test_make_deploy_loads_the_stage_variables_then_the_definitions(tmp_path: Path) -> None:
+def test_make_deploy_ships_the_definitions_with_the_stacks_then_writes_the_variables(
+    tmp_path: Path,
+) -> None:
     planned = subprocess.run(
         ["make", "-n", "--no-print-directory", "deploy", "STAGE=prod",
          "DEFINITIONS=my_definitions", f"VENV={tmp_path / 'venv'}"],
         cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout.splitlines()  # fmt: skip
     steps = [line for line in planned if "cdk deploy" in line or "/bin/agentq " in line]
-    assert steps[0].startswith("npx cdk deploy --all -c stage=prod")
+    # The deployment's own custom resource loads the definitions: no sync step after it.
+    assert len(steps) == 2, steps
+    assert steps[0] == 'npx cdk deploy --all -c stage=prod -c definitions="my_definitions"'
     assert steps[1].endswith("agentq env --stage prod --output .agentq/prod.env")
-    assert steps[2].endswith(
-        "agentq --local-env .agentq/prod.env definitions sync definitions/samples my_definitions"
-    )
