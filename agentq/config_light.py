@@ -24,6 +24,8 @@ from typing import Final, Protocol
 from agentq.errors import ConfigError
 
 DAY_MS: Final = 86_400_000
+# The default model of agent tasks; the settings model (config_worker) takes it from here.
+DEFAULT_MODEL: Final = "claude-sonnet-4-5"
 # What pydantic's lax int accepts from a string once agentq's validator has stripped it:
 # a sign, ASCII digits with single underscores between them, a fraction of zeros ("5.0").
 _INTEGER: Final = re.compile(r"(?P<sign>[+-]?)(?P<digits>[0-9]+(?:_[0-9]+)*)(?:\.0+)?")
@@ -76,7 +78,7 @@ class TextVar:
 
 # The fields of `Settings` whose readers include the task child.
 CHILD_FIELDS: Final[Mapping[str, IntVar | TextVar]] = {
-    "model": TextVar("CLAUDE_MODEL", "claude-opus-4-5", 1, 256),
+    "model": TextVar("CLAUDE_MODEL", DEFAULT_MODEL, 1, 256),
     "step_timeout_ms": IntVar("DEFAULT_TIMEOUT", 300_000, 1, DAY_MS),
 }
 

@@ -7,10 +7,10 @@ from typing import Annotated, Final, Literal
 from pydantic_settings import BaseSettings
 
 from agentq.config_fields import DAY_MS, NAME, Choice, Flag, Float, Int, var
+from agentq.config_light import DEFAULT_MODEL
 from agentq.config_places import TIER
 
 # Mid-priced and current: Opus costs 5/3 as much per token, and is one setting away.
-DEFAULT_MODEL: Final = "claude-sonnet-4-5"
 
 # When a worker's warm spares import the Claude SDK (see worker/spares.py).
 WarmAgent = Literal["recent", "always", "never"]

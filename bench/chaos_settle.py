@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from agentq.local.lambda_host import LambdaHost
 from agentq.states import TaskState
@@ -16,10 +16,25 @@ from bench.chaos_killer import Killer
 from bench.chaos_model import Planned
 from bench.stack import Stage
 
-if TYPE_CHECKING:
-    from bench.chaos import ChaosConfig
-
 UNREADABLE_COPIES = 3
+
+
+class SettleSettings(Protocol):
+    """What settling reads of a run's `bench.chaos.ChaosConfig` (named here, not
+    imported: chaos imports this module)."""
+
+    @property
+    def timeout_s(self) -> float: ...
+    @property
+    def stall_s(self) -> float: ...
+    @property
+    def faults(self) -> bool: ...
+    @property
+    def reconcile_lost_after_s(self) -> int: ...
+    @property
+    def reconcile_interval_s(self) -> float: ...
+    @property
+    def kill_until_done(self) -> float: ...
 
 
 def unreadable_copy(item: Planned) -> str:
@@ -33,7 +48,7 @@ def settle(
     planned: Sequence[Planned],
     duplicates: Sequence[Planned],
     killer: Killer,
-    config: ChaosConfig,
+    config: SettleSettings,
     began: float,
 ) -> list[str]:
     """Wait until every task is terminal; re-send duplicates once half are done.

@@ -146,6 +146,8 @@ def tenant_of(event: Mapping[str, Any]) -> str:
     identity = context.get("identity") or {}
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from agentq.config import Settings  # the settings model: at the first call, not import
+
     try:
         return _resolver_for(Settings.from_env()).tenant(
             identity.get("userArn"), identity.get("accountId")

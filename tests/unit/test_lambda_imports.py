@@ -35,9 +35,11 @@ HEAVY_AT_IMPORT: Final = (
     "urllib3",
 )
 # The settings model (pydantic-settings, ~100 ms with pydantic) loads with the runtime on
-# the first invocation; only the producer API's request models need pydantic at import.
+# the first invocation; only the producer API's request models need pydantic at import,
+# and the definitions loader (run by CloudFormation once per deployment, where a cold
+# start costs nothing anyone waits on) validates definitions with their models.
 SETTINGS_MODEL: Final = ("agentq.config", "pydantic_settings")
-PYDANTIC_AT_IMPORT: Final = frozenset({"lambdas.producer_api"})
+PYDANTIC_AT_IMPORT: Final = frozenset({"lambdas.producer_api", "lambdas.definitions_loader"})
 
 _PROBE: Final = """
 import json, sys
