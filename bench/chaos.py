@@ -286,9 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     config = ChaosConfig(tasks=args.tasks, workers=args.workers, slots=args.slots,
                          seed=args.seed, faults=args.faults, fault_scale=args.fault_scale,
-                         # Faster strikes with faults: the quotas (20 worker kills, 10
-                         # stale holders) must fit in a run that settles in ~5 minutes.
-                         kill_interval_s=(1.5, 3.5) if args.faults else (2.0, 5.0),
+                         # Strikes every 1-2 s with faults: the quotas (20 worker kills, 10
+                         # stale holders) must fit in a run that settles in under 2 minutes
+                         kill_interval_s=(1.0, 2.0) if args.faults else (2.0, 5.0),
                          timeout_s=args.timeout or (1800.0 if args.faults else 900.0),
                          min_worker_kills=_default(args.min_worker_kills, 20 if args.faults else 0),
                          min_stale_holders=_default(args.min_stale_holders,
