@@ -75,3 +75,72 @@ def unique_seed() -> str:
     import uuid
 
     return str(uuid.uuid4().int % 2**31)
+
+
+def job_with_a_completed(stack: Stack, dependents: tuple[str, ...]) -> tuple[str, Any]:
+    """A job A → `dependents` whose A has just COMPLETED (its event not yet dispatched):
+    (job id, the stage's TaskStore)."""
+    import uuid
+
+    from agentq.client import AgentqClient
+    from agentq.definitions import DefinitionsTable, TaskDefinition
+    from agentq.envelope import TaskEnvelope
+    from agentq.jobs import result_key, task_request_id
+    from agentq.states import TaskState
+    from agentq.store.tasks import TaskStore
+
+    DefinitionsTable(stack.dynamodb, stack.resources.definitions_table).put(
+        TaskDefinition(name="noop", kind="python")
+    )
+    job_id = f"j{uuid.uuid4().hex[:10]}"
+    spec = {
+        "tasks": {
+            "A": {"definition": "noop"},
+            **{key: {"definition": "noop", "depends_on": ["A"]} for key in dependents},
+        }
+    }
+    AgentqClient.from_env().create_job(spec, job_id=job_id)
+    assert [b["taskKey"] for b in drain_bodies(stack, stack.resources.queue_url)] == ["A"]
+    tasks = TaskStore(stack.dynamodb, stack.resources.table_name)
+    a_id = task_request_id(job_id, "A")
+    record = tasks.require("default", a_id)
+    lease = tasks.acquire(
+        TaskEnvelope.from_dict(dict(record.envelope or {}), default_tenant="default"),
+        worker_id="w1",
+        lease_seconds=60,
+        max_attempts=3,
+    )
+    key = result_key("default", a_id, lease.attempt)
+    stack.s3.put_object(Bucket=stack.resources.bucket, Key=key, Body=b"{}")
+    tasks.finalize(
+        lease,
+        TaskState.COMPLETED,
+        fields={"result": {"bucket": stack.resources.bucket, "key": key}},
+    )
+    return job_id, tasks
+
+
+def dispatch_a_completed(job_id: str) -> None:
+    """The dispatcher Lambda's handler, given A's `Task Completed` as the bus delivers it."""
+    from agentq.events import task_event
+    from agentq.jobs import task_request_id
+    from lambdas import dispatcher
+
+    event = task_event(
+        "Task Completed",
+        request_id=task_request_id(job_id, "A"),
+        tenant="default",
+        job_id=job_id,
+        attempt=1,
+    )
+    dispatcher.handler(
+        {
+            "version": "0",
+            "id": event.event_id,
+            "detail-type": event.detail_type,
+            "source": "agentq",
+            "time": event.timestamp,
+            "detail": event.to_detail(),
+        },
+        None,
+    )

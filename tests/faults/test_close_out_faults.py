@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 from conftest import Stack
-from fault_support import drain_bodies, faulty_client, injector, rule, unique_seed
+from fault_support import (
+    dispatch_a_completed,
+    drain_bodies,
+    faulty_client,
+    injector,
+    job_with_a_completed,
+    rule,
+    unique_seed,
+)
 
 from agentq.client import AgentqClient
 from agentq.config import Settings
@@ -20,7 +28,7 @@ from agentq.envelope import TaskEnvelope
 from agentq.events import task_event
 from agentq.faults.config import Kind
 from agentq.faults.log import read_counts
-from agentq.jobs import result_key, task_request_id
+from agentq.jobs import task_request_id
 from agentq.jobs.store import JobStore
 from agentq.publisher import EventPublisher, PublishError
 from agentq.states import TaskState
@@ -85,37 +93,7 @@ def test_dispatch_whose_unblocking_write_was_applied_then_retried_still_sends(
 ) -> None:
     """Defect 3: BLOCKED→PENDING applied, botocore's retry failed its condition, and the
     dispatcher assumed another invocation would send: B stayed PENDING with no message."""
-    table = DefinitionsTable(stack.dynamodb, stack.resources.definitions_table)
-    table.put(TaskDefinition(name="noop", kind="python"))
-    job_id = f"j{uuid.uuid4().hex[:10]}"
-    spec = {
-        "tasks": {"A": {"definition": "noop"}, "B": {"definition": "noop", "depends_on": ["A"]}}
-    }
-    AgentqClient.from_env().create_job(spec, job_id=job_id)
-    assert [b["taskKey"] for b in drain_bodies(stack, stack.resources.queue_url)] == ["A"]
-
-    tasks = TaskStore(stack.dynamodb, stack.resources.table_name)
-    a_id = task_request_id(job_id, "A")
-    record = tasks.require("default", a_id)
-    lease = tasks.acquire(
-        TaskEnvelope.from_dict(dict(record.envelope or {}), default_tenant="default"),
-        worker_id="w1",
-        lease_seconds=60,
-        max_attempts=3,
-    )
-    stack.s3.put_object(
-        Bucket=stack.resources.bucket, Key=result_key("default", a_id, lease.attempt), Body=b"{}"
-    )
-    tasks.finalize(
-        lease,
-        TaskState.COMPLETED,
-        fields={
-            "result": {
-                "bucket": stack.resources.bucket,
-                "key": result_key("default", a_id, lease.attempt),
-            }
-        },
-    )
+    job_id, tasks = job_with_a_completed(stack, ("B",))
 
     monkeypatch.setenv(
         "AGENTQ_FAULTS",
@@ -135,20 +113,7 @@ def test_dispatch_whose_unblocking_write_was_applied_then_retried_still_sends(
     )
     monkeypatch.setenv("AGENTQ_FAULTS_SEED", unique_seed())
     monkeypatch.setenv("AGENTQ_FAULTS_LOG", str(tmp_path / "faults.jsonl"))
-    event = task_event(
-        "Task Completed", request_id=a_id, tenant="default", job_id=job_id, attempt=1
-    )
-    dispatcher.handler(
-        {
-            "version": "0",
-            "id": event.event_id,
-            "detail-type": event.detail_type,
-            "source": "agentq",
-            "time": event.timestamp,
-            "detail": event.to_detail(),
-        },
-        None,
-    )
+    dispatch_a_completed(job_id)
     assert read_counts(str(tmp_path / "faults.jsonl")) == {
         "dynamodb:UpdateItem:applied_then_failed": 1
     }
