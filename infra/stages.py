@@ -55,6 +55,9 @@ class WorkerSettings:
     nat_gateways: int = 1
     # METRIC_TENANTS: tenants with their own worker metrics (docs/operations.md, "Metrics").
     metric_tenants: tuple[str, ...] = ()
+    # TENANT_CONCURRENCY_LIMIT: each tenant's fleet-wide cap on running tasks (0: none);
+    # per-tenant overrides live in the events table (`agentq tenants limit`).
+    tenant_concurrency_limit: int = 0
 
     def check(self) -> None:
         if not 0 < self.stop_timeout_s <= FARGATE_MAX_STOP_TIMEOUT_S:
@@ -66,6 +69,10 @@ class WorkerSettings:
             raise StageError(
                 f"worker drain_timeout_s ({self.drain_timeout_s}) must be shorter than "
                 f"stop_timeout_s ({self.stop_timeout_s}), or ECS kills workers mid-drain"
+            )
+        if not 0 <= self.tenant_concurrency_limit <= 1000:
+            raise StageError(
+                f"worker tenant_concurrency_limit must be 0..1000, got {self.tenant_concurrency_limit}"
             )
         if self.spot_weight < 0 or self.on_demand_base < 0:
             raise StageError("worker spot_weight and on_demand_base must be >= 0")

@@ -276,6 +276,8 @@ class WorkerStack(cdk.Stack):
             env_name("liveness_file"): LIVENESS_FILE,
             **({env_name("metric_tenants_list"): ",".join(worker.metric_tenants)}
                if worker.metric_tenants else {}),
+            **({env_name("tenant_concurrency_limit"): str(worker.tenant_concurrency_limit)}
+               if worker.tenant_concurrency_limit else {}),
         }  # fmt: skip
 
     def _autoscaling(self, settings: StageSettings, core: InfrastructureStack) -> None:

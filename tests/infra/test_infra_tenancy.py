@@ -3,11 +3,15 @@ tenancy settings of its stage."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from aws_cdk.assertions import Match, Template
 from infra_synth import SynthesizedStage, synthesized
 
 from agentq.config import env_name
+from infra.stacks.worker import WorkerStack
+from infra.stages import StageError
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -54,3 +58,18 @@ def test_the_producer_api_role_reads_principal_mappings_from_the_events_table(
             },
         },
     )
+
+
+def test_a_stage_passes_its_tenant_limit_to_the_workers_and_refuses_one_out_of_range(
+    dev: SynthesizedStage,
+) -> None:
+    settings = dev.stacks.settings
+    core = dev.stacks.infrastructure
+    unset = WorkerStack.runtime_environment(settings, core)
+    assert env_name("tenant_concurrency_limit") not in unset  # the worker's default (0)
+    limited = replace(settings, worker=replace(settings.worker, tenant_concurrency_limit=5))
+    assert (
+        WorkerStack.runtime_environment(limited, core)[env_name("tenant_concurrency_limit")] == "5"
+    )
+    with pytest.raises(StageError, match="tenant_concurrency_limit"):
+        replace(settings.worker, tenant_concurrency_limit=1001).check()
