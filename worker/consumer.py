@@ -33,7 +33,7 @@ from worker.eventbatch import EventBatcher
 from worker.handler import MessageHandler, Prepared
 from worker.heartbeat import Heartbeat
 from worker.inflight import InFlight, InFlightRegistry
-from worker.intake import Held, Intake
+from worker.intake import BUFFER_AGE_FIRST_S, Held, Intake
 from worker.tiers import TierReceiver
 
 logger = logging.getLogger(__name__)
@@ -78,6 +78,9 @@ class Consumer:
             settings.max_concurrent,
             horizon_s=settings.prefetch_horizon_ms / 1000,
             ranks=self.tiers.ranks if self.tiers.multi else None,
+            overtake_after_s=None
+            if settings.scheduler_mode == "strict"
+            else min(settings.starvation_bound_ms / 1000, BUFFER_AGE_FIRST_S),
         )
         # A slot frees at its child's exit while its thread settles: room for both.
         self._pool = ThreadPoolExecutor(2 * settings.max_concurrent + 1, thread_name_prefix="slot")

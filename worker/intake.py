@@ -54,9 +54,14 @@ class Intake:
         horizon_s: float,
         clock: Callable[[], float] = time.monotonic,
         ranks: Mapping[str, int] | None = None,
+        overtake_after_s: float | None = None,
     ) -> None:
         self.size = size
         self._ranks = dict(ranks or {})  # priority tier → rank (0 highest)
+        # Weighted and round-robin modes: a lower-tier message buffered this long goes
+        # before the highest tier too (the starvation bound holds at the hand-over, not
+        # only at the receive). Strict mode (None): the highest tier is never overtaken.
+        self._overtake_after_s = overtake_after_s
         self._horizon = horizon_s
         self._clock = clock
         self._busy = 0
@@ -194,9 +199,12 @@ class Intake:
         def order(i: int) -> tuple[int, int, int]:
             entry = self._buffer[i][1]
             rank = self._ranks.get(entry.tier or "", 0)
-            # The highest tier is never overtaken: the age rule only orders the rest.
-            aged = rank > 0 and now - entry.received_at >= BUFFER_AGE_FIRST_S
-            return (0 if rank == 0 else 1 if aged else 2, rank, i)
+            waited = now - entry.received_at
+            if rank > 0 and self._overtake_after_s is not None and waited >= self._overtake_after_s:
+                return (0, -1, i)  # starving: ahead of every tier, oldest first
+            # Otherwise the highest tier is not overtaken: the age rule orders the rest.
+            aged = rank > 0 and waited >= BUFFER_AGE_FIRST_S
+            return (1 if rank == 0 else 2 if aged else 3, rank, i)
 
         chosen = min(range(len(self._buffer)), key=order)
         held = self._buffer[chosen]

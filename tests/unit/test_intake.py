@@ -136,3 +136,31 @@ def test_a_hand_over_that_leaves_the_buffer_low_wakes_the_waiting_receiver() -> 
     # Without the wake-up the receiver would sleep out its 30 s wait.
     assert not receiver.is_alive(), "the receiver was not woken"
     assert answers == [3]
+
+
+def tiered(n: int, tier: str, waited_s: float) -> Held:
+    message: dict[str, Any] = {"MessageId": f"m{n}", "ReceiptHandle": f"h{n}"}
+    entry = InFlight(message_id=f"m{n}", receipt_handle=f"h{n}", tier=tier)
+    entry.received_at -= waited_s
+    return message, entry, None
+
+
+def _hand_over_order(overtake_after_s: float | None, low_waited_s: float) -> list[str]:
+    intake = Intake(1, horizon_s=0, ranks={"high": 0, "low": 1},
+                    overtake_after_s=overtake_after_s)  # fmt: skip
+    assert intake.offer(tiered(0, "high", 0))
+    intake.offer(tiered(1, "low", low_waited_s))
+    intake.offer(tiered(2, "high", 0))
+    order = []
+    while (following := intake.release("high")) is not None:
+        order.append(following[0]["MessageId"])
+    return order
+
+
+def test_strict_mode_never_lets_a_buffered_low_message_overtake_a_high_one() -> None:
+    assert _hand_over_order(None, low_waited_s=60) == ["m2", "m1"]
+
+
+def test_weighted_mode_lets_a_low_message_buffered_past_the_bound_go_first() -> None:
+    assert _hand_over_order(1.0, low_waited_s=2) == ["m1", "m2"]
+    assert _hand_over_order(1.0, low_waited_s=0) == ["m2", "m1"], "not yet starving"
