@@ -87,17 +87,31 @@ class Stage:
     def wait_drained(
         self, timeout_s: float, url: str | None = None, *, poll_s: float = 0.05
     ) -> float:
-        """Wait until the queue holds nothing (visible or in flight); returns when.
+        """Wait until the queue holds nothing (visible, in flight or delayed); returns when.
 
+        Delayed counts too: a worker's backed-off fresh copy is delayed, and one that
+        turns visible after the workers stopped would be left behind.
         Each poll costs moto a walk over every message in the queue: a benchmark that
         times the workers rather than the drain polls slowly (or waits on its side log).
         """
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.queue_counts(url) == (0, 0):
+            if self.queue_held(url) == 0:
                 return time.time()
             time.sleep(poll_s)
         raise TimeoutError(f"queue not drained after {timeout_s}s: {self.queue_counts(url)}")
+
+    def queue_held(self, url: str | None = None) -> int:
+        """Messages the queue holds: visible, in flight and delayed."""
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=url or self.queue_url,
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ],
+        )["Attributes"]
+        return sum(int(attributes.get(name, 0)) for name in attributes)
 
 
 @contextmanager
