@@ -84,7 +84,6 @@ def job_with_a_completed(stack: Stack, dependents: tuple[str, ...]) -> tuple[str
 
     from agentq.client import AgentqClient
     from agentq.definitions import DefinitionsTable, TaskDefinition
-    from agentq.envelope import TaskEnvelope
     from agentq.jobs import result_key, task_request_id
     from agentq.states import TaskState
     from agentq.store.tasks import TaskStore
@@ -103,13 +102,7 @@ def job_with_a_completed(stack: Stack, dependents: tuple[str, ...]) -> tuple[str
     assert [b["taskKey"] for b in drain_bodies(stack, stack.resources.queue_url)] == ["A"]
     tasks = TaskStore(stack.dynamodb, stack.resources.table_name)
     a_id = task_request_id(job_id, "A")
-    record = tasks.require("default", a_id)
-    lease = tasks.acquire(
-        TaskEnvelope.from_dict(dict(record.envelope or {}), default_tenant="default"),
-        worker_id="w1",
-        lease_seconds=60,
-        max_attempts=3,
-    )
+    lease = acquire_as_worker(tasks, a_id)
     key = result_key("default", a_id, lease.attempt)
     stack.s3.put_object(Bucket=stack.resources.bucket, Key=key, Body=b"{}")
     tasks.finalize(
@@ -144,3 +137,28 @@ def dispatch_a_completed(job_id: str) -> None:
         },
         None,
     )
+
+
+def acquire_as_worker(tasks: Any, request_id: str) -> Any:
+    """The lease a worker `w1` takes on a task of tenant `default` (its first attempt)."""
+    from agentq.envelope import TaskEnvelope
+
+    record = tasks.require("default", request_id)
+    return tasks.acquire(
+        TaskEnvelope.from_dict(dict(record.envelope or {}), default_tenant="default"),
+        worker_id="w1",
+        lease_seconds=60,
+        max_attempts=3,
+    )
+
+
+def set_faults(monkeypatch: Any, tmp_path: Any, *rules: dict[str, Any]) -> Any:
+    """AGENTQ_FAULTS with `rules` for the processes and clients built from now on, a
+    seed of its own, and the fault log's path (returned)."""
+    import json
+
+    log = tmp_path / "faults.jsonl"
+    monkeypatch.setenv("AGENTQ_FAULTS", json.dumps({"rules": list(rules)}))
+    monkeypatch.setenv("AGENTQ_FAULTS_SEED", unique_seed())
+    monkeypatch.setenv("AGENTQ_FAULTS_LOG", str(log))
+    return log

@@ -11,6 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 from conftest import Stack
 from fault_support import (
+    acquire_as_worker,
     dispatch_a_completed,
     drain_bodies,
     faulty_client,
@@ -133,13 +134,7 @@ def test_a_job_whose_last_count_was_applied_then_retried_still_closes(
     AgentqClient.from_env().create_job({"tasks": {"A": {"definition": "noop"}}}, job_id=job_id)
     tasks = TaskStore(stack.dynamodb, stack.resources.table_name)
     a_id = task_request_id(job_id, "A")
-    record = tasks.require("default", a_id)
-    lease = tasks.acquire(
-        TaskEnvelope.from_dict(dict(record.envelope or {}), default_tenant="default"),
-        worker_id="w1",
-        lease_seconds=60,
-        max_attempts=3,
-    )
+    lease = acquire_as_worker(tasks, a_id)
     tasks.finalize(lease, TaskState.FAILED)
 
     log = tmp_path / "faults.jsonl"

@@ -8,14 +8,12 @@ never tried: tasks already started stayed "never sent" for good.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 from conftest import Stack
-from fault_support import dispatch_a_completed, drain_bodies, job_with_a_completed, unique_seed
+from fault_support import dispatch_a_completed, drain_bodies, job_with_a_completed, set_faults
 
 from agentq.faults.log import read_counts
 from agentq.jobs import task_request_id
@@ -25,19 +23,11 @@ pytestmark = pytest.mark.timeout(120)
 FAN_OUT = ("B1", "B2", "B3")
 
 
-def _faults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *rules: dict[str, Any]) -> Path:
-    log = tmp_path / "faults.jsonl"
-    monkeypatch.setenv("AGENTQ_FAULTS", json.dumps({"rules": list(rules)}))
-    monkeypatch.setenv("AGENTQ_FAULTS_SEED", unique_seed())
-    monkeypatch.setenv("AGENTQ_FAULTS_LOG", str(log))
-    return log
-
-
 def test_marks_that_meet_transaction_conflicts_are_sent_again(
     stack: Stack, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     job_id, tasks = job_with_a_completed(stack, FAN_OUT)
-    log = _faults(
+    log = set_faults(
         monkeypatch,
         tmp_path,
         {"op": "dynamodb:UpdateItem", "kind": "transaction_conflict", "rate": 1, "limit": 3,
@@ -58,7 +48,7 @@ def test_one_mark_that_keeps_failing_does_not_leave_the_others_unmarked(
 ) -> None:
     job_id, tasks = job_with_a_completed(stack, FAN_OUT)
     # Every attempt botocore makes of the first mark fails (agentq.aws: 1 + 5 retries).
-    log = _faults(
+    log = set_faults(
         monkeypatch,
         tmp_path,
         {"op": "dynamodb:UpdateItem", "kind": "server_error", "rate": 1, "limit": 6,
