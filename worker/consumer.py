@@ -177,11 +177,19 @@ class Consumer:
                 wanted = self.slots.wait_wanted(timeout_s=0.5)
                 if wanted <= 0 or self._stopping.is_set():
                     continue
-                tier, messages = self.tiers.receive(self.slots.rooms(wanted, self.tiers.tiers))
-                for message in messages:
-                    self._batcher.routes.note(message["ReceiptHandle"], self.tiers.urls[tier])
-                for message in messages:
-                    self._accept(message, tier)
+                pick, messages = self.tiers.receive(self.slots.rooms(wanted, self.tiers.tiers))
+                if pick is None:
+                    continue
+                try:
+                    for message in messages:
+                        self._batcher.routes.note(
+                            message["ReceiptHandle"], self.tiers.urls[pick.tier]
+                        )
+                    for message in messages:
+                        self._accept(message, pick.tier, starving=pick.overdue)
+                finally:
+                    if pick.overdue:
+                        self.tiers.turn_taken()
             except Exception:
                 logger.exception("receive failed; retrying")
                 self._stopping.wait(RECEIVE_ERROR_BACKOFF_S)
@@ -205,7 +213,7 @@ class Consumer:
                 logger.exception("receive failed; retrying", extra={"tier": tier})
                 self._stopping.wait(RECEIVE_ERROR_BACKOFF_S)
 
-    def _accept(self, message: dict[str, Any], tier: str) -> None:
+    def _accept(self, message: dict[str, Any], tier: str, *, starving: bool = False) -> None:
         if self._stopping.is_set():
             self._batcher.give_back(message["ReceiptHandle"], message)
             return
@@ -222,7 +230,7 @@ class Consumer:
             else:
                 return
         entry = InFlight(message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"],
-                         message=message, tier=tier)  # fmt: skip
+                         message=message, tier=tier, starving=starving)  # fmt: skip
         if self._inflight.add(entry) is not None:
             # Our own message, back after a lapse: the running slot now uses this handle.
             self._count("held_here")

@@ -21,6 +21,8 @@ class InFlight:
     message: Mapping[str, Any] | None = None
     received_at: float = field(default_factory=time.monotonic)
     tier: str | None = None  # the priority tier whose queue it came from
+    # Received on its tier's starvation turn (weighted mode): the next slot is its.
+    starving: bool = False
     envelope: TaskEnvelope | None = None
     lease: Lease | None = None
     child_pid: int | None = None

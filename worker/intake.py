@@ -15,7 +15,8 @@ while it waits (the consumer's `prepare`), so the lock's round trip is not on th
 path either; the heartbeat renews that lease like a running task's.
 
 With priority tiers (docs/scheduling.md) a freed slot takes the highest-priority
-buffered message: one of the highest tier always goes first; otherwise one buffered
+buffered message: one received on its tier's starvation turn (weighted mode) goes first;
+then one of the highest tier; otherwise one buffered
 longer than `BUFFER_AGE_FIRST_S` goes first, so the buffer starves nobody; and each lower tier may fill one place less of the prefetch
 than the tier above it (down to one place): a flood of low-priority work cannot take
 the space that keeps a high-priority message ready to start. Free slots are open to
@@ -200,7 +201,8 @@ class Intake:
             entry = self._buffer[i][1]
             rank = self._ranks.get(entry.tier or "", 0)
             waited = now - entry.received_at
-            if rank > 0 and self._overtake_after_s is not None and waited >= self._overtake_after_s:
+            overtakes = self._overtake_after_s is not None and waited >= self._overtake_after_s
+            if entry.starving or (rank > 0 and overtakes):
                 return (0, -1, i)  # starving: ahead of every tier, oldest first
             # Otherwise the highest tier is not overtaken: the age rule orders the rest.
             aged = rank > 0 and waited >= BUFFER_AGE_FIRST_S

@@ -58,6 +58,9 @@ class Pick:
     # every tier is believed empty.
     wait_s: int
     probe: bool = False  # the tier was believed empty: this receive checks again
+    # Weighted mode: the tier's starvation turn. What this receive brings must reach a
+    # slot before any other tier's work (worker/tiers.py, worker/intake.py).
+    overdue: bool = False
 
 
 @dataclass
@@ -180,12 +183,17 @@ class Scheduler:
             wait = min(self.idle_wait_s, max(1, self.idle_wait_s // len(unwatched)))
             return self._polled(Pick(tier=tier, wait_s=wait), now)
         self._idle_turn = 0
-        tier = self._choose(candidates, now)
+        overdue = [t for t in self.overdue(now) if t in candidates]
+        if overdue:
+            tier = min(overdue, key=lambda t: (self.state[t].last_poll, self.state[t].rank))
+        else:
+            tier = self._choose(candidates, now)
         state = self.state[tier]
         probe = state.backlog is not None and state.backlog <= 0
         # A known backlog returns at once from a 1 s long poll (which, unlike a short
         # poll, asks every SQS server); a probe of a tier believed empty must not stall.
-        return self._polled(Pick(tier=tier, wait_s=0 if probe else 1, probe=probe), now)
+        wait_s = 0 if probe else 1
+        return self._polled(Pick(tier=tier, wait_s=wait_s, probe=probe, overdue=bool(overdue)), now)
 
     def overdue(self, now: float) -> list[str]:
         """Weighted mode: the tiers with work past the starvation bound (they go next).
@@ -207,9 +215,6 @@ class Scheduler:
             start = self.tiers.index(self._last) + 1
             order = [*self.tiers[start:], *self.tiers[:start]]
             return next(t for t in order if t in candidates)
-        overdue = [t for t in self.overdue(now) if t in candidates]
-        if overdue:
-            return min(overdue, key=lambda t: (self.state[t].last_poll, self.state[t].rank))
         return max(candidates, key=lambda t: (self.score(t, now), -self.state[t].rank))
 
     def score(self, tier: str, now: float) -> float:

@@ -72,6 +72,9 @@ class TierReceiver:
             watched=frozenset(self.tiers[:-1]),
         )
         self._refreshed_at: float | None = None
+        # The tier whose starvation turn is being received (weighted mode), until the
+        # consumer has handed its messages to the intake: the watchers wait for it.
+        self._turn: str | None = None
         self._lock = threading.Lock()
         # The scheduler is pure and single-threaded; the receiver and the watchers share it.
         self._scheduling = threading.Lock()
@@ -90,25 +93,42 @@ class TierReceiver:
         """The tiers with a long poll of their own (highest first)."""
         return tuple(t for t in self.tiers if t in self.scheduler.watched)
 
-    def receive(self, rooms: Mapping[str, int]) -> tuple[str, list[dict[str, Any]]]:
-        """One receive from the tier the scheduler picks; ("", []) if none has room."""
+    def receive(self, rooms: Mapping[str, int]) -> tuple[Pick | None, list[dict[str, Any]]]:
+        """One receive from the tier the scheduler picks; (None, []) if none has room.
+
+        After a pick that is a starvation turn (`Pick.overdue`) the watchers wait until
+        the caller has placed what it brought and called `turn_taken`."""
         self._refresh_if_due()
         with self._scheduling:
             pick: Pick | None = self.scheduler.pick(self._clock(), rooms)
+            if pick is not None and pick.overdue:
+                self._turn = pick.tier
         if pick is None:
-            return "", []
-        messages = self._receive(pick.tier, rooms[pick.tier], pick.wait_s)
+            return None, []
+        try:
+            messages = self._receive(pick.tier, rooms[pick.tier], pick.wait_s)
+        except Exception:
+            self.turn_taken()
+            raise
         with self._lock:
             self.picks[pick.tier] += 1
             # The scheduler's misses (probes of drained tiers, idle polls); a watcher's
             # long poll that times out is its idle cost, counted in watchReceives.
             self.counts["emptyReceives"] += not messages
-        return pick.tier, messages
+        return pick, messages
+
+    def turn_taken(self) -> None:
+        """The starvation turn's messages are in the intake: the watchers may go on."""
+        with self._scheduling:
+            self._turn = None
 
     def may_watch(self, tier: str) -> bool:
-        """False while another tier is past the starvation bound (weighted mode): the
-        watcher pauses so that tier's turn comes (worker/scheduler.py, `overdue`)."""
+        """False while another tier is past the starvation bound or is receiving its
+        turn (weighted mode): the watcher pauses so that tier's message is the next to
+        take a slot (worker/scheduler.py, `overdue`)."""
         with self._scheduling:
+            if self._turn not in (None, tier):
+                return False
             return all(t == tier for t in self.scheduler.overdue(self._clock()))
 
     def watch(self, tier: str, asked: int) -> list[dict[str, Any]]:

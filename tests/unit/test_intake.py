@@ -164,3 +164,17 @@ def test_strict_mode_never_lets_a_buffered_low_message_overtake_a_high_one() -> 
 def test_weighted_mode_lets_a_low_message_buffered_past_the_bound_go_first() -> None:
     assert _hand_over_order(1.0, low_waited_s=2) == ["m1", "m2"]
     assert _hand_over_order(1.0, low_waited_s=0) == ["m2", "m1"], "not yet starving"
+
+
+def test_a_message_received_on_its_tiers_starvation_turn_takes_the_next_slot() -> None:
+    intake = Intake(1, horizon_s=0, ranks={"high": 0, "low": 1}, overtake_after_s=30.0)
+    assert intake.offer(tiered(0, "high", 0))
+    turn = tiered(1, "low", 0)
+    turn[1].starving = True
+    intake.offer(tiered(2, "high", 0))
+    intake.offer(turn)
+    order = []
+    while (following := intake.release("high")) is not None:
+        order.append(following[0]["MessageId"])
+    # Buffered for no time at all, it still goes before the high message ahead of it.
+    assert order == ["m1", "m2"]

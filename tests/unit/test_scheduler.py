@@ -378,3 +378,33 @@ def test_only_weighted_mode_has_overdue_tiers_and_a_turn_ends_it(mode: str, wait
     chooser.state["high"].last_poll = waited
     pick = chooser.pick(waited)
     assert pick is not None and pick.tier == "low" and chooser.overdue(waited) == []
+    assert pick.overdue, "the pick is low's starvation turn"
+    following = chooser.pick(waited)
+    assert following is not None and not following.overdue
+
+
+def test_the_watchers_wait_while_a_starvation_turn_is_being_received() -> None:
+    settings_ = Settings(
+        queue_url="https://q/normal",
+        queue_urls="high=https://q/high,normal=https://q/normal,low=https://q/low",
+        starvation_bound_ms=1000,
+    )
+    now = [0.0]
+
+    class Queues:
+        def receive_message(self, **kwargs: Any) -> dict[str, Any]:
+            # While low's turn is in the receive, no watcher may start a poll of its own.
+            assert not receiver.may_watch("high") and not receiver.may_watch("normal")
+            assert receiver.may_watch("low")
+            return {"Messages": [{"MessageId": "m", "ReceiptHandle": "h", "Body": "{}"}]}
+
+    receiver = TierReceiver(settings_, sqs=Queues(), clock=lambda: now[0])
+    for tier in ("high", "normal"):
+        receiver.scheduler.received(tier, asked=1, got=1, now=0.0)  # work: never idle
+        receiver.scheduler.state[tier].last_poll = 5.0
+    now[0] = 5.0  # low: never received from, past the 1 s bound
+    pick, messages = receiver.receive({"high": 1, "normal": 1, "low": 1})
+    assert pick is not None and pick.tier == "low" and pick.overdue and len(messages) == 1
+    assert not receiver.may_watch("high"), "until the turn's message is in the intake"
+    receiver.turn_taken()
+    assert receiver.may_watch("high")
