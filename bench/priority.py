@@ -38,6 +38,7 @@ from rich.console import Console
 from agentq.config import Settings
 from agentq.envelope import TaskEnvelope
 from agentq.local.aws import MotoServer
+from agentq.store.tenants import TenantLimitStore
 from bench.priority_report import breakdown, requests, table, verdicts
 from bench.requests_per_task import heartbeat_events
 from bench.stack import (
@@ -117,10 +118,15 @@ def _send(stage: Stage, url: str, batch: Sequence[Planned]) -> None:
 def run_mode(
     server: MotoServer, mode: str, sizes: Sizes, work_dir: Path, *, label: str | None = None,
     flood: bool = True, extra_env: Mapping[str, str] | None = None,
+    tenant_limits: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """One run: `mode` is a scheduler mode or "baseline" (one shared queue); without the
-    flood only B's and C's tasks arrive (the idle-system reference)."""
+    flood only B's and C's tasks arrive (the idle-system reference). `tenant_limits`:
+    per-tenant overrides, stored as `agentq tenants limit` stores them."""
     stage = new_stage(server, prefix="p")
+    limits = TenantLimitStore(stage.clients["dynamodb"], stage.resources.table_name)
+    for tenant, limit in (tenant_limits or {}).items():
+        limits.set(tenant, limit)
     side_log = work_dir / f"priority-{label or mode}-{time.time_ns()}.jsonl"
     tasks, longest = plan(sizes, side_log)
     if not flood:
@@ -182,6 +188,7 @@ def run_mode(
         "tasks": len(tasks),
         "load_at_end": round(load, 1),
         "env": dict(extra_env or {}),
+        "tenant_limits": dict(tenant_limits or {}),
         **requests(calls=merge_calls(stats), stats=stats, tasks=len(tasks),
                    heartbeats=heartbeats, tiers=1 if mode == "baseline" else len(tiers)),
     }  # fmt: skip
@@ -200,7 +207,8 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 # weighted with a tenant limit, and the idle-system reference for B's and C's waits.
 # Most telling first: a run cut short by a slow machine still has the baseline, the
 # target's mode and its references (the figures are written after every run).
-RUNS: Final = ("baseline", "weighted", "idle", "weighted+limit", "strict", "round-robin")
+RUNS: Final = ("baseline", "weighted", "idle", "weighted+limit", "weighted+limit-a", "strict",
+               "round-robin")  # fmt: skip
 # A tenant's share of the fleet's 8 slots: A's flood may hold half, B and C the rest.
 TENANT_LIMIT: Final = 4
 
@@ -220,6 +228,11 @@ def run(
             # TENANT_CONCURRENCY_LIMIT: the fleet-wide per-tenant limit (docs/scheduling.md).
             results[name] = run_mode(server, "weighted", sizes, work_dir, label="limit",
                                      extra_env={"TENANT_CONCURRENCY_LIMIT": str(TENANT_LIMIT)})  # fmt: skip
+        elif name == "weighted+limit-a":
+            # Only the flooding tenant limited, by an override in DynamoDB: what an
+            # operator does about one noisy tenant (`agentq tenants limit tenant-a 4`).
+            results[name] = run_mode(server, "weighted", sizes, work_dir, label="limit-a",
+                                     tenant_limits={"tenant-a": TENANT_LIMIT})  # fmt: skip
         elif name == "idle":
             results[name] = run_mode(server, "weighted", sizes, work_dir, label="idle",
                                      flood=False)  # fmt: skip

@@ -77,12 +77,14 @@ def checks(d: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
         out.append(("weighted: requests/task ≤ 0.5 x the seed design on the same run",
                     f"{ratio:.2f} ({weighted['requests_per_task_without_s3']:.2f} / "
                     f"{weighted['seed_per_task']:.2f})", ratio <= 0.5))  # fmt: skip
-    for key, label in (("weighted+limit", "with"), ("weighted", "without")):
+    for key, label in (("weighted+limit", "with a tenant limit"),
+                       ("weighted+limit-a", "with A's limit only"),
+                       ("weighted", "without a tenant limit")):  # fmt: skip
         row = runs.get(key)
         if idle and row:
             for tier, tenant in (("high", "B"), ("normal", "C")):
                 ref = idle[tier]["p95"]
-                out.append((f"{label} a tenant limit: {tenant}'s p95 wait ≤ 2 x idle "
+                out.append((f"{label}: {tenant}'s p95 wait ≤ 2 x idle "
                             f"({2 * ref:.2f} s)", f"{row[tier]['p95']:.2f} s",
                             row[tier]["p95"] <= 2 * ref))  # fmt: skip
     return out
@@ -91,6 +93,7 @@ def checks(d: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
 LABELS = {
     "baseline": "baseline: one shared queue",
     "weighted+limit": "weighted, tenant limit",
+    "weighted+limit-a": "weighted, A's limit only",
     "idle": "idle system (B and C only)",
 }
 

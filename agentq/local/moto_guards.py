@@ -80,9 +80,15 @@ def sqs_clocks() -> tuple[ModuleType, dict[str, Callable[..., float]]]:
     return sqs_models, clocks
 
 
-def transaction_copies() -> tuple[ModuleType, Any, type]:
-    """moto's DynamoDB models module (whose `copy` we replace), its backend and Table."""
+def transaction_copies() -> tuple[ModuleType, Any, type, tuple[type[Exception], ...]]:
+    """moto's DynamoDB models module (whose `copy` we replace), its backend, Table, and
+    the errors after which its transaction restores its rollback copies."""
     import moto.dynamodb.models as dynamodb_models
+    from moto.dynamodb.exceptions import (
+        MockValidationException,
+        MultipleTransactionsException,
+        TransactionCanceledException,
+    )
     from moto.dynamodb.models.table import Table
 
     backend = getattr(dynamodb_models, "DynamoDBBackend", None)
@@ -91,10 +97,20 @@ def transaction_copies() -> tuple[ModuleType, Any, type]:
         raise _refuse("moto", "DynamoDBBackend.transact_write_items is gone")
     if _parameters(write) != ["self", "transact_items"]:
         raise _refuse("moto", "DynamoDBBackend.transact_write_items(self, transact_items) changed")
-    if not hasattr(write, "copies_tables_once"):
+    if not hasattr(write, "rolls_back_items"):
         # The rollback copy must still be `copy.deepcopy` looked up in that module.
         if "copy.deepcopy(" not in _source(write):
             raise _refuse("moto", "transact_write_items no longer calls copy.deepcopy")
         if getattr(dynamodb_models, "copy", None) is not __import__("copy"):
             raise _refuse("moto", "moto.dynamodb.models no longer imports the copy module")
-    return dynamodb_models, backend, Table
+        # Ours puts the saved items back after exactly the errors moto rolls back for.
+        source = _source(write)
+        if ("except (MultipleTransactionsException, MockValidationException)" not in source
+                or "raise TransactionCanceledException(errors)" not in source):  # fmt: skip
+            raise _refuse("moto", "transact_write_items rolls back after other errors")
+    rollback_errors = (
+        TransactionCanceledException,
+        MultipleTransactionsException,
+        MockValidationException,
+    )
+    return dynamodb_models, backend, Table, rollback_errors

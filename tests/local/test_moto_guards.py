@@ -100,6 +100,17 @@ def _dynamodb_answers() -> list[Any]:
         except ClientError as exc:
             answers.append((exc.response["Error"]["Code"], exc.response.get("CancellationReasons")))
         answers.append(sorted(ddb.scan(TableName="t")["Items"], key=lambda i: i["PK"]["S"]))
+        # A put of a new item, a delete and an update, undone by the last condition.
+        try:
+            ddb.transact_write_items(TransactItems=[
+                {"Put": {"TableName": "t", "Item": {"PK": {"S": "new"}, "n": {"N": "1"}}}},
+                {"Delete": {"TableName": "t", "Key": keys[0]}},
+                bump(keys[1], 1),
+                bump(keys[2], 9),
+            ])  # fmt: skip
+        except ClientError as exc:
+            answers.append((exc.response["Error"]["Code"], exc.response.get("CancellationReasons")))
+        answers.append(sorted(ddb.scan(TableName="t")["Items"], key=lambda i: i["PK"]["S"]))
         return answers
 
 
