@@ -146,6 +146,13 @@ class Killer:
             awake = [w for w in self._fleet if w.name not in self._frozen]
         if not awake:
             return
+        if self._drains_behind():
+            # A drain gives back only what is running or buffered: strike a worker that
+            # runs a task, while the drains' quota lags.
+            busy = [w for w in awake if running_tasks(w)]
+            if busy:
+                self._drain(self._rng.choice(busy))
+                return
         worker = self._rng.choice(awake)
         children = []
         for proc in worker.task_children():
@@ -166,11 +173,8 @@ class Killer:
                                    worker_id=self._ids[worker.name], pids=(child.pid,),
                                    child_only=True))  # fmt: skip
             return
-        drain = self._strikes.drain_share > 0 and (
-            self.drain_givebacks < self._strikes.min_drain_givebacks
-            or roll > 1.0 - self._strikes.drain_share
-        )
-        if children and drain:
+        drain = self._strikes.drain_share > 0 and roll > 1.0 - self._strikes.drain_share
+        if drain and running_tasks(worker):
             self._drain(worker)
             return
         freeze = roll < child_share + self._strikes.freeze_share
@@ -198,6 +202,10 @@ class Killer:
         self.kills.append(Kill(at=at, worker=worker.name, worker_id=self._ids[worker.name],
                                pids=pids, child_only=False))  # fmt: skip
         self.start_worker(worker)
+
+    def _drains_behind(self) -> bool:
+        strikes = self._strikes
+        return strikes.drain_share > 0 and self.drain_givebacks < strikes.min_drain_givebacks
 
     def _drain(self, worker: WorkerProcess) -> None:
         # The worker drains and exits by itself (DRAIN_TIMEOUT); a drain stuck for long
@@ -252,3 +260,20 @@ class Killer:
             if freeze.worker == name and freeze.until >= at - 60 and freeze.pids == children:
                 self.freezes[index] = Freeze(at=freeze.at, until=at, worker=freeze.worker,
                                              worker_id=freeze.worker_id, pids=freeze.pids)  # fmt: skip
+
+
+def running_tasks(worker: WorkerProcess) -> list[psutil.Process]:
+    """The worker's children that run a task: a task child works in its own task dir
+    (`agentq-{requestId}-…`, worker.handler), an idle warm spare (worker.spares) in the
+    worker's home (`agentq-home-…`)."""
+    running = []
+    for proc in worker.task_children():
+        with contextlib.suppress(psutil.Error, AssertionError):
+            place = os.path.basename(proc.cwd())
+            if (
+                proc.ppid() == worker.pid
+                and place.startswith("agentq-")
+                and not place.startswith("agentq-home-")
+            ):
+                running.append(proc)
+    return running
