@@ -250,7 +250,8 @@ def run(
         report.findings.append(
             f"strike quota not met before every task settled: {killer.worker_kills} of "
             f"{config.min_worker_kills} worker kills, {len(killer.freezes)} of "
-            f"{config.min_stale_holders} stale holders"
+            f"{config.min_stale_holders} stale holders, {killer.drain_givebacks} of "
+            f"{config.min_drain_givebacks if config.faults else 0} drain give-backs"
         )
     (work_dir / "kills.json").write_text(json.dumps([k.__dict__ for k in killer.kills], indent=1))
     report.duplicates_sent = len([p for p in planned if p.kind == "duplicate"])

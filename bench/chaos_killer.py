@@ -204,8 +204,12 @@ class Killer:
         self.start_worker(worker)
 
     def _drains_behind(self) -> bool:
+        """Drains have given back fewer messages than their quota, and have taken no more
+        than every other strike so far (the first included): kills and freezes go on."""
         strikes = self._strikes
-        return strikes.drain_share > 0 and self.drain_givebacks < strikes.min_drain_givebacks
+        if strikes.drain_share <= 0 or self.drain_givebacks >= strikes.min_drain_givebacks:
+            return False
+        return 2 * len(self.drains) <= len(self.kills) + len(self.freezes)
 
     def _drain(self, worker: WorkerProcess) -> None:
         # The worker drains and exits by itself (DRAIN_TIMEOUT); a drain stuck for long

@@ -87,3 +87,22 @@ def test_a_drains_give_backs_are_read_from_its_own_bytes_of_the_log(tmp_path: Pa
     start, end = len(head.encode()), log.stat().st_size
     assert given_back(records_between(log, start, end)) == {"m1": "given back", "m2": "released"}
     assert records_between(tmp_path / "missing.log", 0, 10) == []
+
+
+def test_drains_are_preferred_until_their_quota_but_never_take_every_strike() -> None:
+    import random
+
+    from bench.chaos_drains import Drain
+    from bench.chaos_killer import Killer, Strikes
+    from bench.chaos_model import Kill
+
+    killer = Killer([], {}, Strikes(drain_share=0.1, min_drain_givebacks=2), random.Random(1))
+    assert killer._drains_behind() and not killer.quota_met()  # the first strike drains
+    drain = Drain(at=0.0, worker="w0", worker_id="w0.1", log_from=0, log_to=0, exit_code=0)
+    killer.drains.append(drain)
+    assert not killer._drains_behind()  # a kill or a freeze comes next
+    killer.kills.append(Kill(at=1.0, worker="w1", worker_id="w1.1", pids=(), child_only=False))
+    killer.kills.append(Kill(at=2.0, worker="w1", worker_id="w1.2", pids=(), child_only=False))
+    assert killer._drains_behind()
+    killer.drain_givebacks = 2
+    assert not killer._drains_behind() and killer.quota_met()
