@@ -54,7 +54,7 @@ from bench.chaos_closeout import (
     plan_closeouts,
     verify_closeouts,
 )
-from bench.chaos_drains import DRAIN_TIMEOUT_MS, verify_drains
+from bench.chaos_drains import BAIT_TASKS, DRAIN_TIMEOUT_MS, plan_bait, verify_drains
 from bench.chaos_faults import results_document, verify_faults
 from bench.chaos_killer import Killer, Strikes
 from bench.chaos_model import MARKER, ChaosReport, Freeze, Planned, PlannedJob
@@ -175,7 +175,9 @@ def run(
     jobs = plan_jobs(n_jobs, rng, side_log, tenant=Settings().tenant_id)
     job_tasks = _job_tasks(jobs)
     once = plan_once(once_count(config.tasks), rng, side_log) if config.faults else []
-    planned = [*plan(max(0, config.tasks - len(job_tasks) - len(once)), rng, side_log), *once]
+    bait = plan_bait(BAIT_TASKS, side_log) if config.faults else []
+    independent = max(0, config.tasks - len(job_tasks) - len(once) - len(bait))
+    planned = [*plan(independent, rng, side_log), *once, *bait]
     bad = malformed_messages(max(1, config.tasks // 20))
     closeouts = Closeouts(stage, plan_closeouts(config.closeouts if config.faults else 0,
                                                 rng, side_log),

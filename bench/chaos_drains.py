@@ -8,6 +8,10 @@ each message must come back as a fresh copy, which names the message it replaces
 (`requeuedFrom`, worker.batcher), not as the same message made visible again (which
 counts one more receive toward the DLQ).
 
+A drain struck while the harness's quota of give-backs lags goes to a worker running a
+"bait" task (`plan_bait`: 6 s, longer than a drain's wait for the receiver's long poll,
+in which shorter tasks finish), so the drain surely has a running task to release.
+
 The invariant is read from the workers' logs, where every receive is logged with its
 message's `requeuedFrom`: every message a drain gave back or released was replaced by
 a copy that some worker received. A give-back in place never produces such a copy, so
@@ -20,15 +24,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from agentq.local.workers import WorkerProcess
-from bench.chaos_model import ChaosReport
+from bench.chaos_model import ChaosReport, Planned
+from bench.stack import envelope
 
 DRAIN_TIMEOUT_MS: Final = 200
+BAIT_PREFIX: Final = "chaos-drain-"
+BAIT_TASKS: Final = 2
+BAIT_SECONDS: Final = 6.0
 GIVEN_BACK: Final = "message given back"
 RECEIVED: Final = "message received"
 REQUEUE_FAILED: Final = "requeue failed; giving the message back in place"
@@ -45,6 +54,17 @@ class Drain:
     log_from: int
     log_to: int
     exit_code: int | None
+
+
+def plan_bait(count: int, side_log: Path) -> list[Planned]:
+    """Tasks that run long enough for a drain to find them running (they complete)."""
+    return [
+        Planned(envelope=envelope("bench-work", {"side_log": str(side_log),
+                                                 "seconds": BAIT_SECONDS},
+                                  request_id=f"{BAIT_PREFIX}{uuid.uuid4().hex[:12]}"),
+                kind="ok")
+        for _ in range(count)
+    ]  # fmt: skip
 
 
 def log_size(path: Path) -> int:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import psutil
 
 from agentq.local.workers import WorkerProcess
-from bench.chaos_drains import Drain, given_back, log_size, records_between
+from bench.chaos_drains import BAIT_PREFIX, Drain, given_back, log_size, records_between
 from bench.chaos_model import Freeze, Kill
 
 
@@ -148,8 +148,9 @@ class Killer:
             return
         if self._drains_behind():
             # A drain gives back only what is running or buffered: strike a worker that
-            # runs a task, while the drains' quota lags.
-            busy = [w for w in awake if running_tasks(w)]
+            # runs a bait task (bench.chaos_drains), or any task, while the quota lags.
+            busy = [w for w in awake if running_tasks(w, BAIT_PREFIX)]
+            busy = busy or [w for w in awake if running_tasks(w)]
             if busy:
                 self._drain(self._rng.choice(busy))
                 return
@@ -266,17 +267,17 @@ class Killer:
                                              worker_id=freeze.worker_id, pids=freeze.pids)  # fmt: skip
 
 
-def running_tasks(worker: WorkerProcess) -> list[psutil.Process]:
-    """The worker's children that run a task: a task child works in its own task dir
-    (`agentq-{requestId}-…`, worker.handler), an idle warm spare (worker.spares) in the
-    worker's home (`agentq-home-…`)."""
+def running_tasks(worker: WorkerProcess, prefix: str = "") -> list[psutil.Process]:
+    """The worker's children that run a task (whose request id starts with `prefix`): a
+    task child works in its own task dir (`agentq-{requestId}-…`, worker.handler), an
+    idle warm spare (worker.spares) in the worker's home (`agentq-home-…`)."""
     running = []
     for proc in worker.task_children():
         with contextlib.suppress(psutil.Error, AssertionError):
             place = os.path.basename(proc.cwd())
             if (
                 proc.ppid() == worker.pid
-                and place.startswith("agentq-")
+                and place.startswith(f"agentq-{prefix}")
                 and not place.startswith("agentq-home-")
             ):
                 running.append(proc)
