@@ -22,6 +22,7 @@ from worker.queues import QueueRoutes
 MAX_BATCH: Final = 10
 MAX_VISIBILITY_S: Final = 43_200
 MAX_DELAY_S: Final = 900  # SendMessage DelaySeconds limit
+MAX_ATTRIBUTES: Final = 10  # message attributes SendMessage takes
 # A requeued copy names the message it replaces (its MessageId) in this attribute: the
 # lineage of a task's messages, which the worker logs at each receive.
 REQUEUED_FROM: Final = "requeuedFrom"
@@ -184,7 +185,9 @@ def _attributes(message: Mapping[str, Any], *, requeued: bool = False) -> dict[s
         name: {k: v for k, v in value.items() if k in ("DataType", "StringValue", "BinaryValue")}
         for name, value in (message.get("MessageAttributes") or {}).items()
     }
-    if requeued and message.get("MessageId"):
+    # SQS takes at most 10 attributes: a foreign sender's full set keeps its own.
+    room = REQUEUED_FROM in attributes or len(attributes) < MAX_ATTRIBUTES
+    if requeued and message.get("MessageId") and room:
         attributes[REQUEUED_FROM] = {"DataType": "String", "StringValue": str(message["MessageId"])}
     return attributes
 

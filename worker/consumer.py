@@ -326,12 +326,17 @@ class Consumer:
             self.verdicts[verdict] = self.verdicts.get(verdict, 0) + 1
 
 
+MAX_LOGGED_ATTRIBUTE: Final = 128
+
+
 def _message_log(message: Mapping[str, Any]) -> dict[str, Any]:
     attributes = message.get("MessageAttributes") or {}
 
     def attribute(name: str) -> str | None:
+        # A foreign sender's attributes are untrusted: a bounded excerpt goes to the log.
         value = attributes.get(name)
-        return value.get("StringValue") if isinstance(value, Mapping) else None
+        text = value.get("StringValue") if isinstance(value, Mapping) else None
+        return text[:MAX_LOGGED_ATTRIBUTE] if isinstance(text, str) else None
 
     return {
         "messageId": message.get("MessageId"),
