@@ -6,6 +6,9 @@ Each strike picks a random worker not frozen at the moment and either
 - freezes it with its children (SIGSTOP, `freeze_share` of strikes, when it runs a
   task) for longer than a lease, then resumes them (SIGCONT): a stale holder that
   wakes up believing it still holds its tasks, while another worker took them over;
+- drains it (SIGTERM, `drain_share` of strikes, when it runs a task; the workers of a
+  --faults run have a 200 ms DRAIN_TIMEOUT): it gives back what it holds and releases
+  what it runs, and is started again (bench.chaos_drains checks the give-backs);
 - or SIGKILLs it with its children, like a host that died, and starts it again.
 
 Quotas (`min_worker_kills`, `min_freezes`) are what a run must deliver whatever its
@@ -22,6 +25,7 @@ import contextlib
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 import psutil
 
 from agentq.local.workers import WorkerProcess
+from bench.chaos_drains import BAIT_PREFIX, Drain, given_back, log_size, records_between
 from bench.chaos_model import Freeze, Kill
 
 
@@ -42,6 +47,10 @@ class Strikes:
     freeze_s: float = 0.0  # how long a frozen worker stays stopped
     min_worker_kills: int = 0
     min_freezes: int = 0
+    drain_share: float = 0.0
+    # Drains are struck (first, on a worker running tasks) until they gave back this many
+    # messages: a drain whose tasks all finished within its timeout gives back nothing.
+    min_drain_givebacks: int = 0
 
 
 class Killer:
@@ -67,6 +76,8 @@ class Killer:
         self._resumers: list[threading.Timer] = []
         self.kills: list[Kill] = []
         self.freezes: list[Freeze] = []
+        self.drains: list[Drain] = []
+        self.drain_givebacks = 0
         self.errors: list[str] = []
         self.began: float | None = None  # monotonic; how long the killer struck
         self.ended: float | None = None
@@ -97,8 +108,10 @@ class Killer:
 
     def quota_met(self) -> bool:
         strikes = self._strikes
-        return self.worker_kills >= strikes.min_worker_kills and (
-            strikes.freeze_share <= 0 or len(self.freezes) >= strikes.min_freezes
+        return (
+            self.worker_kills >= strikes.min_worker_kills
+            and (strikes.freeze_share <= 0 or len(self.freezes) >= strikes.min_freezes)
+            and (strikes.drain_share <= 0 or self.drain_givebacks >= strikes.min_drain_givebacks)
         )
 
     def _freezes_behind(self) -> bool:
@@ -133,6 +146,14 @@ class Killer:
             awake = [w for w in self._fleet if w.name not in self._frozen]
         if not awake:
             return
+        if self._drains_behind():
+            # A drain gives back only what is running or buffered: strike a worker that
+            # runs a bait task (bench.chaos_drains), or any task, while the quota lags.
+            busy = [w for w in awake if running_tasks(w, BAIT_PREFIX)]
+            busy = busy or [w for w in awake if running_tasks(w)]
+            if busy:
+                self._drain(self._rng.choice(busy))
+                return
         worker = self._rng.choice(awake)
         children = []
         for proc in worker.task_children():
@@ -152,6 +173,10 @@ class Killer:
             self.kills.append(Kill(at=time.time(), worker=worker.name,
                                    worker_id=self._ids[worker.name], pids=(child.pid,),
                                    child_only=True))  # fmt: skip
+            return
+        drain = self._strikes.drain_share > 0 and roll > 1.0 - self._strikes.drain_share
+        if drain and running_tasks(worker):
+            self._drain(worker)
             return
         freeze = roll < child_share + self._strikes.freeze_share
         if children and (freeze or self._freezes_behind()):
@@ -177,6 +202,32 @@ class Killer:
         worker.wait(timeout=30)  # our own child: reaped at once
         self.kills.append(Kill(at=at, worker=worker.name, worker_id=self._ids[worker.name],
                                pids=pids, child_only=False))  # fmt: skip
+        self.start_worker(worker)
+
+    def _drains_behind(self) -> bool:
+        """Drains have given back fewer messages than their quota, and have taken no more
+        than every other strike so far (the first included): kills and freezes go on."""
+        strikes = self._strikes
+        if strikes.drain_share <= 0 or self.drain_givebacks >= strikes.min_drain_givebacks:
+            return False
+        return 2 * len(self.drains) <= len(self.kills) + len(self.freezes)
+
+    def _drain(self, worker: WorkerProcess) -> None:
+        # The worker drains and exits by itself (DRAIN_TIMEOUT); a drain stuck for long
+        # is killed, and shows as a give-back with no copy if it held anything.
+        log_from = log_size(worker.log_path)
+        at = time.time()
+        worker.send(signal.SIGTERM)
+        try:
+            code: int | None = worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            code = None
+            self.errors.append(f"killer: {worker.name} did not drain within 30 s")
+        log_to = log_size(worker.log_path)
+        self.drains.append(Drain(at=at, worker=worker.name, worker_id=self._ids[worker.name],
+                                 log_from=log_from, log_to=log_to, exit_code=code))  # fmt: skip
+        self.drain_givebacks += len(given_back(records_between(worker.log_path, log_from, log_to)))
         self.start_worker(worker)
 
     def _freeze(self, worker: WorkerProcess, children: list[int]) -> None:
@@ -214,3 +265,20 @@ class Killer:
             if freeze.worker == name and freeze.until >= at - 60 and freeze.pids == children:
                 self.freezes[index] = Freeze(at=freeze.at, until=at, worker=freeze.worker,
                                              worker_id=freeze.worker_id, pids=freeze.pids)  # fmt: skip
+
+
+def running_tasks(worker: WorkerProcess, prefix: str = "") -> list[psutil.Process]:
+    """The worker's children that run a task (whose request id starts with `prefix`): a
+    task child works in its own task dir (`agentq-{requestId}-…`, worker.handler), an
+    idle warm spare (worker.spares) in the worker's home (`agentq-home-…`)."""
+    running = []
+    for proc in worker.task_children():
+        with contextlib.suppress(psutil.Error, AssertionError):
+            place = os.path.basename(proc.cwd())
+            if (
+                proc.ppid() == worker.pid
+                and place.startswith(f"agentq-{prefix}")
+                and not place.startswith("agentq-home-")
+            ):
+                running.append(proc)
+    return running

@@ -110,6 +110,16 @@ class ChaosReport:
     unreadable_copies: int = 0  # of finished tasks, sent to be rejected
     dispatched_unsent: int = 0  # job tasks the dispatcher moved to PENDING, never sent
     overlaps_beyond_budget: int = 0
+    # Dead-letter close-outs the harness staged (bench.chaos_closeout): how many, how many
+    # were retried after their publish failed, how many lack their one stored Task Failed.
+    closeouts: int = 0
+    closeouts_retried: int = 0
+    closeouts_bad: int = 0
+    # Drain strikes (bench.chaos_drains): messages they gave back or released, and those
+    # never replaced by a fresh copy.
+    drains: int = 0
+    drain_givebacks: int = 0
+    drain_givebacks_spent: int = 0
     max_overlap_s: float = 0.0
     skew_budget_s: float = 0.0
     repairs: dict[str, int] = field(default_factory=dict)
@@ -156,6 +166,13 @@ class ChaosReport:
             ),
             "INV dead-lettered with attempts left": self.dead_lettered_with_attempts,
             "INV job tasks dispatched without a message": self.dispatched_unsent,
+            "INV DLQ close-outs without exactly one stored Task Failed": (
+                f"{self.closeouts_bad} of {self.closeouts} "
+                f"({self.closeouts_retried} retried after a failed publish)"
+            ),
+            "INV drain give-backs not requeued fresh": (
+                f"{self.drain_givebacks_spent} of {self.drain_givebacks} ({self.drains} drains)"
+            ),
             "one-attempt tasks / unreadable copies of finished tasks": (
                 f"{self.one_attempt_tasks} / {self.unreadable_copies}"
             ),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -59,11 +60,11 @@ AIMED_RULES: Final[list[dict[str, Any]]] = [
 ]  # fmt: skip
 
 
-def fault_spec(scale: float = 1.0) -> str:
-    """AGENTQ_FAULTS for the run: the aimed rules and the mix above, every rate times
-    `scale`."""
-    rules = [{**rule, "rate": min(1.0, rule["rate"] * scale)}
-             for rule in [*AIMED_RULES, *FAULT_RULES]]  # fmt: skip
+def fault_spec(scale: float = 1.0, first: Sequence[dict[str, Any]] = ()) -> str:
+    """AGENTQ_FAULTS for the run: `first` as given, then the aimed rules and the mix
+    above, their rates times `scale`."""
+    rules = [*first, *({**rule, "rate": min(1.0, rule["rate"] * scale)}
+                       for rule in [*AIMED_RULES, *FAULT_RULES])]  # fmt: skip
     return json.dumps({"rules": rules}, separators=(",", ":"))
 
 

@@ -22,6 +22,10 @@ from worker.queues import QueueRoutes
 MAX_BATCH: Final = 10
 MAX_VISIBILITY_S: Final = 43_200
 MAX_DELAY_S: Final = 900  # SendMessage DelaySeconds limit
+MAX_ATTRIBUTES: Final = 10  # message attributes SendMessage takes
+# A requeued copy names the message it replaces (its MessageId) in this attribute: the
+# lineage of a task's messages, which the worker logs at each receive.
+REQUEUED_FROM: Final = "requeuedFrom"
 
 Op = Literal["delete", "visibility"]
 logger = logging.getLogger(__name__)
@@ -99,7 +103,8 @@ class SqsBatcher(BatchLoop[_Item]):
                 self.requeue(message, seconds, receipt_handle=receipt_handle)
                 return
             except Exception:
-                logger.exception("requeue failed; giving the message back in place")
+                logger.exception("requeue failed; giving the message back in place",
+                                 extra={"messageId": message.get("MessageId")})  # fmt: skip
         self.change_visibility(receipt_handle, seconds)
 
     def requeue(
@@ -116,7 +121,7 @@ class SqsBatcher(BatchLoop[_Item]):
         self._sqs.send_message(
             QueueUrl=self.routes.queue_of(message["ReceiptHandle"]),
             MessageBody=message.get("Body", ""),
-            MessageAttributes=_attributes(message),
+            MessageAttributes=_attributes(message, requeued=True),
             **_group(message),
             DelaySeconds=max(0, min(MAX_DELAY_S, int(seconds + 0.999))),
         )
@@ -173,12 +178,18 @@ class SqsBatcher(BatchLoop[_Item]):
                 item.finish()
 
 
-def _attributes(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A received message's attributes in the shape SendMessage takes."""
-    return {
+def _attributes(message: Mapping[str, Any], *, requeued: bool = False) -> dict[str, Any]:
+    """A received message's attributes in the shape SendMessage takes; a requeued copy's
+    name the message it replaces."""
+    attributes = {
         name: {k: v for k, v in value.items() if k in ("DataType", "StringValue", "BinaryValue")}
         for name, value in (message.get("MessageAttributes") or {}).items()
     }
+    # SQS takes at most 10 attributes: a foreign sender's full set keeps its own.
+    room = REQUEUED_FROM in attributes or len(attributes) < MAX_ATTRIBUTES
+    if requeued and message.get("MessageId") and room:
+        attributes[REQUEUED_FROM] = {"DataType": "String", "StringValue": str(message["MessageId"])}
+    return attributes
 
 
 def _group(message: Mapping[str, Any]) -> dict[str, str]:

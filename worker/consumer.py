@@ -21,14 +21,14 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from enum import IntEnum
 from types import FrameType
 from typing import Any, Final
 
 from agentq.config import Settings
-from worker.batcher import SqsBatcher
+from worker.batcher import REQUEUED_FROM, SqsBatcher
 from worker.eventbatch import EventBatcher
 from worker.handler import MessageHandler, Prepared
 from worker.heartbeat import Heartbeat
@@ -214,8 +214,11 @@ class Consumer:
                 self._stopping.wait(RECEIVE_ERROR_BACKOFF_S)
 
     def _accept(self, message: dict[str, Any], tier: str, *, starving: bool = False) -> None:
+        # Which message, its receive count and, for a copy, the message it replaced: what
+        # the chaos verdict reads to tell a fresh copy from a receive spent in place.
+        logger.info("message received", extra=_message_log(message))
         if self._stopping.is_set():
-            self._batcher.give_back(message["ReceiptHandle"], message)
+            self._gave_back(message)
             return
         with self._verdict_lock:
             self.received += 1
@@ -262,13 +265,19 @@ class Consumer:
                     # next holder takes the task (the attempt counts, as for a crash).
                     logger.exception("preparing a prefetched message failed")
             if isinstance(ready, Prepared):
-                self._handler.unprepare(ready)
+                logger.info("message given back", extra=_message_log(message))
+                self._handler.unprepare(ready)  # its lock, then the message, fresh
                 continue
             self._inflight.remove(entry)
             if isinstance(ready, str):
                 self._count(ready)  # settled while preparing (a duplicate, say)
             else:
-                self._batcher.give_back(entry.receipt_handle, message)
+                self._gave_back(message, entry.receipt_handle)
+
+    def _gave_back(self, message: dict[str, Any], receipt_handle: str | None = None) -> None:
+        """A message that will not start here (draining): back to the queue, fresh."""
+        logger.info("message given back", extra=_message_log(message))
+        self._batcher.give_back(receipt_handle or message["ReceiptHandle"], message)
 
     def _slot(
         self, message: dict[str, Any], entry: InFlight, preparation: Future[Any] | None
@@ -315,3 +324,23 @@ class Consumer:
     def _count(self, verdict: str) -> None:
         with self._verdict_lock:
             self.verdicts[verdict] = self.verdicts.get(verdict, 0) + 1
+
+
+MAX_LOGGED_ATTRIBUTE: Final = 128
+
+
+def _message_log(message: Mapping[str, Any]) -> dict[str, Any]:
+    attributes = message.get("MessageAttributes") or {}
+
+    def attribute(name: str) -> str | None:
+        # A foreign sender's attributes are untrusted: a bounded excerpt goes to the log.
+        value = attributes.get(name)
+        text = value.get("StringValue") if isinstance(value, Mapping) else None
+        return text[:MAX_LOGGED_ATTRIBUTE] if isinstance(text, str) else None
+
+    return {
+        "messageId": message.get("MessageId"),
+        "requestId": attribute("requestId"),
+        "receiveCount": (message.get("Attributes") or {}).get("ApproximateReceiveCount"),
+        "requeuedFrom": attribute(REQUEUED_FROM),
+    }

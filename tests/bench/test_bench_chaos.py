@@ -43,7 +43,8 @@ def test_bench_chaos_with_aws_faults_holds_every_invariant(
     """36 tasks (two fan-out/fan-in jobs and eight one-attempt tasks among them), 2
     workers, one of them ahead by 2 s and one behind, ~5 % of every AWS call failing in
     every kind and faults aimed at locks, job writes and the one-attempt tasks' writes,
-    unreadable copies of finished tasks, workers killed or frozen past their lease:
+    unreadable copies of finished tasks, workers killed, drained (SIGTERM, 200 ms) or
+    frozen past their lease, two tasks closed out by the DLQ whose first publish fails:
     every invariant of the --faults verdict holds.
 
     Each defect of issue 14, put back, fails this run (docs/benchmarks.md lists which
@@ -68,6 +69,13 @@ def test_bench_chaos_with_aws_faults_holds_every_invariant(
     # again unreadable, job tasks moved out of BLOCKED (each sent by its dispatch).
     assert report.one_attempt_tasks == 8 and report.unreadable_copies == 3, summary
     assert report.dispatched_unsent == 0, summary
+    # Dead letters of tasks whose attempts phantom holders spent, closed out through a
+    # failed publish (the Lambda retried) with exactly one stored Task Failed each.
+    assert report.closeouts == 2 and report.closeouts_retried >= 1, summary
+    assert report.closeouts_bad == 0, summary
+    # SIGTERM drains gave messages back, and each came back as a fresh copy.
+    assert report.drains >= 1 and report.drain_givebacks >= 1, summary
+    assert report.drain_givebacks_spent == 0, summary
     assert report.worker_kills + report.child_kills + report.stale_holders >= 3, summary
     assert report.skewed_workers == "w0 +2000, w1 -2000", summary
     # Faults of several kinds reached the processes under test, through their log.

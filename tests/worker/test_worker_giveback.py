@@ -179,6 +179,7 @@ def test_a_give_back_sends_a_copy_then_deletes_or_else_gives_back_in_place(
         assert copy["Body"] == first["Body"]
         assert copy["MessageAttributes"]["requestId"]["StringValue"] == "r-give"
         assert copy["Attributes"]["ApproximateReceiveCount"] == "1", "no receive spent"
+        assert copy["MessageAttributes"]["requeuedFrom"]["StringValue"] == first["MessageId"]
 
         def refuse(**_: Any) -> None:
             raise RuntimeError("SendMessage denied")
@@ -217,3 +218,60 @@ def test_a_message_received_while_draining_is_requeued_fresh(
     finally:
         consumer._batcher.close()
         consumer._events.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_copy_of_a_copy_names_its_latest_and_a_full_attribute_set_stays_whole(
+    inproc_stack: Stack,
+) -> None:
+    """The lineage attribute names the message a copy replaces, never an older one, and a
+    foreign sender's ten attributes (SQS's limit) are requeued without it, not refused."""
+    sqs, url = inproc_stack.sqs, inproc_stack.resources.queue_url
+    full = {f"a{n}": {"DataType": "String", "StringValue": str(n)} for n in range(10)}
+    sqs.send_message(QueueUrl=url, MessageBody="lineage")
+
+    def receive(body: str) -> dict[str, Any]:
+        def found() -> dict[str, Any] | None:
+            match = None
+            for message in sqs.receive_message(
+                QueueUrl=url,
+                VisibilityTimeout=300,
+                MessageAttributeNames=["All"],
+                MaxNumberOfMessages=10,
+                MessageSystemAttributeNames=["ApproximateReceiveCount"],
+            ).get("Messages", []):
+                if message["Body"] == body and match is None:
+                    match = dict(message)
+                    continue
+                # Not the one wanted: visible again at once for a later receive.
+                sqs.change_message_visibility(
+                    QueueUrl=url, VisibilityTimeout=0, ReceiptHandle=message["ReceiptHandle"]
+                )
+            return match
+
+        return wait_for(found, timeout=10, message=f"{body!r} on the queue")
+
+    batcher = SqsBatcher(sqs, url, delay_s=0)
+    try:
+        first = receive("lineage")
+        batcher.give_back(first["ReceiptHandle"], first)
+        batcher.flush()
+        copy = receive("lineage")
+        batcher.give_back(copy["ReceiptHandle"], copy)
+        batcher.flush()
+        second = receive("lineage")
+        assert second["MessageAttributes"]["requeuedFrom"]["StringValue"] == copy["MessageId"]
+        assert second["Attributes"]["ApproximateReceiveCount"] == "1"
+
+        # Sent only now: each receive above would have spent one of its receives.
+        sqs.send_message(QueueUrl=url, MessageBody="full", MessageAttributes=full)
+        crowded = receive("full")
+        print("CROWDED", crowded)
+        batcher.give_back(crowded["ReceiptHandle"], crowded)
+        batcher.flush()
+        again = receive("full")
+        assert again["MessageId"] != crowded["MessageId"], "a fresh copy, not in place"
+        assert set(again["MessageAttributes"]) == set(full)
+        assert again["Attributes"]["ApproximateReceiveCount"] == "1"
+    finally:
+        batcher.close()
