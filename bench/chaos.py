@@ -54,7 +54,13 @@ from bench.chaos_closeout import (
     plan_closeouts,
     verify_closeouts,
 )
-from bench.chaos_drains import BAIT_TASKS, DRAIN_TIMEOUT_MS, plan_bait, verify_drains
+from bench.chaos_drains import (
+    BAIT_TASKS,
+    DRAIN_TIMEOUT_MS,
+    drained_requests,
+    plan_bait,
+    verify_drains,
+)
 from bench.chaos_faults import results_document, verify_faults
 from bench.chaos_killer import Killer, Strikes
 from bench.chaos_model import MARKER, ChaosReport, Freeze, Planned, PlannedJob
@@ -260,9 +266,12 @@ def run(
     report.violations.extend(killer.errors)
     runs = read_side_log(side_log)
     # A drain strikes its holder too (a lock still being taken when its 200 ms ran out
-    # lapses, its attempt spent as for a kill): a stop that froze nothing.
+    # lapses, its attempt spent as for a kill): a stop that froze nothing, and only for
+    # the tasks the drain's own log lines name.
+    logs = {worker.name: worker.log_path for worker in fleet}
     struck = [*killer.freezes, *(Freeze(at=d.at, until=d.at, worker=d.worker,
-                                        worker_id=d.worker_id, pids=())
+                                        worker_id=d.worker_id, pids=(),
+                                        request_ids=drained_requests(logs[d.worker], d))
                                  for d in killer.drains)]  # fmt: skip
     verify(stage, planned, bad, runs, killer.kills, fleet, run_id, report,
            freezes=struck, budget_s=report.skew_budget_s, lease_s=config.lease_s)  # fmt: skip

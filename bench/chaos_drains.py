@@ -90,6 +90,13 @@ def records_between(path: Path, start: int, end: int) -> list[dict[str, Any]]:
     return records
 
 
+def drained_requests(log_path: Path, drain: Drain) -> frozenset[str]:
+    """The request ids a drain's log lines name: the tasks it gave back, released or was
+    still preparing when it stopped."""
+    records = records_between(log_path, drain.log_from, drain.log_to)
+    return frozenset(str(r["requestId"]) for r in records if isinstance(r.get("requestId"), str))
+
+
 def given_back(records: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """Message id -> how it went back (`given back` or `released`), from a drain's log."""
     found: dict[str, str] = {}

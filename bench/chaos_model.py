@@ -69,6 +69,9 @@ class Freeze:
     worker: str
     worker_id: str
     pids: tuple[int, ...]  # the task children frozen with it
+    # None: every task the worker held. A drain strikes only the tasks its log names
+    # (given back, released, or still being locked when its time ran out).
+    request_ids: frozenset[str] | None = None
 
 
 @dataclass

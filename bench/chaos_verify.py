@@ -252,7 +252,8 @@ def _struck_while_held(
         return True  # no lock time to judge by
     since, until = started / 1000 - _SKEW_S, started / 1000 + lease_s + _SKEW_S
     hits = [k.at for k in kills if k.worker_id == owner]
-    hits += [f.at for f in freezes if f.worker_id == owner]
+    hits += [f.at for f in freezes if f.worker_id == owner
+             and (f.request_ids is None or record.request_id in f.request_ids)]  # fmt: skip
     return any(since <= at <= until for at in hits)
 
 

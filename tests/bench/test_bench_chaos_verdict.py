@@ -8,9 +8,11 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentq.states import TaskState
+from agentq.store.records import TaskRecord
 from bench.chaos_killer import Killer, Strikes
 from bench.chaos_model import Freeze, Kill
-from bench.chaos_verify import Execution, frozen_windows, overlap_s
+from bench.chaos_verify import Execution, _struck_while_held, frozen_windows, overlap_s
 
 times = st.floats(min_value=0, max_value=100, allow_nan=False)
 
@@ -79,3 +81,29 @@ def test_freezes_are_preferred_while_behind_their_share_of_the_quotas() -> None:
     assert _killer(4, 1)._freezes_behind()
     assert not _killer(4, 2)._freezes_behind()
     assert not _killer(0, 10)._freezes_behind()  # its quota met: never preferred again
+
+
+def _held(owner: str, started_s: float) -> TaskRecord:
+    return TaskRecord(
+        request_id="r-once", tenant="t", state=TaskState.FAILED, attempt=1, definition=None,
+        job_id=None, owner=owner, lease_token="tok", effective_until_ms=None,
+        created_at_ms=None, updated_at_ms=None,
+        raw={"owner": owner, "startedAt": int(started_s * 1000)},
+    )  # fmt: skip
+
+
+def _drained(at: float, names: frozenset[str] | None) -> Freeze:
+    return Freeze(at=at, until=at, worker="w0", worker_id="w0.1", pids=(), request_ids=names)
+
+
+def test_a_drain_excuses_an_unrun_attempt_only_for_the_tasks_its_log_names() -> None:
+    """A one-attempt task spent unrun by a live holder (its own lock read as another's)
+    must not be excused by a drain of that worker that handed back other tasks."""
+    record = _held("w0.1", started_s=100.0)
+    other = _drained(101.0, frozenset({"r-other"}))
+    named = _drained(101.0, frozenset({"r-once"}))
+    assert not _struck_while_held(record, [], [other], lease_s=6.0)
+    assert _struck_while_held(record, [], [named], lease_s=6.0)
+    # A freeze (request_ids None) strikes whatever its worker held, within the lease.
+    assert _struck_while_held(record, [], [_drained(104.0, None)], lease_s=6.0)
+    assert not _struck_while_held(record, [], [_drained(120.0, None)], lease_s=6.0)
