@@ -57,7 +57,6 @@ from bench.chaos_closeout import (
 from bench.chaos_drains import (
     BAIT_TASKS,
     DRAIN_TIMEOUT_MS,
-    drained_requests,
     plan_bait,
     verify_drains,
 )
@@ -268,10 +267,9 @@ def run(
     # A drain strikes its holder too (a lock still being taken when its 200 ms ran out
     # lapses, its attempt spent as for a kill): a stop that froze nothing, and only for
     # the tasks the drain's own log lines name.
-    logs = {worker.name: worker.log_path for worker in fleet}
     struck = [*killer.freezes, *(Freeze(at=d.at, until=d.at, worker=d.worker,
                                         worker_id=d.worker_id, pids=(),
-                                        request_ids=drained_requests(logs[d.worker], d))
+                                        request_ids=d.request_ids)
                                  for d in killer.drains)]  # fmt: skip
     verify(stage, planned, bad, runs, killer.kills, fleet, run_id, report,
            freezes=struck, budget_s=report.skew_budget_s, lease_s=config.lease_s)  # fmt: skip

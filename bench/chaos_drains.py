@@ -46,14 +46,32 @@ VIOLATION: Final = "drain give-backs not requeued as a fresh copy"
 
 @dataclass(frozen=True, kw_only=True)
 class Drain:
-    """A worker SIGTERMed and drained; its log's bytes [log_from, log_to) are the drain's."""
+    """A worker SIGTERMed and drained, with what its log said between SIGTERM and exit
+    (read once, when it exited)."""
 
     at: float
     worker: str
     worker_id: str
-    log_from: int
-    log_to: int
     exit_code: int | None
+    # Message id -> `given back` or `released` (`given_back`).
+    gave_back: Mapping[str, str]
+    # The tasks its log lines name: given back, released, or still being prepared.
+    request_ids: frozenset[str]
+
+    @classmethod
+    def read(
+        cls,
+        records: Sequence[Mapping[str, Any]],
+        *,
+        at: float,
+        worker: str,
+        worker_id: str,
+        exit_code: int | None,
+    ) -> Drain:
+        named = frozenset(str(r["requestId"]) for r in records
+                          if isinstance(r.get("requestId"), str))  # fmt: skip
+        return cls(at=at, worker=worker, worker_id=worker_id, exit_code=exit_code,
+                   gave_back=given_back(records), request_ids=named)  # fmt: skip
 
 
 def plan_bait(count: int, side_log: Path) -> list[Planned]:
@@ -88,13 +106,6 @@ def records_between(path: Path, start: int, end: int) -> list[dict[str, Any]]:
             with contextlib.suppress(ValueError):
                 records.append(json.loads(line))
     return records
-
-
-def drained_requests(log_path: Path, drain: Drain) -> frozenset[str]:
-    """The request ids a drain's log lines name: the tasks it gave back, released or was
-    still preparing when it stopped."""
-    records = records_between(log_path, drain.log_from, drain.log_to)
-    return frozenset(str(r["requestId"]) for r in records if isinstance(r.get("requestId"), str))
 
 
 def given_back(records: Iterable[Mapping[str, Any]]) -> dict[str, str]:
@@ -137,12 +148,9 @@ def drain_violations(
 def verify_drains(
     fleet: Sequence[WorkerProcess], drains: Sequence[Drain], report: ChaosReport
 ) -> None:
-    logs = {worker.name: worker.log_path for worker in fleet}
     gave_back: dict[str, str] = {}
     for drain in drains:
-        gave_back.update(
-            given_back(records_between(logs[drain.worker], drain.log_from, drain.log_to))
-        )
+        gave_back.update(drain.gave_back)
     everything = [record for worker in fleet for record in worker.log_records()]
     found, excused = drain_violations(gave_back, everything)
     report.drains = len(drains)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import psutil
 
 from agentq.local.workers import WorkerProcess
-from bench.chaos_drains import BAIT_PREFIX, Drain, given_back, log_size, records_between
+from bench.chaos_drains import BAIT_PREFIX, Drain, log_size, records_between
 from bench.chaos_model import Freeze, Kill
 
 
@@ -224,10 +224,11 @@ class Killer:
             worker.kill()
             code = None
             self.errors.append(f"killer: {worker.name} did not drain within 30 s")
-        log_to = log_size(worker.log_path)
-        self.drains.append(Drain(at=at, worker=worker.name, worker_id=self._ids[worker.name],
-                                 log_from=log_from, log_to=log_to, exit_code=code))  # fmt: skip
-        self.drain_givebacks += len(given_back(records_between(worker.log_path, log_from, log_to)))
+        records = records_between(worker.log_path, log_from, log_size(worker.log_path))
+        drain = Drain.read(records, at=at, worker=worker.name,
+                           worker_id=self._ids[worker.name], exit_code=code)  # fmt: skip
+        self.drains.append(drain)
+        self.drain_givebacks += len(drain.gave_back)
         self.start_worker(worker)
 
     def _freeze(self, worker: WorkerProcess, children: list[int]) -> None:

@@ -98,7 +98,7 @@ def test_drains_are_preferred_until_their_quota_but_never_take_every_strike() ->
 
     killer = Killer([], {}, Strikes(drain_share=0.1, min_drain_givebacks=2), random.Random(1))
     assert killer._drains_behind() and not killer.quota_met()  # the first strike drains
-    drain = Drain(at=0.0, worker="w0", worker_id="w0.1", log_from=0, log_to=0, exit_code=0)
+    drain = Drain.read([], at=0.0, worker="w0", worker_id="w0.1", exit_code=0)
     killer.drains.append(drain)
     assert not killer._drains_behind()  # a kill or a freeze comes next
     killer.kills.append(Kill(at=1.0, worker="w1", worker_id="w1.1", pids=(), child_only=False))
@@ -106,3 +106,18 @@ def test_drains_are_preferred_until_their_quota_but_never_take_every_strike() ->
     assert killer._drains_behind()
     killer.drain_givebacks = 2
     assert not killer._drains_behind() and killer.quota_met()
+
+
+def test_a_drain_reads_what_it_gave_back_and_the_tasks_its_log_names() -> None:
+    from bench.chaos_drains import Drain
+
+    records: list[dict[str, object]] = [
+        {"message": GIVEN_BACK, "messageId": "m1", "requestId": "r-buffered"},
+        {"message": "message settled", "messageId": "m2", "verdict": "released",
+         "requestId": "r-running"},
+        {"message": "preparing a prefetched message failed", "requestId": "r-locking"},
+        {"message": "heartbeat", "requestId": 7},
+    ]  # fmt: skip
+    drain = Drain.read(records, at=1.0, worker="w0", worker_id="w0.1", exit_code=0)
+    assert drain.gave_back == {"m1": "given back", "m2": "released"}
+    assert drain.request_ids == {"r-buffered", "r-running", "r-locking"}
