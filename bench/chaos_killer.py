@@ -14,7 +14,8 @@ Each strike picks a random worker not frozen at the moment and either
 Quotas (`min_worker_kills`, `min_freezes`) are what a run must deliver whatever its
 pace: the harness keeps the killer striking until they are met (`quota_met`), and a
 strike on a worker running tasks freezes it whenever freezes fall behind their share of
-the quotas, since a freeze needs running tasks and those run out as the run settles.
+the quotas, since a freeze needs running tasks and those run out as the run settles;
+while worker kills fall behind theirs, a roll that would freeze kills instead.
 
 Workers get their environment from `env` plus `per_worker[name]` (a clock offset).
 """
@@ -123,6 +124,15 @@ class Killer:
         share = strikes.min_freezes / (strikes.min_freezes + strikes.min_worker_kills)
         return len(self.freezes) < share * (len(self.freezes) + self.worker_kills)
 
+    def _kills_behind(self) -> bool:
+        """Fewer worker kills so far than their share of the quotas' strikes: a roll that
+        would freeze kills instead, so a short run that freezes by luck still kills."""
+        strikes = self._strikes
+        if self.worker_kills >= strikes.min_worker_kills or strikes.min_worker_kills <= 0:
+            return False
+        share = strikes.min_worker_kills / (strikes.min_freezes + strikes.min_worker_kills)
+        return self.worker_kills < share * (len(self.freezes) + self.worker_kills)
+
     @property
     def seconds(self) -> float:
         if self.began is None:
@@ -178,7 +188,7 @@ class Killer:
         if drain and running_tasks(worker):
             self._drain(worker)
             return
-        freeze = roll < child_share + self._strikes.freeze_share
+        freeze = roll < child_share + self._strikes.freeze_share and not self._kills_behind()
         if children and (freeze or self._freezes_behind()):
             self._freeze(worker, [c.pid for c in children])
             return

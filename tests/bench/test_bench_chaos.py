@@ -51,7 +51,7 @@ def test_bench_chaos_with_aws_faults_holds_every_invariant(
     invariant catches which)."""
     config = ChaosConfig(tasks=36, workers=2, slots=3, kill_interval_s=(1.5, 3.0),
                          kill_until_done=0.95, timeout_s=200, faults=True,
-                         freeze_share=0.4)  # fmt: skip
+                         freeze_share=0.4, min_worker_kills=2, min_stale_holders=2)  # fmt: skip
     report = run(config, server=moto_server, work_dir=tmp_path)
     summary = report.summary()
     print(summary, report.faults, report.repairs)

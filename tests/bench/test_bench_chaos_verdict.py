@@ -83,6 +83,19 @@ def test_freezes_are_preferred_while_behind_their_share_of_the_quotas() -> None:
     assert not _killer(0, 10)._freezes_behind()  # its quota met: never preferred again
 
 
+def test_worker_kills_are_preferred_while_behind_their_share_of_the_quotas() -> None:
+    # 20 of 30 quota strikes are worker kills: two thirds.
+    assert _killer(1, 2)._kills_behind()
+    assert not _killer(2, 1)._kills_behind()
+    assert not _killer(0, 0)._kills_behind()  # nothing struck yet: neither is behind
+    assert not _killer(20, 25)._kills_behind()  # its quota met: never preferred again
+    # The two preferences never pull at once.
+    for kills in range(0, 21):
+        for freezes in range(0, 11):
+            killer = _killer(kills, freezes)
+            assert not (killer._kills_behind() and killer._freezes_behind())
+
+
 def _held(owner: str, started_s: float) -> TaskRecord:
     return TaskRecord(
         request_id="r-once", tenant="t", state=TaskState.FAILED, attempt=1, definition=None,
