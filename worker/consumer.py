@@ -238,8 +238,9 @@ class Consumer:
             # Our own message, back after a lapse: the running slot now uses this handle.
             self._count("held_here")
             return
-        if self._handler.gated(message):
+        if not starving and self._handler.gated(message):
             # Its tenant has a limit: the lock (and seat) first, a slot only if it holds.
+            # Not on its tier's starvation turn: that message takes the next slot as is.
             held = self._prepare_ahead((message, entry, None))
             self.slots.gate(held)
             if held[2] is not None:
@@ -261,6 +262,8 @@ class Consumer:
         outcome = self.slots.settle_gate(held, runnable=isinstance(ready, Prepared))
         if outcome == "start":
             self._pool.submit(self._slot, *held)
+        elif outcome == "surplus":
+            self._give_back([held])  # its lock back, the message as a fresh copy
         elif outcome == "settle":
             self._settle(*held, slotted=False)
 

@@ -53,7 +53,7 @@ Message = dict[str, Any]
 # A received message, its in-flight record and, once buffered, its preparation.
 Held = tuple[Message, InFlight, "Future[Any] | None"]
 # What became of a gated message once its lock was decided (`Intake.settle_gate`).
-GateOutcome = Literal["start", "wait", "settle", "gone"]
+GateOutcome = Literal["start", "wait", "surplus", "settle", "gone"]
 
 
 class Intake:
@@ -185,8 +185,12 @@ class Intake:
     def settle_gate(self, held: Held, *, runnable: bool) -> GateOutcome:
         """A gated message's lock is decided. `start`: it took a free slot (the caller
         starts it); `wait`: it is an ordinary buffered message now, for the next slot
-        that frees; `settle`: refused, out of the buffer, settled by the caller without
-        a slot; `gone`: a drain took it from the buffer meanwhile (and gives it back)."""
+        that frees; `surplus`: locked, but every slot is busy (another message took the
+        free one) and the buffer already holds what this worker expects to start soon,
+        so it is out of the buffer for the caller to give back rather than hold its
+        seat behind a long task while another worker may idle; `settle`: refused, out
+        of the buffer, settled by the caller without a slot; `gone`: a drain took it
+        from the buffer meanwhile (and gives it back)."""
         with self._cond:
             if id(held[1]) not in self._gated:
                 return "gone"
@@ -194,7 +198,10 @@ class Intake:
             index = next(i for i, item in enumerate(self._buffer) if item[1] is held[1])
             self._cond.notify_all()
             if runnable and self._busy >= self.size:
-                return "wait"
+                if self._ready() <= self._prefetch():
+                    return "wait"
+                del self._buffer[index]
+                return "surplus"
             del self._buffer[index]
             if not runnable:
                 return "settle"

@@ -35,8 +35,17 @@ def test_a_refused_gate_is_settled_without_a_slot() -> None:
     assert intake.wait_wanted(0) == 2, "its buffer place is free again"
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_a_locked_gate_takes_a_free_slot_or_waits_for_the_next() -> None:
-    intake = Intake(1, horizon_s=0)
+    # One start a second, a horizon of one second: one message may wait for a slot.
+    intake = Intake(1, horizon_s=1.0, clock=Clock())
     first, second = held(1), held(2)
     intake.gate(first)
     intake.gate(second)
@@ -85,3 +94,15 @@ def test_a_watched_tier_may_ask_for_the_slot_a_pending_gate_waits_beside() -> No
     # plus its reserve.
     assert intake.wait_watch("high", reserve=2, timeout_s=0) == 1 + 2
     assert intake.wait_wanted(0) == 0, "the receiver's free slot is spoken for"
+
+
+def test_a_locked_gate_beyond_the_prefetch_is_handed_back_not_kept() -> None:
+    """Long tasks (no prefetch): a locked message that lost its slot to another would
+    hold its tenant's seat behind a whole task while another worker may idle."""
+    intake = Intake(1, horizon_s=0)
+    gated = held(1)
+    intake.gate(gated)
+    assert intake.offer(held(2)), "a watched tier's message took the free slot"
+    assert intake.settle_gate(gated, runnable=True) == "surplus"
+    assert (intake.busy, intake.buffered) == (1, 0)
+    assert intake.release() is None
