@@ -85,6 +85,9 @@ class Consumer:
         # A slot frees at its child's exit while its thread settles: room for both.
         self._pool = ThreadPoolExecutor(2 * settings.max_concurrent + 1, thread_name_prefix="slot")
         self._preparer = ThreadPoolExecutor(2, thread_name_prefix="prepare")
+        # Gated locks (a limited tenant's) apart, one per slot: a flood of them refused
+        # must not queue the prefetch's preparations of other tenants' work behind it.
+        self._gates = ThreadPoolExecutor(settings.max_concurrent, thread_name_prefix="gate")
         self._stopping = threading.Event()
         self._signals = 0
         self._signalled = threading.Event()
@@ -165,6 +168,7 @@ class Consumer:
             self.slots.wait_idle(self._settings.kill_grace_ms / 1000 + 30)
         self._pool.shutdown(wait=True)
         self._preparer.shutdown(wait=True)
+        self._gates.shutdown(wait=True)
         self._heartbeat.stop()
         self._events.close()
         self._batcher.close()
@@ -241,10 +245,9 @@ class Consumer:
         if not starving and self._handler.gated(message):
             # Its tenant has a limit: the lock (and seat) first, a slot only if it holds.
             # Not on its tier's starvation turn: that message takes the next slot as is.
-            held = self._prepare_ahead((message, entry, None))
+            held = (message, entry, self._gates.submit(self._handler.prepare, message, entry))
             self.slots.gate(held)
-            if held[2] is not None:
-                held[2].add_done_callback(lambda _: self._gate_decided(held))
+            held[2].add_done_callback(lambda _: self._gate_decided(held))
             return
         if self.slots.offer((message, entry, None), prepare=self._prepare_ahead):
             self._pool.submit(self._slot, message, entry, None)

@@ -43,8 +43,13 @@ def test_a_limited_tenants_message_is_gated_unless_received_on_a_starvation_turn
     consumer = build(Settings.from_env()).consumer
     paths: list[str] = []
 
+    lock = Future[str]()  # a lock still being taken, until the test ends
+
+    def prepare(*_: Any) -> str:
+        return lock.result(timeout=30)
+
     def prepare_ahead(held: Held) -> Held:
-        return held[0], held[1], Future()  # a lock still being taken
+        return held[0], held[1], Future()
 
     def gate(held: Held) -> None:
         paths.append("gate")
@@ -53,6 +58,7 @@ def test_a_limited_tenants_message_is_gated_unless_received_on_a_starvation_turn
         paths.append("offer")
         return False
 
+    monkeypatch.setattr(consumer._handler, "prepare", prepare)
     monkeypatch.setattr(consumer, "_prepare_ahead", prepare_ahead)
     monkeypatch.setattr(consumer.slots, "gate", gate)
     monkeypatch.setattr(consumer.slots, "offer", offer)
@@ -62,5 +68,7 @@ def test_a_limited_tenants_message_is_gated_unless_received_on_a_starvation_turn
         consumer._accept(message, Settings.from_env().default_priority, starving=starving)
         assert paths == (["gate"] if gated else ["offer"])
     finally:
+        lock.set_result("duplicate")
+        consumer._gates.shutdown(wait=True)
         consumer._batcher.close()
         consumer._events.close()
