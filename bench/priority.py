@@ -216,23 +216,24 @@ TENANT_LIMIT: Final = 4
 def run(
     server: MotoServer, *, quick: bool = False, sizes: Sizes | None = None,
     modes: Sequence[str] = RUNS, on_run: Callable[[dict[str, Any]], None] | None = None,
+    tenant_limit: int = TENANT_LIMIT,
 ) -> dict[str, Any]:  # fmt: skip
     sizes = sizes or (Sizes.quick() if quick else Sizes())
     work_dir = Path(tempfile.mkdtemp(prefix="agentq-bench-priority-"))
     results: dict[str, Any] = {}
     figures = {"sizes": sizes.__dict__, "workers": WORKERS, "slots": SLOTS,
                "starvation_bound_s": Settings().starvation_bound_ms / 1000,
-               "tenant_limit": TENANT_LIMIT, "modes": results}  # fmt: skip
+               "tenant_limit": tenant_limit, "modes": results}  # fmt: skip
     for name in modes:
         if name == "weighted+limit":
             # TENANT_CONCURRENCY_LIMIT: the fleet-wide per-tenant limit (docs/scheduling.md).
             results[name] = run_mode(server, "weighted", sizes, work_dir, label="limit",
-                                     extra_env={"TENANT_CONCURRENCY_LIMIT": str(TENANT_LIMIT)})  # fmt: skip
+                                     extra_env={"TENANT_CONCURRENCY_LIMIT": str(tenant_limit)})  # fmt: skip
         elif name == "weighted+limit-a":
             # Only the flooding tenant limited, by an override in DynamoDB: what an
             # operator does about one noisy tenant (`agentq tenants limit tenant-a 4`).
             results[name] = run_mode(server, "weighted", sizes, work_dir, label="limit-a",
-                                     tenant_limits={"tenant-a": TENANT_LIMIT})  # fmt: skip
+                                     tenant_limits={"tenant-a": tenant_limit})  # fmt: skip
         elif name == "idle":
             results[name] = run_mode(server, "weighted", sizes, work_dir, label="idle",
                                      flood=False)  # fmt: skip
@@ -250,6 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--normal", type=int, default=Sizes.normal)
     parser.add_argument("--runs", nargs="+", choices=RUNS, default=list(RUNS))
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the figures go")
+    parser.add_argument(
+        "--tenant-limit",
+        type=int,
+        default=TENANT_LIMIT,
+        help="the limit of the tenant-limit runs (of the fleet's 8 slots)",
+    )
     args = parser.parse_args(argv)
     sizes = Sizes(low=args.low, high=args.high, normal=args.normal)
     began = os.getloadavg()
@@ -262,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
 
     with moto_server() as server:
-        result = run(server, sizes=sizes, modes=args.runs, on_run=write)
+        result = run(
+            server, sizes=sizes, modes=args.runs, on_run=write, tenant_limit=args.tenant_limit
+        )
     console = Console()
     console.print(table(result))
     console.print(breakdown(result))

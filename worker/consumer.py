@@ -85,6 +85,9 @@ class Consumer:
         # A slot frees at its child's exit while its thread settles: room for both.
         self._pool = ThreadPoolExecutor(2 * settings.max_concurrent + 1, thread_name_prefix="slot")
         self._preparer = ThreadPoolExecutor(2, thread_name_prefix="prepare")
+        # Gated locks (a limited tenant's) apart, one per slot: a flood of them refused
+        # must not queue the prefetch's preparations of other tenants' work behind it.
+        self._gates = ThreadPoolExecutor(settings.max_concurrent, thread_name_prefix="gate")
         self._stopping = threading.Event()
         self._signals = 0
         self._signalled = threading.Event()
@@ -165,6 +168,7 @@ class Consumer:
             self.slots.wait_idle(self._settings.kill_grace_ms / 1000 + 30)
         self._pool.shutdown(wait=True)
         self._preparer.shutdown(wait=True)
+        self._gates.shutdown(wait=True)
         self._heartbeat.stop()
         self._events.close()
         self._batcher.close()
@@ -238,8 +242,33 @@ class Consumer:
             # Our own message, back after a lapse: the running slot now uses this handle.
             self._count("held_here")
             return
+        if not starving and self._handler.gated(message):
+            # Its tenant has a limit: the lock (and seat) first, a slot only if it holds.
+            # Not on its tier's starvation turn: that message takes the next slot as is.
+            held = (message, entry, self._gates.submit(self._handler.prepare, message, entry))
+            self.slots.gate(held)
+            held[2].add_done_callback(lambda _: self._gate_decided(held))
+            return
         if self.slots.offer((message, entry, None), prepare=self._prepare_ahead):
             self._pool.submit(self._slot, message, entry, None)
+
+    def _gate_decided(self, held: Held) -> None:
+        """A gated message's lock is decided: start it, leave it buffered, or settle
+        its refusal without a slot. While draining it stays buffered for the give-back."""
+        if self._stopping.is_set():
+            return
+        preparation = held[2]
+        try:
+            ready = preparation.result(timeout=0) if preparation is not None else None
+        except Exception:
+            ready = None  # the slot-less settle below logs it
+        outcome = self.slots.settle_gate(held, runnable=isinstance(ready, Prepared))
+        if outcome == "start":
+            self._pool.submit(self._slot, *held)
+        elif outcome == "surplus":
+            self._give_back([held])  # its lock back, the message as a fresh copy
+        elif outcome == "settle":
+            self._settle(*held, slotted=False)
 
     def _prepare_ahead(self, held: Held) -> Held:
         """Validate and lock a buffered message while it waits for a slot."""
@@ -282,9 +311,21 @@ class Consumer:
     def _slot(
         self, message: dict[str, Any], entry: InFlight, preparation: Future[Any] | None
     ) -> None:
+        self._settle(message, entry, preparation, slotted=True)
+
+    def _settle(
+        self,
+        message: dict[str, Any],
+        entry: InFlight,
+        preparation: Future[Any] | None,
+        *,
+        slotted: bool,
+    ) -> None:
+        """Handle one message, in a slot (freed when its child exits) or, for a gated
+        message whose lock was refused, without one."""
         started = time.monotonic()
         # Called on this thread only: when the child exits, and again when handling ends.
-        freed = False
+        freed = not slotted
 
         def free_slot() -> None:
             nonlocal freed
@@ -317,7 +358,7 @@ class Consumer:
         self._count(verdict)
         logger.info(
             "message settled",
-            extra={"messageId": message.get("MessageId"), "verdict": verdict,
+            extra={"messageId": message.get("MessageId"), "verdict": verdict, "slot": slotted,
                    "seconds": round(time.monotonic() - started, 3)},
         )  # fmt: skip
 

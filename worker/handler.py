@@ -121,6 +121,10 @@ class MessageHandler:
             if not entry.awaiting_delete:
                 self._inflight.remove(entry)
 
+    def gated(self, message: Mapping[str, Any]) -> bool:
+        """Lock before taking a slot: its tenant has a concurrency limit (worker.intake)."""
+        return self._preparer.gated(message)
+
     def prepare(self, message: Mapping[str, Any], entry: InFlight) -> Prepared | str:
         """Validate and lock: a task ready to run, or the verdict that settled it.
 

@@ -21,6 +21,15 @@ longer than `BUFFER_AGE_FIRST_S` goes first, so the buffer starves nobody; and e
 than the tier above it (down to one place): a flood of low-priority work cannot take
 the space that keeps a high-priority message ready to start. Free slots are open to
 every tier.
+
+A message of a tenant with a concurrency limit is *gated*: it is locked (and so takes
+its tenant's seat) before it takes a slot, not in one. While its lock is pending it
+holds a place in the buffer, so the receiver asks for nothing more on its account, but
+not a slot: a message that arrives meanwhile (a watched tier's) takes the free slot.
+Locked, it takes a free slot or waits for the next like any buffered message; refused
+(its tenant at its limit), it is settled without ever holding one. Without the gate a
+flood of a limited tenant's work held every free slot with refusals (a lock transaction
+and a back-off each), and the other tenants' work waited behind them.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from worker.inflight import InFlight
 
@@ -43,6 +52,8 @@ BUFFER_AGE_FIRST_S: Final = 10.0
 Message = dict[str, Any]
 # A received message, its in-flight record and, once buffered, its preparation.
 Held = tuple[Message, InFlight, "Future[Any] | None"]
+# What became of a gated message once its lock was decided (`Intake.settle_gate`).
+GateOutcome = Literal["start", "wait", "surplus", "settle", "gone"]
 
 
 class Intake:
@@ -68,6 +79,7 @@ class Intake:
         self._busy = 0
         self._running: dict[str, int] = {}  # tasks in slots by tier (with priority tiers)
         self._buffer: deque[Held] = deque()
+        self._gated: set[int] = set()  # id() of buffered entries whose lock is pending
         self._starts: deque[float] = deque()
         self._born = clock()
         self._cond = threading.Condition()
@@ -98,7 +110,9 @@ class Intake:
             lower = any(self._ranks.get(t, 0) > rank for t, n in self._running.items() if n) or any(
                 self._ranks.get(entry.tier or "", 0) > rank for _, entry, _ in self._buffer
             )
-            free = max(0, self.size - self._busy - len(self._buffer))
+            # A gated message whose lock is pending holds no slot: a watched tier's
+            # message may take it.
+            free = max(0, self.size - self._busy - self._ready())
             return max(0, min(MAX_RECEIVE, free + (reserve - held if lower else 0)))
 
         with self._cond:
@@ -155,11 +169,44 @@ class Intake:
         returns it with the future) so a slot never takes an unprepared one by surprise.
         """
         with self._cond:
-            if self._busy < self.size and not self._buffer:
+            if self._busy < self.size and not self._ready():
                 self._take(held[1].tier)
                 return True
             self._buffer.append(prepare(held) if prepare is not None else held)
             return False
+
+    def gate(self, held: Held) -> None:
+        """A gated message whose lock is being taken (`held` carries that preparation):
+        it waits in the buffer, without a slot, until `settle_gate`."""
+        with self._cond:
+            self._buffer.append(held)
+            self._gated.add(id(held[1]))
+
+    def settle_gate(self, held: Held, *, runnable: bool) -> GateOutcome:
+        """A gated message's lock is decided. `start`: it took a free slot (the caller
+        starts it); `wait`: it is an ordinary buffered message now, for the next slot
+        that frees; `surplus`: locked, but every slot is busy (another message took the
+        free one) and the buffer already holds what this worker expects to start soon,
+        so it is out of the buffer for the caller to give back rather than hold its
+        seat behind a long task while another worker may idle; `settle`: refused, out
+        of the buffer, settled by the caller without a slot; `gone`: a drain took it
+        from the buffer meanwhile (and gives it back)."""
+        with self._cond:
+            if id(held[1]) not in self._gated:
+                return "gone"
+            self._gated.discard(id(held[1]))
+            index = next(i for i, item in enumerate(self._buffer) if item[1] is held[1])
+            self._cond.notify_all()
+            if runnable and self._busy >= self.size:
+                if self._ready() <= self._prefetch():
+                    return "wait"
+                del self._buffer[index]
+                return "surplus"
+            del self._buffer[index]
+            if not runnable:
+                return "settle"
+            self._take(held[1].tier)
+            return "start"
 
     def release(self, tier: str | None = None) -> Held | None:
         """A slot's child ended (a task of `tier`): the next buffered message keeps the
@@ -167,7 +214,7 @@ class Intake:
         with self._cond:
             if tier is not None and self._running.get(tier, 0) > 0:
                 self._running[tier] -= 1
-            if self._buffer:
+            if self._ready():
                 self._starts.append(self._clock())
                 # The buffer may now be below its refill mark: wake the receiver, or it
                 # would only notice at its next wait's timeout.
@@ -185,6 +232,7 @@ class Intake:
         with self._cond:
             held = list(self._buffer)
             self._buffer.clear()
+            self._gated.clear()
             self._cond.notify_all()
             return held
 
@@ -192,8 +240,12 @@ class Intake:
         with self._cond:
             return self._cond.wait_for(lambda: self._busy == 0, timeout=timeout_s)
 
+    def _ready(self) -> int:
+        """Buffered messages a slot may take now (not gated with their lock pending)."""
+        return len(self._buffer) - len(self._gated)
+
     def _next_buffered(self) -> Held:
-        if not self._ranks:
+        if not self._gated and not self._ranks:
             return self._buffer.popleft()
         now = time.monotonic()
 
@@ -208,7 +260,8 @@ class Intake:
             aged = rank > 0 and waited >= BUFFER_AGE_FIRST_S
             return (1 if rank == 0 else 2 if aged else 3, rank, i)
 
-        chosen = min(range(len(self._buffer)), key=order)
+        ready = [i for i, item in enumerate(self._buffer) if id(item[1]) not in self._gated]
+        chosen = min(ready, key=order)
         held = self._buffer[chosen]
         del self._buffer[chosen]
         return held

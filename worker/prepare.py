@@ -67,6 +67,17 @@ class Preparer:
             store.tenant_limits(), default=settings.tenant_concurrency_limit
         )
 
+    def gated(self, message: Mapping[str, Any]) -> bool:
+        """Whether the message's tenant (its `tenant` attribute, as every agentq producer
+        sets it) has a concurrency limit, as last read: its lock is then taken before
+        it takes a slot (worker.intake). A guess that costs no request; a wrong one only
+        moves where the lock is taken."""
+        attribute = (message.get("MessageAttributes") or {}).get("tenant")
+        tenant = attribute.get("StringValue") if isinstance(attribute, Mapping) else None
+        if not isinstance(tenant, str):
+            tenant = self._settings.tenant_id
+        return self._limits.last_known(tenant) > 0
+
     def prepare(self, message: Mapping[str, Any], entry: InFlight) -> Prepared | str:
         """Validate and lock: a task ready to run, or the verdict that settled it.
 

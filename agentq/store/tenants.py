@@ -294,3 +294,10 @@ class CachedTenantLimits:
         with self._lock:
             self._known[tenant] = (now + self._ttl_s, limit)
         return limit
+
+    def last_known(self, tenant: str) -> int:
+        """The tenant's limit as last read, however old (the default if never read):
+        never a request, for a guess on a hot path that `limit` then settles."""
+        with self._lock:
+            cached = self._known.get(tenant)
+        return self._default if cached is None else cached[1]

@@ -132,3 +132,35 @@ def test_a_killed_workers_seats_come_free_within_a_lease(stack: Stack, tmp_path:
     runs = _runs(side_log, [*held, late])
     assert _most_at_once(runs) <= 2
     assert _live_seats(stack, "crowd") == []
+
+
+def test_a_limited_tenants_refusals_never_hold_a_slot(stack: Stack, tmp_path: Path) -> None:
+    """Two slots, one held by the crowd's only seat: the crowd's other tasks are locked
+    before they take a slot, so each refusal is settled without one and the free slot
+    stays open to the calm tenant's work."""
+    side_log = tmp_path / "runs.jsonl"
+    store(stack).tenant_limits().set("crowd", 1)  # an override; the fleet has no default
+    events = EventLog(stack)
+    env = {**PATIENT, "MAX_CONCURRENT_CLAUDE": "2", "TENANT_LIMIT_BACKOFF": "400"}
+    with running_worker(stack, "gate", **env) as worker:
+        seated = _send(stack, "crowd", 6.0, side_log)
+        events.wait(seated.request_id, "Task Processing Started", timeout=60)
+        waiting = [_send(stack, "crowd", 0.3, side_log) for _ in range(3)]
+        wait_for(lambda: worker.output().count("tenant at its concurrency limit") >= 3,
+                 timeout=60, message="the crowd's waiting tasks were refused")  # fmt: skip
+        calm = [_send(stack, "calm", 0.5, side_log) for _ in range(2)]
+        wait_for(lambda: _all_completed(stack, [seated, *waiting, *calm]), timeout=120,
+                 message="every task completed")  # fmt: skip
+        worker.stop()
+    settled = [r for r in worker.log_records() if r.get("message") == "message settled"]
+    refused = [r for r in settled if r.get("verdict") == "tenant_limit"]
+    assert len(refused) >= 3, settled
+    assert [r for r in refused if r.get("slot") is not False] == [], "a refusal held a slot"
+    assert all(r.get("slot") is True for r in settled if r.get("verdict") == "completed")
+    runs = {r["requestId"]: r for r in _runs(side_log, [seated, *waiting, *calm])}
+    # The calm tenant ran beside the crowd's seated task, not after it.
+    seated_end = runs[seated.request_id]["end"]
+    assert all(runs[t.request_id]["start"] < seated_end for t in calm), runs
+    assert _most_at_once(_runs(side_log, [seated, *waiting])) == 1
+    for task in [seated, *waiting]:
+        assert store(stack).require("crowd", task.request_id).attempt == 1

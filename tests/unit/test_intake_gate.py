@@ -1,0 +1,108 @@
+"""Gated messages (a limited tenant's): locked before they take a slot, worker.intake."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any
+
+from worker.inflight import InFlight
+from worker.intake import Held, Intake
+
+
+def held(n: int, tier: str | None = None) -> Held:
+    message: dict[str, Any] = {"MessageId": f"m{n}", "ReceiptHandle": f"h{n}"}
+    entry = InFlight(message_id=f"m{n}", receipt_handle=f"h{n}", tier=tier)
+    return message, entry, Future()
+
+
+def test_a_pending_gate_holds_no_slot_another_message_takes_it() -> None:
+    intake = Intake(1, horizon_s=0)
+    gated = held(1)
+    intake.gate(gated)
+    # The receiver asks nothing more on its account...
+    assert intake.wait_wanted(0) == 0
+    # ...but a message that arrives meanwhile takes the free slot.
+    assert intake.offer(held(2)), "the free slot went to the ungated message"
+    assert (intake.busy, intake.buffered) == (1, 1)
+
+
+def test_a_refused_gate_is_settled_without_a_slot() -> None:
+    intake = Intake(2, horizon_s=0)
+    gated = held(1)
+    intake.gate(gated)
+    assert intake.settle_gate(gated, runnable=False) == "settle"
+    assert (intake.busy, intake.buffered) == (0, 0)
+    assert intake.wait_wanted(0) == 2, "its buffer place is free again"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_locked_gate_takes_a_free_slot_or_waits_for_the_next() -> None:
+    # One start a second, a horizon of one second: one message may wait for a slot.
+    intake = Intake(1, horizon_s=1.0, clock=Clock())
+    first, second = held(1), held(2)
+    intake.gate(first)
+    intake.gate(second)
+    assert intake.settle_gate(first, runnable=True) == "start"
+    assert intake.busy == 1
+    assert intake.settle_gate(second, runnable=True) == "wait", "every slot is busy"
+    following = intake.release()
+    assert following is not None and following[1] is second[1]
+
+
+def test_a_release_never_hands_over_a_pending_gate() -> None:
+    intake = Intake(1, horizon_s=0)
+    assert intake.offer(held(1))
+    gated = held(2)
+    intake.gate(gated)
+    assert intake.release() is None, "the slot frees rather than wait on the lock"
+    assert (intake.busy, intake.buffered) == (0, 1)
+    assert intake.settle_gate(gated, runnable=True) == "start"
+    assert intake.busy == 1
+
+
+def test_a_release_skips_a_pending_gate_for_a_ready_message_behind_it() -> None:
+    intake = Intake(1, horizon_s=0)
+    assert intake.offer(held(1))
+    gated, ready = held(2), held(3)
+    intake.gate(gated)
+    assert not intake.offer(ready)
+    following = intake.release()
+    assert following is not None and following[1] is ready[1]
+
+
+def test_a_drain_takes_pending_gates_and_their_decision_then_finds_them_gone() -> None:
+    intake = Intake(2, horizon_s=0)
+    gated = held(1)
+    intake.gate(gated)
+    assert [h[1] for h in intake.drop_buffered()] == [gated[1]]
+    assert intake.settle_gate(gated, runnable=True) == "gone"
+    assert intake.busy == 0
+
+
+def test_a_watched_tier_may_ask_for_the_slot_a_pending_gate_waits_beside() -> None:
+    intake = Intake(2, horizon_s=0, ranks={"high": 0, "low": 1})
+    assert intake.offer(held(1, "low"))
+    intake.gate(held(2, "low"))
+    # One slot busy, one free, a lower-tier gate pending: high may ask for the free slot
+    # plus its reserve.
+    assert intake.wait_watch("high", reserve=2, timeout_s=0) == 1 + 2
+    assert intake.wait_wanted(0) == 0, "the receiver's free slot is spoken for"
+
+
+def test_a_locked_gate_beyond_the_prefetch_is_handed_back_not_kept() -> None:
+    """Long tasks (no prefetch): a locked message that lost its slot to another would
+    hold its tenant's seat behind a whole task while another worker may idle."""
+    intake = Intake(1, horizon_s=0)
+    gated = held(1)
+    intake.gate(gated)
+    assert intake.offer(held(2)), "a watched tier's message took the free slot"
+    assert intake.settle_gate(gated, runnable=True) == "surplus"
+    assert (intake.busy, intake.buffered) == (1, 0)
+    assert intake.release() is None

@@ -1,0 +1,74 @@
+"""Which received messages are gated (locked before they take a slot), in-process."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+from conftest import Stack
+from support import wait_for
+
+from agentq.config import Settings
+from worker.app import build
+from worker.intake import Held
+
+
+def _received(stack: Stack, count: int) -> list[dict[str, Any]]:
+    got: list[dict[str, Any]] = []
+
+    def received() -> bool:
+        reply = stack.sqs.receive_message(
+            QueueUrl=stack.resources.queue_url, MaxNumberOfMessages=10, VisibilityTimeout=300
+        )
+        got.extend(reply.get("Messages", []))
+        return len(got) >= count
+
+    wait_for(received, timeout=30, message=f"{count} messages received")
+    return got
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("limit", "starving", "gated"), [
+    ("2", False, True),  # a limited tenant: the lock first
+    ("2", True, False),  # its tier's starvation turn: the next slot, as is
+    ("0", False, False),  # no limit: the ordinary path
+])  # fmt: skip
+def test_a_limited_tenants_message_is_gated_unless_received_on_a_starvation_turn(
+    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch, limit: str, starving: bool, gated: bool
+) -> None:
+    monkeypatch.setenv("WARM_CHILDREN", "false")
+    monkeypatch.setenv("SQS_BATCH_WINDOW", "0")
+    monkeypatch.setenv("TENANT_CONCURRENCY_LIMIT", limit)
+    consumer = build(Settings.from_env()).consumer
+    paths: list[str] = []
+
+    lock = Future[str]()  # a lock still being taken, until the test ends
+
+    def prepare(*_: Any) -> str:
+        return lock.result(timeout=30)
+
+    def prepare_ahead(held: Held) -> Held:
+        return held[0], held[1], Future()
+
+    def gate(held: Held) -> None:
+        paths.append("gate")
+
+    def offer(held: Held, prepare: Any = None) -> bool:
+        paths.append("offer")
+        return False
+
+    monkeypatch.setattr(consumer._handler, "prepare", prepare)
+    monkeypatch.setattr(consumer, "_prepare_ahead", prepare_ahead)
+    monkeypatch.setattr(consumer.slots, "gate", gate)
+    monkeypatch.setattr(consumer.slots, "offer", offer)
+    inproc_stack.sqs.send_message(QueueUrl=inproc_stack.resources.queue_url, MessageBody="{}")
+    [message] = _received(inproc_stack, 1)
+    try:
+        consumer._accept(message, Settings.from_env().default_priority, starving=starving)
+        assert paths == (["gate"] if gated else ["offer"])
+    finally:
+        lock.set_result("duplicate")
+        consumer._gates.shutdown(wait=True)
+        consumer._batcher.close()
+        consumer._events.close()
