@@ -7,25 +7,11 @@ from typing import Any
 
 import pytest
 from conftest import Stack
-from support import wait_for
+from worker_support import receive_all
 
 from agentq.config import Settings
 from worker.app import build
 from worker.intake import Held
-
-
-def _received(stack: Stack, count: int) -> list[dict[str, Any]]:
-    got: list[dict[str, Any]] = []
-
-    def received() -> bool:
-        reply = stack.sqs.receive_message(
-            QueueUrl=stack.resources.queue_url, MaxNumberOfMessages=10, VisibilityTimeout=300
-        )
-        got.extend(reply.get("Messages", []))
-        return len(got) >= count
-
-    wait_for(received, timeout=30, message=f"{count} messages received")
-    return got
 
 
 @pytest.mark.timeout(60)
@@ -63,7 +49,7 @@ def test_a_limited_tenants_message_is_gated_unless_received_on_a_starvation_turn
     monkeypatch.setattr(consumer.slots, "gate", gate)
     monkeypatch.setattr(consumer.slots, "offer", offer)
     inproc_stack.sqs.send_message(QueueUrl=inproc_stack.resources.queue_url, MessageBody="{}")
-    [message] = _received(inproc_stack, 1)
+    [message] = receive_all(inproc_stack, 1)
     try:
         consumer._accept(message, Settings.from_env().default_priority, starving=starving)
         assert paths == (["gate"] if gated else ["offer"])

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from conftest import Stack
 from support import wait_for
-from worker_support import queue_counts, running_worker, send, state
+from worker_support import queue_counts, receive_all, running_worker, send, state
 
 from agentq.config import Settings
 from agentq.local.workers import REPO_ROOT, SAMPLE_DEFINITIONS, WorkerProcess
@@ -30,20 +30,6 @@ from worker.app import build
 from worker.batcher import SqsBatcher
 from worker.inflight import InFlight
 from worker.intake import Held
-
-
-def _receive_all(stack: Stack, count: int) -> list[dict[str, Any]]:
-    got: list[dict[str, Any]] = []
-
-    def received() -> bool:
-        reply = stack.sqs.receive_message(
-            QueueUrl=stack.resources.queue_url, MaxNumberOfMessages=10, VisibilityTimeout=300
-        )
-        got.extend(reply.get("Messages", []))
-        return len(got) >= count
-
-    wait_for(received, timeout=30, message=f"{count} messages received")
-    return got
 
 
 @pytest.mark.timeout(120)
@@ -56,7 +42,7 @@ def test_a_drain_gives_back_stuck_preparations_by_its_deadline(
     consumer = worker.consumer
     for n in range(3):
         inproc_stack.sqs.send_message(QueueUrl=inproc_stack.resources.queue_url, MessageBody=str(n))
-    messages = _receive_all(inproc_stack, 3)
+    messages = receive_all(inproc_stack, 3)
     stuck: list[Future[Any]] = [Future(), Future()]
     for future in stuck:
         future.set_running_or_notify_cancel()  # locking, and never answering
@@ -73,7 +59,7 @@ def test_a_drain_gives_back_stuck_preparations_by_its_deadline(
         assert time.monotonic() - began < 20
         assert not_begun.cancelled()
         assert not consumer._inflight.snapshot(), "nothing is kept invisible any more"
-        back = _receive_all(inproc_stack, 3)
+        back = receive_all(inproc_stack, 3)
         # Requeued as fresh copies (new ids, receive count 1 again): a give-back ran no
         # attempt, so it must not spend one of the queue's receives.
         assert sorted(m["Body"] for m in back) == sorted(m["Body"] for m in messages)
@@ -207,12 +193,12 @@ def test_a_message_received_while_draining_is_requeued_fresh(
     monkeypatch.setenv("SQS_BATCH_WINDOW", "0")
     consumer = build(Settings.from_env()).consumer
     inproc_stack.sqs.send_message(QueueUrl=inproc_stack.resources.queue_url, MessageBody="late")
-    [message] = _receive_all(inproc_stack, 1)
+    [message] = receive_all(inproc_stack, 1)
     try:
         consumer._stopping.set()  # the long poll that brought it ended after the drain began
         consumer._accept(message, Settings.from_env().default_priority)
         consumer._batcher.flush()
-        [back] = _receive_all(inproc_stack, 1)
+        [back] = receive_all(inproc_stack, 1)
         assert back["Body"] == "late" and back["MessageId"] != message["MessageId"]
         assert consumer.received == 0 and not consumer._inflight.snapshot()
     finally:

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from conftest import Stack
+from support import wait_for
 
 from agentq.envelope import TaskEnvelope
 from agentq.local.workers import WorkerProcess, fast_env
@@ -52,6 +53,21 @@ def queue_counts(stack: Stack, url: str | None = None) -> tuple[int, int]:
     return int(attributes["ApproximateNumberOfMessages"]), int(
         attributes["ApproximateNumberOfMessagesNotVisible"]
     )
+
+
+def receive_all(stack: Stack, count: int) -> list[dict[str, Any]]:
+    """At least `count` messages of the task queue, received (and hidden) for 300 s."""
+    got: list[dict[str, Any]] = []
+
+    def received() -> bool:
+        reply = stack.sqs.receive_message(
+            QueueUrl=stack.resources.queue_url, MaxNumberOfMessages=10, VisibilityTimeout=300
+        )
+        got.extend(reply.get("Messages", []))
+        return len(got) >= count
+
+    wait_for(received, timeout=30, message=f"{count} messages received")
+    return got
 
 
 def set_visibility_timeout(stack: Stack, seconds: int) -> None:
