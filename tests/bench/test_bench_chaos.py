@@ -20,9 +20,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 def test_bench_chaos_small_run_keeps_the_exactly_once_promise(
     moto_server: MotoServer, tmp_path: Path
 ) -> None:
-    # Keep killing until nearly every task is terminal: a quick run must still see kills.
+    # Keep killing until nearly every task is terminal and 3 workers were killed: a quick
+    # run must still see kills (one settled after 7.6 s of strikes, 1 of them a worker
+    # kill, before the quota).
     config = ChaosConfig(tasks=60, workers=3, slots=3, kill_interval_s=(1.0, 2.0),
-                         kill_until_done=0.97, timeout_s=150)  # fmt: skip
+                         kill_until_done=0.97, timeout_s=150, min_worker_kills=3)  # fmt: skip
     report = run(config, server=moto_server, work_dir=tmp_path)
     summary = report.summary()
     print(summary)
