@@ -118,20 +118,21 @@ class Killer:
     def _freezes_behind(self) -> bool:
         """Fewer freezes so far than their share of the quotas' strikes (10 of 30: a
         third), so the freeze quota is met while there are still tasks to freeze."""
-        strikes = self._strikes
-        if strikes.freeze_share <= 0 or len(self.freezes) >= strikes.min_freezes:
+        if self._strikes.freeze_share <= 0:
             return False
-        share = strikes.min_freezes / (strikes.min_freezes + strikes.min_worker_kills)
-        return len(self.freezes) < share * (len(self.freezes) + self.worker_kills)
+        return self._lags(len(self.freezes), self._strikes.min_freezes)
 
     def _kills_behind(self) -> bool:
         """Fewer worker kills so far than their share of the quotas' strikes: a roll that
         would freeze kills instead, so a short run that freezes by luck still kills."""
-        strikes = self._strikes
-        if self.worker_kills >= strikes.min_worker_kills or strikes.min_worker_kills <= 0:
+        return self._lags(self.worker_kills, self._strikes.min_worker_kills)
+
+    def _lags(self, done: int, quota: int) -> bool:
+        """A quota not met whose strikes so far are fewer than its share of both quotas'."""
+        if done >= quota:
             return False
-        share = strikes.min_worker_kills / (strikes.min_freezes + strikes.min_worker_kills)
-        return self.worker_kills < share * (len(self.freezes) + self.worker_kills)
+        share = quota / (self._strikes.min_freezes + self._strikes.min_worker_kills)
+        return done < share * (len(self.freezes) + self.worker_kills)
 
     @property
     def seconds(self) -> float:
