@@ -74,9 +74,12 @@ def test_twenty_threads_race_exactly_one_wins(stack: Stack) -> None:
 def test_expired_lease_is_taken_over_and_old_holder_is_fenced(stack: Stack) -> None:
     store = _store(stack)
     envelope = _envelope("takeover-1")
-    old = store.acquire(envelope, worker_id="old", lease_seconds=0.2, max_attempts=3)
+    old = store.acquire(envelope, worker_id="old", lease_seconds=30, max_attempts=3)
     with pytest.raises(TaskHeldElsewhere):
         store.acquire(envelope, worker_id="new", lease_seconds=30, max_attempts=3)
+    # The old holder's last heartbeat leaves it a short lease: it goes quiet now. (A short
+    # lease from the start would race the refusal above on a loaded machine.)
+    old = store.renew(old, lease_seconds=0.05)
     deadline = time.monotonic() + 5
     new: Lease | None = None
     while new is None and time.monotonic() < deadline:
