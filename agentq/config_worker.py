@@ -157,6 +157,13 @@ class Receiving(BaseSettings):
         "waits before it is tried again; no attempt and no receive is spent.",
         "worker", ge=100, le=900_000,
     )  # fmt: skip
+    tenant_limit_park_ms: Int = var(
+        "TENANT_LIMIT_PARK", 10_000,
+        "How long (ms) a worker keeps a task refused for its tenant's limit, waiting for "
+        "a seat (tried again when one frees here, else after the back-off), before it "
+        "goes back to its queue; 0: at once.",
+        "worker", ge=0, le=600_000,
+    )  # fmt: skip
     drain_timeout_ms: Int = var(
         "DRAIN_TIMEOUT",
         120_000,

@@ -198,3 +198,24 @@ def _group(message: Mapping[str, Any]) -> dict[str, str]:
     if isinstance(group, str) and TENANT_PATTERN.fullmatch(group):
         return {"MessageGroupId": group}
     return {}
+
+
+MAX_LOGGED_ATTRIBUTE: Final = 128
+
+
+def message_log(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A received message's identity for a log line."""
+    attributes = message.get("MessageAttributes") or {}
+
+    def attribute(name: str) -> str | None:
+        # A foreign sender's attributes are untrusted: a bounded excerpt goes to the log.
+        value = attributes.get(name)
+        text = value.get("StringValue") if isinstance(value, Mapping) else None
+        return text[:MAX_LOGGED_ATTRIBUTE] if isinstance(text, str) else None
+
+    return {
+        "messageId": message.get("MessageId"),
+        "requestId": attribute("requestId"),
+        "receiveCount": (message.get("Attributes") or {}).get("ApproximateReceiveCount"),
+        "requeuedFrom": attribute(REQUEUED_FROM),
+    }

@@ -21,19 +21,20 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from enum import IntEnum
 from types import FrameType
 from typing import Any, Final
 
 from agentq.config import Settings
-from worker.batcher import REQUEUED_FROM, SqsBatcher
+from worker.batcher import SqsBatcher, message_log
 from worker.eventbatch import EventBatcher
 from worker.handler import MessageHandler, Prepared
 from worker.heartbeat import Heartbeat
 from worker.inflight import InFlight, InFlightRegistry
 from worker.intake import BUFFER_AGE_FIRST_S, Held, Intake
+from worker.seatwait import SeatWaits
 from worker.tiers import TierReceiver
 
 logger = logging.getLogger(__name__)
@@ -87,7 +88,13 @@ class Consumer:
         self._preparer = ThreadPoolExecutor(2, thread_name_prefix="prepare")
         # Gated locks (a limited tenant's) apart, one per slot: a flood of them refused
         # must not queue the prefetch's preparations of other tenants' work behind it.
-        self._gates = ThreadPoolExecutor(settings.max_concurrent, thread_name_prefix="gate")
+        # Twice that: parked messages (worker.seatwait) wait on up to one per slot.
+        self._gates = ThreadPoolExecutor(2 * settings.max_concurrent, thread_name_prefix="gate")
+        self._seats = SeatWaits(
+            slots=settings.max_concurrent,
+            retry_s=settings.tenant_limit_backoff_ms / 1000,
+            park_s=settings.tenant_limit_park_ms / 1000,
+        )
         self._stopping = threading.Event()
         self._signals = 0
         self._signalled = threading.Event()
@@ -149,6 +156,7 @@ class Consumer:
 
     def drain(self) -> ExitCode:
         self._stopping.set()
+        self._seats.close()  # parked messages go back with the rest of the buffer
         deadline = time.monotonic() + self._settings.drain_timeout_ms / 1000
         self._give_back(self.slots.drop_buffered(), deadline=deadline)
         # Let the receiver leave its long poll (whatever it brings back is released), so
@@ -220,7 +228,7 @@ class Consumer:
     def _accept(self, message: dict[str, Any], tier: str, *, starving: bool = False) -> None:
         # Which message, its receive count and, for a copy, the message it replaced: what
         # the chaos verdict reads to tell a fresh copy from a receive spent in place.
-        logger.info("message received", extra=_message_log(message))
+        logger.info("message received", extra=message_log(message))
         if self._stopping.is_set():
             self._gave_back(message)
             return
@@ -245,7 +253,8 @@ class Consumer:
         if not starving and self._handler.gated(message):
             # Its tenant has a limit: the lock (and seat) first, a slot only if it holds.
             # Not on its tier's starvation turn: that message takes the next slot as is.
-            held = (message, entry, self._gates.submit(self._handler.prepare, message, entry))
+            lock = self._gates.submit(self._handler.prepare, message, entry, self._seats)
+            held = (message, entry, lock)
             self.slots.gate(held)
             held[2].add_done_callback(lambda _: self._gate_decided(held))
             return
@@ -294,8 +303,9 @@ class Consumer:
                     # next holder takes the task (the attempt counts, as for a crash).
                     logger.exception("preparing a prefetched message failed")
             if isinstance(ready, Prepared):
-                logger.info("message given back", extra=_message_log(message))
+                logger.info("message given back", extra=message_log(message))
                 self._handler.unprepare(ready)  # its lock, then the message, fresh
+                self._seats.freed(ready.envelope.tenant)
                 continue
             self._inflight.remove(entry)
             if isinstance(ready, str):
@@ -305,7 +315,7 @@ class Consumer:
 
     def _gave_back(self, message: dict[str, Any], receipt_handle: str | None = None) -> None:
         """A message that will not start here (draining): back to the queue, fresh."""
-        logger.info("message given back", extra=_message_log(message))
+        logger.info("message given back", extra=message_log(message))
         self._batcher.give_back(receipt_handle or message["ReceiptHandle"], message)
 
     def _slot(
@@ -355,6 +365,9 @@ class Consumer:
             verdict = "error"
         finally:
             free_slot()
+            if slotted and entry.envelope is not None:
+                # Settled: a seat it held is free, for a parked message of its tenant.
+                self._seats.freed(entry.envelope.tenant)
         self._count(verdict)
         logger.info(
             "message settled",
@@ -365,23 +378,3 @@ class Consumer:
     def _count(self, verdict: str) -> None:
         with self._verdict_lock:
             self.verdicts[verdict] = self.verdicts.get(verdict, 0) + 1
-
-
-MAX_LOGGED_ATTRIBUTE: Final = 128
-
-
-def _message_log(message: Mapping[str, Any]) -> dict[str, Any]:
-    attributes = message.get("MessageAttributes") or {}
-
-    def attribute(name: str) -> str | None:
-        # A foreign sender's attributes are untrusted: a bounded excerpt goes to the log.
-        value = attributes.get(name)
-        text = value.get("StringValue") if isinstance(value, Mapping) else None
-        return text[:MAX_LOGGED_ATTRIBUTE] if isinstance(text, str) else None
-
-    return {
-        "messageId": message.get("MessageId"),
-        "requestId": attribute("requestId"),
-        "receiveCount": (message.get("Attributes") or {}).get("ApproximateReceiveCount"),
-        "requeuedFrom": attribute(REQUEUED_FROM),
-    }

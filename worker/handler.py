@@ -39,6 +39,7 @@ from worker.outcome import decide
 from worker.prepare import Prepared, Preparer
 from worker.refusals import CONTENTION_BACKOFF_S, Refusals
 from worker.scrub import child_line
+from worker.seatwait import SeatWaits
 from worker.settle import Settler
 from worker.spares import SparePool
 from worker.supervisor import run_child
@@ -125,13 +126,16 @@ class MessageHandler:
         """Lock before taking a slot: its tenant has a concurrency limit (worker.intake)."""
         return self._preparer.gated(message)
 
-    def prepare(self, message: Mapping[str, Any], entry: InFlight) -> Prepared | str:
+    def prepare(
+        self, message: Mapping[str, Any], entry: InFlight, seats: SeatWaits | None = None
+    ) -> Prepared | str:
         """Validate and lock: a task ready to run, or the verdict that settled it.
 
         A prefetched message is prepared while it waits for a slot, so the lock's round
         trip is off the slot's path; its lease is renewed by the heartbeat meanwhile.
+        With `seats`, a refusal for its tenant's limit parks it first (worker.seatwait).
         """
-        return self._preparer.prepare(message, entry)
+        return self._preparer.prepare(message, entry, seats)
 
     def unprepare(self, prepared: Prepared) -> None:
         """A prepared task that will not start here (drain): give its lock back.

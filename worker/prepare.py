@@ -11,6 +11,7 @@ start here (a drain) gives its lock back.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from agentq.config import Settings
 from agentq.definitions import DefinitionRegistry, TaskDefinition
 from agentq.envelope import TaskEnvelope, parse_message
-from agentq.errors import InvalidInput, LeaseLost, LockNotAcquired, NotFound
+from agentq.errors import InvalidInput, LeaseLost, LockNotAcquired, NotFound, TenantAtLimit
 from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store.tasks import Lease, TaskStore
@@ -27,6 +28,7 @@ from worker.batcher import SqsBatcher
 from worker.inflight import InFlight, InFlightRegistry
 from worker.leasefile import lease_times
 from worker.refusals import Refusals
+from worker.seatwait import SeatWaits
 
 logger = logging.getLogger(__name__)
 
@@ -78,11 +80,15 @@ class Preparer:
             tenant = self._settings.tenant_id
         return self._limits.last_known(tenant) > 0
 
-    def prepare(self, message: Mapping[str, Any], entry: InFlight) -> Prepared | str:
+    def prepare(
+        self, message: Mapping[str, Any], entry: InFlight, seats: SeatWaits | None = None
+    ) -> Prepared | str:
         """Validate and lock: a task ready to run, or the verdict that settled it.
 
         A prefetched message is prepared while it waits for a slot, so the lock's round
         trip is off the slot's path; its lease is renewed by the heartbeat meanwhile.
+        With `seats` (a gated message) a refusal for its tenant's limit parks it there
+        until a seat frees (worker.seatwait) before it is sent back.
         """
         attributes = message.get("Attributes", {})
         try:
@@ -103,14 +109,7 @@ class Preparer:
         max_attempts = definition.attempts(self._settings.max_message_retries)
         timeout_ms = definition.timeout_ms(self._settings.task_timeout_ms)
         try:
-            lease = self._store.acquire(
-                envelope,
-                worker_id=self._worker_id,
-                lease_seconds=self._settings.lease_seconds,
-                max_attempts=max_attempts,
-                timeout_ms=timeout_ms,
-                tenant_limit=self._limits.limit(envelope.tenant),
-            )
+            lease = self._lock(envelope, max_attempts, timeout_ms, seats)
         except LockNotAcquired as refusal:
             return self._refusals.refused(entry, envelope, refusal, message=message)
         entry.lease = lease
@@ -119,6 +118,41 @@ class Preparer:
         return Prepared(entry=entry, envelope=envelope, definition=definition, lease=lease,
                         attributes=attributes, max_attempts=max_attempts,
                         timeout_ms=timeout_ms)  # fmt: skip
+
+    def _lock(
+        self, envelope: TaskEnvelope, max_attempts: int, timeout_ms: int, seats: SeatWaits | None
+    ) -> Lease:
+        limit = self._limits.limit(envelope.tenant)
+        if seats is not None and limit > 0 and seats.full(envelope.tenant):
+            # Its tenant's parked messages here were refused within the back-off and
+            # take the next seat freed here: a transaction would only be refused too.
+            raise TenantAtLimit(envelope.request_id, envelope.tenant, limit)
+        parked_at: float | None = None
+        while True:
+            try:
+                lease = self._store.acquire(
+                    envelope, worker_id=self._worker_id,
+                    lease_seconds=self._settings.lease_seconds, max_attempts=max_attempts,
+                    timeout_ms=timeout_ms, tenant_limit=limit,
+                )  # fmt: skip
+            except TenantAtLimit:
+                if seats is None:
+                    raise
+                if parked_at is None:
+                    if not seats.room(envelope.tenant):
+                        raise
+                    parked_at = time.monotonic()
+                    logger.info("tenant at its concurrency limit; parked",
+                                extra={"requestId": envelope.request_id,
+                                       "tenant": envelope.tenant})  # fmt: skip
+                if not seats.park(envelope.tenant, parked_at):
+                    raise
+                continue
+            if parked_at is not None:
+                logger.info("parked task took a seat",
+                            extra={"requestId": envelope.request_id,
+                                   "parked_s": round(time.monotonic() - parked_at, 3)})  # fmt: skip
+            return lease
 
     def unprepare(self, prepared: Prepared) -> None:
         """A prepared task that will not start here (drain): give its lock back.

@@ -164,3 +164,30 @@ def test_a_limited_tenants_refusals_never_hold_a_slot(stack: Stack, tmp_path: Pa
     assert _most_at_once(_runs(side_log, [seated, *waiting])) == 1
     for task in [seated, *waiting]:
         assert store(stack).require("crowd", task.request_id).attempt == 1
+
+
+def test_a_parked_task_takes_the_seat_its_tenant_frees_on_this_worker(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """With a back-off of a minute or more, the waiting task can only have started
+    within 50 s by being parked here and woken when the seated task ended."""
+    side_log = tmp_path / "runs.jsonl"
+    store(stack).tenant_limits().set("crowd", 1)
+    events = EventLog(stack)
+    env = {**PATIENT, "MAX_CONCURRENT_CLAUDE": "2", "TENANT_LIMIT_BACKOFF": "120000",
+           "TENANT_LIMIT_PARK": "100000"}  # fmt: skip
+    with running_worker(stack, "park", **env) as worker:
+        seated = _send(stack, "crowd", 2.0, side_log)
+        events.wait(seated.request_id, "Task Processing Started", timeout=60)
+        waiting = _send(stack, "crowd", 0.3, side_log)
+        wait_for(lambda: "tenant at its concurrency limit; parked" in worker.output(),
+                 timeout=30, message="the waiting task parked")  # fmt: skip
+        wait_for(lambda: _all_completed(stack, [seated, waiting]), timeout=50,
+                 message="the parked task ran when the seat freed")  # fmt: skip
+        worker.stop()
+    settled = [r for r in worker.log_records() if r.get("message") == "message settled"]
+    assert [r["verdict"] for r in settled] == ["completed", "completed"], settled
+    assert any(r.get("message") == "parked task took a seat" for r in worker.log_records())
+    runs = _runs(side_log, [seated, waiting])
+    assert _most_at_once(runs) == 1
+    assert store(stack).require("crowd", waiting.request_id).attempt == 1

@@ -1,0 +1,131 @@
+"""Parking (worker.seatwait) with the worker's real preparer against moto's server.
+
+A limited tenant's message refused a seat waits in the worker instead of going round
+its queue: these tests read the queue and count the store's requests to show that it
+did not leave, that it took the seat the moment one freed, and what a drain does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from conftest import Stack
+from fault_support import Attempts
+from support import wait_for
+from worker_parts import Parts, send_and_receive, worker_parts
+
+from agentq.aws import AwsClients
+from agentq.states import TaskState
+from worker.inflight import InFlight
+from worker.prepare import Prepared
+from worker.seatwait import SeatWaits
+
+pytestmark = pytest.mark.timeout(120)
+
+NEVER = 600.0  # no parked message here wakes by its own timer
+
+
+def _queue(stack: Stack) -> tuple[int, int]:
+    """(messages in the task queue, of which delayed): a message sent back after a
+    refusal is a fresh copy delayed by the back-off, its original deleted."""
+    attributes = stack.sqs.get_queue_attributes(
+        QueueUrl=stack.resources.queue_url,
+        AttributeNames=[
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ],
+    )["Attributes"]
+    total = sum(int(count) for count in attributes.values())
+    return total, int(attributes["ApproximateNumberOfMessagesDelayed"])
+
+
+def _seated(stack: Stack, parts: Parts) -> Prepared:
+    """The tenant's only seat (limit 1), held by a prepared task."""
+    parts.store.tenant_limits().set("acme", 1)
+    _, message, entry = send_and_receive(stack, "sample-echo")
+    parts.inflight.add(entry)
+    holder = parts.handler.prepare(message, entry)
+    assert isinstance(holder, Prepared) and holder.lease.seat is not None
+    return holder
+
+
+def _parked(
+    stack: Stack, parts: Parts, pool: ThreadPoolExecutor, seats: SeatWaits
+) -> tuple[dict[str, Any], InFlight, Future[Prepared | str]]:
+    _, message, entry = send_and_receive(stack, "sample-echo")
+    parts.inflight.add(entry)
+    before = seats.parked
+    preparation = pool.submit(parts.handler.prepare, message, entry, seats)
+    wait_for(lambda: seats.parked == before + 1, timeout=30, message="the message parked")
+    return message, entry, preparation
+
+
+def _transactions(attempts: Attempts) -> int:
+    return attempts.counts["TransactWriteItems"]
+
+
+def test_a_parked_message_takes_the_seat_freed_here_and_never_leaves_the_worker(
+    stack: Stack,
+) -> None:
+    attempts = Attempts()
+    dynamodb = attempts.attach(AwsClients("eu-west-1").dynamodb)
+    parts = worker_parts(stack, dynamodb)
+    holder = _seated(stack, parts)
+    seats = SeatWaits(slots=4, retry_s=NEVER, park_s=NEVER)
+    with ThreadPoolExecutor(1) as pool:
+        _, entry, preparation = _parked(stack, parts, pool, seats)
+        assert not preparation.done()
+        parts.store.finalize(holder.lease, TaskState.COMPLETED)  # its seat comes free
+        released = _transactions(attempts)
+        seats.freed("acme")
+        prepared = preparation.result(timeout=30)
+    assert isinstance(prepared, Prepared), prepared
+    assert prepared.lease.attempt == 1 and prepared.lease.seat is not None
+    assert prepared.entry is entry
+    # One transaction after the seat freed (the lock that took it), and the message was
+    # never sent back: the queue holds the two received messages, neither delayed.
+    assert _transactions(attempts) == released + 1
+    assert parts.batcher.flush()
+    assert _queue(stack) == (2, 0)
+
+
+def test_a_tenant_parked_full_is_refused_without_a_lock_transaction(stack: Stack) -> None:
+    attempts = Attempts()
+    dynamodb = attempts.attach(AwsClients("eu-west-1").dynamodb)
+    parts = worker_parts(stack, dynamodb)
+    _seated(stack, parts)
+    seats = SeatWaits(slots=2, retry_s=NEVER, park_s=NEVER)  # one parked a tenant
+    with ThreadPoolExecutor(1) as pool:
+        _parked(stack, parts, pool, seats)
+        assert seats.full("acme")
+        before = _transactions(attempts)
+        envelope, message, entry = send_and_receive(stack, "sample-echo")
+        parts.inflight.add(entry)
+        verdict = parts.handler.prepare(message, entry, seats)
+        assert verdict == "tenant_limit"
+        assert _transactions(attempts) == before, "a transaction that could only be refused"
+        seats.close()
+    # Sent back as a fresh copy, never locked (so no attempt spent).
+    assert parts.batcher.flush()
+    assert _queue(stack) == (3, 2)  # the third and (at the close) the parked one, fresh
+    assert parts.store.get("acme", envelope.request_id) is None
+
+
+def test_a_drain_sends_parked_messages_back_at_once(stack: Stack) -> None:
+    parts = worker_parts(stack)
+    _seated(stack, parts)
+    seats = SeatWaits(slots=4, retry_s=NEVER, park_s=NEVER)
+    with ThreadPoolExecutor(1) as pool:
+        preparation = _parked(stack, parts, pool, seats)[2]
+        closed_at = time.monotonic()
+        threading.Thread(target=seats.close).start()
+        assert preparation.result(timeout=30) == "tenant_limit"
+        # Not after its back-off or its park time: at the close.
+        assert time.monotonic() - closed_at < NEVER
+    assert parts.batcher.flush()
+    assert _queue(stack) == (2, 1)  # the parked one is a delayed fresh copy now

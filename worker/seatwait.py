@@ -1,0 +1,124 @@
+"""Parked messages: a limited tenant's message refused a seat waits here for one.
+
+Without parking a refusal sends the message back to its queue (a fresh copy, delayed
+by `TENANT_LIMIT_BACKOFF`), and a flood of one limited tenant's work goes round and
+round: each turn a receive, a lock transaction, a seats query, a send and a delete,
+about six turns per task at a limit of 2 of 8 slots (docs/benchmarks.md). A parked
+message instead stays in this worker, invisible (the heartbeat extends it like any
+held message) and without a slot, and its lock is tried again:
+
+- at once when a task of its tenant ends here (its seat is free now): one parked
+  message per seat freed, not all of them, so a freed seat costs one transaction;
+- else after the back-off, for a seat freed on another worker;
+- until `TENANT_LIMIT_PARK` has passed; then it goes back to its queue as before, so
+  a parked message never keeps a task of another worker's from running for long.
+
+A parked message holds a thread of the gate pool and a place in `parked`, never a slot
+or the receiver's room: the receiver keeps receiving for free slots, and other
+tenants' work arriving meanwhile starts beside it. Each tenant may park half this
+worker's slots, all tenants together its slots; a message refused past that bound
+goes back at once, and one of a tenant that is parked full goes back without a lock
+transaction (the parked ones were refused within the back-off and are tried first).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Final
+
+# Retries sooner than this after a refusal would only repeat it.
+MIN_RETRY_S: Final = 0.05
+
+
+class SeatWaits:
+    """Where parked messages wait for a seat of their tenant; shared by the gate threads."""
+
+    def __init__(
+        self,
+        *,
+        slots: int,
+        retry_s: float,
+        park_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._retry_s = max(MIN_RETRY_S, retry_s)
+        self._park_s = park_s
+        self._clock = clock
+        self._per_tenant = max(1, slots // 2)
+        self._total = max(1, slots) if park_s > 0 else 0
+        self._cond = threading.Condition()
+        self._waiting: dict[str, int] = {}  # parked messages by tenant
+        self._freed: dict[str, int] = {}  # seats freed here not yet taken by a parked one
+        self._closed = False
+
+    @property
+    def parked(self) -> int:
+        with self._cond:
+            return sum(self._waiting.values())
+
+    def full(self, tenant: str) -> bool:
+        """Whether `tenant` has parked all it may here: it is at its limit as of its
+        parked messages' last try, and they take the next seat freed here first."""
+        with self._cond:
+            return self._waiting.get(tenant, 0) >= self._per_tenant
+
+    def room(self, tenant: str) -> bool:
+        """Whether a message of `tenant` refused now may park here."""
+        with self._cond:
+            return not self._closed and self._room(tenant)
+
+    def _room(self, tenant: str) -> bool:
+        return (
+            self._waiting.get(tenant, 0) < self._per_tenant
+            and sum(self._waiting.values()) < self._total
+        )
+
+    def park(self, tenant: str, since: float) -> bool:
+        """A message refused a seat of `tenant`, first parked at `since` (monotonic):
+        wait for a seat. True: try the lock again now; False: stop waiting (its park
+        time is over, this worker drains, or it may not park at all) and send it back."""
+        with self._cond:
+            if self._closed or self._clock() - since >= self._park_s:
+                return False
+            if not self._room(tenant):
+                return False
+            self._waiting[tenant] = self._waiting.get(tenant, 0) + 1
+            try:
+                # Jittered, so parked messages of one tenant on several workers do not
+                # all try at the same instant.
+                retry_at = self._clock() + random.uniform(self._retry_s / 2, self._retry_s)
+                retry_at = min(retry_at, since + self._park_s)
+                while not self._closed and self._freed.get(tenant, 0) == 0:
+                    left = retry_at - self._clock()
+                    if left <= 0:
+                        return True
+                    self._cond.wait(left)
+                if self._closed:
+                    return False
+                self._freed[tenant] -= 1
+                return True
+            finally:
+                self._waiting[tenant] -= 1
+                if not self._waiting[tenant]:
+                    del self._waiting[tenant]
+                    self._freed.pop(tenant, None)
+
+    def freed(self, tenant: str) -> None:
+        """A task of `tenant` ended here (its seat, if it held one, is free): wake one
+        parked message of that tenant, if any."""
+        with self._cond:
+            waiting = self._waiting.get(tenant, 0)
+            if not waiting:
+                return
+            # More wake-ups than parked messages would only spin refused ones.
+            self._freed[tenant] = min(waiting, self._freed.get(tenant, 0) + 1)
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """The worker drains: every parked message stops waiting and goes back."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
