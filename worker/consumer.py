@@ -75,8 +75,15 @@ class Consumer:
         self._events = events
         self._inflight = inflight
         self._on_tick = list(on_tick)
+        self._seats = SeatWaits(
+            slots=settings.max_concurrent,
+            retry_s=settings.tenant_limit_backoff_ms / 1000,
+            park_s=settings.tenant_limit_park_ms / 1000,
+        )
         self.slots = Intake(
             settings.max_concurrent,
+            parked=lambda: self._seats.parked,
+            probe_s=settings.tenant_limit_backoff_ms / 1000,
             horizon_s=settings.prefetch_horizon_ms / 1000,
             ranks=self.tiers.ranks if self.tiers.multi else None,
             overtake_after_s=None
@@ -90,11 +97,6 @@ class Consumer:
         # must not queue the prefetch's preparations of other tenants' work behind it.
         # Twice that: parked messages (worker.seatwait) wait on up to one per slot.
         self._gates = ThreadPoolExecutor(2 * settings.max_concurrent, thread_name_prefix="gate")
-        self._seats = SeatWaits(
-            slots=settings.max_concurrent,
-            retry_s=settings.tenant_limit_backoff_ms / 1000,
-            park_s=settings.tenant_limit_park_ms / 1000,
-        )
         self._stopping = threading.Event()
         self._signals = 0
         self._signalled = threading.Event()
@@ -304,8 +306,9 @@ class Consumer:
                     logger.exception("preparing a prefetched message failed")
             if isinstance(ready, Prepared):
                 logger.info("message given back", extra=message_log(message))
-                self._handler.unprepare(ready)  # its lock, then the message, fresh
-                self._seats.freed(ready.envelope.tenant)
+                # Its lock, then the message, fresh. The seat is not handed to a message
+                # parked here: with no slot to start it either, that would only loop.
+                self._handler.unprepare(ready)
                 continue
             self._inflight.remove(entry)
             if isinstance(ready, str):

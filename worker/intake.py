@@ -29,7 +29,10 @@ not a slot: a message that arrives meanwhile (a watched tier's) takes the free s
 Locked, it takes a free slot or waits for the next like any buffered message; refused
 (its tenant at its limit), it is settled without ever holding one. Without the gate a
 flood of a limited tenant's work held every free slot with refusals (a lock transaction
-and a back-off each), and the other tenants' work waited behind them.
+and a back-off each), and the other tenants' work waited behind them. A refused message
+may be parked instead (worker.seatwait): it keeps its buffer place while it waits for
+a seat, but a slot idle only behind parked messages still receives once per probe
+interval, so other tenants' work arriving meanwhile is not left in the queue.
 """
 
 from __future__ import annotations
@@ -67,8 +70,15 @@ class Intake:
         clock: Callable[[], float] = time.monotonic,
         ranks: Mapping[str, int] | None = None,
         overtake_after_s: float | None = None,
+        parked: Callable[[], int] = lambda: 0,
+        probe_s: float = 0.0,
     ) -> None:
         self.size = size
+        # Gated messages parked for a seat (worker.seatwait): they keep their buffer
+        # places, but a slot idle only behind them receives once per `probe_s`.
+        self._parked = parked
+        self._probe_s = probe_s
+        self._probed = float("-inf")
         self._ranks = dict(ranks or {})  # priority tier → rank (0 highest)
         # Weighted and round-robin modes: a lower-tier message buffered this long goes
         # before the highest tier too (the starvation bound holds at the hand-over, not
@@ -127,6 +137,9 @@ class Intake:
             if not self._hungry():
                 return 0
             free = self.size - self._busy - len(self._buffer)
+            if free <= 0 and self._probing():
+                self._probed = self._clock()
+                free = self.size - self._busy - (len(self._buffer) - self._parked())
             return max(0, min(MAX_RECEIVE, free + self._prefetch()))
 
     def rooms(self, wanted: int, tiers: Sequence[str]) -> dict[str, int]:
@@ -144,8 +157,20 @@ class Intake:
     def _hungry(self) -> bool:
         if self.size - self._busy > len(self._buffer):
             return True  # a free slot would idle
+        if self._probing():
+            return True
         # Refill before the buffer runs dry, so a slot never waits for a receive.
         return len(self._buffer) < (self._prefetch() + 1) // 2
+
+    def _probing(self) -> bool:
+        """A free slot idles only behind parked messages, and the last look for other
+        work was a `probe_s` ago: look again. Never looking would leave other tenants'
+        messages (which SQS's fair queue would hand out first) unreceived for as long
+        as the parked ones wait; looking at every chance would send round the limited
+        tenant's flood that parking keeps from going round."""
+        if self.size - self._busy <= len(self._buffer) - self._parked():
+            return False
+        return self._clock() - self._probed >= self._probe_s
 
     def _prefetch(self) -> int:
         """Messages this worker expects to start within the horizon (recent rate)."""

@@ -13,12 +13,13 @@ held message) and without a slot, and its lock is tried again:
 - until `TENANT_LIMIT_PARK` has passed; then it goes back to its queue as before, so
   a parked message never keeps a task of another worker's from running for long.
 
-A parked message holds a thread of the gate pool and a place in `parked`, never a slot
-or the receiver's room: the receiver keeps receiving for free slots, and other
-tenants' work arriving meanwhile starts beside it. Each tenant may park half this
-worker's slots, all tenants together its slots; a message refused past that bound
-goes back at once, and one of a tenant that is parked full goes back without a lock
-transaction (the parked ones were refused within the back-off and are tried first).
+A parked message holds a thread of the gate pool and its place in the buffer, never a
+slot; a slot idle only behind parked messages still receives now and then
+(worker.intake), so other tenants' work arriving meanwhile starts beside it. Each
+tenant may park half this worker's slots, all tenants together its slots; a message
+refused past that bound goes back at once, and one of a tenant that is parked full goes
+back without a lock transaction (the parked ones were refused within the back-off and
+are tried first).
 """
 
 from __future__ import annotations
