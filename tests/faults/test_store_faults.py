@@ -51,6 +51,28 @@ def test_acquire_retried_after_it_was_applied_holds_its_own_lease(stack: Stack) 
     assert lease.attempt == 1
 
 
+def test_acquire_retried_after_its_own_lease_lapsed_takes_no_second_attempt(
+    stack: Stack,
+) -> None:
+    """botocore's retry of an applied lock may arrive after the lease that lock wrote has
+    run out (a 1 ms lease makes every retry late). It must not meet the lock's condition
+    (PROCESSING with a lapsed lease) and take the task again, counting an attempt that
+    never ran: it carries the first try's `:now`, before that lease's end, so it is
+    refused and recognised as ours by its token."""
+    envelope = _envelope()
+    faulty, clean = _stores(
+        stack,
+        rule("dynamodb:UpdateItem", Kind.APPLIED_THEN_FAILED, limit=1, match=envelope.request_id),
+    )
+    clean.create(envelope)
+    lease = faulty.acquire(envelope, worker_id="w1", lease_seconds=0.001, max_attempts=3)
+    record = clean.require(envelope.tenant, envelope.request_id)
+    assert (record.attempt, record.lease_token, lease.attempt) == (1, lease.token, 1)
+    # Another worker's takeover of the lapsed lease is still a new attempt.
+    other = clean.acquire(envelope, worker_id="w2", lease_seconds=30, max_attempts=3)
+    assert other.attempt == 2
+
+
 @pytest.mark.parametrize("kind", [Kind.TRANSACTION_CONFLICT, Kind.APPLIED_THEN_FAILED])
 def test_finalize_keeps_a_finished_outcome_through_conflicts_and_retries(
     stack: Stack, kind: Kind
