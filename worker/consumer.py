@@ -34,7 +34,7 @@ from worker.handler import MessageHandler, Prepared
 from worker.heartbeat import Heartbeat
 from worker.inflight import InFlight, InFlightRegistry
 from worker.intake import BUFFER_AGE_FIRST_S, Held, Intake
-from worker.seatwait import SeatWaits
+from worker.limited import LimitedTenants
 from worker.tiers import TierReceiver
 
 logger = logging.getLogger(__name__)
@@ -75,15 +75,10 @@ class Consumer:
         self._events = events
         self._inflight = inflight
         self._on_tick = list(on_tick)
-        self._seats = SeatWaits(
-            slots=settings.max_concurrent,
-            retry_s=settings.tenant_limit_backoff_ms / 1000,
-            park_s=settings.tenant_limit_park_ms / 1000,
-        )
+        self._limited = LimitedTenants(settings, batcher)
         self.slots = Intake(
             settings.max_concurrent,
-            parked=lambda: self._seats.parked,
-            probe_s=settings.tenant_limit_backoff_ms / 1000,
+            parked=lambda: self._limited.seats.parked,
             horizon_s=settings.prefetch_horizon_ms / 1000,
             ranks=self.tiers.ranks if self.tiers.multi else None,
             overtake_after_s=None
@@ -93,10 +88,6 @@ class Consumer:
         # A slot frees at its child's exit while its thread settles: room for both.
         self._pool = ThreadPoolExecutor(2 * settings.max_concurrent + 1, thread_name_prefix="slot")
         self._preparer = ThreadPoolExecutor(2, thread_name_prefix="prepare")
-        # Gated locks (a limited tenant's) apart, one per slot: a flood of them refused
-        # must not queue the prefetch's preparations of other tenants' work behind it.
-        # Twice that: parked messages (worker.seatwait) wait on up to one per slot.
-        self._gates = ThreadPoolExecutor(2 * settings.max_concurrent, thread_name_prefix="gate")
         self._stopping = threading.Event()
         self._signals = 0
         self._signalled = threading.Event()
@@ -158,7 +149,7 @@ class Consumer:
 
     def drain(self) -> ExitCode:
         self._stopping.set()
-        self._seats.close()  # parked messages go back with the rest of the buffer
+        self._limited.close()  # parked messages go back with the rest of the buffer
         deadline = time.monotonic() + self._settings.drain_timeout_ms / 1000
         self._give_back(self.slots.drop_buffered(), deadline=deadline)
         # Let the receiver leave its long poll (whatever it brings back is released), so
@@ -178,7 +169,7 @@ class Consumer:
             self.slots.wait_idle(self._settings.kill_grace_ms / 1000 + 30)
         self._pool.shutdown(wait=True)
         self._preparer.shutdown(wait=True)
-        self._gates.shutdown(wait=True)
+        self._limited.shutdown()
         self._heartbeat.stop()
         self._events.close()
         self._batcher.close()
@@ -191,7 +182,11 @@ class Consumer:
                 wanted = self.slots.wait_wanted(timeout_s=0.5)
                 if wanted <= 0 or self._stopping.is_set():
                     continue
-                pick, messages = self.tiers.receive(self.slots.rooms(wanted, self.tiers.tiers))
+                rooms = self._limited.cooling.open(self.slots.rooms(wanted, self.tiers.tiers))
+                if not any(rooms.values()):
+                    self._limited.cooling.wait(timeout_s=0.5)
+                    continue
+                pick, messages = self.tiers.receive(rooms)
                 if pick is None:
                     continue
                 try:
@@ -199,8 +194,11 @@ class Consumer:
                         self._batcher.routes.note(
                             message["ReceiptHandle"], self.tiers.urls[pick.tier]
                         )
-                    for message in messages:
-                        self._accept(message, pick.tier, starving=pick.overdue)
+                    sent_back = [
+                        self._accept(m, pick.tier, starving=pick.overdue) for m in messages
+                    ]
+                    if messages and all(sent_back):
+                        self._limited.cool(pick.tier)
                 finally:
                     if pick.overdue:
                         self.tiers.turn_taken()
@@ -218,22 +216,27 @@ class Consumer:
                     # Another tier's starvation turn: its message must reach a slot first.
                     self._stopping.wait(WATCH_PAUSE_S)
                     continue
+                if not self._limited.cooling.open({tier: asked})[tier]:
+                    self._limited.cooling.wait(timeout_s=0.5)
+                    continue
                 messages = self.tiers.watch(tier, asked)
                 for message in messages:
                     self._batcher.routes.note(message["ReceiptHandle"], self.tiers.urls[tier])
-                for message in messages:
-                    self._accept(message, tier)
+                if messages and all([self._accept(message, tier) for message in messages]):
+                    self._limited.cool(tier)
             except Exception:
                 logger.exception("receive failed; retrying", extra={"tier": tier})
                 self._stopping.wait(RECEIVE_ERROR_BACKOFF_S)
 
-    def _accept(self, message: dict[str, Any], tier: str, *, starving: bool = False) -> None:
+    def _accept(self, message: dict[str, Any], tier: str, *, starving: bool = False) -> bool:
+        """Place a received message; True if it went straight back (its tenant parked
+        full here), which the receive loop counts to cool its tier (worker.cooling)."""
         # Which message, its receive count and, for a copy, the message it replaced: what
         # the chaos verdict reads to tell a fresh copy from a receive spent in place.
         logger.info("message received", extra=message_log(message))
         if self._stopping.is_set():
             self._gave_back(message)
-            return
+            return False
         with self._verdict_lock:
             self.received += 1
         destination = self.tiers.destination(message, tier)
@@ -245,23 +248,30 @@ class Consumer:
             except Exception:
                 logger.exception("forwarding to its tier failed; running it here")
             else:
-                return
+                return False
         entry = InFlight(message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"],
                          message=message, tier=tier, starving=starving)  # fmt: skip
         if self._inflight.add(entry) is not None:
             # Our own message, back after a lapse: the running slot now uses this handle.
             self._count("held_here")
-            return
-        if not starving and self._handler.gated(message):
+            return False
+        tenant = None if starving else self._handler.limited_tenant(message)
+        if tenant is not None and self._limited.parked_full(tenant):
+            # At its limit, its parked messages here first in line for the next seat.
+            self._inflight.remove(entry)
+            self._limited.send_back(message, tenant)
+            self._count("tenant_limit")
+            return True
+        if tenant is not None:
             # Its tenant has a limit: the lock (and seat) first, a slot only if it holds.
             # Not on its tier's starvation turn: that message takes the next slot as is.
-            lock = self._gates.submit(self._handler.prepare, message, entry, self._seats)
-            held = (message, entry, lock)
+            held = (message, entry, self._limited.lock(self._handler.prepare, message, entry))
             self.slots.gate(held)
             held[2].add_done_callback(lambda _: self._gate_decided(held))
-            return
+            return False
         if self.slots.offer((message, entry, None), prepare=self._prepare_ahead):
             self._pool.submit(self._slot, message, entry, None)
+        return False
 
     def _gate_decided(self, held: Held) -> None:
         """A gated message's lock is decided: start it, leave it buffered, or settle
@@ -370,7 +380,7 @@ class Consumer:
             free_slot()
             if slotted and entry.envelope is not None:
                 # Settled: a seat it held is free, for a parked message of its tenant.
-                self._seats.freed(entry.envelope.tenant)
+                self._limited.task_ended(entry.envelope.tenant)
         self._count(verdict)
         logger.info(
             "message settled",

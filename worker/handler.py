@@ -122,9 +122,10 @@ class MessageHandler:
             if not entry.awaiting_delete:
                 self._inflight.remove(entry)
 
-    def gated(self, message: Mapping[str, Any]) -> bool:
-        """Lock before taking a slot: its tenant has a concurrency limit (worker.intake)."""
-        return self._preparer.gated(message)
+    def limited_tenant(self, message: Mapping[str, Any]) -> str | None:
+        """Its tenant, if that has a concurrency limit: it is locked before it takes a
+        slot (worker.intake)."""
+        return self._preparer.limited_tenant(message)
 
     def prepare(
         self, message: Mapping[str, Any], entry: InFlight, seats: SeatWaits | None = None

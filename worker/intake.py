@@ -30,9 +30,8 @@ Locked, it takes a free slot or waits for the next like any buffered message; re
 (its tenant at its limit), it is settled without ever holding one. Without the gate a
 flood of a limited tenant's work held every free slot with refusals (a lock transaction
 and a back-off each), and the other tenants' work waited behind them. A refused message
-may be parked instead (worker.seatwait): it keeps its buffer place while it waits for
-a seat, but a slot idle only behind parked messages still receives once per probe
-interval, so other tenants' work arriving meanwhile is not left in the queue.
+may be parked instead (worker.seatwait): it stays in the buffer while it waits for a
+seat, but holds no room of the receiver's, so other tenants' work is still received.
 """
 
 from __future__ import annotations
@@ -71,14 +70,11 @@ class Intake:
         ranks: Mapping[str, int] | None = None,
         overtake_after_s: float | None = None,
         parked: Callable[[], int] = lambda: 0,
-        probe_s: float = 0.0,
     ) -> None:
         self.size = size
-        # Gated messages parked for a seat (worker.seatwait): they keep their buffer
-        # places, but a slot idle only behind them receives once per `probe_s`.
+        # Gated messages parked for a seat (worker.seatwait): buffered, but they hold no
+        # room of the receiver's (worker.cooling keeps it from fetching more of them).
         self._parked = parked
-        self._probe_s = probe_s
-        self._probed = float("-inf")
         self._ranks = dict(ranks or {})  # priority tier → rank (0 highest)
         # Weighted and round-robin modes: a lower-tier message buffered this long goes
         # before the highest tier too (the starvation bound holds at the hand-over, not
@@ -136,10 +132,7 @@ class Intake:
             self._cond.wait_for(self._hungry, timeout=timeout_s)
             if not self._hungry():
                 return 0
-            free = self.size - self._busy - len(self._buffer)
-            if free <= 0 and self._probing():
-                self._probed = self._clock()
-                free = self.size - self._busy - (len(self._buffer) - self._parked())
+            free = self.size - self._busy - self._holding()
             return max(0, min(MAX_RECEIVE, free + self._prefetch()))
 
     def rooms(self, wanted: int, tiers: Sequence[str]) -> dict[str, int]:
@@ -147,7 +140,7 @@ class Intake:
         less one place per rank (those places stay for the tiers above) but never less
         than one place, so every tier keeps the prefetch's benefit."""
         with self._cond:
-            idle = max(0, self.size - self._busy - len(self._buffer))
+            idle = max(0, self.size - self._busy - self._holding())
             prefetch = max(0, wanted - idle)
             return {
                 tier: min(wanted, idle + max(min(prefetch, 1), prefetch - self._ranks.get(tier, 0)))
@@ -155,22 +148,17 @@ class Intake:
             }
 
     def _hungry(self) -> bool:
-        if self.size - self._busy > len(self._buffer):
+        if self.size - self._busy > self._holding():
             return True  # a free slot would idle
-        if self._probing():
-            return True
         # Refill before the buffer runs dry, so a slot never waits for a receive.
-        return len(self._buffer) < (self._prefetch() + 1) // 2
+        return self._holding() < (self._prefetch() + 1) // 2
 
-    def _probing(self) -> bool:
-        """A free slot idles only behind parked messages, and the last look for other
-        work was a `probe_s` ago: look again. Never looking would leave other tenants'
-        messages (which SQS's fair queue would hand out first) unreceived for as long
-        as the parked ones wait; looking at every chance would send round the limited
-        tenant's flood that parking keeps from going round."""
-        if self.size - self._busy <= len(self._buffer) - self._parked():
-            return False
-        return self._clock() - self._probed >= self._probe_s
+    def _holding(self) -> int:
+        """Buffered messages that hold the receiver's room: all but the parked ones.
+        A parked message may wait for a seat for seconds; holding room meanwhile would
+        leave other tenants' messages in the queue (where SQS's fair queue would hand
+        them out first) for as long."""
+        return max(0, len(self._buffer) - self._parked())
 
     def _prefetch(self) -> int:
         """Messages this worker expects to start within the horizon (recent rate)."""

@@ -69,16 +69,16 @@ class Preparer:
             store.tenant_limits(), default=settings.tenant_concurrency_limit
         )
 
-    def gated(self, message: Mapping[str, Any]) -> bool:
-        """Whether the message's tenant (its `tenant` attribute, as every agentq producer
-        sets it) has a concurrency limit, as last read: its lock is then taken before
-        it takes a slot (worker.intake). A guess that costs no request; a wrong one only
-        moves where the lock is taken."""
+    def limited_tenant(self, message: Mapping[str, Any]) -> str | None:
+        """The message's tenant (its `tenant` attribute, as every agentq producer sets
+        it) if that tenant has a concurrency limit, as last read: its lock is then taken
+        before it takes a slot (worker.intake). A guess that costs no request; a wrong
+        one only moves where the lock is taken."""
         attribute = (message.get("MessageAttributes") or {}).get("tenant")
         tenant = attribute.get("StringValue") if isinstance(attribute, Mapping) else None
         if not isinstance(tenant, str):
             tenant = self._settings.tenant_id
-        return self._limits.last_known(tenant) > 0
+        return tenant if self._limits.last_known(tenant) > 0 else None
 
     def prepare(
         self, message: Mapping[str, Any], entry: InFlight, seats: SeatWaits | None = None

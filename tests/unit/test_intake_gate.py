@@ -108,24 +108,19 @@ def test_a_locked_gate_beyond_the_prefetch_is_handed_back_not_kept() -> None:
     assert intake.release() is None
 
 
-def test_a_slot_idle_behind_parked_messages_looks_for_other_work_once_per_probe() -> None:
-    clock = Clock()
+def test_parked_messages_hold_no_room_of_the_receivers() -> None:
     parked = [0]
-    intake = Intake(2, horizon_s=0, clock=clock, parked=lambda: parked[0], probe_s=2.0)
+    intake = Intake(3, horizon_s=0, parked=lambda: parked[0])
     first, second = held(1), held(2)
     intake.gate(first)
     intake.gate(second)
-    assert intake.wait_wanted(0) == 0, "pending locks hold their places"
-    parked[0] = 2  # both refused a seat and parked: both slots idle behind them
-    assert intake.wait_wanted(0) == 2, "a look for other tenants' work"
-    assert intake.wait_wanted(0) == 0, "not again within the probe interval"
-    clock.now += 1.9
-    assert intake.wait_wanted(0) == 0
-    clock.now += 0.1
-    assert intake.wait_wanted(0) == 2
-    clock.now += 5
-    parked[0] = 1  # one took a seat and is pending its slot: one slot idles
-    assert intake.wait_wanted(0) == 1
+    assert intake.wait_wanted(0) == 1, "pending locks hold their places"
+    assert intake.rooms(1, ["only"]) == {"only": 1}
+    parked[0] = 2  # both refused a seat and parked
+    assert intake.wait_wanted(0) == 3, "every slot is open to other work"
+    assert intake.rooms(3, ["only"]) == {"only": 3}
     assert intake.offer(held(3)), "an arriving message takes a free slot"
-    clock.now += 5
-    assert intake.wait_wanted(0) == 0, "the other slot waits for the pending lock"
+    parked[0] = 1  # one took a seat: pending its slot, it holds a place again
+    assert intake.wait_wanted(0) == 1
+    assert intake.settle_gate(first, runnable=True) == "start"
+    assert (intake.busy, intake.buffered) == (2, 1)

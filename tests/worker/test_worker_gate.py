@@ -55,6 +55,42 @@ def test_a_limited_tenants_message_is_gated_unless_received_on_a_starvation_turn
         assert paths == (["gate"] if gated else ["offer"])
     finally:
         lock.set_result("duplicate")
-        consumer._gates.shutdown(wait=True)
+        consumer._limited.shutdown()
+        consumer._batcher.close()
+        consumer._events.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_message_of_a_tenant_parked_full_goes_straight_back_unlocked(
+    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its tenant's parked messages here take the next seat first: this one goes back to
+    the queue as a delayed fresh copy, without a lock, a slot or a buffer place, and
+    `_accept` says so (a receive of nothing else cools its tier)."""
+    monkeypatch.setenv("WARM_CHILDREN", "false")
+    monkeypatch.setenv("SQS_BATCH_WINDOW", "0")
+    monkeypatch.setenv("TENANT_CONCURRENCY_LIMIT", "2")
+    consumer = build(Settings.from_env()).consumer
+    locks: list[Any] = []
+    monkeypatch.setattr(consumer._limited.seats, "full", lambda tenant: True)
+    monkeypatch.setattr(consumer._limited, "lock", lambda *args: locks.append(args))
+    inproc_stack.sqs.send_message(QueueUrl=inproc_stack.resources.queue_url, MessageBody="{}")
+    [message] = receive_all(inproc_stack, 1)
+    try:
+        assert consumer._accept(message, Settings.from_env().default_priority) is True
+        assert locks == [] and consumer.slots.buffered == 0 and consumer.slots.busy == 0
+        assert consumer.verdicts == {"tenant_limit": 1}
+        assert len(consumer._inflight) == 0
+        assert consumer._batcher.flush()
+        attributes = inproc_stack.sqs.get_queue_attributes(
+            QueueUrl=inproc_stack.resources.queue_url,
+            AttributeNames=["ApproximateNumberOfMessagesDelayed",
+                            "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]  # fmt: skip
+        # The received message deleted, a fresh copy waiting out the back-off.
+        assert attributes == {"ApproximateNumberOfMessagesDelayed": "1",
+                              "ApproximateNumberOfMessagesNotVisible": "0"}  # fmt: skip
+    finally:
+        consumer._limited.shutdown()
         consumer._batcher.close()
         consumer._events.close()

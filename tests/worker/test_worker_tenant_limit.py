@@ -102,11 +102,13 @@ def test_a_tenant_over_its_limit_waits_and_other_tenants_run_meanwhile(
         assert stats is not None
         for verdict, count in stats["verdicts"].items():
             verdicts[verdict] = verdicts.get(verdict, 0) + count
-    assert verdicts.get("tenant_limit", 0) >= 1, verdicts
     assert verdicts.get("completed") == 10, verdicts
     assert _live_seats(stack, "crowd") == [] and _live_seats(stack, "calm") == []
-    logged = first.output() + second.output()
-    assert "tenant at its concurrency limit" in logged
+    # Four of the crowd's six had to wait, each parked or refused (sent back) at least once.
+    parked = sum(
+        w.output().count("tenant at its concurrency limit; parked") for w in (first, second)
+    )
+    assert parked + verdicts.get("tenant_limit", 0) >= 4, (parked, verdicts)
 
 
 def test_a_killed_workers_seats_come_free_within_a_lease(stack: Stack, tmp_path: Path) -> None:
@@ -152,9 +154,16 @@ def test_a_limited_tenants_refusals_never_hold_a_slot(stack: Stack, tmp_path: Pa
         wait_for(lambda: _all_completed(stack, [seated, *waiting, *calm]), timeout=120,
                  message="every task completed")  # fmt: skip
         worker.stop()
-    settled = [r for r in worker.log_records() if r.get("message") == "message settled"]
+    records = worker.log_records()
+    settled = [r for r in records if r.get("message") == "message settled"]
     refused = [r for r in settled if r.get("verdict") == "tenant_limit"]
-    assert len(refused) >= 3, settled
+    # Refused by a lock, or sent straight back while the crowd's share was parked.
+    sent_back = [
+        r
+        for r in records
+        if r.get("message") == "tenant at its concurrency limit; sent back (parked full here)"
+    ]
+    assert len(refused) + len(sent_back) >= 3, settled
     assert [r for r in refused if r.get("slot") is not False] == [], "a refusal held a slot"
     assert all(r.get("slot") is True for r in settled if r.get("verdict") == "completed")
     runs = {r["requestId"]: r for r in _runs(side_log, [seated, *waiting, *calm])}

@@ -1,0 +1,56 @@
+"""Tiers the receiver leaves alone after a receive that was all sent back (worker.cooling)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from worker.cooling import TierCooling
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_cooling_tier_has_no_room_until_its_time_is_up() -> None:
+    clock = Clock()
+    cooling = TierCooling(clock=clock)
+    cooling.cool("low", 2.0)
+    assert cooling.open({"high": 3, "low": 3}) == {"high": 3, "low": 0}
+    clock.now += 1.9
+    assert cooling.open({"low": 3}) == {"low": 0}
+    clock.now += 0.1
+    assert cooling.open({"low": 3}) == {"low": 3}
+
+
+def test_a_task_ending_here_warms_every_tier() -> None:
+    cooling = TierCooling(clock=Clock())
+    cooling.cool("low", 60.0)
+    cooling.cool("normal", 60.0)
+    cooling.warm()
+    assert cooling.open({"low": 2, "normal": 1}) == {"low": 2, "normal": 1}
+
+
+def test_wait_ends_at_a_warm_not_at_its_timeout() -> None:
+    cooling = TierCooling()
+    cooling.cool("low", 600.0)
+    threading.Timer(0.2, cooling.warm).start()
+    began = time.monotonic()
+    cooling.wait(timeout_s=60.0)
+    assert time.monotonic() - began < 60.0
+    assert cooling.open({"low": 1}) == {"low": 1}
+
+
+def test_wait_returns_at_once_with_nothing_cooling() -> None:
+    cooling = TierCooling()
+    began = time.monotonic()
+    cooling.wait(timeout_s=60.0)
+    assert time.monotonic() - began < 60.0
