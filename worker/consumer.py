@@ -186,7 +186,9 @@ class Consumer:
                 if not any(rooms.values()):
                     self._limited.cooling.wait(timeout_s=0.5)
                     continue
-                pick, messages = self.tiers.receive(rooms)
+                pick, messages = self.tiers.receive(
+                    rooms, max_wait_s=self._limited.cooling.remaining_s()
+                )
                 if pick is None:
                     continue
                 try:

@@ -13,6 +13,7 @@ tenants' messages reach the slots as soon as a receive meets them.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -41,6 +42,15 @@ class TierCooling:
             now = self._clock()
             return {tier: 0 if self._until.get(tier, now) > now else room
                     for tier, room in rooms.items()}  # fmt: skip
+
+    def remaining_s(self) -> int | None:
+        """Whole seconds (rounded up) until the first cooling tier opens; None if none
+        cools. It caps the receiver's long poll of another tier meanwhile: 20 s spent
+        polling a watched tier would leave the cooled one closed long after its time."""
+        with self._cond:
+            now = self._clock()
+            ends = [until - now for until in self._until.values() if until > now]
+            return math.ceil(min(ends)) if ends else None
 
     def wait(self, timeout_s: float) -> None:
         """Until the first tier stops cooling, a `warm`, or `timeout_s`."""

@@ -93,8 +93,11 @@ class TierReceiver:
         """The tiers with a long poll of their own (highest first)."""
         return tuple(t for t in self.tiers if t in self.scheduler.watched)
 
-    def receive(self, rooms: Mapping[str, int]) -> tuple[Pick | None, list[dict[str, Any]]]:
+    def receive(
+        self, rooms: Mapping[str, int], *, max_wait_s: int | None = None
+    ) -> tuple[Pick | None, list[dict[str, Any]]]:
         """One receive from the tier the scheduler picks; (None, []) if none has room.
+        `max_wait_s` caps its long poll (a tier closed for a while opens again then).
 
         After a pick that is a starvation turn (`Pick.overdue`) the watchers wait until
         the caller has placed what it brought and called `turn_taken`."""
@@ -106,7 +109,8 @@ class TierReceiver:
         if pick is None:
             return None, []
         try:
-            messages = self._receive(pick.tier, rooms[pick.tier], pick.wait_s)
+            wait_s = pick.wait_s if max_wait_s is None else min(pick.wait_s, max_wait_s)
+            messages = self._receive(pick.tier, rooms[pick.tier], wait_s)
         except Exception:
             self.turn_taken()
             raise

@@ -54,3 +54,16 @@ def test_wait_returns_at_once_with_nothing_cooling() -> None:
     began = time.monotonic()
     cooling.wait(timeout_s=60.0)
     assert time.monotonic() - began < 60.0
+
+
+def test_remaining_rounds_up_to_the_first_tier_to_open() -> None:
+    clock = Clock()
+    cooling = TierCooling(clock=clock)
+    assert cooling.remaining_s() is None
+    cooling.cool("low", 1.2)
+    cooling.cool("normal", 5.0)
+    assert cooling.remaining_s() == 2
+    clock.now += 1.2
+    assert cooling.remaining_s() == 4  # low is open again: normal's 3.8 s
+    clock.now += 3.8
+    assert cooling.remaining_s() is None
