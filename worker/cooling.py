@@ -48,14 +48,17 @@ class TierCooling:
         cools. It caps the receiver's long poll of another tier meanwhile: 20 s spent
         polling a watched tier would leave the cooled one closed long after its time."""
         with self._cond:
-            now = self._clock()
-            ends = [until - now for until in self._until.values() if until > now]
+            ends = self._ends()
             return math.ceil(min(ends)) if ends else None
 
     def wait(self, timeout_s: float) -> None:
         """Until the first tier stops cooling, a `warm`, or `timeout_s`."""
         with self._cond:
-            now = self._clock()
-            ends = [until - now for until in self._until.values() if until > now]
+            ends = self._ends()
             if ends:
                 self._cond.wait(min(timeout_s, *ends))
+
+    def _ends(self) -> list[float]:
+        """Seconds until each cooling tier opens (the caller holds the lock)."""
+        now = self._clock()
+        return [until - now for until in self._until.values() if until > now]

@@ -18,7 +18,7 @@ from typing import Any
 
 from agentq.config import Settings
 from agentq.definitions import DefinitionRegistry, TaskDefinition
-from agentq.envelope import TaskEnvelope, parse_message
+from agentq.envelope import TENANT_PATTERN, TaskEnvelope, parse_message
 from agentq.errors import InvalidInput, LeaseLost, LockNotAcquired, NotFound, TenantAtLimit
 from agentq.events import now_ms
 from agentq.states import TaskState
@@ -76,7 +76,9 @@ class Preparer:
         one only moves where the lock is taken."""
         attribute = (message.get("MessageAttributes") or {}).get("tenant")
         tenant = attribute.get("StringValue") if isinstance(attribute, Mapping) else None
-        if not isinstance(tenant, str):
+        # A sender's attribute: only a well-formed tenant name is used (it reaches a log
+        # line when the message is sent straight back); anything else counts as none.
+        if not isinstance(tenant, str) or not TENANT_PATTERN.fullmatch(tenant):
             tenant = self._settings.tenant_id
         return tenant if self._limits.last_known(tenant) > 0 else None
 

@@ -8,7 +8,6 @@ did not leave, that it took the seat the moment one freed, and what a drain does
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -122,10 +121,8 @@ def test_a_drain_sends_parked_messages_back_at_once(stack: Stack) -> None:
     seats = SeatWaits(slots=4, retry_s=NEVER, park_s=NEVER)
     with ThreadPoolExecutor(1) as pool:
         preparation = _parked(stack, parts, pool, seats)[2]
-        closed_at = time.monotonic()
         threading.Thread(target=seats.close).start()
+        # Its back-off and park time are 600 s: only the close can end it within 30 s.
         assert preparation.result(timeout=30) == "tenant_limit"
-        # Not after its back-off or its park time: at the close.
-        assert time.monotonic() - closed_at < NEVER
     assert parts.batcher.flush()
     assert _queue(stack) == (2, 1)  # the parked one is a delayed fresh copy now

@@ -94,3 +94,27 @@ def test_a_message_of_a_tenant_parked_full_goes_straight_back_unlocked(
         consumer._limited.shutdown()
         consumer._batcher.close()
         consumer._events.close()
+
+
+@pytest.mark.timeout(60)
+def test_only_a_well_formed_tenant_attribute_names_the_limited_tenant(
+    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sender's `tenant` attribute may reach a log line (a message sent straight back):
+    one that is not a tenant name counts as none, the worker's default tenant."""
+    monkeypatch.setenv("WARM_CHILDREN", "false")
+    monkeypatch.setenv("TENANT_CONCURRENCY_LIMIT", "2")
+    settings = Settings.from_env()
+    consumer = build(settings).consumer
+
+    def named(value: str) -> dict[str, Any]:
+        return {"MessageAttributes": {"tenant": {"DataType": "String", "StringValue": value}}}
+
+    try:
+        assert consumer._handler.limited_tenant(named("acme")) == "acme"
+        for hostile in ("a b", "x" * 129, "\x1b[31mred", "tenant\nforged: line"):
+            assert consumer._handler.limited_tenant(named(hostile)) == settings.tenant_id
+    finally:
+        consumer._limited.shutdown()
+        consumer._batcher.close()
+        consumer._events.close()
