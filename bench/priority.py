@@ -12,6 +12,11 @@ task, with the scheduler's `GetQueueAttributes` and receives counted apart.
     python -m bench.priority                  # the issue's sizes, every run
     python -m bench.priority --low 60 --high 10 --normal 20 --runs weighted idle
 
+The starving runs (`--runs starving-strict starving-weighted`) send more `high` work than
+the fleet runs, for 45 s, and a few `low` tasks meanwhile: how long a low task waits in
+`strict` mode (until the high tier drains) against `weighted` (its tier's turn comes
+within the starvation bound).
+
 Also B's and C's waits with a tenant limit (`TENANT_CONCURRENCY_LIMIT`) and on an idle
 system (no flood), the reference of the tenant target. The figures go to
 bench/results/priority.json.
@@ -29,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, Final
@@ -79,31 +85,66 @@ class Planned:
     delay_s: float  # when it is sent, after the flood
 
 
-def plan(sizes: Sizes, side_log: Path) -> tuple[list[Planned], float]:
-    """The flood, then B's and C's tasks spread over the flood's expected drain time."""
-    rng = random.Random(sizes.seed)
-    longest = 0.0
+class _Planner:
+    """Tasks of 0.2-1 s (the side log records their starts), from one seeded generator."""
 
-    def task(tier: str, tenant: str, delay: float) -> Planned:
-        nonlocal longest
-        seconds = round(rng.uniform(0.2, 1.0), 3)
-        longest = max(longest, seconds)
+    def __init__(self, seed: int, side_log: Path) -> None:
+        self.rng = random.Random(seed)
+        self.side_log = side_log
+        self.longest = 0.0
+
+    def task(self, tier: str, tenant: str, delay: float) -> Planned:
+        seconds = round(self.rng.uniform(0.2, 1.0), 3)
+        self.longest = max(self.longest, seconds)
         envelope = TaskEnvelope(
-            request_id=f"{tier}-{rng.getrandbits(48):012x}", tenant=tenant,
-            definition="bench-work", input={"seconds": seconds, "side_log": str(side_log)},
+            request_id=f"{tier}-{self.rng.getrandbits(48):012x}", tenant=tenant,
+            definition="bench-work", input={"seconds": seconds, "side_log": str(self.side_log)},
             priority=tier,
         )  # fmt: skip
         return Planned(envelope, tier, delay)
 
-    flood = [task("low", "tenant-a", 0.0) for _ in range(sizes.low)]
+
+def plan(sizes: Sizes, side_log: Path) -> tuple[list[Planned], float]:
+    """The flood, then B's and C's tasks spread over the flood's expected drain time."""
+    planner = _Planner(sizes.seed, side_log)
+    flood = [planner.task("low", "tenant-a", 0.0) for _ in range(sizes.low)]
     drain_s = sizes.low * 0.6 / (WORKERS * SLOTS)
     others = [("high", "tenant-b")] * sizes.high + [("normal", "tenant-c")] * sizes.normal
-    rng.shuffle(others)
+    planner.rng.shuffle(others)
     arriving = [
-        task(tier, tenant, 1.0 + 0.8 * drain_s * n / max(1, len(others)))
+        planner.task(tier, tenant, 1.0 + 0.8 * drain_s * n / max(1, len(others)))
         for n, (tier, tenant) in enumerate(others)
     ]
-    return flood + arriving, longest
+    return flood + arriving, planner.longest
+
+
+@dataclass(frozen=True)
+class Starving:
+    """More urgent work than the fleet can run, and a few low tasks meanwhile.
+
+    `high_rate` high tasks a second (B) for `high_s` seconds: the fleet starts about 13 a
+    second, so the high tier is never empty while they arrive and for a while after. `low`
+    tasks (A) arrive evenly over the same time. In `strict` mode each low task waits until
+    the high tier drains; `weighted` mode gives their tier a turn within the bound."""
+
+    high_rate: float = 18.0
+    high_s: float = 45.0
+    low: int = 9
+    seed: int = 11
+
+    @classmethod
+    def quick(cls) -> Starving:
+        return cls(high_rate=18.0, high_s=12.0, low=4)
+
+
+def plan_starving(sizes: Starving, side_log: Path) -> tuple[list[Planned], float]:
+    planner = _Planner(sizes.seed, side_log)
+    count = round(sizes.high_rate * sizes.high_s)
+    urgent = [planner.task("high", "tenant-b", 0.5 + n / sizes.high_rate) for n in range(count)]
+    # Spread over the stream, never at its first moment: each is sent while high work waits.
+    low = [planner.task("low", "tenant-a", sizes.high_s * (n + 0.5) / sizes.low)
+           for n in range(sizes.low)]  # fmt: skip
+    return sorted([*urgent, *low], key=lambda p: p.delay_s), planner.longest
 
 
 def _send(stage: Stage, url: str, batch: Sequence[Planned]) -> None:
@@ -119,16 +160,18 @@ def run_mode(
     server: MotoServer, mode: str, sizes: Sizes, work_dir: Path, *, label: str | None = None,
     flood: bool = True, extra_env: Mapping[str, str] | None = None,
     tenant_limits: Mapping[str, int] | None = None,
+    planner: Callable[[Path], tuple[list[Planned], float]] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """One run: `mode` is a scheduler mode or "baseline" (one shared queue); without the
     flood only B's and C's tasks arrive (the idle-system reference). `tenant_limits`:
-    per-tenant overrides, stored as `agentq tenants limit` stores them."""
+    per-tenant overrides, stored as `agentq tenants limit` stores them. `planner`: the
+    run's tasks instead of `plan(sizes)` (the starving runs)."""
     stage = new_stage(server, prefix="p")
     limits = TenantLimitStore(stage.clients["dynamodb"], stage.resources.table_name)
     for tenant, limit in (tenant_limits or {}).items():
         limits.set(tenant, limit)
     side_log = work_dir / f"priority-{label or mode}-{time.time_ns()}.jsonl"
-    tasks, longest = plan(sizes, side_log)
+    tasks, longest = planner(side_log) if planner else plan(sizes, side_log)
     if not flood:
         tasks = [p for p in tasks if p.delay_s > 0]
     tiers = stage.resources.tier_queues
@@ -208,7 +251,7 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 # Most telling first: a run cut short by a slow machine still has the baseline, the
 # target's mode and its references (the figures are written after every run).
 RUNS: Final = ("baseline", "weighted", "idle", "weighted+limit", "weighted+limit-a", "strict",
-               "round-robin")  # fmt: skip
+               "round-robin", "starving-strict", "starving-weighted")  # fmt: skip
 # A tenant's share of the fleet's 8 slots: A's flood may hold half, B and C the rest.
 TENANT_LIMIT: Final = 4
 
@@ -234,6 +277,13 @@ def run(
             # operator does about one noisy tenant (`agentq tenants limit tenant-a 4`).
             results[name] = run_mode(server, "weighted", sizes, work_dir, label="limit-a",
                                      tenant_limits={"tenant-a": tenant_limit})  # fmt: skip
+        elif name.startswith("starving-"):
+            # Per task, the bound holds only where the low tier's arrivals fit its turns:
+            # shown under more urgent work than the fleet runs, against strict mode.
+            starving = Starving.quick() if quick else Starving()
+            mode = name.removeprefix("starving-")
+            results[name] = run_mode(server, mode, sizes, work_dir, label=name,
+                                     planner=partial(plan_starving, starving))  # fmt: skip
         elif name == "idle":
             results[name] = run_mode(server, "weighted", sizes, work_dir, label="idle",
                                      flood=False)  # fmt: skip

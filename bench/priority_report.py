@@ -72,6 +72,14 @@ def checks(d: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
         versus = f" (strict {strict['low']['max']:.1f} s)" if strict else ""
         out.append((f"weighted: no low task waits > the bound ({bound:.0f} s)",
                     f"{low:.1f} s{versus}", low <= bound))  # fmt: skip
+    starved, guarded = runs.get("starving-strict"), runs.get("starving-weighted")
+    if guarded:
+        # A task received on its tier's turn still waits for a slot to free: one task.
+        limit = bound + guarded["longest_task_s"]
+        low = guarded["low"]["max"]
+        versus = f" (strict {starved['low']['max']:.1f} s)" if starved else ""
+        out.append((f"high work beyond the fleet, weighted: no low task waits > the bound "
+                    f"+ one task ({limit:.0f} s)", f"{low:.1f} s{versus}", low <= limit))  # fmt: skip
     if weighted and "ratio_to_seed" in weighted:
         ratio = weighted["ratio_to_seed"]
         out.append(("weighted: requests/task ≤ 0.5 x the seed design on the same run",
@@ -95,6 +103,8 @@ LABELS = {
     "weighted+limit": "weighted, tenant limit",
     "weighted+limit-a": "weighted, A's limit only",
     "idle": "idle system (B and C only)",
+    "starving-strict": "high beyond the fleet: strict",
+    "starving-weighted": "high beyond the fleet: weighted",
 }
 
 

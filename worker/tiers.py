@@ -31,6 +31,7 @@ from typing import Any
 from agentq.config import Settings
 from agentq.envelope import PRIORITY_PATTERN, DecodedBody, decode_json
 from agentq.errors import InvalidInput
+from worker.intake import MAX_RECEIVE
 from worker.scheduler import Pick, Scheduler
 
 logger = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class TierReceiver:
             return None, []
         try:
             wait_s = pick.wait_s if max_wait_s is None else min(pick.wait_s, max_wait_s)
-            messages = self._receive(pick.tier, rooms[pick.tier], wait_s)
+            messages = self._receive(pick.tier, self._asked(pick, rooms), wait_s)
         except Exception:
             self.turn_taken()
             raise
@@ -120,6 +121,17 @@ class TierReceiver:
             # long poll that times out is its idle cost, counted in watchReceives.
             self.counts["emptyReceives"] += not messages
         return pick, messages
+
+    def _asked(self, pick: Pick, rooms: Mapping[str, int]) -> int:
+        """A starvation turn brings up to one message per slot, not its tier's prefetch
+        room (one or two places under higher-tier work): the tier's share while higher
+        work fills the fleet is then a slot's worth per worker per bound, and a task of
+        it that arrives at that pace or slower starts within the bound plus one hand-over
+        (bench/priority.py, the starving runs). Its messages take the next slots that
+        free, so the higher tiers wait one hand-over per turn."""
+        if pick.overdue:
+            return max(rooms[pick.tier], min(MAX_RECEIVE, self._settings.max_concurrent))
+        return rooms[pick.tier]
 
     def turn_taken(self) -> None:
         """The starvation turn's messages are in the intake: the watchers may go on."""

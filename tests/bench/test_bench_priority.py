@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.priority import Sizes, plan
+from bench.priority import Sizes, Starving, plan, plan_starving
 from bench.priority_report import breakdown, checks, table, verdicts
 
 
@@ -65,3 +65,31 @@ def test_the_targets_are_judged_against_the_idle_reference_and_the_bound() -> No
     assert found["without a tenant limit: C's p95 wait ≤ 2 x idle"] == ("2.50 s", False)
     for render in (table, breakdown, verdicts):
         assert render(result).row_count > 0
+
+
+def test_the_starving_plan_sends_more_high_work_than_the_fleet_runs_and_low_work_inside_it(
+    tmp_path: Path,
+) -> None:
+    sizes = Starving(high_rate=16.0, high_s=10.0, low=4)
+    tasks, _ = plan_starving(sizes, tmp_path / "side.jsonl")
+    high = [p.delay_s for p in tasks if p.tier == "high"]
+    low = [p.delay_s for p in tasks if p.tier == "low"]
+    assert len(high) == 160 and len(low) == 4
+    # 16 a second against the fleet's ~13 (8 slots, 0.6 s tasks): the tier never drains.
+    assert max(high) - min(high) < sizes.high_s and len(high) / sizes.high_s > 8 / 0.6
+    assert min(high) < min(low) and max(low) < max(high), "every low task meets high work"
+    assert [p.delay_s for p in tasks] == sorted(p.delay_s for p in tasks)
+    assert {p.envelope.tenant for p in tasks if p.tier == "low"} == {"tenant-a"}
+
+
+def test_the_starving_verdict_allows_the_bound_plus_one_task_and_shows_strict() -> None:
+    bound = 30.0
+    weighted = _row(55.0, 0.0, low_max=30.4)
+    result = {"sizes": {"low": 4, "high": 1, "normal": 1}, "workers": 2, "slots": 4,
+              "starvation_bound_s": bound,
+              "modes": {"starving-strict": _row(50.0, 0.0, low_max=94.5),
+                        "starving-weighted": weighted}}  # fmt: skip
+    ((label, measured, met),) = [c for c in checks(result) if c[0].startswith("high work beyond")]
+    assert (measured, met) == ("30.4 s (strict 94.5 s)", True) and "(31 s)" in label
+    weighted["low"]["max"] = 31.2
+    assert not next(c for c in checks(result) if c[0].startswith("high work beyond"))[2]

@@ -430,3 +430,31 @@ def test_a_capped_receive_never_long_polls_past_the_cap() -> None:
     receiver.receive(rooms, max_wait_s=2)
     assert asked[0] > 2, "uncapped, every open tier believed empty: a long idle poll"
     assert asked[1] <= 2
+
+
+def test_a_starvation_turn_asks_for_a_message_per_slot_and_other_picks_for_their_room() -> None:
+    """Under higher work a low tier's room is one place; its turn takes a slot's worth,
+    so its share of a saturated fleet is not one task per worker per bound."""
+    asked: dict[str, list[int]] = {"high": [], "low": []}
+
+    class Sqs:
+        def receive_message(self, **request: Any) -> dict[str, Any]:
+            tier = request["QueueUrl"].rsplit("/", 1)[1]
+            asked[tier].append(request["MaxNumberOfMessages"])
+            body = {"MessageId": "m", "ReceiptHandle": "h", "Body": "{}"}
+            return {"Messages": [body] * request["MaxNumberOfMessages"]}
+
+    settings_ = Settings(queue_url="https://q/high", queue_urls="high=https://q/high,low=https://q/low",
+                         starvation_bound_ms=1000, max_concurrent=4)  # fmt: skip
+    now = [0.0]
+    receiver = TierReceiver(settings_, sqs=Sqs(), clock=lambda: now[0])
+    receiver.scheduler.received("high", asked=1, got=1, now=0.0)
+    receiver.scheduler.state["high"].last_poll = 5.0
+    rooms = {"high": 2, "low": 1}
+    now[0] = 5.0  # low never received from: past its 1 s bound
+    turn, _ = receiver.receive(rooms)
+    receiver.turn_taken()
+    following, _ = receiver.receive(rooms)
+    assert turn is not None and turn.tier == "low" and turn.overdue
+    assert following is not None and following.tier == "high" and not following.overdue
+    assert asked == {"high": [2], "low": [4]}
