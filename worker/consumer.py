@@ -257,7 +257,7 @@ class Consumer:
             # Our own message, back after a lapse: the running slot now uses this handle.
             self._count("held_here")
             return False
-        tenant = None if starving else self._handler.limited_tenant(message)
+        tenant = self._handler.limited_tenant(message)
         if tenant is not None and self._limited.parked_full(tenant):
             # At its limit, its parked messages here first in line for the next seat.
             self._inflight.remove(entry)
@@ -266,7 +266,8 @@ class Consumer:
             return True
         if tenant is not None:
             # Its tenant has a limit: the lock (and seat) first, a slot only if it holds.
-            # Not on its tier's starvation turn: that message takes the next slot as is.
+            # On its tier's starvation turn too: a turn brings a slot's worth, and a tenant
+            # at its limit would hold that many slots with refusals.
             held = (message, entry, self._limited.lock(self._handler.prepare, message, entry))
             self.slots.gate(held)
             held[2].add_done_callback(lambda _: self._gate_decided(held))

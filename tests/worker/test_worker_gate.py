@@ -17,10 +17,10 @@ from worker.intake import Held
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("limit", "starving", "gated"), [
     ("2", False, True),  # a limited tenant: the lock first
-    ("2", True, False),  # its tier's starvation turn: the next slot, as is
+    ("2", True, True),  # its tier's starvation turn too (a turn brings a slot's worth)
     ("0", False, False),  # no limit: the ordinary path
 ])  # fmt: skip
-def test_a_limited_tenants_message_is_gated_unless_received_on_a_starvation_turn(
+def test_a_limited_tenants_message_is_gated_on_its_tiers_starvation_turn_too(
     inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch, limit: str, starving: bool, gated: bool
 ) -> None:
     monkeypatch.setenv("WARM_CHILDREN", "false")
