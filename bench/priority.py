@@ -122,8 +122,9 @@ def plan(sizes: Sizes, side_log: Path) -> tuple[list[Planned], float]:
 class Starving:
     """More urgent work than the fleet can run, and a few low tasks meanwhile.
 
-    `high_rate` high tasks a second (B) for `high_s` seconds: the fleet starts about 13 a
-    second, so the high tier is never empty while they arrive and for a while after. `low`
+    `high_rate` high tasks a second (B) for `high_s` seconds: the fleet starts 8 to 13 a
+    second on a 2-core VM, so the high tier is never empty while they arrive and for a
+    while after. `low`
     tasks (A) arrive evenly over the same time. In `strict` mode each low task waits until
     the high tier drains; `weighted` mode gives their tier a turn within the bound."""
 
