@@ -94,9 +94,11 @@ def test_a_task_held_elsewhere_takes_no_seat(stack: Stack) -> None:
 def test_a_lapsed_seat_is_free_again_and_its_old_holder_loses_it(stack: Stack) -> None:
     """A worker that died holds its seat only until its lease would have ended."""
     store = _store(stack)
-    crashed = _take(store, _envelope(), limit=1, lease_seconds=2)
+    # Live through the refusal however slow the machine; then it lapses at once.
+    crashed = _take(store, _envelope(), limit=1, lease_seconds=30)
     with pytest.raises(TenantAtLimit):
         _take(store, _envelope(), limit=1)
+    crashed = store.renew(crashed, lease_seconds=0.05)
     wait_for(lambda: now_ms() > crashed.effective_until_ms, message="the lease lapses")
     heir = _take(store, _envelope(), limit=1)
     assert heir.seat == crashed.seat

@@ -120,7 +120,9 @@ def test_a_live_lease_is_left_to_its_holder_until_it_lapses(stack: Stack) -> Non
     envelope = _envelope("r-dlq-live")
     _dead_letter(stack, envelope, crash=False)
     # Its last attempt: once the lease lapsed, no attempt is left to return it for.
-    lease = _tasks(stack).acquire(envelope, worker_id="w-live", lease_seconds=2, max_attempts=1)
+    # A lease long enough to stay live through the first invocation on a slow machine
+    # (2 s lapsed before it on a loaded CI run); shortened below to let it lapse.
+    lease = _tasks(stack).acquire(envelope, worker_id="w-live", lease_seconds=30, max_attempts=1)
     event = _dlq_event(stack)
 
     # Every record of the batch failed: Powertools fails the invocation, so SQS retries
@@ -132,6 +134,7 @@ def test_a_live_lease_is_left_to_its_holder_until_it_lapses(stack: Stack) -> Non
     (archived,) = DlqArchive(stack.s3, stack.resources.bucket).list()
     assert archived.outcome == "lease-live"
 
+    lease = _tasks(stack).renew(lease, lease_seconds=0.05)
     wait_for(lambda: now_ms() > lease.effective_until_ms, timeout=10, message="lease lapse")
     assert dlq_processor.handler(event, local_context("dlq")) == {"batchItemFailures": []}
     assert _tasks(stack).require("acme", "r-dlq-live").state is TaskState.FAILED
