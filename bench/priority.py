@@ -124,9 +124,9 @@ class Starving:
 
     `high_rate` high tasks a second (B) for `high_s` seconds: the fleet starts 8 to 13 a
     second on a 2-core VM, so the high tier is never empty while they arrive and for a
-    while after. `low`
-    tasks (A) arrive evenly over the same time. In `strict` mode each low task waits until
-    the high tier drains; `weighted` mode gives their tier a turn within the bound."""
+    while after. `low` tasks (A) arrive evenly over the same time. In `strict` mode each
+    low task waits until the high tier drains; `weighted` mode gives their tier a turn
+    within the bound."""
 
     high_rate: float = 18.0
     high_s: float = 45.0
