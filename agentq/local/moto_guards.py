@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import metadata
 from types import ModuleType
-from typing import Any
+from typing import Any, Final
 
 from agentq.errors import IncompatibleDependency
 
-_HINT = "agentq/local/moto_server.py patches it; update the patch or pin the version"
+SERVER: Final = "agentq/local/moto_server.py"
+DYNAMODB: Final = "agentq/local/moto_dynamodb.py"
 
 
-def _refuse(package: str, problem: str) -> IncompatibleDependency:
-    return IncompatibleDependency(package, metadata.version(package), f"{problem} ({_HINT})")
+def _refuse(package: str, problem: str, patcher: str = SERVER) -> IncompatibleDependency:
+    hint = f"{patcher} patches it; update the patch or pin the version"
+    return IncompatibleDependency(package, metadata.version(package), f"{problem} ({hint})")
 
 
 def _parameters(function: Callable[..., Any]) -> list[str]:
@@ -94,23 +97,109 @@ def transaction_copies() -> tuple[ModuleType, Any, type, tuple[type[Exception], 
     backend = getattr(dynamodb_models, "DynamoDBBackend", None)
     write = getattr(backend, "transact_write_items", None)
     if not isinstance(backend, type) or write is None:
-        raise _refuse("moto", "DynamoDBBackend.transact_write_items is gone")
+        raise _refuse_dynamodb("DynamoDBBackend.transact_write_items is gone")
     if _parameters(write) != ["self", "transact_items"]:
-        raise _refuse("moto", "DynamoDBBackend.transact_write_items(self, transact_items) changed")
+        raise _refuse_dynamodb("DynamoDBBackend.transact_write_items(self, transact_items) changed")
     if not hasattr(write, "rolls_back_items"):
         # The rollback copy must still be `copy.deepcopy` looked up in that module.
         if "copy.deepcopy(" not in _source(write):
-            raise _refuse("moto", "transact_write_items no longer calls copy.deepcopy")
+            raise _refuse_dynamodb("transact_write_items no longer calls copy.deepcopy")
         if getattr(dynamodb_models, "copy", None) is not __import__("copy"):
-            raise _refuse("moto", "moto.dynamodb.models no longer imports the copy module")
+            raise _refuse_dynamodb("moto.dynamodb.models no longer imports the copy module")
         # Ours puts the saved items back after exactly the errors moto rolls back for.
         source = _source(write)
         if ("except (MultipleTransactionsException, MockValidationException)" not in source
                 or "raise TransactionCanceledException(errors)" not in source):  # fmt: skip
-            raise _refuse("moto", "transact_write_items rolls back after other errors")
+            raise _refuse_dynamodb("transact_write_items rolls back after other errors")
     rollback_errors = (
         TransactionCanceledException,
         MultipleTransactionsException,
         MockValidationException,
     )
     return dynamodb_models, backend, Table, rollback_errors
+
+
+def _refuse_dynamodb(problem: str) -> IncompatibleDependency:
+    return _refuse("moto", problem, DYNAMODB)
+
+
+# moto's Table.query(self, hash_key, range_comparison, range_objs, limit,
+# exclusive_start_key, scan_index_forward, projection_expressions, index_name, ...): the
+# patch reads `index_name` as the 7th argument after `hash_key`.
+_QUERY_PARAMETERS: Final = ["self", "hash_key", "range_comparison", "range_objs", "limit",
+                            "exclusive_start_key", "scan_index_forward",
+                            "projection_expressions", "index_name"]  # fmt: skip
+
+
+def partition_queries() -> Any:
+    """moto's DynamoDB Table, whose base-table `query` keeps the items of
+    `self.all_items()` with the queried hash key, and whose `items` maps a hash key to
+    its partition."""
+    from moto.dynamodb.models.table import Table
+
+    query, all_items = getattr(Table, "query", None), getattr(Table, "all_items", None)
+    if query is None or all_items is None:
+        raise _refuse_dynamodb("Table.query or Table.all_items is gone")
+    if not hasattr(query, "reads_one_partition"):
+        if _parameters(query)[: len(_QUERY_PARAMETERS)] != _QUERY_PARAMETERS:
+            raise _refuse_dynamodb("Table.query(self, hash_key, ..., index_name) changed")
+        if _parameters(all_items) != ["self"] or "self.items.values()" not in _source(all_items):
+            raise _refuse_dynamodb("Table.all_items(self) no longer lists self.items")
+        source = _source(query)
+        if ("for item in self.all_items()" not in source
+                or "item.hash_key == hash_key" not in source):  # fmt: skip
+            raise _refuse_dynamodb("Table.query no longer filters all_items() by hash key")
+    return Table
+
+
+@dataclass(frozen=True)
+class UpdateValidators:
+    """What the clause-count patch replaces, and the rule it must count by."""
+
+    traverser: Any  # DepthFirstTraverser: its nodes_to_be_processed
+    action_count: Any  # ActionCountValidator: its verify_action_counts and traverse
+    clause_types: tuple[type, ...]  # ADD, REMOVE, SET clauses, in the order moto checks
+    clause_names: tuple[str, ...]
+    descended_types: tuple[type, ...]  # what find_clauses descends into
+    too_many: Callable[[str], Exception]
+
+
+def update_validators() -> UpdateValidators:
+    """moto's update-expression validators, as the patch found them."""
+    from moto.dynamodb.parsing import ast_nodes as untyped_nodes
+    from moto.dynamodb.parsing import validators
+
+    ast_nodes: Any = untyped_nodes  # moto's AST module is untyped (`# type: ignore`)
+    traverser: Any = getattr(ast_nodes, "DepthFirstTraverser", None)
+    action_count: Any = getattr(validators, "ActionCountValidator", None)
+    node = getattr(ast_nodes, "Node", None)
+    if not (isinstance(traverser, type) and isinstance(action_count, type) and node):
+        raise _refuse_dynamodb("DepthFirstTraverser, ActionCountValidator or Node is gone")
+    found = UpdateValidators(
+        traverser=traverser,
+        action_count=action_count,
+        clause_types=(
+            ast_nodes.UpdateExpressionAddClause,
+            ast_nodes.UpdateExpressionRemoveClause,
+            ast_nodes.UpdateExpressionSetClause,
+        ),
+        clause_names=("ADD", "REMOVE", "SET"),
+        descended_types=(ast_nodes.Expression, ast_nodes.UpdateExpressionFunction),
+        too_many=validators.TooManyClauses,
+    )
+    if hasattr(found.traverser.nodes_to_be_processed, "built_once"):
+        return found
+    if "self._processing_map().keys()" not in _source(found.traverser.nodes_to_be_processed):
+        raise _refuse_dynamodb("DepthFirstTraverser.nodes_to_be_processed changed")
+    counting = _source(found.action_count.verify_action_counts).replace(" ", "")
+    checks = [counting.find(f'raiseTooManyClauses("{name}")') for name in found.clause_names]
+    if (-1 in checks or checks != sorted(checks)
+            or any(f"find_clauses([{kind.__name__}])" not in counting
+                   for kind in found.clause_types)):  # fmt: skip
+        raise _refuse_dynamodb("ActionCountValidator no longer counts ADD, REMOVE, SET")
+    rule = _source(node.find_clauses)
+    if not all(part in rule for part in ("type(child) in clause_types",
+                                         "isinstance(child, Expression)",
+                                         "isinstance(child, UpdateExpressionFunction)")):  # fmt: skip
+        raise _refuse_dynamodb("Node.find_clauses counts by another rule")
+    return found

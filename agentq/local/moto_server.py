@@ -6,18 +6,17 @@ lock at the heart of agentq would not be exclusive locally, while it is on AWS. 
 launcher serializes DynamoDB requests (they are fast) and leaves every other service
 (SQS long polls above all) concurrent.
 
-It also takes the cost out of four of moto's hot spots, none of which changes what
-moto answers (profiled under the saturation benchmark, about half of the server's CPU):
+It also takes the cost out of moto's hot spots, none of which changes what moto answers
+(profiled under the saturation benchmark, about half of the server's CPU):
 - its dispatcher finds a request's backend anew every time, listing its own package
   directory and trying a few hundred URL patterns under a global lock: remembered;
 - EventBridge builds a JSONPath parser (yacc tables and all) for each of eight paths
   of every event it delivers to a target: parsed paths are kept;
 - SQS reads the clock through datetime arithmetic for every message it looks at, and it
   looks at every message of the queue several times per send and receive: `time.time()`;
-- DynamoDB's TransactWriteItems deep-copies the whole table once per item, for a rollback
-  (a 14-lease heartbeat renewal took 156 ms at 200 items and 790 ms at 1,000, holding
-  the DynamoDB lock): it saves only the items the transaction names, and puts them
-  back when moto rolls back.
+- DynamoDB's costs that grow with the table or the expression rather than the request:
+  transactions' rollback copies, queries' sort of the whole table, and quadratic
+  update-expression checks (agentq.local.moto_dynamodb).
 
 Each patch's target is checked before anything is patched (agentq/local/moto_guards.py):
 a moto that moved one refuses to start, naming its version, rather than run unpatched
@@ -30,9 +29,7 @@ With `--iam` it enforces IAM the way AWS does for agentq's calls (agentq.local.m
 from __future__ import annotations
 
 import argparse
-import copy
 import functools
-import json
 import signal
 import sys
 import threading
@@ -42,6 +39,7 @@ from types import FrameType
 from typing import Any
 
 from agentq.local import moto_guards
+from agentq.local.moto_dynamodb import checked_dynamodb_patches
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -90,83 +88,6 @@ def _unix_time_millis(dt: Any = None, *, original: Callable[[Any], float]) -> fl
     return time.time() * 1000.0 if dt is None else original(dt)
 
 
-class _RollBackTouchedItems:
-    """Stands in for the `copy` module inside moto's DynamoDB backend, whose transaction
-    deep-copies every table it names for a rollback. While a transaction runs, a table
-    "copy" is the table itself (moto's rollback then puts back the same object: nothing),
-    and the items the transaction names are saved before it runs and put back if moto
-    rolls back. A transaction costs what its items cost, not what the table holds: a
-    two-item transaction (a lock and its tenant seat) at 650 tasks took 37 ms as moto
-    has it, 15.9 ms with each table copied once, 2.3 ms so; all of it under the DynamoDB
-    lock every other request waits on."""
-
-    def __init__(self, table_type: type, rollback_errors: tuple[type[Exception], ...]) -> None:
-        self._table_type = table_type
-        self._rollback_errors = rollback_errors
-        self._scope = threading.local()
-
-    def deepcopy(self, value: Any, memo: Any = None) -> Any:
-        if getattr(self._scope, "active", False) and isinstance(value, self._table_type):
-            return value
-        return copy.deepcopy(value, memo)
-
-    def __getattr__(self, name: str) -> Any:
-        # Anything else a later moto takes from `copy` there (copy.copy, say) is the real one.
-        return getattr(copy, name)
-
-    def transaction(self, write: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(write)
-        def transact_write_items(backend: Any, transact_items: Any) -> Any:
-            saved = _touched_items(backend, transact_items)
-            self._scope.active = True
-            try:
-                return write(backend, transact_items)
-            except self._rollback_errors:
-                # The errors after which moto restores its copies (and no others).
-                _put_back(backend, saved)
-                raise
-            finally:
-                self._scope.active = False
-
-        transact_write_items.rolls_back_items = True  # type: ignore[attr-defined]
-        return transact_write_items
-
-
-SavedItem = tuple[str, dict[str, Any], Any]  # table, key, the item as it was (or None)
-
-
-def _touched_items(backend: Any, transact_items: Any) -> list[SavedItem]:
-    """Each item a transaction names, as it is before the transaction (copied: moto
-    updates its items in place)."""
-    saved: dict[tuple[str, str], SavedItem] = {}
-    for entry in transact_items if isinstance(transact_items, list) else []:
-        try:
-            op_type, op = next(iter(entry.items()))
-            name = op["TableName"]
-            if op_type == "Put":
-                table = backend.get_table(name)
-                attrs = op["Item"]
-                key = {table.hash_key_attr: attrs[table.hash_key_attr]}
-                if table.range_key_attr is not None:
-                    key[table.range_key_attr] = attrs[table.range_key_attr]
-            else:
-                key = op["Key"]
-            ident = (name, json.dumps(key, sort_keys=True))
-            if ident not in saved:
-                saved[ident] = (name, key, copy.deepcopy(backend.get_item(name, key)))
-        except Exception:  # moto refuses such an entry before it writes anything
-            continue
-    return list(saved.values())
-
-
-def _put_back(backend: Any, saved: list[SavedItem]) -> None:
-    for name, key, item in saved:
-        if item is not None:
-            backend.put_item(name, item.to_json()["Attributes"])
-        elif backend.get_item(name, key) is not None:
-            backend.delete_item(name, key)
-
-
 def speed_up_moto() -> None:
     """Patch moto's pure hot spots (see the module doc). Idempotent.
 
@@ -175,7 +96,7 @@ def speed_up_moto() -> None:
     """
     jsonpath, parse = moto_guards.jsonpath_parse()
     sqs_models, clocks = moto_guards.sqs_clocks()
-    dynamodb_models, backend, table, rollback_errors = moto_guards.transaction_copies()
+    patch_dynamodb = checked_dynamodb_patches()
     if not hasattr(parse, "cache_info"):
         # Parsed paths are only read (`find`), never changed: safe to share.
         setattr(jsonpath, "parse", functools.lru_cache(maxsize=256)(parse))  # noqa: B010
@@ -183,10 +104,7 @@ def speed_up_moto() -> None:
         clock = clocks[name]
         if not isinstance(clock, functools.partial):
             setattr(sqs_models, name, functools.partial(fast, original=clock))
-    if not hasattr(backend.transact_write_items, "rolls_back_items"):
-        items = _RollBackTouchedItems(table, rollback_errors)
-        setattr(dynamodb_models, "copy", items)  # noqa: B010
-        backend.transact_write_items = items.transaction(backend.transact_write_items)
+    patch_dynamodb()
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:

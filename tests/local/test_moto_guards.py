@@ -1,8 +1,10 @@
 """Each moto patch: refused when its target changed shape, and invisible in moto's answers.
 
-For every patch, a representative call runs against moto in-process twice, without and
-with the patch, and the answers must be equal; and a target reshaped the way an
-upgrade could reshape it makes the launcher refuse, naming the package and version.
+For every patch, representative calls run against moto in-process twice, without and
+with the patch, and the answers must be equal (for update expressions, a Hypothesis
+property over generated expressions, invalid ones included); and a target reshaped the
+way an upgrade could reshape it makes the launcher refuse, naming the package and
+version.
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ import moto.dynamodb.models as dynamodb_models
 import moto.sqs.models as sqs_models
 import pytest
 from botocore.exceptions import ClientError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from moto import mock_aws
+from moto.dynamodb.models.table import Table
+from moto.dynamodb.parsing import ast_nodes as untyped_ast_nodes
+from moto.dynamodb.parsing import validators
 from moto.moto_server import werkzeug_app
 from moto.moto_server.werkzeug_app import create_backend_app
 
@@ -26,17 +33,30 @@ from agentq.local.moto_server import _dispatcher, speed_up_moto
 
 REGION = "eu-west-1"
 MOTO = f"moto {metadata.version('moto')}"
+ast_nodes: Any = untyped_ast_nodes  # moto's AST module is untyped
 
 
-@pytest.fixture
-def restore(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
-    """Patch moto for one test; monkeypatch puts every original back afterwards."""
+def _keep_originals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Everything speed_up_moto patches, put back when `monkeypatch` undoes."""
     monkeypatch.setattr(jsonpath_ng.ext, "parse", jsonpath_ng.ext.parse)
     for name in ("unix_time", "unix_time_millis"):
         monkeypatch.setattr(sqs_models, name, getattr(sqs_models, name))
     monkeypatch.setattr(dynamodb_models, "copy", dynamodb_models.copy)
     backend = dynamodb_models.DynamoDBBackend
     monkeypatch.setattr(backend, "transact_write_items", backend.transact_write_items)
+    for name in ("query", "all_items"):
+        monkeypatch.setattr(Table, name, getattr(Table, name))
+    traverser = ast_nodes.DepthFirstTraverser
+    monkeypatch.setattr(traverser, "nodes_to_be_processed", traverser.nodes_to_be_processed)
+    counting = validators.ActionCountValidator
+    for name in ("verify_action_counts", "traverse"):
+        monkeypatch.setattr(counting, name, getattr(counting, name))
+
+
+@pytest.fixture
+def restore(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Patch moto for one test; monkeypatch puts every original back afterwards."""
+    _keep_originals(monkeypatch)
     return speed_up_moto
 
 
@@ -114,6 +134,64 @@ def _dynamodb_answers() -> list[Any]:
         return answers
 
 
+def _query_answers() -> list[Any]:
+    """Queries of a base table (the patched path) and of an index, then a scan."""
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        ddb.create_table(
+            TableName="t", BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"},
+                       {"AttributeName": "SK", "KeyType": "RANGE"}],
+            AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"}
+                                  for a in ("PK", "SK", "G")],
+            GlobalSecondaryIndexes=[{"IndexName": "by-g", "Projection": {"ProjectionType": "ALL"},
+                                     "KeySchema": [{"AttributeName": "G", "KeyType": "HASH"},
+                                                   {"AttributeName": "SK", "KeyType": "RANGE"}]}],
+        )  # fmt: skip
+        ddb.create_table(TableName="h", BillingMode="PAY_PER_REQUEST",
+                         KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}],
+                         AttributeDefinitions=[{"AttributeName": "PK", "AttributeType": "S"}])  # fmt: skip
+        # Written out of order, across partitions, so order is the table's doing.
+        for i in (7, 2, 9, 0, 5, 3, 8, 1, 6, 4):
+            for pk in ("TENANT#b", "TENANT#a", "TENANT#c"):
+                item = {"PK": {"S": pk}, "SK": {"S": f"SEAT#{i}" if i % 3 else f"TASK#{i}"},
+                        "n": {"N": str(i)}, "G": {"S": f"g{i % 2}"}}  # fmt: skip
+                ddb.put_item(TableName="t", Item=item)
+            ddb.put_item(TableName="h", Item={"PK": {"S": f"h{i}"}, "n": {"N": str(i)}})
+
+        def pages(**query: Any) -> list[Any]:
+            found, start = [], None
+            while True:
+                more: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
+                page = ddb.query(**query, **more)
+                found.append((page["Items"], page["Count"], page["ScannedCount"]))
+                start = page.get("LastEvaluatedKey")
+                if not start:
+                    return found
+
+        def values(**named: str) -> dict[str, Any]:
+            return {f":{k}": {"S": v} for k, v in named.items()}
+
+        return [
+            pages(TableName="t", KeyConditionExpression="PK = :p", ExpressionAttributeValues=values(p="TENANT#a")),
+            pages(TableName="t", KeyConditionExpression="PK = :p AND begins_with(SK, :s)",
+                  ExpressionAttributeValues=values(p="TENANT#b", s="SEAT#"), ConsistentRead=True),
+            pages(TableName="t", KeyConditionExpression="PK = :p AND SK BETWEEN :x AND :y",
+                  ExpressionAttributeValues=values(p="TENANT#c", x="SEAT#2", y="SEAT#7"),
+                  ScanIndexForward=False),
+            pages(TableName="t", KeyConditionExpression="PK = :p", Limit=3,
+                  ExpressionAttributeValues=values(p="TENANT#a")),
+            pages(TableName="t", KeyConditionExpression="PK = :p", FilterExpression="n > :n",
+                  ProjectionExpression="SK, n", Limit=4,
+                  ExpressionAttributeValues={**values(p="TENANT#c"), ":n": {"N": "3"}}),
+            pages(TableName="t", KeyConditionExpression="PK = :p", ExpressionAttributeValues=values(p="none")),
+            pages(TableName="t", IndexName="by-g", KeyConditionExpression="G = :g",
+                  ExpressionAttributeValues=values(g="g1")),
+            pages(TableName="h", KeyConditionExpression="PK = :p", ExpressionAttributeValues=values(p="h3")),
+            ddb.scan(TableName="t", Limit=7)["Items"],
+        ]  # fmt: skip
+
+
 def _jsonpath_answers() -> list[Any]:
     # The paths moto's EventBridge reads from every event it delivers to a target.
     event = {"version": "0", "id": "e-1", "detail-type": "Task Started", "source": "agentq",
@@ -127,8 +205,8 @@ def _jsonpath_answers() -> list[Any]:
 
 @pytest.mark.parametrize(
     "answers",
-    [_sqs_answers, _dynamodb_answers, _jsonpath_answers],
-    ids=["sqs", "dynamodb", "jsonpath"],
+    [_sqs_answers, _dynamodb_answers, _query_answers, _jsonpath_answers],
+    ids=["sqs", "dynamodb-transactions", "dynamodb-queries", "jsonpath"],
 )
 def test_a_patch_changes_nothing_moto_answers(
     answers: Callable[[], list[Any]], restore: Callable[[], None]
@@ -136,6 +214,80 @@ def test_a_patch_changes_nothing_moto_answers(
     plain = answers()
     restore()  # now patched
     assert answers() == plain
+
+
+# Update expressions of one to five clauses, each keyword possibly more than once (two SET
+# clauses are an error; when two keywords repeat, which one moto names depends on where
+# in the expression's tree the first repeat sits), over paths that may overlap, on an
+# item of every kind of value.
+_SET_VALUES = [":v", "if_not_exists(a, :v)", "if_not_exists(z, :v)", "n + :one",
+               "list_append(l, :l)", "#b", "m.x"]  # fmt: skip
+_PATHS = ["a", "#b", "z", "m.x", "m.y", "l[0]", "l[1]", "n"]
+_action = {
+    "SET": st.builds("{} = {}".format, st.sampled_from(_PATHS), st.sampled_from(_SET_VALUES)),
+    "ADD": st.sampled_from(["n :one", "s :s", "z :one", "a :one"]),
+    "REMOVE": st.sampled_from(_PATHS),
+    "DELETE": st.sampled_from(["s :s", "a :s"]),
+}
+_clause = st.sampled_from(sorted(_action)).flatmap(
+    lambda keyword: st.lists(_action[keyword], min_size=1, max_size=3).map(
+        lambda actions: f"{keyword} {', '.join(actions)}"
+    )
+)
+_expressions = st.lists(
+    st.lists(_clause, min_size=1, max_size=5).map(" ".join), min_size=4, max_size=10
+)
+
+
+def _update_answers(expressions: list[str]) -> list[Any]:
+    """Each expression applied (or refused) in turn on one item: the item or the error."""
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        ddb.create_table(TableName="t", BillingMode="PAY_PER_REQUEST",
+                         KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}],
+                         AttributeDefinitions=[{"AttributeName": "PK", "AttributeType": "S"}])  # fmt: skip
+        key = {"PK": {"S": "k"}}
+        ddb.put_item(TableName="t", Item={**key, "a": {"S": "x"}, "b": {"N": "2"}, "n": {"N": "1"},
+                                          "s": {"SS": ["p", "q"]}, "l": {"L": [{"N": "1"}]},
+                                          "m": {"M": {"x": {"S": "y"}}}})  # fmt: skip
+        answers: list[Any] = []
+        for expression in expressions:
+            used = {":v": {"S": "v"}, ":one": {"N": "1"}, ":l": {"L": [{"N": "2"}]},
+                    ":s": {"SS": ["q"]}}  # fmt: skip
+            try:
+                answers.append(ddb.update_item(
+                    TableName="t", Key=key, UpdateExpression=expression, ReturnValues="ALL_NEW",
+                    ExpressionAttributeNames={"#b": "b"} if "#b" in expression else {},
+                    ExpressionAttributeValues={k: v for k, v in used.items() if k in expression},
+                )["Attributes"])  # fmt: skip
+            except ClientError as exc:
+                answers.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
+        return answers
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(expressions=_expressions)
+def test_update_expressions_answer_as_moto_does(expressions: list[str]) -> None:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _keep_originals(monkeypatch)
+        plain = _update_answers(expressions)
+        speed_up_moto()
+        assert _update_answers(expressions) == plain
+
+
+def test_update_expressions_with_two_repeated_keywords_fail_as_in_moto(
+    restore: Callable[[], None],
+) -> None:
+    """moto checks bottom-up: the error is that of the deepest node holding a repeat (in
+    the second, the clauses after `REMOVE z`: two SETs, one REMOVE). A count made once at
+    the root would say REMOVE there (it checks ADD, then REMOVE, then SET)."""
+    twice = ["SET a = :v ADD n :one SET #b = :v ADD n :one",
+             "REMOVE z SET a = :v REMOVE m.x SET #b = :v"]  # fmt: skip
+    plain = _update_answers(twice)
+    assert [answer[0] for answer in plain] == ["ValidationException"] * 2
+    assert '"ADD" section' in plain[0][1] and '"SET" section' in plain[1][1]
+    restore()
+    assert _update_answers(twice) == plain
 
 
 def test_the_remembering_dispatcher_answers_as_moto_does() -> None:
@@ -154,7 +306,7 @@ def _refused(start: Callable[[], object], package: str = MOTO) -> str:
         start()
     message = str(refused.value)
     assert message.startswith(f"{package}: ")
-    assert "agentq/local/moto_server.py" in message
+    assert "agentq/local/moto_" in message and "patches it" in message
     return message
 
 
@@ -200,3 +352,42 @@ def test_nothing_is_patched_when_one_target_is_refused(
     parse = jsonpath_ng.ext.parse
     _refused(restore)
     assert jsonpath_ng.ext.parse is parse  # checked first, patched after: all or nothing
+
+
+def test_a_query_that_no_longer_filters_all_items_is_refused(
+    monkeypatch: pytest.MonkeyPatch, restore: Callable[[], None]
+) -> None:
+    def query(
+        self: object,
+        hash_key: object,
+        range_comparison: object,
+        range_objs: object,
+        limit: object,
+        exclusive_start_key: object,
+        scan_index_forward: object,
+        projection_expressions: object,
+        index_name: object = None,
+    ) -> None:
+        del self  # a moto that indexes partitions itself: nothing for the patch to do
+
+    monkeypatch.setattr(Table, "query", query)
+    message = _refused(restore)
+    assert "agentq/local/moto_dynamodb.py" in message and "hash key" in message
+
+
+def test_an_action_count_check_in_another_order_is_refused(
+    monkeypatch: pytest.MonkeyPatch, restore: Callable[[], None]
+) -> None:
+    def verify_action_counts(self: object, node: Any) -> Any:
+        for name in ("SET", "ADD", "REMOVE"):  # another order: other errors first
+            clauses = node.find_clauses(
+                [getattr(ast_nodes, f"UpdateExpression{name.title()}Clause")]
+            )
+            if len(clauses) > 1:
+                raise validators.TooManyClauses(name)
+        return node
+
+    monkeypatch.setattr(
+        validators.ActionCountValidator, "verify_action_counts", verify_action_counts
+    )
+    assert "ADD, REMOVE, SET" in _refused(restore)
