@@ -130,6 +130,9 @@ class Preparer:
             # take the next seat freed here: a transaction would only be refused too.
             raise TenantAtLimit(envelope.request_id, envelope.tenant, limit)
         parked_at: float | None = None
+        if seats is not None and limit > 0 and seats.refused_lately(envelope.tenant):
+            # Refused here within the back-off: wait for a seat before the first try.
+            parked_at = self._park(envelope, seats, limit, tried=False)
         while True:
             try:
                 lease = self._store.acquire(
@@ -140,14 +143,10 @@ class Preparer:
             except TenantAtLimit:
                 if seats is None:
                     raise
+                seats.refused(envelope.tenant)
                 if parked_at is None:
-                    if not seats.room(envelope.tenant):
-                        raise
-                    parked_at = time.monotonic()
-                    logger.info("tenant at its concurrency limit; parked",
-                                extra={"requestId": envelope.request_id,
-                                       "tenant": envelope.tenant})  # fmt: skip
-                if not seats.park(envelope.tenant, parked_at):
+                    parked_at = self._park(envelope, seats, limit, tried=True)
+                elif not seats.park(envelope.tenant, parked_at):
                     raise
                 continue
             if parked_at is not None:
@@ -155,6 +154,21 @@ class Preparer:
                             extra={"requestId": envelope.request_id,
                                    "parked_s": round(time.monotonic() - parked_at, 3)})  # fmt: skip
             return lease
+
+    @staticmethod
+    def _park(envelope: TaskEnvelope, seats: SeatWaits, limit: int, *, tried: bool) -> float:
+        """Park a message of a tenant at its limit until a seat may be free (its park
+        time, monotonic); `TenantAtLimit` if it may not park or its park time ended."""
+        refusal = TenantAtLimit(envelope.request_id, envelope.tenant, limit)
+        if not seats.room(envelope.tenant):
+            raise refusal
+        parked_at = time.monotonic()
+        logger.info("tenant at its concurrency limit; parked",
+                    extra={"requestId": envelope.request_id, "tenant": envelope.tenant,
+                           "tried": tried})  # fmt: skip
+        if not seats.park(envelope.tenant, parked_at):
+            raise refusal
+        return parked_at
 
     def unprepare(self, prepared: Prepared) -> None:
         """A prepared task that will not start here (drain): give its lock back.

@@ -20,6 +20,13 @@ tenant may park half this worker's slots, all tenants together its slots; a mess
 refused past that bound goes back at once, and one of a tenant that is parked full goes
 back without a lock transaction (the parked ones were refused within the back-off and
 are tried first).
+
+A tenant refused here within the back-off is taken to be still at its limit: its next
+message parks (or, with no room, goes back) without a lock transaction, and tries when
+a seat frees here or after the back-off like any parked one. Under a limited tenant's
+flood, most of its received messages used to spend a transaction and a seats query on a
+refusal that parking then repeated (docs/benchmarks.md): two refusals per task at a
+limit of 2 of 8 slots, on the same DynamoDB every other tenant's lock waits on.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ class SeatWaits:
         self._cond = threading.Condition()
         self._waiting: dict[str, int] = {}  # parked messages by tenant
         self._freed: dict[str, int] = {}  # seats freed here not yet taken by a parked one
+        self._refused_until: dict[str, float] = {}  # a lock refused here: at limit till then
         self._closed = False
 
     @property
@@ -65,6 +73,22 @@ class SeatWaits:
         parked messages' last try, and they take the next seat freed here first."""
         with self._cond:
             return self._waiting.get(tenant, 0) >= self._per_tenant
+
+    def refused(self, tenant: str) -> None:
+        """A lock of `tenant` was refused for its limit: for the back-off, its next
+        messages here park without trying (`refused_lately`). A parked message taking a
+        seat does not end that: it took the seat freed here, which says nothing of the
+        others."""
+        with self._cond:
+            self._refused_until[tenant] = self._clock() + self._retry_s
+
+    def refused_lately(self, tenant: str) -> bool:
+        with self._cond:
+            until = self._refused_until.get(tenant)
+            if until is not None and until <= self._clock():
+                del self._refused_until[tenant]
+                until = None
+            return until is not None
 
     def room(self, tenant: str) -> bool:
         """Whether a message of `tenant` refused now may park here."""

@@ -126,3 +126,33 @@ def test_a_drain_sends_parked_messages_back_at_once(stack: Stack) -> None:
         assert preparation.result(timeout=30) == "tenant_limit"
     assert parts.batcher.flush()
     assert _queue(stack) == (2, 1)  # the parked one is a delayed fresh copy now
+
+
+def test_a_tenant_refused_here_lately_parks_its_next_message_without_a_transaction(
+    stack: Stack,
+) -> None:
+    """A refusal marks the tenant at its limit for the back-off: the next message parks
+    untried, and takes the seat when it frees here (one transaction, the one that takes
+    it), instead of spending a transaction and a seats query on a refusal first."""
+    attempts = Attempts()
+    dynamodb = attempts.attach(AwsClients("eu-west-1").dynamodb)
+    parts = worker_parts(stack, dynamodb)
+    holder = _seated(stack, parts)
+    seats = SeatWaits(slots=8, retry_s=NEVER, park_s=NEVER)  # four may park a tenant
+    with ThreadPoolExecutor(2) as pool:
+        first = _parked(stack, parts, pool, seats)[2]  # tried: refused, then parked
+        assert seats.refused_lately("acme")
+        before = _transactions(attempts), attempts.counts["Query"]
+        second = _parked(stack, parts, pool, seats)[2]
+        assert (_transactions(attempts), attempts.counts["Query"]) == before
+        parts.store.finalize(holder.lease, TaskState.COMPLETED)  # its seat comes free
+        released = _transactions(attempts)
+        seats.freed("acme")
+        wait_for(lambda: first.done() or second.done(), timeout=30, message="one took it")
+        done = [f for f in (first, second) if f.done()]
+        assert len(done) == 1 and isinstance(done[0].result(), Prepared), done
+        assert _transactions(attempts) == released + 1
+        seats.close()
+        rest = second if done[0] is first else first
+        assert rest.result(timeout=30) == "tenant_limit"  # the drain sends it back
+    assert parts.batcher.flush()

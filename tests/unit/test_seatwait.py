@@ -95,3 +95,20 @@ def test_close_wakes_every_parked_message_at_once() -> None:
     for thread in threads:
         thread.join(timeout=10)
     assert results == [False, False, False]
+
+
+def test_a_refusal_marks_its_tenant_at_its_limit_for_the_back_off_only() -> None:
+    now = [100.0]
+    seats = SeatWaits(slots=8, retry_s=2.0, park_s=NEVER, clock=lambda: now[0])
+    assert not seats.refused_lately("crowd")
+    seats.refused("crowd")
+    assert seats.refused_lately("crowd") and not seats.refused_lately("other")
+    now[0] += 1.9
+    assert seats.refused_lately("crowd")
+    now[0] += 0.2  # the back-off has passed: its next message tries the lock again
+    assert not seats.refused_lately("crowd")
+    seats.refused("crowd")
+    now[0] += 1.5
+    seats.refused("crowd")  # each refusal starts the back-off again
+    now[0] += 1.5
+    assert seats.refused_lately("crowd")
