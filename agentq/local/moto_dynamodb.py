@@ -154,11 +154,11 @@ def _read_one_partition(table_type: Any) -> None:
 
     @functools.wraps(all_items)
     def partition_items(table: Any) -> Any:
-        wanted = getattr(_partition, "key", None)
+        wanted = getattr(_partition, "key", None)  # never None while a base query runs
         if wanted is None:
             return all_items(table)
         _partition.key = None  # the query's one call; anything after it sees the table
-        found = table.items.get(wanted[0])  # .get: a defaultdict must not grow here
+        found = table.items.get(wanted)  # .get: a defaultdict must not grow here
         if found is None:
             return []
         items = list(found.values()) if table.range_key_attr else [found]
@@ -169,7 +169,7 @@ def _read_one_partition(table_type: Any) -> None:
         index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
         if index_name or hash_key is None:
             return query(table, hash_key, *args, **kwargs)
-        _partition.key = (hash_key,)
+        _partition.key = hash_key
         try:
             return query(table, hash_key, *args, **kwargs)
         finally:
