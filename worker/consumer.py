@@ -366,8 +366,11 @@ class Consumer:
             if following is not None:
                 self._pool.submit(self._slot, *following)
 
+        seat: int | None = None
         try:
             prepared = preparation.result(PREPARE_TIMEOUT_S) if preparation else None
+            if isinstance(prepared, Prepared):
+                seat = prepared.lease.seat
             verdict = self._handler.handle(
                 message, entry=entry, on_child_exit=free_slot, prepared=prepared
             )
@@ -383,7 +386,7 @@ class Consumer:
             free_slot()
             if slotted and entry.envelope is not None:
                 # Settled: a seat it held is free, for a parked message of its tenant.
-                self._limited.task_ended(entry.envelope.tenant)
+                self._limited.task_ended(entry.envelope.tenant, seat)
         self._count(verdict)
         logger.info(
             "message settled",

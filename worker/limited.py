@@ -59,8 +59,9 @@ class LimitedTenants:
         """A receive from `tier` was all sent back: leave it alone for the back-off."""
         self.cooling.cool(tier, self._backoff_s)
 
-    def task_ended(self, tenant: str) -> None:
-        self.seats.freed(tenant)
+    def task_ended(self, tenant: str, seat: int | None = None) -> None:
+        """A task of `tenant` ended here, holding `seat` (its index) if it held one."""
+        self.seats.freed(tenant, seat)
         self.cooling.warm()
 
     def close(self) -> None:

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from agentq.config import Settings
 from agentq.definitions import DefinitionRegistry, TaskDefinition
 from agentq.envelope import TENANT_PATTERN, TaskEnvelope, parse_message
@@ -23,12 +25,12 @@ from agentq.errors import InvalidInput, LeaseLost, LockNotAcquired, NotFound, Te
 from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store.tasks import Lease, TaskStore
-from agentq.store.tenants import CachedTenantLimits
+from agentq.store.tenants import CachedTenantLimits, seat_start
 from worker.batcher import SqsBatcher
 from worker.inflight import InFlight, InFlightRegistry
 from worker.leasefile import lease_times
 from worker.refusals import Refusals
-from worker.seatwait import SeatWaits
+from worker.seatwait import SeatWaits, Wake
 
 logger = logging.getLogger(__name__)
 
@@ -124,30 +126,43 @@ class Preparer:
     def _lock(
         self, envelope: TaskEnvelope, max_attempts: int, timeout_ms: int, seats: SeatWaits | None
     ) -> Lease:
-        limit = self._limits.limit(envelope.tenant)
-        if seats is not None and limit > 0 and seats.full(envelope.tenant):
+        tenant = envelope.tenant
+        limit = self._limits.limit(tenant)
+        if seats is not None and limit > 0 and seats.full(tenant):
             # Its tenant's parked messages here were refused within the back-off and
             # take the next seat freed here: a transaction would only be refused too.
-            raise TenantAtLimit(envelope.request_id, envelope.tenant, limit)
+            raise TenantAtLimit(envelope.request_id, tenant, limit)
         parked_at: float | None = None
-        if seats is not None and limit > 0 and seats.refused_lately(envelope.tenant):
+        wake: Wake | None = None
+        if seats is not None and limit > 0 and seats.refused_lately(tenant):
             # Refused here within the back-off: wait for a seat before the first try.
-            parked_at = self._park(envelope, seats, limit, tried=False)
+            parked_at, wake = self._park(envelope, seats, limit, tried=False)
         while True:
+            first_seat = wake.seat if wake is not None else None
+            if seats and parked_at is not None and wake is not None and not wake.freed_here:
+                # Its back-off passed: a seat may have freed on another worker. Look.
+                free = self._free_seats(tenant, limit)
+                if free == []:
+                    # Still at its limit: park on without spending a transaction.
+                    seats.refused(tenant)
+                    wake = self._park_on(envelope, seats, limit, parked_at)
+                    continue
+                if free:
+                    first_seat = free[seat_start(envelope.request_id, len(free))]
             try:
                 lease = self._store.acquire(
                     envelope, worker_id=self._worker_id,
                     lease_seconds=self._settings.lease_seconds, max_attempts=max_attempts,
-                    timeout_ms=timeout_ms, tenant_limit=limit,
+                    timeout_ms=timeout_ms, tenant_limit=limit, first_seat=first_seat,
                 )  # fmt: skip
             except TenantAtLimit:
                 if seats is None:
                     raise
-                seats.refused(envelope.tenant)
+                seats.refused(tenant)
                 if parked_at is None:
-                    parked_at = self._park(envelope, seats, limit, tried=True)
-                elif not seats.park(envelope.tenant, parked_at):
-                    raise
+                    parked_at, wake = self._park(envelope, seats, limit, tried=True)
+                else:
+                    wake = self._park_on(envelope, seats, limit, parked_at)
                 continue
             if parked_at is not None:
                 logger.info("parked task took a seat",
@@ -155,20 +170,37 @@ class Preparer:
                                    "parked_s": round(time.monotonic() - parked_at, 3)})  # fmt: skip
             return lease
 
+    def _free_seats(self, tenant: str, limit: int) -> list[int] | None:
+        """The tenant's free seats, or None if the look failed: then the transaction
+        decides, as it would have without the look."""
+        try:
+            return self._store.free_seats(tenant, limit)
+        except (ClientError, BotoCoreError):
+            logger.warning("looking at a tenant's seats failed; trying the lock",
+                           extra={"tenant": tenant}, exc_info=True)  # fmt: skip
+            return None
+
     @staticmethod
-    def _park(envelope: TaskEnvelope, seats: SeatWaits, limit: int, *, tried: bool) -> float:
-        """Park a message of a tenant at its limit until a seat may be free (its park
-        time, monotonic); `TenantAtLimit` if it may not park or its park time ended."""
-        refusal = TenantAtLimit(envelope.request_id, envelope.tenant, limit)
+    def _park(
+        envelope: TaskEnvelope, seats: SeatWaits, limit: int, *, tried: bool
+    ) -> tuple[float, Wake]:
+        """Park a message of a tenant at its limit until a seat may be free: its park
+        time (monotonic) and why it woke; `TenantAtLimit` if it may not park or its park
+        time ended."""
         if not seats.room(envelope.tenant):
-            raise refusal
+            raise TenantAtLimit(envelope.request_id, envelope.tenant, limit)
         parked_at = time.monotonic()
         logger.info("tenant at its concurrency limit; parked",
                     extra={"requestId": envelope.request_id, "tenant": envelope.tenant,
                            "tried": tried})  # fmt: skip
-        if not seats.park(envelope.tenant, parked_at):
-            raise refusal
-        return parked_at
+        return parked_at, Preparer._park_on(envelope, seats, limit, parked_at)
+
+    @staticmethod
+    def _park_on(envelope: TaskEnvelope, seats: SeatWaits, limit: int, parked_at: float) -> Wake:
+        wake = seats.park(envelope.tenant, parked_at)
+        if wake is None:
+            raise TenantAtLimit(envelope.request_id, envelope.tenant, limit)
+        return wake
 
     def unprepare(self, prepared: Prepared) -> None:
         """A prepared task that will not start here (drain): give its lock back.

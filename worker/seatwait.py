@@ -8,8 +8,12 @@ message instead stays in this worker, invisible (the heartbeat extends it like a
 held message) and without a slot, and its lock is tried again:
 
 - at once when a task of its tenant ends here (its seat is free now): one parked
-  message per seat freed, not all of them, so a freed seat costs one transaction;
-- else after the back-off, for a seat freed on another worker;
+  message per seat freed, not all of them, and it asks for that seat, so a freed seat
+  costs one transaction;
+- else after the back-off, for a seat freed on another worker: it looks at its
+  tenant's seats first (one strongly consistent query), and tries the transaction only
+  for a seat it saw free. A refused transaction cost that query anyway, on top of two
+  transactional writes (each twice a plain write's capacity);
 - until `TENANT_LIMIT_PARK` has passed; then it goes back to its queue as before, so
   a parked message never keeps a task of another worker's from running for long.
 
@@ -35,10 +39,21 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 # Retries sooner than this after a refusal would only repeat it.
 MIN_RETRY_S: Final = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """Why a parked message tries its lock again."""
+
+    # A task of its tenant ended here: a seat is free now (else: its back-off passed,
+    # and a seat may have freed on another worker).
+    freed_here: bool
+    seat: int | None = None  # the seat that task held, when known
 
 
 class SeatWaits:
@@ -59,7 +74,8 @@ class SeatWaits:
         self._total = max(1, slots) if park_s > 0 else 0
         self._cond = threading.Condition()
         self._waiting: dict[str, int] = {}  # parked messages by tenant
-        self._freed: dict[str, int] = {}  # seats freed here not yet taken by a parked one
+        # Seats freed here not yet taken by a parked message (their index, when known).
+        self._freed: dict[str, list[int | None]] = {}
         self._refused_until: dict[str, float] = {}  # a lock refused here: at limit till then
         self._closed = False
 
@@ -101,45 +117,46 @@ class SeatWaits:
             and sum(self._waiting.values()) < self._total
         )
 
-    def park(self, tenant: str, since: float) -> bool:
+    def park(self, tenant: str, since: float) -> Wake | None:
         """A message refused a seat of `tenant`, first parked at `since` (monotonic):
-        wait for a seat. True: try the lock again now; False: stop waiting (its park
+        wait for a seat. A `Wake`: try the lock again now; None: stop waiting (its park
         time is over, this worker drains, or it may not park at all) and send it back."""
         with self._cond:
             if self._closed or self._clock() - since >= self._park_s:
-                return False
+                return None
             if not self._room(tenant):
-                return False
+                return None
             self._waiting[tenant] = self._waiting.get(tenant, 0) + 1
             try:
                 # Jittered, so parked messages of one tenant on several workers do not
                 # all try at the same instant.
                 retry_at = self._clock() + random.uniform(self._retry_s / 2, self._retry_s)
                 retry_at = min(retry_at, since + self._park_s)
-                while not self._closed and self._freed.get(tenant, 0) == 0:
+                while not self._closed and not self._freed.get(tenant):
                     left = retry_at - self._clock()
                     if left <= 0:
-                        return True
+                        return Wake(freed_here=False)
                     self._cond.wait(left)
                 if self._closed:
-                    return False
-                self._freed[tenant] -= 1
-                return True
+                    return None
+                return Wake(freed_here=True, seat=self._freed[tenant].pop(0))
             finally:
                 self._waiting[tenant] -= 1
                 if not self._waiting[tenant]:
                     del self._waiting[tenant]
                     self._freed.pop(tenant, None)
 
-    def freed(self, tenant: str) -> None:
+    def freed(self, tenant: str, seat: int | None = None) -> None:
         """A task of `tenant` ended here (its seat, if it held one, is free): wake one
-        parked message of that tenant, if any."""
+        parked message of that tenant, if any, to take `seat` (its index, if known)."""
         with self._cond:
             waiting = self._waiting.get(tenant, 0)
             if not waiting:
                 return
+            freed = self._freed.setdefault(tenant, [])
             # More wake-ups than parked messages would only spin refused ones.
-            self._freed[tenant] = min(waiting, self._freed.get(tenant, 0) + 1)
+            if len(freed) < waiting:
+                freed.append(seat)
             self._cond.notify_all()
 
     def close(self) -> None:

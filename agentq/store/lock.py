@@ -24,7 +24,7 @@ from agentq.store.codec import serialize, values
 from agentq.store.leases import Lease, LeaseRenewals
 from agentq.store.records import TaskRecord
 from agentq.store.seated import acquire_seated
-from agentq.store.tenants import TenantLimitStore
+from agentq.store.tenants import TenantLimitStore, free_seats
 
 # Who may take a task: new, waiting, due, or held by a lapsed lease; attempts left.
 LOCK_CONDITION: Final = (
@@ -48,6 +48,7 @@ class TaskLock(LeaseRenewals):
         max_attempts: int,
         timeout_ms: int | None = None,
         tenant_limit: int = 0,
+        first_seat: int | None = None,
     ) -> Lease:
         """Take the task's lock for one attempt.
 
@@ -55,6 +56,7 @@ class TaskLock(LeaseRenewals):
         lease, and attempts remain. Raises a `LockNotAcquired` subclass otherwise. With a
         `tenant_limit` (0: none) the lock also takes one of the tenant's seats, in the
         same transaction (agentq.store.seated); `TenantAtLimit` when none is free.
+        `first_seat`: the seat to try first (one seen free), else one spread by request id.
         """
         now = now_ms()
         if envelope.not_before_ms is not None and envelope.not_before_ms > now:
@@ -67,7 +69,7 @@ class TaskLock(LeaseRenewals):
             return acquire_seated(
                 self.tenant_limits(), envelope, token=token, worker_id=worker_id,
                 lease_seconds=lease_seconds, max_attempts=max_attempts, limit=tenant_limit,
-                lock_request=lambda at, until: self._lock_request(
+                first_seat=first_seat, lock_request=lambda at, until: self._lock_request(
                     envelope, token=token, worker_id=worker_id, now=at,
                     effective_until=until, max_attempts=max_attempts, timeout_ms=timeout_ms),
                 refusal=lambda item, at: self._refusal(envelope, item, at, max_attempts),
@@ -197,6 +199,11 @@ class TaskLock(LeaseRenewals):
     def tenant_limits(self) -> TenantLimitStore:
         """The tenants' limit overrides and seats, in the same table."""
         return TenantLimitStore(self._ddb, self._table)
+
+    def free_seats(self, tenant: str, limit: int) -> list[int]:
+        """The seats of `tenant` below `limit` that no live lease holds now: one strongly
+        consistent query, a read where a refused lock would spend two writes."""
+        return free_seats(self.tenant_limits().seats(tenant), limit, now_ms())
 
     @staticmethod
     def _job_keys(envelope: TaskEnvelope) -> dict[str, Any]:

@@ -52,9 +52,12 @@ def acquire_seated(
     limit: int,
     lock_request: LockRequest,
     refusal: Refusal,
+    first_seat: int | None = None,
 ) -> Lease:
     expected = 0
     seat = seat_start(envelope.request_id, limit)
+    if first_seat is not None and 0 <= first_seat < limit:
+        seat = first_seat
     tried: set[int] = set()
     for _ in range(MAX_SEAT_TRIES):
         now = now_ms()

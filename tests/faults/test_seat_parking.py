@@ -7,18 +7,21 @@ did not leave, that it took the seat the moment one freed, and what a drain does
 
 from __future__ import annotations
 
+import json
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from conftest import Stack
-from fault_support import Attempts
+from fault_support import Attempts, faulty_client, injector, rule
 from support import wait_for
 from worker_parts import Parts, send_and_receive, worker_parts
 
 from agentq.aws import AwsClients
+from agentq.faults.config import FaultSpec, Kind
 from agentq.states import TaskState
+from agentq.store.tenants import seat_start
 from worker.inflight import InFlight
 from worker.prepare import Prepared
 from worker.seatwait import SeatWaits
@@ -156,3 +159,95 @@ def test_a_tenant_refused_here_lately_parks_its_next_message_without_a_transacti
         rest = second if done[0] is first else first
         assert rest.result(timeout=30) == "tenant_limit"  # the drain sends it back
     assert parts.batcher.flush()
+
+
+def _both_seats_held(stack: Stack, parts: Parts) -> list[Prepared]:
+    """The tenant's two seats (limit 2), each held by a prepared task."""
+    parts.store.tenant_limits().set("acme", 2)
+    holders = []
+    for _ in range(2):
+        _, message, entry = send_and_receive(stack, "sample-echo")
+        parts.inflight.add(entry)
+        holder = parts.handler.prepare(message, entry)
+        assert isinstance(holder, Prepared), holder
+        holders.append(holder)
+    assert sorted(h.lease.seat for h in holders) == [0, 1]  # type: ignore[type-var]
+    return holders
+
+
+def _holder_of(holders: list[Prepared], seat: int) -> Prepared:
+    [holder] = [h for h in holders if h.lease.seat == seat]
+    return holder
+
+
+def _other_seat(message: dict[str, Any]) -> int:
+    """The seat a message's own first try would not pick (of two): freeing this one is
+    what a lock that does not know which seat is free gets wrong."""
+    request_id = json.loads(message["Body"])["requestId"]
+    return 1 - seat_start(request_id, 2)
+
+
+def test_a_parked_message_looks_before_a_timer_retry_and_takes_the_seat_it_saw_free(
+    stack: Stack,
+) -> None:
+    """Woken by its back-off, a parked message queries its tenant's seats instead of
+    spending a transaction that would be refused; a seat freed on another worker (no
+    wake here) is taken with one transaction, even when it is not the seat its request
+    id would try first."""
+    attempts = Attempts()
+    dynamodb = attempts.attach(AwsClients("eu-west-1").dynamodb)
+    parts = worker_parts(stack, dynamodb)
+    holders = _both_seats_held(stack, parts)
+    seats = SeatWaits(slots=8, retry_s=0.3, park_s=NEVER)
+    with ThreadPoolExecutor(1) as pool:
+        message, _, preparation = _parked(stack, parts, pool, seats)
+        transactions, queries = _transactions(attempts), attempts.counts["Query"]
+        wait_for(lambda: attempts.counts["Query"] >= queries + 3, timeout=30,
+                 message="three timer retries looked at the seats")  # fmt: skip
+        assert _transactions(attempts) == transactions, "a timer retry spent a transaction"
+        assert not preparation.done()
+        seat = _other_seat(message)
+        parts.store.finalize(_holder_of(holders, seat).lease, TaskState.COMPLETED)
+        released = _transactions(attempts)  # freed elsewhere: nothing wakes it here
+        prepared = preparation.result(timeout=30)
+    assert isinstance(prepared, Prepared), prepared
+    assert prepared.lease.seat == seat
+    assert _transactions(attempts) == released + 1
+
+
+def test_a_parked_message_woken_by_a_seat_freed_here_takes_that_seat(stack: Stack) -> None:
+    attempts = Attempts()
+    dynamodb = attempts.attach(AwsClients("eu-west-1").dynamodb)
+    parts = worker_parts(stack, dynamodb)
+    holders = _both_seats_held(stack, parts)
+    seats = SeatWaits(slots=8, retry_s=NEVER, park_s=NEVER)
+    with ThreadPoolExecutor(1) as pool:
+        message, _, preparation = _parked(stack, parts, pool, seats)
+        seat = _other_seat(message)
+        parts.store.finalize(_holder_of(holders, seat).lease, TaskState.COMPLETED)
+        before = _transactions(attempts), attempts.counts["Query"]
+        seats.freed("acme", seat)
+        prepared = preparation.result(timeout=30)
+    assert isinstance(prepared, Prepared), prepared
+    assert prepared.lease.seat == seat
+    # The lock that took it, no refusal on the other seat and no query to find this one.
+    assert (_transactions(attempts), attempts.counts["Query"]) == (before[0] + 1, before[1])
+
+
+def test_a_failed_look_at_the_seats_leaves_the_decision_to_the_lock(stack: Stack) -> None:
+    """The look is a saving, not a gate: when the seats query fails (a server error on
+    every attempt), the parked message tries the lock as it would have without it."""
+    faults = injector()
+    parts = worker_parts(stack, faulty_client(stack, "dynamodb", faults))
+    holders = _both_seats_held(stack, parts)
+    seats = SeatWaits(slots=8, retry_s=0.3, park_s=NEVER)
+    with ThreadPoolExecutor(1) as pool:
+        message, _, preparation = _parked(stack, parts, pool, seats)
+        # The seat its own first try picks: the lock needs no query of its own to take it.
+        seat = 1 - _other_seat(message)
+        faults.spec = FaultSpec(rules=(rule("dynamodb:Query", Kind.SERVER_ERROR),))
+        parts.store.finalize(_holder_of(holders, seat).lease, TaskState.COMPLETED)
+        prepared = preparation.result(timeout=60)
+    assert isinstance(prepared, Prepared), prepared
+    assert prepared.lease.seat == seat
+    assert faults.counts().get("dynamodb:Query:server_error", 0) >= 1

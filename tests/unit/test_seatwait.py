@@ -9,7 +9,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pytest
 from support import wait_for
 
-from worker.seatwait import SeatWaits
+from worker.seatwait import SeatWaits, Wake
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(60)
 NEVER = 600.0
 
 
-def _park(pool: ThreadPoolExecutor, seats: SeatWaits, tenant: str) -> Future[bool]:
+def _park(pool: ThreadPoolExecutor, seats: SeatWaits, tenant: str) -> Future[Wake | None]:
     return pool.submit(seats.park, tenant, time.monotonic())
 
 
@@ -27,15 +27,16 @@ def test_a_freed_seat_wakes_one_parked_message_of_its_tenant_only() -> None:
         crowd = [_park(pool, seats, "crowd") for _ in range(2)]
         other = _park(pool, seats, "other")
         wait_for(lambda: seats.parked == 3, timeout=10, message="three parked")
-        seats.freed("crowd")
+        seats.freed("crowd", 1)
         wait_for(lambda: sum(f.done() for f in crowd) == 1, timeout=10,
                  message="one crowd message woke")  # fmt: skip
-        assert [f.result() for f in crowd if f.done()] == [True]
+        # Woken for the seat freed here, which it is told to take.
+        assert [f.result() for f in crowd if f.done()] == [Wake(freed_here=True, seat=1)]
         assert seats.parked == 2 and not other.done()
         seats.freed("nobody")  # no parked message of that tenant: nothing wakes
         seats.close()
-        assert [f.result(timeout=10) for f in crowd if not f.done()] == [False]
-        assert other.result(timeout=10) is False
+        assert [f.result(timeout=10) for f in crowd if not f.done()] == [None]
+        assert other.result(timeout=10) is None
 
 
 def test_a_seat_freed_with_nobody_parked_is_not_kept_for_later() -> None:
@@ -43,15 +44,16 @@ def test_a_seat_freed_with_nobody_parked_is_not_kept_for_later() -> None:
     seats.freed("crowd")
     started = time.monotonic()
     # Woken only by the end of its park time (a last try), never by the stale seat.
-    assert seats.park("crowd", started) is True
+    assert seats.park("crowd", started) == Wake(freed_here=False)
     assert time.monotonic() - started >= 0.3
-    assert seats.park("crowd", started) is False, "its park time is over"
+    assert seats.park("crowd", started) is None, "its park time is over"
 
 
 def test_a_parked_message_tries_again_after_the_back_off() -> None:
     seats = SeatWaits(slots=8, retry_s=0.2, park_s=NEVER)
     started = time.monotonic()
-    assert seats.park("crowd", started) is True
+    # Not freed here: a seat may have freed on another worker, which it must look for.
+    assert seats.park("crowd", started) == Wake(freed_here=False, seat=None)
     # Jittered from half the back-off to all of it.
     assert 0.1 <= time.monotonic() - started < NEVER
 
@@ -63,27 +65,27 @@ def test_parking_is_bounded_per_tenant_and_per_worker() -> None:
         wait_for(lambda: seats.parked == 2, timeout=10, message="two parked")
         assert seats.full("crowd") and not seats.full("other")
         assert not seats.room("crowd") and seats.room("other")
-        assert seats.park("crowd", time.monotonic()) is False, "a third of one tenant"
+        assert seats.park("crowd", time.monotonic()) is None, "a third of one tenant"
         others = [_park(pool, seats, tenant) for tenant in ("b", "c")]
         wait_for(lambda: seats.parked == 4, timeout=10, message="four parked")
-        assert seats.park("d", time.monotonic()) is False, "a fifth in all"
+        assert seats.park("d", time.monotonic()) is None, "a fifth in all"
         seats.close()
-        assert [f.result(timeout=10) for f in crowd + others] == [False] * 4
+        assert [f.result(timeout=10) for f in crowd + others] == [None] * 4
     assert seats.parked == 0 and not seats.full("crowd")
 
 
 def test_no_parking_when_park_time_is_zero_or_closed() -> None:
-    assert SeatWaits(slots=4, retry_s=1.0, park_s=0).park("crowd", time.monotonic()) is False
+    assert SeatWaits(slots=4, retry_s=1.0, park_s=0).park("crowd", time.monotonic()) is None
     closed = SeatWaits(slots=4, retry_s=NEVER, park_s=NEVER)
     assert closed.room("crowd")
     closed.close()
     assert not closed.room("crowd")
-    assert closed.park("crowd", time.monotonic()) is False
+    assert closed.park("crowd", time.monotonic()) is None
 
 
 def test_close_wakes_every_parked_message_at_once() -> None:
     seats = SeatWaits(slots=8, retry_s=NEVER, park_s=NEVER)
-    results: list[bool] = []
+    results: list[Wake | None] = []
     threads = [
         threading.Thread(target=lambda t=t: results.append(seats.park(t, time.monotonic())))
         for t in ("a", "b", "c")
@@ -94,7 +96,7 @@ def test_close_wakes_every_parked_message_at_once() -> None:
     seats.close()
     for thread in threads:
         thread.join(timeout=10)
-    assert results == [False, False, False]
+    assert results == [None, None, None]
 
 
 def test_a_refusal_marks_its_tenant_at_its_limit_for_the_back_off_only() -> None:
@@ -112,3 +114,19 @@ def test_a_refusal_marks_its_tenant_at_its_limit_for_the_back_off_only() -> None
     seats.refused("crowd")  # each refusal starts the back-off again
     now[0] += 1.5
     assert seats.refused_lately("crowd")
+
+
+def test_each_parked_message_woken_here_is_told_a_different_freed_seat() -> None:
+    seats = SeatWaits(slots=8, retry_s=NEVER, park_s=NEVER)
+    with ThreadPoolExecutor(4) as pool:
+        crowd = [_park(pool, seats, "crowd") for _ in range(3)]
+        wait_for(lambda: seats.parked == 3, timeout=10, message="three parked")
+        seats.freed("crowd", 0)
+        seats.freed("crowd", 2)
+        wait_for(lambda: sum(f.done() for f in crowd) == 2, timeout=10, message="two woke")
+        woken = sorted(f.result().seat for f in crowd if f.done())  # type: ignore[union-attr]
+        assert woken == [0, 2]
+        # A seat freed by a task that held none (its index unknown) still wakes one.
+        seats.freed("crowd")
+        wait_for(lambda: all(f.done() for f in crowd), timeout=10, message="the third woke")
+        assert Wake(freed_here=True, seat=None) in [f.result() for f in crowd]
