@@ -1,9 +1,18 @@
-"""Batches message deletes and visibility changes: ≤ 10 per call, flushed on size or
-after a short delay, so a busy worker spends one request on many messages.
+"""Batches message deletes, visibility changes and requeued copies: ≤ 10 per call,
+flushed on size or after a short delay, so a busy worker spends one request on many
+messages.
 
 Callers enqueue and move on; `flush()` blocks until everything enqueued so far is sent
 (used before exit). Entries a batch call rejects are logged; SQS redelivers such a
 message and the STATE item decides what happens to it.
+
+A requeue (a fresh copy of a received message, then the delete of the original) sends
+its copy with `SendMessageBatch` and deletes the originals in the same flush, after
+their copies are sent: under a limited tenant's flood the worker sends hundreds of its
+messages back, and one request carried each copy. A copy SQS rejects, or a batch that
+fails past botocore's retries, gives its original back in place instead (one receive
+spent); a batch applied but answered with an error is sent again by botocore, and the
+duplicate copies are settled by the task's lock like any other.
 """
 
 from __future__ import annotations
@@ -27,7 +36,10 @@ MAX_ATTRIBUTES: Final = 10  # message attributes SendMessage takes
 # lineage of a task's messages, which the worker logs at each receive.
 REQUEUED_FROM: Final = "requeuedFrom"
 
-Op = Literal["delete", "visibility"]
+Op = Literal["send", "delete", "visibility"]
+# SendMessageBatch takes at most this much in all (bodies and attributes): 256 KiB, the
+# limit before SQS raised it, so a queue of either age takes the batch.
+MAX_BATCH_BYTES: Final = 262_144
 logger = logging.getLogger(__name__)
 
 
@@ -40,6 +52,7 @@ class _Item:
     done: threading.Event = field(default_factory=threading.Event)
     error: str | None = None
     then: Callable[[], object] | None = None
+    copy: dict[str, Any] | None = None  # a "send": the SendMessageBatch entry, less its Id
 
     def finish(self) -> None:
         self.done.set()
@@ -99,33 +112,32 @@ class SqsBatcher(BatchLoop[_Item]):
         its visibility is changed in place (one request instead of two, one receive spent).
         """
         if fresh and message is not None:
-            try:
-                self.requeue(message, seconds, receipt_handle=receipt_handle)
-                return
-            except Exception:
-                logger.exception("requeue failed; giving the message back in place",
-                                 extra={"messageId": message.get("MessageId")})  # fmt: skip
+            self.requeue(message, seconds, receipt_handle=receipt_handle)
+            return
         self.change_visibility(receipt_handle, seconds)
 
     def requeue(
         self, message: Mapping[str, Any], seconds: float, *, receipt_handle: str | None = None
     ) -> threading.Event:
-        """Send a copy of `message` that becomes visible after `seconds`, then delete it.
+        """Send a copy of `message` that becomes visible after `seconds`, then delete it
+        (batched; the event is set once both are done, or the message was given back in
+        place because its copy could not be sent).
 
         The copy starts with a receive count of zero, so waiting does not spend the
         receives SQS allows before it dead-letters the message. Send first, delete after:
-        a crash, a failed delete or a SendMessage retried after it was applied leaves a
+        a crash, a failed delete or a send retried after it was applied leaves a
         duplicate, which the lock settles like any other; the other order could lose
         the task. `receipt_handle` is the newest handle (default: the message's own).
         """
-        self._sqs.send_message(
-            QueueUrl=self.routes.queue_of(message["ReceiptHandle"]),
-            MessageBody=message.get("Body", ""),
-            MessageAttributes=_attributes(message, requeued=True),
+        copy = {
+            "MessageBody": message.get("Body", ""),
+            "MessageAttributes": _attributes(message, requeued=True),
             **_group(message),
-            DelaySeconds=max(0, min(MAX_DELAY_S, int(seconds + 0.999))),
-        )
-        return self.delete(receipt_handle or message["ReceiptHandle"])
+            "DelaySeconds": max(0, min(MAX_DELAY_S, int(seconds + 0.999))),
+        }
+        return self._add(_Item("send", receipt_handle or message["ReceiptHandle"],
+                               self.routes.queue_of(message["ReceiptHandle"]),
+                               clamp_visibility(seconds), copy=copy))  # fmt: skip
 
     def _add(self, item: _Item) -> threading.Event:
         self._submit([item])
@@ -138,6 +150,10 @@ class SqsBatcher(BatchLoop[_Item]):
                 item.finish()
 
     def _send(self, items: list[_Item]) -> None:
+        # Copies first: each original is then deleted (or given back) in this same flush.
+        items = [i for i in items if i.op != "send"] + self._send_copies(
+            [i for i in items if i.op == "send"]
+        )
         for op in ("delete", "visibility"):
             for queue_url in dict.fromkeys(i.queue_url for i in items):
                 group = [i for i in items if i.op == op and i.queue_url == queue_url]
@@ -176,6 +192,64 @@ class SqsBatcher(BatchLoop[_Item]):
                 if op == "delete":
                     self.routes.forget(item.receipt_handle)
                 item.finish()
+
+    def _send_copies(self, sends: list[_Item]) -> list[_Item]:
+        """Send the requeued copies; what follows for each original: its delete, or its
+        give-back in place when its copy was not sent."""
+        following: list[_Item] = []
+        for queue_url in dict.fromkeys(i.queue_url for i in sends):
+            for group in _chunks([i for i in sends if i.queue_url == queue_url]):
+                failed = self._send_copy_group(queue_url, group)
+                for n, item in enumerate(group):
+                    follow = (_Item("visibility", item.receipt_handle, queue_url, item.visibility_s)
+                              if n in failed else _Item("delete", item.receipt_handle, queue_url))  # fmt: skip
+                    follow.then = item.finish
+                    following.append(follow)
+        return following
+
+    def _send_copy_group(self, queue_url: str, group: list[_Item]) -> set[int]:
+        """One SendMessageBatch; the positions in `group` whose copy was not sent."""
+        try:
+            response = self._sqs.send_message_batch(
+                QueueUrl=queue_url,
+                Entries=[{"Id": str(n), **(i.copy or {})} for n, i in enumerate(group)],
+            )
+        except Exception:
+            logger.exception("requeue failed; giving the message back in place",
+                             extra={"messages": len(group)})  # fmt: skip
+            return set(range(len(group)))
+        failed = {int(f["Id"]) for f in response.get("Failed", [])}
+        for failure in response.get("Failed", []):
+            logger.warning("requeue failed; giving the message back in place",
+                           extra={"code": failure.get("Code"), "detail": failure.get("Message")})  # fmt: skip
+        return failed
+
+
+def _chunks(sends: list[_Item]) -> list[list[_Item]]:
+    """`sends` in SendMessageBatch-sized groups: ≤ 10 entries, ≤ MAX_BATCH_BYTES in all
+    (a copy larger than that alone, as SQS took the original)."""
+    groups: list[list[_Item]] = []
+    size = 0
+    for item in sends:
+        item_size = _copy_size(item.copy or {})
+        if groups and len(groups[-1]) < MAX_BATCH and size + item_size <= MAX_BATCH_BYTES:
+            groups[-1].append(item)
+            size += item_size
+        else:
+            groups.append([item])
+            size = item_size
+    return groups
+
+
+def _copy_size(copy: Mapping[str, Any]) -> int:
+    """What SQS counts toward a batch's size: the body, and each attribute's name, type
+    and value."""
+    size = len(str(copy.get("MessageBody", "")).encode())
+    for name, value in (copy.get("MessageAttributes") or {}).items():
+        size += len(name.encode()) + len(str(value.get("DataType", "")).encode())
+        data = value.get("StringValue", value.get("BinaryValue", b""))
+        size += len(data.encode() if isinstance(data, str) else data)
+    return size
 
 
 def _attributes(message: Mapping[str, Any], *, requeued: bool = False) -> dict[str, Any]:

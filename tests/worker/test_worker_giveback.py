@@ -171,12 +171,12 @@ def test_a_give_back_sends_a_copy_then_deletes_or_else_gives_back_in_place(
             raise RuntimeError("SendMessage denied")
 
         # The copy cannot be sent (throttled past retries, or denied): back in place.
-        sqs.meta.events.register("before-call.sqs.SendMessage", refuse)
+        sqs.meta.events.register("before-call.sqs.SendMessageBatch", refuse)
         try:
             batcher.give_back(copy["ReceiptHandle"], copy)
             batcher.flush()
         finally:
-            sqs.meta.events.unregister("before-call.sqs.SendMessage", refuse)
+            sqs.meta.events.unregister("before-call.sqs.SendMessageBatch", refuse)
         again = receive()
         assert again["MessageId"] == copy["MessageId"]
         assert again["Attributes"]["ApproximateReceiveCount"] == "2"
@@ -252,7 +252,6 @@ def test_a_copy_of_a_copy_names_its_latest_and_a_full_attribute_set_stays_whole(
         # Sent only now: each receive above would have spent one of its receives.
         sqs.send_message(QueueUrl=url, MessageBody="full", MessageAttributes=full)
         crowded = receive("full")
-        print("CROWDED", crowded)
         batcher.give_back(crowded["ReceiptHandle"], crowded)
         batcher.flush()
         again = receive("full")
