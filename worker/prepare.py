@@ -211,7 +211,7 @@ class Preparer:
         entry = prepared.entry
         entry.lease = None
         try:
-            self._store.finalize(
+            self._store.end_attempt(
                 prepared.lease, TaskState.RETRYING, retry_at_ms=now_ms(),
                 fields={"attempt": max(0, prepared.lease.attempt - 1),
                         "releasedBy": self._worker_id},

@@ -121,7 +121,7 @@ class Settler:
             extra = {"result": payload["result"]} if "result" in payload else {}
             if error is not None:
                 extra["error"] = error
-            self._store.finalize(lease, state, fields={
+            self._store.end_attempt(lease, state, fields={
                 **fields, **extra, "terminalEvent": event.to_detail()})  # fmt: skip
             # The heartbeat keeps the message invisible until the delete is sent (the
             # event and delete batches may take longer than one visibility extension).
@@ -143,7 +143,7 @@ class Settler:
                 delay = backoff_s(lease.attempt, base_s=self._settings.retry_backoff_base_s,
                                   max_s=self._settings.retry_backoff_max_s)  # fmt: skip
                 retry_at = now_ms() + int(delay * 1000)
-                self._store.finalize(lease, TaskState.RETRYING, retry_at_ms=retry_at,
+                self._store.end_attempt(lease, TaskState.RETRYING, retry_at_ms=retry_at,
                                      fields={**fields, "error": error})  # fmt: skip
                 emit("Task Processing Failed", error=error, retryAt=retry_at)
                 self._batcher.change_visibility(entry.receipt_handle, delay)
@@ -168,7 +168,7 @@ class Settler:
         them dead-letter a task with attempts left)."""
         entry.lease = None
         try:
-            self._store.finalize(
+            self._store.end_attempt(
                 lease, TaskState.RETRYING, retry_at_ms=now_ms(),
                 # The attempt did not fail; it was interrupted: do not count it.
                 fields={"attempt": max(0, lease.attempt - 1), "releasedBy": self._worker_id},

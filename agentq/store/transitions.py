@@ -35,8 +35,35 @@ class TaskTransitions(LeaseRenewals):
         """End an attempt: a terminal state, or RETRYING (message kept for redelivery).
 
         Conditional on the lease token, so a stale worker cannot overwrite a newer
-        attempt; raises `LeaseLost` then.
+        attempt; raises `LeaseLost` then. Returns the settled record.
         """
+        record = self._end(lease, state, retry_at_ms, fields, read_back=True)
+        if record is None:  # pragma: no cover - read back above
+            raise LeaseLost(lease.request_id, lease.token)
+        return record
+
+    def end_attempt(
+        self,
+        lease: Lease,
+        state: TaskState,
+        *,
+        retry_at_ms: int | None = None,
+        fields: Mapping[str, Any] | None = None,
+    ) -> None:
+        """`finalize` for a caller that does not read the settled record (the worker):
+        an attempt that held a tenant seat then costs its transaction alone, without the
+        strongly consistent read a transaction needs to return the record."""
+        self._end(lease, state, retry_at_ms, fields, read_back=False)
+
+    def _end(
+        self,
+        lease: Lease,
+        state: TaskState,
+        retry_at_ms: int | None,
+        fields: Mapping[str, Any] | None,
+        *,
+        read_back: bool,
+    ) -> TaskRecord | None:
         if state is not TaskState.RETRYING and not state.terminal:
             raise ValueError(f"finalize to a terminal state or RETRYING, not {state}")
         now = now_ms()
@@ -72,8 +99,10 @@ class TaskTransitions(LeaseRenewals):
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": attrs,
         }
-        if lease.seat is not None and (record := self._finalize_seated(lease, request)):
-            return record
+        if lease.seat is not None:
+            ended, record = self._finalize_seated(lease, request, read_back=read_back)
+            if ended:
+                return record
         written = idempotent.update(
             self._ddb, mark=("finalizedBy", lease.token), ReturnValues="ALL_NEW", **request
         )
@@ -81,12 +110,15 @@ class TaskTransitions(LeaseRenewals):
             raise LeaseLost(lease.request_id, lease.token)
         return TaskRecord.from_item(written.item)
 
-    def _finalize_seated(self, lease: Lease, request: dict[str, Any]) -> TaskRecord | None:
-        """End the attempt and free its tenant seat in one transaction.
+    def _finalize_seated(
+        self, lease: Lease, request: dict[str, Any], *, read_back: bool
+    ) -> tuple[bool, TaskRecord | None]:
+        """End the attempt and free its tenant seat in one transaction: whether it
+        ended, and the settled record if known.
 
-        None when the seat is no longer this lease's (it lapsed and another task took
-        it): the caller then ends the attempt alone. A transaction returns no item, so
-        the settled record is read back (strongly consistent).
+        Not ended when the seat is no longer this lease's (it lapsed and another task
+        took it): the caller then ends the attempt alone. A transaction returns no item,
+        so with `read_back` the settled record is read (strongly consistent).
         """
         seat = TenantLimitStore(self._ddb, self._table).free(
             lease.tenant, lease.seat or 0, token=lease.token
@@ -105,17 +137,19 @@ class TaskTransitions(LeaseRenewals):
                 # A retry of our own applied finalize finds its mark; anything else is a
                 # newer attempt's lease.
                 if idempotent.carries(item, ("finalizedBy", lease.token)) and item:
-                    return TaskRecord.from_item(item)
+                    return True, TaskRecord.from_item(item)
                 raise LeaseLost(lease.request_id, lease.token) from None
             if transact.code(found, 1) == transact.CONDITION:
-                return None
+                return False, None
             raise
+        if not read_back:
+            return True, None
         item = self._ddb.get_item(
             TableName=self._table, Key=request["Key"], ConsistentRead=True
         ).get("Item")
         if not item:  # pragma: no cover - the transaction has just written it
             raise LeaseLost(lease.request_id, lease.token)
-        return TaskRecord.from_item(item)
+        return True, TaskRecord.from_item(item)
 
     def transition(
         self,

@@ -148,3 +148,30 @@ def test_throttled_seat_queries_and_limit_reads_are_ridden_out(stack: Stack) -> 
     clean.tenant_limits().set("seated", 5)
     assert CachedTenantLimits(faulty.tenant_limits(), default=7).limit("seated") == 5
     assert attempts.counts["GetItem"] >= 2
+
+
+def test_a_seated_attempt_ended_by_the_worker_is_not_read_back(stack: Stack) -> None:
+    """The worker ends attempts with `end_attempt`: one transaction, no read after it;
+    applied and retried by botocore, it still settles once and frees the seat."""
+    envelope = _envelope()
+    faulty, clean, attempts = _stores(
+        stack,
+        rule("dynamodb:TransactWriteItems", Kind.APPLIED_THEN_FAILED, limit=1,
+             match="finishedAt"),
+    )  # fmt: skip
+    lease = clean.acquire(envelope, worker_id="w1", lease_seconds=30, max_attempts=3,
+                          tenant_limit=1)  # fmt: skip
+    faulty.end_attempt(lease, TaskState.COMPLETED, fields={"result": {"key": "k"}})
+    assert attempts.counts["TransactWriteItems"] == 2  # applied, then botocore's retry
+    assert attempts.counts["GetItem"] == 0
+    record = clean.require(envelope.tenant, envelope.request_id)
+    assert record.state is TaskState.COMPLETED and record.raw["result"] == {"key": "k"}
+    assert _holders(clean) == []
+    # Without a fault (the rule fired once): one transaction, and still no read.
+    second = _envelope()
+    lease = clean.acquire(second, worker_id="w1", lease_seconds=30, max_attempts=3,
+                          tenant_limit=1)  # fmt: skip
+    faulty.end_attempt(lease, TaskState.FAILED)
+    assert (attempts.counts["TransactWriteItems"], attempts.counts["GetItem"]) == (3, 0)
+    assert clean.require(second.tenant, second.request_id).state is TaskState.FAILED
+    assert _holders(clean) == []
