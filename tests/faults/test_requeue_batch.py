@@ -21,7 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import wait_for
 
-from agentq.faults.config import Kind
+from agentq.faults.config import FaultRule, Kind
+from agentq.faults.injector import FaultInjector
 from worker.batcher import MAX_BATCH, MAX_BATCH_BYTES, SqsBatcher, _chunks, _copy_size, _Item
 
 pytestmark = pytest.mark.timeout(120)
@@ -78,6 +79,20 @@ def _give_back_all(batcher: SqsBatcher, messages: list[dict[str, Any]]) -> None:
     assert batcher.flush(timeout_s=60)
 
 
+def _give_back_meeting(
+    stack: Stack, url: str, messages: list[dict[str, Any]], fault: FaultRule
+) -> FaultInjector:
+    """Give `messages` back in one flush, through a client that meets `fault`."""
+    faults = injector(fault)
+    # A long window: only the flush sends, so all of them are in one batch.
+    batcher = SqsBatcher(faulty_client(stack, "sqs", faults), url, delay_s=30)
+    try:
+        _give_back_all(batcher, messages)
+    finally:
+        batcher.close()
+    return faults
+
+
 def test_many_give_backs_share_one_send_and_one_delete(stack: Stack) -> None:
     url = _fresh_queue(stack)
     originals = _send(stack, url, [f"task-{n}" for n in range(6)])
@@ -106,12 +121,10 @@ def test_many_give_backs_share_one_send_and_one_delete(stack: Stack) -> None:
 def test_a_copy_sqs_refuses_leaves_its_original_given_back_in_place(stack: Stack) -> None:
     url = _fresh_queue(stack)
     originals = _send(stack, url, [f"task-{n}" for n in range(6)])
-    faults = injector(rule("sqs:SendMessageBatch", Kind.PARTIAL_BATCH, limit=1))
-    batcher = SqsBatcher(faulty_client(stack, "sqs", faults), url, delay_s=30)
-    try:
-        _give_back_all(batcher, originals)
-    finally:
-        batcher.close()
+    faults = _give_back_meeting(
+        stack, url, originals, rule("sqs:SendMessageBatch", Kind.PARTIAL_BATCH, limit=1)
+    )
+    assert faults.counts() == {"sqs:SendMessageBatch:partial_batch": 1}
     back = _receive(stack, url, 6)
     in_place = [m for m in back if "requeuedFrom" not in m["MessageAttributes"]]
     copies = [m for m in back if "requeuedFrom" in m["MessageAttributes"]]
@@ -126,12 +139,10 @@ def test_a_batch_that_fails_past_the_retries_gives_every_original_back_in_place(
 ) -> None:
     url = _fresh_queue(stack)
     originals = _send(stack, url, [f"task-{n}" for n in range(3)])
-    faults = injector(rule("sqs:SendMessageBatch", Kind.SERVER_ERROR))
-    batcher = SqsBatcher(faulty_client(stack, "sqs", faults), url, delay_s=30)
-    try:
-        _give_back_all(batcher, originals)
-    finally:
-        batcher.close()
+    faults = _give_back_meeting(
+        stack, url, originals, rule("sqs:SendMessageBatch", Kind.SERVER_ERROR)
+    )
+    assert faults.counts()["sqs:SendMessageBatch:server_error"] >= 2  # botocore retried
     back = _receive(stack, url, 3)
     assert {m["MessageId"] for m in back} == {o["MessageId"] for o in originals}
     assert {m["Attributes"]["ApproximateReceiveCount"] for m in back} == {"2"}
@@ -142,12 +153,9 @@ def test_a_batch_applied_then_answered_with_an_error_leaves_duplicates_never_a_l
 ) -> None:
     url = _fresh_queue(stack)
     originals = _send(stack, url, [f"task-{n}" for n in range(3)])
-    faults = injector(rule("sqs:SendMessageBatch", Kind.APPLIED_THEN_FAILED, limit=1))
-    batcher = SqsBatcher(faulty_client(stack, "sqs", faults), url, delay_s=30)
-    try:
-        _give_back_all(batcher, originals)
-    finally:
-        batcher.close()
+    faults = _give_back_meeting(
+        stack, url, originals, rule("sqs:SendMessageBatch", Kind.APPLIED_THEN_FAILED, limit=1)
+    )
     assert faults.counts() == {"sqs:SendMessageBatch:applied_then_failed": 1}
     back = _receive(stack, url, 6)  # botocore sent the batch again: two copies of each
     assert sorted(m["Body"] for m in back) == sorted([f"task-{n}" for n in range(3)] * 2)
