@@ -53,6 +53,7 @@ class _Item:
     error: str | None = None
     then: Callable[[], object] | None = None
     copy: dict[str, Any] | None = None  # a "send": the SendMessageBatch entry, less its Id
+    message_id: str | None = None  # a "send": the message it copies, for the log
 
     def finish(self) -> None:
         self.done.set()
@@ -137,7 +138,8 @@ class SqsBatcher(BatchLoop[_Item]):
         }
         return self._add(_Item("send", receipt_handle or message["ReceiptHandle"],
                                self.routes.queue_of(message["ReceiptHandle"]),
-                               clamp_visibility(seconds), copy=copy))  # fmt: skip
+                               clamp_visibility(seconds), copy=copy,
+                               message_id=message.get("MessageId")))  # fmt: skip
 
     def _add(self, item: _Item) -> threading.Event:
         self._submit([item])
@@ -216,12 +218,14 @@ class SqsBatcher(BatchLoop[_Item]):
             )
         except Exception:
             logger.exception("requeue failed; giving the message back in place",
-                             extra={"messages": len(group)})  # fmt: skip
+                             extra={"messageIds": [i.message_id for i in group]})  # fmt: skip
             return set(range(len(group)))
         failed = {int(f["Id"]) for f in response.get("Failed", [])}
         for failure in response.get("Failed", []):
             logger.warning("requeue failed; giving the message back in place",
-                           extra={"code": failure.get("Code"), "detail": failure.get("Message")})  # fmt: skip
+                           extra={"messageId": group[int(failure["Id"])].message_id,
+                                  "code": failure.get("Code"),
+                                  "detail": failure.get("Message")})  # fmt: skip
         return failed
 
 

@@ -139,7 +139,12 @@ class Preparer:
             parked_at, wake = self._park(envelope, seats, limit, tried=False)
         while True:
             first_seat = wake.seat if wake is not None else None
-            if seats and parked_at is not None and wake is not None and not wake.freed_here:
+            if (
+                seats is not None
+                and parked_at is not None
+                and wake is not None
+                and not wake.freed_here
+            ):
                 # Its back-off passed: a seat may have freed on another worker. Look.
                 free = self._free_seats(tenant, limit)
                 if free == []:
