@@ -75,7 +75,7 @@ class Consumer:
         self._events = events
         self._inflight = inflight
         self._on_tick = list(on_tick)
-        self._limited = LimitedTenants(settings, batcher)
+        self._limited = LimitedTenants(settings, batcher, well_formed=handler.well_formed)
         self.slots = Intake(
             settings.max_concurrent,
             parked=lambda: self._limited.seats.parked,
@@ -258,7 +258,7 @@ class Consumer:
             self._count("held_here")
             return False
         tenant = self._handler.limited_tenant(message)
-        if tenant is not None and self._limited.parked_full(tenant):
+        if tenant is not None and self._limited.parked_full(tenant, message):
             # At its limit, its parked messages here first in line for the next seat.
             self._inflight.remove(entry)
             self._limited.send_back(message, tenant)
@@ -369,8 +369,7 @@ class Consumer:
         seat: int | None = None
         try:
             prepared = preparation.result(PREPARE_TIMEOUT_S) if preparation else None
-            if isinstance(prepared, Prepared):
-                seat = prepared.lease.seat
+            seat = prepared.lease.seat if isinstance(prepared, Prepared) else None
             verdict = self._handler.handle(
                 message, entry=entry, on_child_exit=free_slot, prepared=prepared
             )

@@ -127,6 +127,10 @@ class MessageHandler:
         slot (worker.intake)."""
         return self._preparer.limited_tenant(message)
 
+    def well_formed(self, message: Mapping[str, Any]) -> bool:
+        """Whether `message` is a task of a definition this worker knows (no request)."""
+        return self._preparer.well_formed(message)
+
     def prepare(
         self, message: Mapping[str, Any], entry: InFlight, seats: SeatWaits | None = None
     ) -> Prepared | str:

@@ -84,6 +84,20 @@ class Preparer:
             tenant = self._settings.tenant_id
         return tenant if self._limits.last_known(tenant) > 0 else None
 
+    def well_formed(self, message: Mapping[str, Any]) -> bool:
+        """Whether `message` is a task of a definition this worker knows: what `prepare`
+        checks before its first request, and nothing more."""
+        try:
+            envelope = self._parse(message)
+            self._registry.get(envelope.definition)
+        except (InvalidInput, NotFound):
+            return False
+        return True
+
+    def _parse(self, message: Mapping[str, Any]) -> TaskEnvelope:
+        return parse_message(message.get("Body", ""), message.get("MessageAttributes"),
+                             default_tenant=self._settings.tenant_id)  # fmt: skip
+
     def prepare(
         self, message: Mapping[str, Any], entry: InFlight, seats: SeatWaits | None = None
     ) -> Prepared | str:
@@ -96,11 +110,7 @@ class Preparer:
         """
         attributes = message.get("Attributes", {})
         try:
-            envelope = parse_message(
-                message.get("Body", ""),
-                message.get("MessageAttributes"),
-                default_tenant=self._settings.tenant_id,
-            )
+            envelope = self._parse(message)
             definition = self._registry.get(envelope.definition)
         except (InvalidInput, NotFound) as exc:
             return self._refusals.reject(message, exc, entry)

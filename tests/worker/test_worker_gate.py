@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 from conftest import Stack
-from worker_support import receive_all
+from support import wait_for
+from worker_support import queue_counts, receive_all, send
 
 from agentq.config import Settings
+from agentq.local.workers import SAMPLE_DEFINITIONS
 from worker.app import build
 from worker.intake import Held
 
@@ -70,11 +72,12 @@ def test_a_message_of_a_tenant_parked_full_goes_straight_back_unlocked(
     monkeypatch.setenv("WARM_CHILDREN", "false")
     monkeypatch.setenv("SQS_BATCH_WINDOW", "0")
     monkeypatch.setenv("TENANT_CONCURRENCY_LIMIT", "2")
+    monkeypatch.setenv("TASK_DEFINITIONS_DIR", str(SAMPLE_DEFINITIONS))  # a task it knows
     consumer = build(Settings.from_env()).consumer
     locks: list[Any] = []
     monkeypatch.setattr(consumer._limited.seats, "full", lambda tenant: True)
     monkeypatch.setattr(consumer._limited, "lock", lambda *args: locks.append(args))
-    inproc_stack.sqs.send_message(QueueUrl=inproc_stack.resources.queue_url, MessageBody="{}")
+    send(inproc_stack, "sample-echo")
     [message] = receive_all(inproc_stack, 1)
     try:
         assert consumer._accept(message, Settings.from_env().default_priority) is True
@@ -90,6 +93,48 @@ def test_a_message_of_a_tenant_parked_full_goes_straight_back_unlocked(
         # The received message deleted, a fresh copy waiting out the back-off.
         assert attributes == {"ApproximateNumberOfMessagesDelayed": "1",
                               "ApproximateNumberOfMessagesNotVisible": "0"}  # fmt: skip
+    finally:
+        consumer._limited.shutdown()
+        consumer._batcher.close()
+        consumer._events.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("body", [
+    "{}",  # no task in it
+    '{"requestId": "r-1", "tenant": "acme", "definition": "no-such-definition"}',
+    "\x00not json",
+])  # fmt: skip
+def test_a_malformed_message_of_a_tenant_parked_full_is_rejected_not_sent_round(
+    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch, body: str
+) -> None:
+    """Sent back unread, a malformed message would go round for as long as its tenant
+    stays at its limit, a fresh copy each time (so never dead-lettered). It is gated
+    instead, and its preparation records it failed and deletes it."""
+    monkeypatch.setenv("WARM_CHILDREN", "false")
+    monkeypatch.setenv("SQS_BATCH_WINDOW", "0")
+    monkeypatch.setenv("TENANT_CONCURRENCY_LIMIT", "2")
+    monkeypatch.setenv("TASK_DEFINITIONS_DIR", str(SAMPLE_DEFINITIONS))
+    consumer = build(Settings.from_env()).consumer
+    monkeypatch.setattr(consumer._limited.seats, "full", lambda tenant: True)
+    inproc_stack.sqs.send_message(
+        QueueUrl=inproc_stack.resources.queue_url, MessageBody=body,
+        MessageAttributes={"tenant": {"DataType": "String", "StringValue": "acme"}},
+    )  # fmt: skip
+    [message] = receive_all(inproc_stack, 1)
+    try:
+        assert consumer._accept(message, Settings.from_env().default_priority) is False
+        wait_for(lambda: consumer.verdicts.get("rejected") == 1, timeout=30,
+                 message=f"the message rejected ({consumer.verdicts})")  # fmt: skip
+        assert "tenant_limit" not in consumer.verdicts
+        assert consumer._batcher.flush() and consumer._events.flush()
+        wait_for(lambda: queue_counts(inproc_stack) == (0, 0), timeout=30,
+                 message="the message deleted, no copy sent")  # fmt: skip
+        attributes = inproc_stack.sqs.get_queue_attributes(
+            QueueUrl=inproc_stack.resources.queue_url,
+            AttributeNames=["ApproximateNumberOfMessagesDelayed"],
+        )["Attributes"]
+        assert attributes == {"ApproximateNumberOfMessagesDelayed": "0"}
     finally:
         consumer._limited.shutdown()
         consumer._batcher.close()
