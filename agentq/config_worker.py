@@ -108,8 +108,8 @@ class Receiving(BaseSettings):
     sqs_batch_window_ms: Int = var(
         "SQS_BATCH_WINDOW",
         500,
-        "How long (ms) a delete or visibility change may wait for companions before its "
-        "batch call (sent at once when 10 are ready).",
+        "How long (ms) a delete, visibility change or requeued copy may wait for "
+        "companions before its batch call (sent at once when 10 are ready).",
         "worker",
         ge=0,
         le=60_000,
