@@ -79,31 +79,27 @@ def _give_back_all(batcher: SqsBatcher, messages: list[dict[str, Any]]) -> None:
     assert batcher.flush(timeout_s=60)
 
 
-def _give_back_meeting(
-    stack: Stack, url: str, messages: list[dict[str, Any]], fault: FaultRule
-) -> FaultInjector:
-    """Give `messages` back in one flush, through a client that meets `fault`."""
-    faults = injector(fault)
+def _give_back_through(
+    stack: Stack, url: str, messages: list[dict[str, Any]], *faults: FaultRule
+) -> tuple[FaultInjector, Calls]:
+    """Give `messages` back in one flush, through a client of its own that meets
+    `faults`: the injector, and the requests the client made."""
+    injected = injector(*faults)
+    client = faulty_client(stack, "sqs", injected)
+    calls = Calls(client)
     # A long window: only the flush sends, so all of them are in one batch.
-    batcher = SqsBatcher(faulty_client(stack, "sqs", faults), url, delay_s=30)
+    batcher = SqsBatcher(client, url, delay_s=30)
     try:
         _give_back_all(batcher, messages)
     finally:
         batcher.close()
-    return faults
+    return injected, calls
 
 
 def test_many_give_backs_share_one_send_and_one_delete(stack: Stack) -> None:
     url = _fresh_queue(stack)
     originals = _send(stack, url, [f"task-{n}" for n in range(6)])
-    client = faulty_client(stack, "sqs", injector())  # no faults: a client of its own
-    calls = Calls(client)
-    # A long window: only the flush sends, so all six are in one batch.
-    batcher = SqsBatcher(client, url, delay_s=30)
-    try:
-        _give_back_all(batcher, originals)
-    finally:
-        batcher.close()
+    _, calls = _give_back_through(stack, url, originals)
     assert calls.counts == {"SendMessageBatch": 1, "DeleteMessageBatch": 1}
     copies = _receive(stack, url, 6)
     assert sorted(c["Body"] for c in copies) == [f"task-{n}" for n in range(6)]
@@ -121,7 +117,7 @@ def test_many_give_backs_share_one_send_and_one_delete(stack: Stack) -> None:
 def test_a_copy_sqs_refuses_leaves_its_original_given_back_in_place(stack: Stack) -> None:
     url = _fresh_queue(stack)
     originals = _send(stack, url, [f"task-{n}" for n in range(6)])
-    faults = _give_back_meeting(
+    faults, _ = _give_back_through(
         stack, url, originals, rule("sqs:SendMessageBatch", Kind.PARTIAL_BATCH, limit=1)
     )
     assert faults.counts() == {"sqs:SendMessageBatch:partial_batch": 1}
@@ -139,7 +135,7 @@ def test_a_batch_that_fails_past_the_retries_gives_every_original_back_in_place(
 ) -> None:
     url = _fresh_queue(stack)
     originals = _send(stack, url, [f"task-{n}" for n in range(3)])
-    faults = _give_back_meeting(
+    faults, _ = _give_back_through(
         stack, url, originals, rule("sqs:SendMessageBatch", Kind.SERVER_ERROR)
     )
     assert faults.counts()["sqs:SendMessageBatch:server_error"] >= 2  # botocore retried
@@ -153,7 +149,7 @@ def test_a_batch_applied_then_answered_with_an_error_leaves_duplicates_never_a_l
 ) -> None:
     url = _fresh_queue(stack)
     originals = _send(stack, url, [f"task-{n}" for n in range(3)])
-    faults = _give_back_meeting(
+    faults, _ = _give_back_through(
         stack, url, originals, rule("sqs:SendMessageBatch", Kind.APPLIED_THEN_FAILED, limit=1)
     )
     assert faults.counts() == {"sqs:SendMessageBatch:applied_then_failed": 1}
@@ -167,13 +163,7 @@ def test_copies_too_large_for_one_batch_go_in_several(stack: Stack) -> None:
     url = _fresh_queue(stack)
     bodies = [f"{n}" + "x" * 120 * 1024 for n in range(9)]
     originals = _send(stack, url, bodies)
-    client = faulty_client(stack, "sqs", injector())
-    calls = Calls(client)
-    batcher = SqsBatcher(client, url, delay_s=30)
-    try:
-        _give_back_all(batcher, originals)
-    finally:
-        batcher.close()
+    _, calls = _give_back_through(stack, url, originals)
     assert calls.counts["SendMessageBatch"] == 5  # two copies (240 KiB) a batch
     back = _receive(stack, url, 9)
     assert sorted(m["Body"] for m in back) == sorted(bodies)
