@@ -58,6 +58,9 @@ _DYNAMO_NUMBERS: Final = decimal.Context(
 # A lone surrogate decodes from JSON (``"\ud800"``) but cannot be encoded as UTF-8, so
 # every AWS call that carries it fails after the fact (the lock, the event, the archive).
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
+# A map key is an attribute name to DynamoDB, at any depth: one that is empty or 64 KiB
+# long is refused by every write ("Empty attribute name"), and moto stores it mangled.
+_MAX_KEY_BYTES: Final = 65_536
 _STRING_OR_BRACKET: Final = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
@@ -143,7 +146,8 @@ def _finite_float(token: str) -> float:
 
 def check_storable(value: object, *, name: str, depth: int = 1) -> None:
     """Refuse a decoded value that agentq could not store or send: too deep, a lone
-    surrogate in a key or string, a non-finite or out-of-range number, a non-JSON type.
+    surrogate in a key or string, an empty or oversized key, a non-finite or
+    out-of-range number, a non-JSON type.
 
     `depth` is the level `value` sits at in the STATE item's envelope (1: the envelope).
     """
@@ -163,11 +167,20 @@ def check_storable(value: object, *, name: str, depth: int = 1) -> None:
             for key, child in item.items():
                 if not isinstance(key, str) or _SURROGATE.search(key):
                     raise InvalidInput(path, f"has a key that is not valid text: {key!a:.60}")
+                _check_key(key, path)
                 stack.append((child, f"{path}.{key[:40]}", level + 1))
         elif isinstance(item, list | tuple):
             stack.extend((child, f"{path}[{i}]", level + 1) for i, child in enumerate(item))
         else:
             raise InvalidInput(path, f"is a {type(item).__name__}, not a JSON value")
+
+
+def _check_key(key: str, path: str) -> None:
+    if not key:
+        raise InvalidInput(path, "has an empty key, which DynamoDB cannot store")
+    size = len(key.encode())
+    if size >= _MAX_KEY_BYTES:
+        raise InvalidInput(path, f"has a key of {size} bytes; keys must be under 64 KiB")
 
 
 def _check_number(value: int | float, path: str) -> None:

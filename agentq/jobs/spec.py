@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from agentq.envelope import REQUEST_ID_PATTERN
+from agentq.envelope import REQUEST_ID_PATTERN, check_storable
 from agentq.errors import InvalidInput, NotFound
 from agentq.jobs import refs
 from agentq.jobs.refs import Ref
@@ -152,6 +152,12 @@ def parse_spec(data: Mapping[str, Any], *, existing: JobSpec | None = None) -> J
     name = shape.name if "name" in shape.model_fields_set else existing.name if existing else None
     priority = shape.priority or (existing.priority if existing else None)
     new = [task for key, raw in shape.tasks.items() for task in _expand(key, raw)]
+    # The expanded spec is kept on the job item (spec → tasks → task → input), so what
+    # DynamoDB would refuse is refused here, naming the task, not by the write.
+    for task in new:
+        check_storable(task.input, name=f"tasks.{task.key}.input", depth=4)
+    if name is not None:
+        check_storable(name, name="name")
     old = list(existing.tasks) if existing else []
     _check_keys(old, new)
     groups: dict[str, list[str]] = {}

@@ -136,6 +136,14 @@ def test_jobs_api_rejects_bad_input_with_clear_4xx(stack: Stack) -> None:
          "${tasks.zz.result} names no task"),
         ({"tasks": {"a": {"definition": "no-such-definition"}}}, 400,
          "tasks.a.definition: unknown task definition"),
+        # What DynamoDB would refuse on the job item is refused before it is written.
+        ({"tasks": {"a": {"definition": "noop", "input": {"x": {"": 1}}}}}, 400,
+         "tasks.a.input.x: has an empty key"),
+        ({"tasks": {"a": {"definition": "noop", "input": {"x": 1e200}}}}, 400,
+         "tasks.a.input.x: number"),
+        ({"tasks": {"f": {"definition": "noop", "for_each": [{"": 1}],
+                          "input": {"v": "${item}"}}}}, 400,
+         "tasks.f_0.input.v: has an empty key"),
     ]  # fmt: skip
     for body, expected, words in cases:
         status, answer = call("POST", "/jobs", body)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentq.errors import InvalidInput, NotFound
 from agentq.jobs import check_definitions, load_spec_file, parse_spec
 from agentq.jobs.refs import KEEP, Ref, substitute, unescape
+from agentq.store.codec import to_item
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -96,6 +101,11 @@ def test_jobs_for_each_elements_are_data_not_references() -> None:
         ({"g": {"definition": "d"}, "x": {"definition": "d", "group": "g"}},
          "a group and a task share this name"),
         ({}, "at least one task"),
+        ({"a": {"definition": "d", "input": {"": 1}}}, "tasks.a.input: has an empty key"),
+        ({"a": {"definition": "d", "input": {"x": "\ud800"}}}, "tasks.a.input.x: holds a lone"),
+        ({"a": {"definition": "d", "input": {"x": 1e200}}}, "tasks.a.input.x: number (1e+200)"),
+        ({"f": {"definition": "d", "for_each": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[0]]]]]]]]]]]]]]]]]]]]]]]]]]]]],
+          "input": {"v": "${item}"}}}, "tasks.f_0.input.v[0]"),
     ],
 )  # fmt: skip
 def test_jobs_bad_specs_are_rejected_naming_the_problem(tasks: Any, words: str) -> None:
@@ -136,3 +146,51 @@ def test_jobs_spec_files_report_unreadable_input(tmp_path: Path) -> None:
         load_spec_file(broken)
     with pytest.raises(InvalidInput, match="cannot read"):
         load_spec_file(tmp_path / "missing.yaml")
+
+
+_TEXT = st.text(st.characters(codec=None), max_size=6) | st.sampled_from(
+    ["", "\ud800", "k" * 70_000]
+)
+_INPUTS = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.integers(-(10**45), 10**45) | _TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+    max_leaves=10,
+)  # fmt: skip
+
+
+def _stored_keys(value: object) -> list[str]:
+    if isinstance(value, dict):
+        return [k for key, child in value.items() for k in [key, *_stored_keys(child)]]
+    if isinstance(value, list):
+        return [k for child in value for k in _stored_keys(child)]
+    return []
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(task_input=st.dictionaries(_TEXT, _INPUTS, max_size=4))
+def test_jobs_spec_keeps_only_what_the_job_item_can_store(task_input: dict[str, Any]) -> None:
+    try:
+        spec = parse_spec({"tasks": {"a": {"definition": "d", "input": task_input}}})
+    except InvalidInput as refused:
+        assert refused.field.startswith("tasks.a.input"), refused
+        return
+    stored = spec.to_dict()
+    # What real DynamoDB refuses and boto3's serializer lets through: empty or 64 KiB
+    # map keys, text that is not UTF-8, numbers past 38 digits or 1e125.
+    assert all(0 < len(key.encode()) < 65_536 for key in _stored_keys(stored))
+    item = to_item({"spec": stored})
+    json.dumps(item, ensure_ascii=False).encode()
+    for number in _numbers(item):
+        assert len(number.lstrip("-").replace(".", "").lstrip("0").split("E")[0]) <= 38, number
+        assert abs(Decimal(number)) < Decimal("1e126"), number
+
+
+def _numbers(value: object) -> list[str]:
+    if isinstance(value, dict):
+        if set(value) == {"N"}:
+            return [value["N"]]
+        return [n for child in value.values() for n in _numbers(child)]
+    if isinstance(value, list):
+        return [n for child in value for n in _numbers(child)]
+    return []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -45,7 +46,19 @@ def _strict(text: str) -> Any:
     return json.loads(text, parse_constant=refuse)
 
 
+def _keys(value: object) -> Iterator[str]:
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield key
+            yield from _keys(child)
+    elif isinstance(value, list):
+        for child in value:
+            yield from _keys(child)
+
+
 def _assert_storable(envelope: TaskEnvelope) -> None:
+    # DynamoDB refuses an empty or 64 KiB map key at any depth (boto3's serializer does not).
+    assert all(0 < len(key.encode()) < 65_536 for key in _keys(envelope.to_dict()))
     body = envelope.to_body()
     body.encode("utf-8")  # no lone surrogate survives
     assert _strict(body) == envelope.to_dict()
@@ -62,6 +75,7 @@ def _assert_storable(envelope: TaskEnvelope) -> None:
 @example(shape=Hostile("envelope", "sample-noop", None, "same", {}, 10_000, "String", "x"))
 @example(shape=Hostile("envelope", "sample-noop", None, "same", {"x": "\ud800"}, 0, None, "x"))
 @example(shape=Hostile("envelope", "sample-noop", None, "absent", {}, 0, "Number", "x"))
+@example(shape=Hostile("envelope", "sample-noop", None, "same", {"x": {"": {}}}, 0, None, "x"))
 def test_parse_message_accepts_only_what_agentq_can_store(shape: Hostile) -> None:
     request_id = "r-" + uuid.uuid4().hex[:8]
     body, attributes, readable = shape.build(request_id)
@@ -93,8 +107,8 @@ STORABLE = st.recursive(
     | st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: f == 0 or 1e-120 < abs(f) < 1e120)
     | st.text(st.characters(codec="utf-8"), max_size=20),
     lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.text(st.characters(codec="utf-8"), max_size=8), inner,
-                      max_size=4),
+    | st.dictionaries(st.text(st.characters(codec="utf-8"), min_size=1, max_size=8),
+                      inner, max_size=4),
     max_leaves=20,
 )  # fmt: skip
 
@@ -103,7 +117,7 @@ STORABLE = st.recursive(
 @given(
     request_id=st.from_regex(r"[a-zA-Z0-9_-]{1,40}", fullmatch=True),
     tenant=st.from_regex(r"[a-zA-Z0-9_.-]{1,20}", fullmatch=True),
-    payload=st.dictionaries(st.text(st.characters(codec="utf-8"), max_size=8),
+    payload=st.dictionaries(st.text(st.characters(codec="utf-8"), min_size=1, max_size=8),
                             STORABLE, max_size=5),
 )  # fmt: skip
 def test_every_storable_envelope_round_trips(request_id: str, tenant: str, payload: Any) -> None:
@@ -125,6 +139,11 @@ def test_every_storable_envelope_round_trips(request_id: str, tenant: str, paylo
          "requestId", "DataType String"),
         ('{"requestId":"a","definition":"d","input":{"x":' + "9" * 50 + "}}", None, "input.x",
          "38 digits"),
+        ('{"requestId":"a","definition":"d","input":{"":1}}', None, "input", "empty key"),
+        ('{"requestId":"a","definition":"d","input":{"x":[{"":{}}]}}', None, "input.x[0]",
+         "empty key"),
+        ('{"requestId":"a","definition":"d","input":{"' + "k" * 65_536 + '":1}}', None,
+         "input", "under 64 KiB"),
     ],
 )  # fmt: skip
 def test_reproduced_poison_is_refused_naming_the_cause(

@@ -35,6 +35,9 @@ REPRODUCED = [
     Hostile("envelope", "sample-noop", "acme", "same", {}, 10_000, "String", "x"),
     Hostile("envelope", "sample-noop", "acme", "same", {"x": "\ud800"}, 0, "String", "x"),
     Hostile("envelope", "sample-noop", "acme", "same", {}, 0, "Number", "x"),
+    # An empty map key: DynamoDB refuses it, moto stored it mangled and the DLQ
+    # processor's second delivery could not read the record back.
+    Hostile("envelope", "no-such-def", "acme", "same", {"j": {}, "": {}}, 0, None, "x"),
 ]
 
 
