@@ -53,15 +53,18 @@ _REDACTIONS: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
 )  # fmt: skip
 
 _CONTROL: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# A lone surrogate (JSON's "\ud800" decodes to one) is not text: no AWS call can carry it.
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 def sanitize_error_message(message: str, *, limit: int = MAX_ERROR_MESSAGE) -> str:
-    """Strip credentials, account ids and e-mail addresses; bound the length.
+    """Strip credentials, account ids and e-mail addresses, control characters and lone
+    surrogates; bound the length.
 
     The values of this process's secret-named variables (`remember_environment`) go
     first, whatever they look like.
     """
-    text = _CONTROL.sub("", redact_known(str(message)))
+    text = _SURROGATE.sub("\ufffd", _CONTROL.sub("", redact_known(str(message))))
     for pattern, replacement in _REDACTIONS:
         text = pattern.sub(replacement, text)
     if len(text) > limit:

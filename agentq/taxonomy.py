@@ -41,6 +41,8 @@ CATEGORIES: Final[tuple[ErrorCategory, ...]] = get_args(ErrorCategory)
 RETRYABLE: Final[frozenset[ErrorCategory]] = frozenset(
     {"timeout", "network", "rate_limit", "server"}
 )
+# An exception's qualified name; a longer one is a child's record gone wrong.
+MAX_EXCEPTION_TYPE: Final = 200
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,11 +188,17 @@ def from_record(record: Mapping[str, Any]) -> ErrorInfo:
     message = str(record.get("message") or "no message")
     exception_type = record.get("exception_type")
     if category not in CATEGORIES:
-        return info("parse", f"unreadable error record (category={category!r}): {message}")
+        shown = sanitize_error_message(repr(category), limit=40)
+        return info("parse", f"unreadable error record (category={shown}): {message}")
     retryable = bool(record.get("retryable", category in RETRYABLE))
     return ErrorInfo(
         category=cast(ErrorCategory, category),
         retryable=retryable and category in RETRYABLE,
         message=sanitize_error_message(message),
-        exception_type=str(exception_type) if exception_type else None,
+        # The child wrote it: bounded and scrubbed like the message.
+        exception_type=(
+            sanitize_error_message(str(exception_type), limit=MAX_EXCEPTION_TYPE)
+            if exception_type
+            else None
+        ),
     )

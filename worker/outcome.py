@@ -15,7 +15,6 @@ The worker reads the child's structured error record, never its stderr text.
 
 from __future__ import annotations
 
-import json
 import random
 import signal
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any, Literal
 
 from agentq.taxonomy import ErrorInfo, from_record, info
 from worker.child import ERROR_FILE, RESULT_FILE
+from worker.child_files import plain_file, read_json, read_usage
 from worker.supervisor import ChildExit
 
 Verdict = Literal["completed", "timeout", "retry", "failed", "released", "lease_lost", "cancelled"]
@@ -41,18 +41,6 @@ def backoff_s(attempt: int, *, base_s: float, max_s: float) -> float:
     """Full-jitter exponential backoff: uniform in [base, min(max, base * 2^(attempt-1))]."""
     ceiling = min(max_s, base_s * 2 ** max(0, attempt - 1))
     return random.uniform(min(base_s, ceiling), ceiling)
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def read_usage(task_dir: Path) -> dict[str, Any] | None:
-    data = _read_json(task_dir / "usage.json")
-    return data if isinstance(data, dict) else None
 
 
 def _signal_name(number: int) -> str:
@@ -74,7 +62,7 @@ def decide(child: ChildExit, task_dir: Path, *, attempt: int, max_attempts: int)
         # Stopped because its lease was lost, or could not be renewed in time (a slow
         # or unreachable DynamoDB). Only the token-conditional finalize can tell which:
         # settle as what happened; a refused finalize leaves the task to its new owner.
-        if child.returncode == 0 and (task_dir / RESULT_FILE).is_file():
+        if child.returncode == 0 and plain_file(task_dir / RESULT_FILE):
             return Outcome(verdict="completed", usage=usage, fenced=True)
         fence = info("server", "stopped: its lease was lost or not renewed in time",
                      "LeaseFenced")  # fmt: skip
@@ -86,11 +74,11 @@ def decide(child: ChildExit, task_dir: Path, *, attempt: int, max_attempts: int)
     if child.stopped == "shutdown":
         return Outcome(verdict="released", usage=usage)
     if child.returncode == 0:
-        if (task_dir / RESULT_FILE).is_file():
+        if plain_file(task_dir / RESULT_FILE):
             return Outcome(verdict="completed", usage=usage)
         error = info("parse", "child exited 0 without artifacts/task-result.json", "ChildProtocol")
         return Outcome(verdict="failed", error=error, usage=usage)
-    record = _read_json(task_dir / ERROR_FILE)
+    record = read_json(task_dir / ERROR_FILE)
     if isinstance(record, dict):
         error = from_record(record)
     elif child.returncode < 0:

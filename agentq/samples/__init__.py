@@ -141,13 +141,21 @@ def print_environment(payload: Mapping[str, Any], ctx: Any) -> Any:
 
 @_side_logged
 def write_artifact(payload: Mapping[str, Any], ctx: Any) -> Any:
-    """Writes `files` ({relative name: text}) under artifacts/ and logs/; returns their
-    names and `echo` (so a result can tell whose task produced it)."""
+    """Writes `files` ({relative name: text}) in its task directory and makes `fifos`
+    (names) there; returns the files' names and `echo` (so a result can tell whose task
+    produced it). With `exit_code`, the process exits with it instead of returning: the
+    files are then all the worker has (a task that writes its own error.json)."""
     files = payload.get("files") or {"artifacts/extra.txt": "hello"}
-    for name, text in dict(files).items():
+    for name in [*files, *payload.get("fifos", [])]:
         target = (ctx.task_dir / str(name)).resolve()
         if ctx.task_dir.resolve() not in target.parents:
             raise ValueError(f"{name} is outside the task directory")
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(str(text))
+        if name in files:
+            target.write_text(str(files[name]))
+        else:
+            os.mkfifo(target)
+    if "exit_code" in payload:
+        sys.stdout.flush()
+        os._exit(int(payload["exit_code"]))
     return {"files": sorted(files), "echo": payload.get("echo")}

@@ -56,3 +56,20 @@ def test_a_setting_is_not_taken_for_a_secret(name: str, value: str) -> None:
 @given(value=st.text(max_size=security.MIN_SECRET_LENGTH - 1))
 def test_short_values_are_settings_not_secrets(value: str) -> None:
     assert security.environment_secrets({"SOME_TOKEN": value}) == []
+
+
+@CHECKS
+@given(
+    message=st.lists(st.text(max_size=10) | st.sampled_from(["\ud800", "\udfff", "\x00", "\x7f"]),
+                     max_size=8).map("".join),
+    limit=st.integers(20, 200),
+)  # fmt: skip
+def test_a_sanitized_message_is_bounded_text_any_aws_call_can_carry(
+    message: str, limit: int
+) -> None:
+    # A child's error.json may hold lone surrogates ("\ud800" decodes to one) and
+    # control characters; what the sanitizer returns goes to DynamoDB and EventBridge.
+    cleaned = security.sanitize_error_message(message, limit=limit)
+    cleaned.encode("utf-8")
+    assert len(cleaned) <= limit
+    assert not any((ord(c) < 0x20 and c not in "\t\n\r") or c == "\x7f" for c in cleaned)
