@@ -88,6 +88,8 @@ def decode_json(text: str, *, name: str = "body") -> Any:
         raise InvalidInput(name, f"nested {deepest} levels deep; the limit is {MAX_NESTING}")
     try:
         return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except InvalidInput as exc:  # from the two hooks, which cannot know the name
+        raise InvalidInput(name, exc.problem) from None
     except json.JSONDecodeError as exc:
         raise InvalidInput(name, f"not JSON: {exc.msg} at {exc.pos}") from None
     except RecursionError:  # the scan above should make this unreachable

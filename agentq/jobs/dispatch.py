@@ -27,7 +27,7 @@ from agentq.events import Event, job_event, now_ms, task_event
 from agentq.jobs import refs
 from agentq.jobs.policy import NOT_STARTED, doomed_tasks
 from agentq.jobs.refs import Ref
-from agentq.jobs.results import ResultReader
+from agentq.jobs.results import ReferencedResults, ResultReader
 from agentq.jobs.spec import JobSpec, TaskSpec, task_request_id
 from agentq.jobs.store import JobRecord, JobState, JobStore
 from agentq.jobs.submitter import TaskSubmitter
@@ -255,15 +255,13 @@ class JobDispatcher:
         self, spec: JobSpec, task: TaskSpec, states: Mapping[str, TaskRecord | None]
     ) -> dict[str, Any]:
         groups = spec.groups
-        cache: dict[str, Any] = {}
+        results = ReferencedResults(self._results, f"tasks.{task.key}.input")
 
         def result_of(key: str) -> Any:
-            if key not in cache:
-                record = states.get(key)
-                if record is None or record.state is not TaskState.COMPLETED:
-                    raise InvalidInput(f"tasks.{task.key}.input", f"task {key} has no result")
-                cache[key] = self._results.load(record)
-            return cache[key]
+            record = states.get(key)
+            if record is None or record.state is not TaskState.COMPLETED:
+                raise InvalidInput(f"tasks.{task.key}.input", f"task {key} has no result")
+            return results.of(record)
 
         def lookup(ref: Ref, where: str) -> Any:
             if ref.kind == "task":

@@ -16,11 +16,17 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
+from agentq.envelope import decode_json
 from agentq.errors import InvalidInput, NotFound
 from agentq.store import TaskRecord
 from agentq.store.keys import attempt_prefix, task_prefix
 
 RESULT_FILE: Final = "artifacts/task-result.json"
+# What the dispatcher reads to resolve one task's input (a Lambda of 512 MiB): a result
+# bigger than this cannot be referenced, and all those one input references together
+# stay under the total. A whole result substituted must fit the 256 KiB envelope anyway.
+MAX_REFERENCED_RESULT_BYTES: Final = 1024 * 1024
+MAX_REFERENCED_BYTES: Final = 8 * 1024 * 1024
 
 
 def result_key(tenant: str, request_id: str, attempt: int) -> str:
@@ -72,14 +78,59 @@ class ResultReader:
         return found
 
     def load(self, record: TaskRecord) -> Any:
+        """The result as the task wrote it (for its producer: no size limit)."""
         bucket, key = self.pointer(record)
-        try:
-            body = self._s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NoSuchBucket"):
-                raise NotFound("task result", f"s3://{bucket}/{key}") from None
-            raise
+        body = self._get(bucket, key).read()
         try:
             return json.loads(body)
         except json.JSONDecodeError as exc:
             raise InvalidInput(f"s3://{bucket}/{key}", f"result is not JSON: {exc.msg}") from None
+
+    def load_referenced(self, record: TaskRecord, *, limit: int) -> tuple[Any, int]:
+        """The result a job reference reads, and its size: refused (`InvalidInput`) past
+        `limit` bytes before it is read, or when not strict JSON (too deep, `NaN`), so
+        the task code's output cannot exhaust or crash the dispatcher."""
+        bucket, key = self.pointer(record)
+        where = f"s3://{bucket}/{key}"
+        response = self._get(bucket, key, whole=True)
+        size = int(response.get("ContentLength") or 0)
+        if size > limit:
+            response["Body"].close()
+            raise InvalidInput(
+                where, f"result is {size} bytes; a job reference reads at most {limit}"
+            )
+        body = response["Body"].read(limit + 1)
+        try:
+            return decode_json(body.decode("utf-8"), name=where), len(body)
+        except UnicodeDecodeError:
+            raise InvalidInput(where, "result is not UTF-8 text") from None
+
+    def _get(self, bucket: str, key: str, *, whole: bool = False) -> Any:
+        try:
+            response = self._s3.get_object(Bucket=bucket, Key=key)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NoSuchBucket"):
+                raise NotFound("task result", f"s3://{bucket}/{key}") from None
+            raise
+        return response if whole else response["Body"]
+
+
+class ReferencedResults:
+    """The results one task's input references, each read once, within the budget."""
+
+    def __init__(self, reader: ResultReader, where: str) -> None:
+        self._reader = reader
+        self._where = where
+        self._budget = MAX_REFERENCED_BYTES
+        self._cache: dict[str, Any] = {}
+
+    def of(self, record: TaskRecord) -> Any:
+        if record.request_id not in self._cache:
+            if self._budget <= 0:
+                raise InvalidInput(self._where, "the results it references exceed "
+                                   f"{MAX_REFERENCED_BYTES} bytes together")  # fmt: skip
+            limit = min(MAX_REFERENCED_RESULT_BYTES, self._budget)
+            value, size = self._reader.load_referenced(record, limit=limit)
+            self._cache[record.request_id] = value
+            self._budget -= size
+        return self._cache[record.request_id]

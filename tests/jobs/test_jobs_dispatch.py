@@ -24,7 +24,7 @@ from jobs_support import (
     start,
 )
 
-from agentq.jobs import task_request_id
+from agentq.jobs import result_key, task_request_id
 from agentq.states import TaskState
 from agentq.store import TaskStore, keys
 from lambdas import dispatcher
@@ -293,3 +293,38 @@ def test_jobs_dispatcher_logs_and_counts_through_powertools(
     [emf] = [line for line in lines if "_aws" in line]
     assert emf["EventsInvalid"] in (1.0, [1.0])
     assert emf["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "agentq"
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested"),  # json.loads would raise RecursionError
+        (b'{"x": NaN}', "NaN"),
+        (b'{"x": "' + b"y" * (1024 * 1024) + b'"}', "a job reference reads at most"),
+        (b"\xff\xfe", "not UTF-8"),
+    ],
+)  # fmt: skip
+def test_jobs_a_result_the_dispatcher_cannot_use_fails_the_dependent(
+    stack: Stack, body: bytes, words: str
+) -> None:
+    client = client_for(stack)
+    spec = {
+        "failure_policy": "continue",
+        "tasks": {
+            "A": {"definition": "noop"},
+            "B": {"definition": "noop", "input": {"a": "${tasks.A.result}"}},
+            "C": {"definition": "noop", "depends_on": ["A"]},
+        },
+    }
+    client.create_job(spec, job_id="poison")
+    drain(stack)
+    event = finish(stack, "poison", "A")
+    # What the task code wrote replaces the result the helper stored.
+    stack.s3.put_object(Bucket=stack.resources.bucket, Key=result_key("default", "poison-A", 1),
+                        Body=body)  # fmt: skip
+    outcome = deliver(event)
+    assert outcome["failed"] == ["B"] and outcome["enqueued"] == ["C"]
+    record = TaskStore(stack.dynamodb, stack.resources.table_name).require("default", "poison-B")
+    assert record.state is TaskState.FAILED
+    assert words in record.raw["error"]["message"], record.raw["error"]
+    assert keys_sent(stack) == ["C"]
