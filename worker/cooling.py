@@ -6,7 +6,8 @@ straight back. Receiving that tier again at once would only bring the next of th
 flood: with a free slot to fill and nothing else to do, the receiver went round a
 limited tenant's 500 queued tasks about twelve times each (docs/benchmarks.md). So the
 tier cools for `TENANT_LIMIT_BACKOFF` (the delay those messages were sent back with),
-or until a task ends here and its seat may take one of them. A receive that brought
+or until a task of a tenant parked here ends (its seat goes to a parked message, and
+room to park one more opens). A receive that brought
 anything else, another tenant's work included, cools nothing: with one queue, other
 tenants' messages reach the slots as soon as a receive meets them.
 """
@@ -30,7 +31,7 @@ class TierCooling:
             self._until[tier] = self._clock() + seconds
 
     def warm(self) -> None:
-        """A task ended here: a seat may be free, every tier may be received again."""
+        """A task of a parked tenant ended here: every tier may be received again."""
         with self._cond:
             if self._until:
                 self._until.clear()

@@ -6,7 +6,7 @@ behind it. Refused a seat, it is parked (worker.seatwait). A well-formed message
 tenant parked full here goes straight back to its queue (a malformed one is gated, and
 its preparation rejects it), and a receive that brought nothing else cools its tier
 (worker.cooling). A task that ends here may free a seat: its tenant's next parked
-message tries for it, and every tier may be received again.
+message tries for it, and if one was parked, every tier may be received again.
 """
 
 from __future__ import annotations
@@ -72,9 +72,12 @@ class LimitedTenants:
         self.cooling.cool(tier, self._backoff_s)
 
     def task_ended(self, tenant: str, seat: int | None = None) -> None:
-        """A task of `tenant` ended here, holding `seat` (its index) if it held one."""
-        self.seats.freed(tenant, seat)
-        self.cooling.warm()
+        """A task of `tenant` ended here, holding `seat` (its index) if it held one.
+        Tiers cool only for tenants parked full here, so only the end of one of theirs
+        warms them: another tenant's end changes nothing for them, and warming then
+        brought one more receive of the limited flood, all of it sent back."""
+        if self.seats.freed(tenant, seat):
+            self.cooling.warm()
 
     def close(self) -> None:
         """The worker drains: parked messages stop waiting (and go back)."""

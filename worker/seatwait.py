@@ -146,18 +146,20 @@ class SeatWaits:
                     del self._waiting[tenant]
                     self._freed.pop(tenant, None)
 
-    def freed(self, tenant: str, seat: int | None = None) -> None:
+    def freed(self, tenant: str, seat: int | None = None) -> bool:
         """A task of `tenant` ended here (its seat, if it held one, is free): wake one
-        parked message of that tenant, if any, to take `seat` (its index, if known)."""
+        parked message of that tenant, if any, to take `seat` (its index, if known).
+        Whether one was parked: only then may more of its messages park here."""
         with self._cond:
             waiting = self._waiting.get(tenant, 0)
             if not waiting:
-                return
+                return False
             freed = self._freed.setdefault(tenant, [])
             # More wake-ups than parked messages would only spin refused ones.
             if len(freed) < waiting:
                 freed.append(seat)
             self._cond.notify_all()
+            return True
 
     def close(self) -> None:
         """The worker drains: every parked message stops waiting and goes back."""

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import cast
 
 import pytest
+from support import wait_for
 
+from agentq.config import Settings
+from worker.batcher import SqsBatcher
 from worker.cooling import TierCooling
+from worker.inflight import InFlight
+from worker.limited import LimitedTenants
+from worker.seatwait import Wake
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -67,3 +74,25 @@ def test_remaining_rounds_up_to_the_first_tier_to_open() -> None:
     assert cooling.remaining_s() == 4  # low is open again: normal's 3.8 s
     clock.now += 3.8
     assert cooling.remaining_s() is None
+
+
+def test_only_the_end_of_a_parked_tenants_task_warms_the_tiers() -> None:
+    settings = Settings.from_env({"MAX_CONCURRENT": "4", "TENANT_LIMIT_BACKOFF_MS": "600000",
+                                  "TENANT_LIMIT_PARK_MS": "600000"})  # fmt: skip
+    limited = LimitedTenants(settings, cast(SqsBatcher, None), well_formed=lambda _: True)
+    try:
+        limited.cool("low")
+        parked = limited.lock(lambda *_: limited.seats.park("flood", time.monotonic()),
+                              {}, cast(InFlight, None))  # fmt: skip
+        wait_for(lambda: limited.seats.parked == 1, timeout=10, message="one parked")
+        # Another tenant's task ended: the flood is still at its limit, the tier stays cool.
+        limited.task_ended("other", 0)
+        assert limited.cooling.open({"low": 2}) == {"low": 0}
+        # The flood's own task ended: its parked message takes the seat, and there is
+        # room to park the next one.
+        limited.task_ended("flood", 1)
+        assert parked.result(timeout=10) == Wake(freed_here=True, seat=1)
+        assert limited.cooling.open({"low": 2}) == {"low": 2}
+    finally:
+        limited.close()
+        limited.shutdown()

@@ -27,13 +27,13 @@ def test_a_freed_seat_wakes_one_parked_message_of_its_tenant_only() -> None:
         crowd = [_park(pool, seats, "crowd") for _ in range(2)]
         other = _park(pool, seats, "other")
         wait_for(lambda: seats.parked == 3, timeout=10, message="three parked")
-        seats.freed("crowd", 1)
+        assert seats.freed("crowd", 1) is True
         wait_for(lambda: sum(f.done() for f in crowd) == 1, timeout=10,
                  message="one crowd message woke")  # fmt: skip
         # Woken for the seat freed here, which it is told to take.
         assert [f.result() for f in crowd if f.done()] == [Wake(freed_here=True, seat=1)]
         assert seats.parked == 2 and not other.done()
-        seats.freed("nobody")  # no parked message of that tenant: nothing wakes
+        assert seats.freed("nobody") is False  # none of that tenant parked: nothing wakes
         seats.close()
         assert [f.result(timeout=10) for f in crowd if not f.done()] == [None]
         assert other.result(timeout=10) is None
@@ -41,7 +41,7 @@ def test_a_freed_seat_wakes_one_parked_message_of_its_tenant_only() -> None:
 
 def test_a_seat_freed_with_nobody_parked_is_not_kept_for_later() -> None:
     seats = SeatWaits(slots=8, retry_s=NEVER, park_s=0.3)
-    seats.freed("crowd")
+    assert seats.freed("crowd") is False
     started = time.monotonic()
     # Woken only by the end of its park time (a last try), never by the stale seat.
     assert seats.park("crowd", started) == Wake(freed_here=False)
