@@ -120,11 +120,17 @@ def select(value: Any, path: tuple[str, ...], field: str) -> Any:
     for step in path:
         if isinstance(value, Mapping) and step in value:
             value = value[step]
-        elif isinstance(value, list) and step.isdigit() and int(step) < len(value):
-            value = value[int(step)]
+        elif isinstance(value, list) and (index := _index(step)) is not None and index < len(value):
+            value = value[index]
         else:
             raise InvalidInput(field, f"result has no field {'.'.join(path)!r}")
     return value
+
+
+def _index(step: str) -> int | None:
+    """A list index, if `step` is one: ASCII digits only (``"²".isdigit()`` is true and
+    `int` refuses it) and short enough that `int` takes it (a list has fewer items)."""
+    return int(step) if step.isascii() and step.isdigit() and len(step) <= 18 else None
 
 
 class _Keep:

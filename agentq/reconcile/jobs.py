@@ -72,6 +72,12 @@ class StalledJobs:
             except (AgentqError, RuntimeError, *AWS_ERRORS) as error:
                 errors.append(f"job {job_id}: {error}")
                 continue
+            except Exception as error:
+                # A job whose data breaks the dispatcher must not stop the repair of every
+                # other job, nor the lost-message pass that runs after this one.
+                logger.exception("job check failed", extra={"jobId": job_id})
+                errors.append(f"job {job_id}: {type(error).__name__}: {error}")
+                continue
             if repair is not None:
                 repairs.append(repair)
 

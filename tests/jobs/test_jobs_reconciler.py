@@ -23,7 +23,7 @@ from agentq.envelope import TaskEnvelope, parse_message
 from agentq.events import Event, now_ms
 from agentq.faults.config import FaultRule, FaultSpec, Kind
 from agentq.faults.injector import FaultInjector, install
-from agentq.jobs import task_request_id
+from agentq.jobs import JobDispatcher, task_request_id
 from agentq.local.aws import LOCAL_CREDENTIALS, LOCAL_REGION
 from agentq.local.lambda_host import LambdaHost, local_context, scheduled_event
 from agentq.reconcile import Reconciler
@@ -184,6 +184,31 @@ def test_a_job_whose_events_were_lost_is_moved_on_and_closed_once(stack: Stack) 
     assert len(of_type(events, "Job Completed")) == 1
     assert len(of_type(events, "Job Repaired")) == 1
     assert [j for _, j in sweeper.jobs.running_jobs(created_before_ms=now_ms())] == ["healthy"]
+
+
+def test_a_job_that_breaks_the_dispatcher_does_not_stop_the_others(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = client_for(stack)
+    for job_id in ("broken", "stalled"):
+        client.create_job(CHAIN, job_id=job_id)
+    drain(stack)
+    for job_id in ("broken", "stalled"):
+        finish(stack, job_id, "A", result={"value": 7})  # their Task Completed never arrives
+    resolve = JobDispatcher.resolve_input
+
+    def breaks_on_one_job(self: JobDispatcher, spec: Any, task: Any, states: Any) -> Any:
+        if any(r is not None and r.request_id.startswith("broken-") for r in states.values()):
+            raise ValueError("a defect no one foresaw")
+        return resolve(self, spec, task, states)
+
+    monkeypatch.setattr(JobDispatcher, "resolve_input", breaks_on_one_job)
+    pass_bound(1.2)
+    result = build(client, stack, lost_after=60, stall_after=1).run()
+
+    assert [r.subject for r in result.repairs] == ["stalled"]
+    assert [sent["jobId"] for sent in drain(stack)] == ["stalled"]
+    assert any("job broken: ValueError" in error for error in result.errors), result.errors
 
 
 def test_a_lost_failure_still_applies_the_failure_policy(stack: Stack) -> None:

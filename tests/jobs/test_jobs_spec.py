@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from agentq.errors import InvalidInput, NotFound
 from agentq.jobs import check_definitions, load_spec_file, parse_spec
-from agentq.jobs.refs import KEEP, Ref, substitute, unescape
+from agentq.jobs.refs import KEEP, Ref, select, substitute, unescape
 from agentq.store.codec import to_item
 
 pytestmark = pytest.mark.timeout(30)
@@ -194,3 +194,24 @@ def _numbers(value: object) -> list[str]:
     if isinstance(value, list):
         return [n for child in value for n in _numbers(child)]
     return []
+
+
+@pytest.mark.parametrize("step", ["²", "٣", "1" * 5_000, "-1", " 1"])
+def test_jobs_a_path_step_that_is_no_list_index_is_a_missing_field(step: str) -> None:
+    # "²".isdigit() is true and int("²") raises ValueError: that crashed the dispatcher.
+    with pytest.raises(InvalidInput, match="result has no field"):
+        select([1, 2, 3], (step,), "tasks.b.input")
+    with pytest.raises(InvalidInput, match="result has no field"):
+        parse_spec({"tasks": {"f": {"definition": "d", "for_each": [[1, 2]],
+                                    "input": {"v": "${item." + step + "}"}}}})  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(value=_INPUTS, path=st.lists(_TEXT, max_size=4))
+def test_jobs_select_returns_a_value_or_names_the_missing_field(
+    value: Any, path: list[str]
+) -> None:
+    try:
+        select(value, tuple(path), "where")
+    except InvalidInput as missing:
+        assert missing.field == "where"
