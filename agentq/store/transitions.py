@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
 from botocore.exceptions import ClientError
 
@@ -37,10 +37,7 @@ class TaskTransitions(LeaseRenewals):
         Conditional on the lease token, so a stale worker cannot overwrite a newer
         attempt; raises `LeaseLost` then. Returns the settled record.
         """
-        record = self._end(lease, state, retry_at_ms, fields, read_back=True)
-        if record is None:  # pragma: no cover - read back above
-            raise LeaseLost(lease.request_id, lease.token)
-        return record
+        return self._end(lease, state, retry_at_ms, fields, read_back=True)
 
     def end_attempt(
         self,
@@ -55,6 +52,28 @@ class TaskTransitions(LeaseRenewals):
         strongly consistent read a transaction needs to return the record."""
         self._end(lease, state, retry_at_ms, fields, read_back=False)
 
+    @overload
+    def _end(
+        self,
+        lease: Lease,
+        state: TaskState,
+        retry_at_ms: int | None,
+        fields: Mapping[str, Any] | None,
+        *,
+        read_back: Literal[True],
+    ) -> TaskRecord: ...
+
+    @overload
+    def _end(
+        self,
+        lease: Lease,
+        state: TaskState,
+        retry_at_ms: int | None,
+        fields: Mapping[str, Any] | None,
+        *,
+        read_back: Literal[False],
+    ) -> None: ...
+
     def _end(
         self,
         lease: Lease,
@@ -64,6 +83,8 @@ class TaskTransitions(LeaseRenewals):
         *,
         read_back: bool,
     ) -> TaskRecord | None:
+        """The attempt's end; the settled record with `read_back` (the one plain update
+        returns it anyway, a seated transaction then reads it), else None."""
         if state is not TaskState.RETRYING and not state.terminal:
             raise ValueError(f"finalize to a terminal state or RETRYING, not {state}")
         now = now_ms()
@@ -102,13 +123,13 @@ class TaskTransitions(LeaseRenewals):
         if lease.seat is not None:
             ended, record = self._finalize_seated(lease, request, read_back=read_back)
             if ended:
-                return record
+                return record if read_back else None
         written = idempotent.update(
             self._ddb, mark=("finalizedBy", lease.token), ReturnValues="ALL_NEW", **request
         )
         if not written.written or written.item is None:
             raise LeaseLost(lease.request_id, lease.token)
-        return TaskRecord.from_item(written.item)
+        return TaskRecord.from_item(written.item) if read_back else None
 
     def _finalize_seated(
         self, lease: Lease, request: dict[str, Any], *, read_back: bool

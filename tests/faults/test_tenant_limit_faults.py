@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from conftest import Stack
 from fault_support import Attempts, faulty_client, injector, rule
 
@@ -97,20 +98,37 @@ def test_a_seated_renewal_applied_then_retried_is_still_renewed(stack: Stack) ->
     assert [lease.token for lease in renewals.renewed] == [seated.token]
 
 
-def test_a_seated_finalize_applied_then_retried_settles_and_frees_the_seat(stack: Stack) -> None:
+@pytest.mark.parametrize("end", ["finalize", "end_attempt"])
+def test_a_seated_end_applied_then_retried_settles_once_and_frees_the_seat(
+    stack: Stack, end: str
+) -> None:
+    """botocore retries the applied transaction and it still settles once. The worker
+    ends attempts with `end_attempt`, which reads nothing back; `finalize` (for the
+    other callers) reads the record back after a transaction that returned none."""
     envelope = _envelope()
     faulty, clean, attempts = _stores(
         stack,
         rule("dynamodb:TransactWriteItems", Kind.APPLIED_THEN_FAILED, limit=1,
              match="finishedAt"),
     )  # fmt: skip
+    ending = getattr(faulty, end)
+    reads = 1 if end == "finalize" else 0
     lease = clean.acquire(envelope, worker_id="w1", lease_seconds=30, max_attempts=3,
                           tenant_limit=1)  # fmt: skip
-    record = faulty.finalize(lease, TaskState.COMPLETED, fields={"result": {"key": "k"}})
-    assert attempts.counts["TransactWriteItems"] >= 2
+    returned = ending(lease, TaskState.COMPLETED, fields={"result": {"key": "k"}})
+    assert attempts.counts["TransactWriteItems"] == 2  # applied, then botocore's retry
+    # The retry's refusal carries the stored item (its own mark): nothing to read.
+    assert attempts.counts["GetItem"] == 0
+    record = clean.require(envelope.tenant, envelope.request_id)
     assert record.state is TaskState.COMPLETED and record.raw["result"] == {"key": "k"}
-    assert clean.require(envelope.tenant, envelope.request_id).state is TaskState.COMPLETED
+    if end == "finalize":
+        assert returned.state is TaskState.COMPLETED and returned.raw["result"] == {"key": "k"}
     assert _holders(clean) == []
+    # Without a fault (the rule fired once): one transaction, and the same reads.
+    lease = clean.acquire(_envelope(), worker_id="w1", lease_seconds=30, max_attempts=3,
+                          tenant_limit=1)  # fmt: skip
+    ending(lease, TaskState.FAILED)
+    assert (attempts.counts["TransactWriteItems"], attempts.counts["GetItem"]) == (3, reads)
 
 
 def test_a_seated_finalize_meeting_a_conflict_keeps_the_outcome(stack: Stack) -> None:
@@ -148,30 +166,3 @@ def test_throttled_seat_queries_and_limit_reads_are_ridden_out(stack: Stack) -> 
     clean.tenant_limits().set("seated", 5)
     assert CachedTenantLimits(faulty.tenant_limits(), default=7).limit("seated") == 5
     assert attempts.counts["GetItem"] >= 2
-
-
-def test_a_seated_attempt_ended_by_the_worker_is_not_read_back(stack: Stack) -> None:
-    """The worker ends attempts with `end_attempt`: one transaction, no read after it;
-    applied and retried by botocore, it still settles once and frees the seat."""
-    envelope = _envelope()
-    faulty, clean, attempts = _stores(
-        stack,
-        rule("dynamodb:TransactWriteItems", Kind.APPLIED_THEN_FAILED, limit=1,
-             match="finishedAt"),
-    )  # fmt: skip
-    lease = clean.acquire(envelope, worker_id="w1", lease_seconds=30, max_attempts=3,
-                          tenant_limit=1)  # fmt: skip
-    faulty.end_attempt(lease, TaskState.COMPLETED, fields={"result": {"key": "k"}})
-    assert attempts.counts["TransactWriteItems"] == 2  # applied, then botocore's retry
-    assert attempts.counts["GetItem"] == 0
-    record = clean.require(envelope.tenant, envelope.request_id)
-    assert record.state is TaskState.COMPLETED and record.raw["result"] == {"key": "k"}
-    assert _holders(clean) == []
-    # Without a fault (the rule fired once): one transaction, and still no read.
-    second = _envelope()
-    lease = clean.acquire(second, worker_id="w1", lease_seconds=30, max_attempts=3,
-                          tenant_limit=1)  # fmt: skip
-    faulty.end_attempt(lease, TaskState.FAILED)
-    assert (attempts.counts["TransactWriteItems"], attempts.counts["GetItem"]) == (3, 0)
-    assert clean.require(second.tenant, second.request_id).state is TaskState.FAILED
-    assert _holders(clean) == []
