@@ -1,6 +1,7 @@
 """The worker process: a receiver, N slots, one heartbeat, and a graceful drain.
 
-The receiver long-polls only when a free slot has nothing to start, for the free slots
+The receiving threads (worker.receiving) hand each message here to be placed. The
+receiver long-polls only when a free slot has nothing to start, for the free slots
 plus a prefetch sized to the recent start rate (worker.intake), so a slot is refilled
 the moment its child exits while the last task is still being settled (worker.handler).
 One heartbeat keeps every held message, prefetched or running, invisible and every lease
@@ -35,12 +36,10 @@ from worker.heartbeat import Heartbeat
 from worker.inflight import InFlight, InFlightRegistry
 from worker.intake import BUFFER_AGE_FIRST_S, Held, Intake
 from worker.limited import LimitedTenants
+from worker.receiving import Receiving
 from worker.tiers import TierReceiver
 
 logger = logging.getLogger(__name__)
-RECEIVE_ERROR_BACKOFF_S: Final = 1.0
-# How often a paused watcher looks again whether the overdue tier has had its turn.
-WATCH_PAUSE_S: Final = 0.2
 # Preparing is a definition lookup and one conditional write; beyond this it is stuck.
 PREPARE_TIMEOUT_S: Final = 60.0
 
@@ -91,15 +90,12 @@ class Consumer:
         self._stopping = threading.Event()
         self._signals = 0
         self._signalled = threading.Event()
-        self._receiver = threading.Thread(target=self._receive_loop, name="receiver", daemon=True)
-        # Each tier above the lowest keeps a long poll of its own outstanding, for the
-        # prefetch places the tiers below it may not take (worker/tiers.py).
-        lowest = len(self.tiers.tiers) - 1
-        self._watchers = [
-            threading.Thread(target=self._watch_loop, name=f"watch-{tier}", daemon=True,
-                             args=(tier, lowest - self.tiers.ranks[tier]))
-            for tier in self.tiers.watched
-        ]  # fmt: skip
+        self._receiving = Receiving(
+            slots=self.slots, tiers=self.tiers, cooling=self._limited.cooling,
+            cool=self._limited.cool, note_route=batcher.routes.note,
+            accept=lambda message, tier, starving: self._accept(message, tier, starving=starving),
+            stopping=self._stopping,
+        )  # fmt: skip
         self.received = 0
         self.verdicts: dict[str, int] = {}
         self._verdict_lock = threading.Lock()
@@ -115,9 +111,7 @@ class Consumer:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
         self._heartbeat.start()
-        self._receiver.start()
-        for watcher in self._watchers:
-            watcher.start()
+        self._receiving.start()
         logger.info("worker started", extra={"slots": self.slots.size})
         while not self._signalled.wait(1.0):
             for tick in self._on_tick:
@@ -154,10 +148,7 @@ class Consumer:
         self._give_back(self.slots.drop_buffered(), deadline=deadline)
         # Let the receiver leave its long poll (whatever it brings back is released), so
         # no message starts once draining has begun.
-        left_poll_by = time.monotonic() + self._settings.wait_time_seconds + 10
-        for receiver in (self._receiver, *self._watchers):
-            if receiver.ident is not None:  # started
-                receiver.join(timeout=max(0.0, left_poll_by - time.monotonic()))
+        self._receiving.join(by=time.monotonic() + self._settings.wait_time_seconds + 10)
         self._give_back(self.slots.drop_buffered(), deadline=deadline)
         code = ExitCode.OK
         if not self.slots.wait_idle(max(0.0, deadline - time.monotonic())):
@@ -175,61 +166,7 @@ class Consumer:
         self._batcher.close()
         return code
 
-    # -- receiving -----------------------------------------------------------------------
-    def _receive_loop(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                wanted = self.slots.wait_wanted(timeout_s=0.5)
-                if wanted <= 0 or self._stopping.is_set():
-                    continue
-                rooms = self._limited.cooling.open(self.slots.rooms(wanted, self.tiers.tiers))
-                if not any(rooms.values()):
-                    self._limited.cooling.wait(timeout_s=0.5)
-                    continue
-                pick, messages = self.tiers.receive(
-                    rooms, max_wait_s=self._limited.cooling.remaining_s()
-                )
-                if pick is None:
-                    continue
-                try:
-                    for message in messages:
-                        self._batcher.routes.note(
-                            message["ReceiptHandle"], self.tiers.urls[pick.tier]
-                        )
-                    sent_back = [
-                        self._accept(m, pick.tier, starving=pick.overdue) for m in messages
-                    ]
-                    if messages and all(sent_back):
-                        self._limited.cool(pick.tier)
-                finally:
-                    if pick.overdue:
-                        self.tiers.turn_taken()
-            except Exception:
-                logger.exception("receive failed; retrying")
-                self._stopping.wait(RECEIVE_ERROR_BACKOFF_S)
-
-    def _watch_loop(self, tier: str, reserve: int) -> None:
-        while not self._stopping.is_set():
-            try:
-                asked = self.slots.wait_watch(tier, reserve, timeout_s=0.5)
-                if asked <= 0 or self._stopping.is_set():
-                    continue
-                if not self.tiers.may_watch(tier):
-                    # Another tier's starvation turn: its message must reach a slot first.
-                    self._stopping.wait(WATCH_PAUSE_S)
-                    continue
-                if not self._limited.cooling.open({tier: asked})[tier]:
-                    self._limited.cooling.wait(timeout_s=0.5)
-                    continue
-                messages = self.tiers.watch(tier, asked)
-                for message in messages:
-                    self._batcher.routes.note(message["ReceiptHandle"], self.tiers.urls[tier])
-                if messages and all([self._accept(message, tier) for message in messages]):
-                    self._limited.cool(tier)
-            except Exception:
-                logger.exception("receive failed; retrying", extra={"tier": tier})
-                self._stopping.wait(RECEIVE_ERROR_BACKOFF_S)
-
+    # -- placing what was received ----------------------------------------------------
     def _accept(self, message: dict[str, Any], tier: str, *, starving: bool = False) -> bool:
         """Place a received message; True if it went straight back (its tenant parked
         full here), which the receive loop counts to cool its tier (worker.cooling)."""

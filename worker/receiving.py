@@ -1,0 +1,116 @@
+"""The worker's receiving threads, kept apart from running: one receive loop for the
+slots' wants and, with priority tiers, a watcher per watched tier.
+
+The receive loop asks the scheduler (worker.tiers) which tier to receive from for what
+the free slots and the prefetch want (worker.intake); each watched tier keeps a long
+poll of its own outstanding for the places the tiers below it may not take. Both hand
+every message to `accept` (the consumer places it) and cool a tier whose whole receive
+went straight back (worker.cooling). Neither runs anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from worker.cooling import TierCooling
+from worker.intake import Intake
+from worker.tiers import TierReceiver
+
+logger = logging.getLogger(__name__)
+
+RECEIVE_ERROR_BACKOFF_S: Final = 1.0
+# How often a paused watcher looks again whether the overdue tier has had its turn.
+WATCH_PAUSE_S: Final = 0.2
+
+# (message, tier, starving) -> whether it went straight back (its tenant parked full).
+Accept = Callable[[dict[str, Any], str, bool], bool]
+
+
+class Receiving:
+    def __init__(
+        self,
+        *,
+        slots: Intake,
+        tiers: TierReceiver,
+        cooling: TierCooling,
+        cool: Callable[[str], None],
+        note_route: Callable[[str, str], None],
+        accept: Accept,
+        stopping: threading.Event,
+    ) -> None:
+        self._slots = slots
+        self._tiers = tiers
+        self._cooling = cooling
+        self._cool = cool
+        self._note_route = note_route
+        self._accept = accept
+        self._stopping = stopping
+        self._receiver = threading.Thread(target=self._receive_loop, name="receiver", daemon=True)
+        lowest = len(tiers.tiers) - 1
+        self._watchers = [
+            threading.Thread(target=self._watch_loop, name=f"watch-{tier}", daemon=True,
+                             args=(tier, lowest - tiers.ranks[tier]))
+            for tier in tiers.watched
+        ]  # fmt: skip
+
+    def start(self) -> None:
+        for thread in (self._receiver, *self._watchers):
+            thread.start()
+
+    def join(self, by: float) -> None:
+        """Wait (until monotonic `by`) for every thread to leave its receive; call after
+        `stopping` is set."""
+        for thread in (self._receiver, *self._watchers):
+            if thread.ident is not None:  # started
+                thread.join(timeout=max(0.0, by - time.monotonic()))
+
+    def _received(self, messages: list[dict[str, Any]], tier: str, *, starving: bool) -> None:
+        for message in messages:
+            self._note_route(message["ReceiptHandle"], self._tiers.urls[tier])
+        sent_back = [self._accept(message, tier, starving) for message in messages]
+        if messages and all(sent_back):
+            self._cool(tier)
+
+    def _receive_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                wanted = self._slots.wait_wanted(timeout_s=0.5)
+                if wanted <= 0 or self._stopping.is_set():
+                    continue
+                rooms = self._cooling.open(self._slots.rooms(wanted, self._tiers.tiers))
+                if not any(rooms.values()):
+                    self._cooling.wait(timeout_s=0.5)
+                    continue
+                pick, messages = self._tiers.receive(rooms, max_wait_s=self._cooling.remaining_s())
+                if pick is None:
+                    continue
+                try:
+                    self._received(messages, pick.tier, starving=pick.overdue)
+                finally:
+                    if pick.overdue:
+                        self._tiers.turn_taken()
+            except Exception:
+                logger.exception("receive failed; retrying")
+                self._stopping.wait(RECEIVE_ERROR_BACKOFF_S)
+
+    def _watch_loop(self, tier: str, reserve: int) -> None:
+        while not self._stopping.is_set():
+            try:
+                asked = self._slots.wait_watch(tier, reserve, timeout_s=0.5)
+                if asked <= 0 or self._stopping.is_set():
+                    continue
+                if not self._tiers.may_watch(tier):
+                    # Another tier's starvation turn: its message must reach a slot first.
+                    self._stopping.wait(WATCH_PAUSE_S)
+                    continue
+                if not self._cooling.open({tier: asked})[tier]:
+                    self._cooling.wait(timeout_s=0.5)
+                    continue
+                self._received(self._tiers.watch(tier, asked), tier, starving=False)
+            except Exception:
+                logger.exception("receive failed; retrying", extra={"tier": tier})
+                self._stopping.wait(RECEIVE_ERROR_BACKOFF_S)
