@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from agentq.errors import InvalidInput, InvalidRequestId, shown
-from agentq.schedule import parse_time_ms, resolve_not_before
+from agentq.schedule import MAX_EPOCH_MS, parse_time_ms, resolve_not_before
 
 REQUEST_ID_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_-]{1,256}$")
 DEFINITION_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
@@ -223,16 +223,22 @@ class TaskEnvelope:
             not isinstance(self.task_key, str) or not 0 < len(self.task_key) <= MAX_TASK_KEY
         ):
             raise InvalidInput("taskKey", f"must be text of 1 to {MAX_TASK_KEY} characters")
-        if self.submitted_at_ms is not None and not 0 <= self.submitted_at_ms < 2**53:
-            raise InvalidInput("submittedAt", "must be epoch milliseconds")
+        if self.submitted_at_ms is not None and not 0 <= self.submitted_at_ms <= MAX_EPOCH_MS:
+            raise InvalidInput("submittedAt", "must be epoch milliseconds up to the year 9999")
+        if self.not_before_ms is not None and not 0 <= self.not_before_ms <= MAX_EPOCH_MS:
+            raise InvalidInput("notBefore", "must be epoch milliseconds up to the year 9999")
         # The input is kept on the STATE item (under its envelope) and sent in events.
         check_storable(self.input, name="input", depth=2)
         if self.task_key is not None:
             check_storable(self.task_key, name="taskKey")
 
     def to_body(self) -> str:
+        """The message body; `InvalidInput` if it and its attributes pass SQS's limit
+        (SQS counts both), before anything is written for the task."""
         body = json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
-        if len(body.encode()) > MAX_BODY_BYTES:
+        attributes = sum(len(name) + len(value["DataType"]) + len(value["StringValue"].encode())
+                         for name, value in self.message_attributes().items())  # fmt: skip
+        if len(body.encode()) + attributes > MAX_BODY_BYTES:
             raise InvalidInput("input", f"envelope exceeds {MAX_BODY_BYTES} bytes")
         return body
 

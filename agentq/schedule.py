@@ -21,6 +21,9 @@ from agentq.errors import InvalidInput
 SQS_MAX_DELAY_S: Final = 900  # SQS DelaySeconds: 15 minutes at most
 MAX_DELAY_S: Final = 366 * 24 * 3600
 _MS_THRESHOLD: Final = 10**11
+# 9999-12-31T23:59:59.999Z: the last instant every reader of a time can show (Python's
+# datetime stops at year 9999), so a later one would be stored and then break each read.
+MAX_EPOCH_MS: Final = 253_402_300_799_999
 
 
 def parse_time_ms(value: object, field: str = "not_before") -> int:
@@ -30,7 +33,10 @@ def parse_time_ms(value: object, field: str = "not_before") -> int:
     if isinstance(value, int | float):
         if not math.isfinite(value) or value < 0:
             raise InvalidInput(field, "must be a non-negative, finite epoch number")
-        return int(value) if value >= _MS_THRESHOLD else int(value * 1000)
+        epoch_ms = int(value) if value >= _MS_THRESHOLD else int(value * 1000)
+        if epoch_ms > MAX_EPOCH_MS:
+            raise InvalidInput(field, "is after the year 9999")
+        return epoch_ms
     if isinstance(value, str):
         text = value.strip()
         # ASCII digits with at most one point, and at least one digit ("." is no number).

@@ -95,11 +95,16 @@ class TaskSubmitter:
         """
         if state is TaskState.PENDING and remaining_s(envelope.not_before_ms, now_ms()) > 0:
             state = TaskState.SCHEDULED
+        # What the send would refuse is refused before the task is written: a task
+        # stored but unsendable stayed PENDING for good, and its retries failed alike.
+        envelope.to_body()
+        self.queue_for(envelope)
         record, created = self.tasks.create(envelope, state=state, idempotency_key=idempotency_key)
         if created and state in _SENT_STATES:
             self.enqueue(envelope)
         elif not created and self.interrupted(record):
-            logger.warning("re-sending %s: an earlier submit stopped before sending", record)
+            logger.warning("re-sending a task an earlier submit stopped before sending",
+                           extra={"requestId": record.request_id, "tenant": record.tenant})  # fmt: skip
             self.enqueue(
                 TaskEnvelope.from_dict(record.envelope or {}, default_tenant=record.tenant)
             )

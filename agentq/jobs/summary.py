@@ -7,6 +7,7 @@ from typing import Any
 
 from agentq.events import iso_ms, now_ms
 from agentq.jobs.store import JobRecord
+from agentq.schedule import MAX_EPOCH_MS
 from agentq.store import TaskRecord
 
 __all__ = ["cost_of", "duration_ms", "job_dict", "task_dict"]
@@ -68,4 +69,5 @@ def job_dict(
 
 
 def _iso(value: object) -> str | None:
-    return iso_ms(value) if isinstance(value, int) else None
+    # A time no datetime can show (stored before agentq refused one) reads as unknown.
+    return iso_ms(value) if isinstance(value, int) and 0 <= value <= MAX_EPOCH_MS else None

@@ -88,3 +88,26 @@ def test_jobs_creating_a_job_again_resumes_it_and_changes_nothing(stack: Stack) 
     with pytest.raises(InvalidInput, match="already exists with a different spec"):
         client.create_job({"tasks": {"Z": {"definition": "noop"}}}, job_id="again")
     assert client.get_job("again").spec.keys == ["A", "B"]
+
+
+@pytest.mark.parametrize(
+    ("size", "priority"),
+    [
+        (270_000, None),  # the body alone is too large
+        (261_900, None),  # the body fits, with its message attributes it does not
+        (10, "no-such-tier"),  # no queue to send it to
+    ],
+)  # fmt: skip
+def test_jobs_a_task_that_cannot_be_sent_is_refused_before_it_is_written(
+    stack: Stack, size: int, priority: str | None
+) -> None:
+    client = client_for(stack)
+    with pytest.raises(InvalidInput):
+        client.submit("summarize", {"document": "x" * size}, idempotency_key="too-big",
+                      priority=priority)  # fmt: skip
+    assert drain(stack) == []
+    # Nothing half-made: a STATE item left PENDING would be what the same key returns
+    # (and would never be sent); instead the corrected submit makes the task.
+    ok = client.submit("summarize", {"document": "x"}, idempotency_key="too-big")
+    assert ok.envelope is not None and ok.envelope["input"] == {"document": "x"}
+    assert [m["requestId"] for m in drain(stack)] == [ok.request_id]

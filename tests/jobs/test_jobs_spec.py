@@ -102,6 +102,8 @@ def test_jobs_for_each_elements_are_data_not_references() -> None:
          "a group and a task share this name"),
         ({}, "at least one task"),
         ({"a": {"definition": "d", "input": {"": 1}}}, "tasks.a.input: has an empty key"),
+        ({"a": {"definition": "d", "not_before": "300000000000000"}},
+         "tasks.a.not_before: is after the year 9999"),
         ({"a": {"definition": "d", "input": {"x": "\ud800"}}}, "tasks.a.input.x: holds a lone"),
         ({"a": {"definition": "d", "input": {"x": 1e200}}}, "tasks.a.input.x: number (1e+200)"),
         ({"f": {"definition": "d", "for_each": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[0]]]]]]]]]]]]]]]]]]]]]]]]]]]]],

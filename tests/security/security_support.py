@@ -93,6 +93,7 @@ class Hostile:
     deep: int  # brackets spliced into the input (0: none)
     attribute: str | None  # requestId's DataType, None for no attribute
     raw: str
+    not_before: object = None  # the body's notBefore, when not None
 
     def build(self, request_id: str) -> tuple[str, dict[str, dict[str, Any]], bool]:
         """(body, SendMessage attributes, whether the request id is readable for sure)."""
@@ -109,6 +110,8 @@ class Hostile:
         fields: dict[str, Any] = {"definition": self.definition, "input": self.input}
         if self.tenant is not None:
             fields["tenant"] = self.tenant
+        if self.not_before is not None:
+            fields["notBefore"] = self.not_before
         ids = {"same": request_id, "other": "other-id", "number": 12345}
         if self.body_id in ids:
             fields["requestId"] = ids[self.body_id]
@@ -130,6 +133,8 @@ HOSTILE = st.builds(
     deep=st.sampled_from([0, 0, 0, 31, 40, 10_000]),
     attribute=st.sampled_from([None, "String", "String", "String.id", "Number", "Binary"]),
     raw=st.text(SQS_TEXT, min_size=1, max_size=60),
+    # Past or unusable times only: a task due later would wait, not settle.
+    not_before=st.sampled_from([None, None, None, 1e200, 3e14, 10**40, -1, "soon", 10**12]),
 )
 
 

@@ -38,6 +38,10 @@ REPRODUCED = [
     # An empty map key: DynamoDB refuses it, moto stored it mangled and the DLQ
     # processor's second delivery could not read the record back.
     Hostile("envelope", "no-such-def", "acme", "same", {"j": {}, "": {}}, 0, None, "x"),
+    # A notBefore DynamoDB cannot store: every receive and every DLQ delivery failed.
+    Hostile("envelope", "sample-noop", "acme", "same", {}, 0, "String", "x", 1e200),
+    # After the year 9999: stored, then every read of the task failed.
+    Hostile("envelope", "sample-noop", "acme", "same", {}, 0, "String", "x", 3e14),
 ]
 
 
