@@ -52,6 +52,10 @@ class TaskOutputs:
             return json.loads(self._read_text(bucket, key))
         except json.JSONDecodeError as exc:
             raise InvalidInput(f"s3://{bucket}/{key}", f"trace is not JSON: {exc.msg}") from None
+        except (ValueError, RecursionError):  # the task wrote it: too deep, too long a number
+            raise InvalidInput(
+                f"s3://{bucket}/{key}", "trace is not JSON agentq can read"
+            ) from None
 
     def _keys(self, bucket: str, prefix: str) -> list[str]:
         pages = self._s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)

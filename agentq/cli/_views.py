@@ -67,6 +67,8 @@ def read_json_argument(text: str | None, path: Path | None, what: str) -> dict[s
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidInput(what, f"not JSON: {exc.msg} at {exc.pos}") from None
+    except (ValueError, RecursionError):  # nested too deep, a number too long
+        raise InvalidInput(what, "not JSON agentq can read") from None
     if not isinstance(value, dict):
         raise InvalidInput(what, "must be a JSON object")
     return value

@@ -117,7 +117,7 @@ class TaskArtifacts:
         body = self._s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         try:
             return json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # the task wrote it: not JSON, too deep
             return None
 
 

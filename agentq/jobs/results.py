@@ -85,6 +85,10 @@ class ResultReader:
             return json.loads(body)
         except json.JSONDecodeError as exc:
             raise InvalidInput(f"s3://{bucket}/{key}", f"result is not JSON: {exc.msg}") from None
+        except (ValueError, RecursionError):  # the task wrote it: not UTF-8, too deep
+            raise InvalidInput(
+                f"s3://{bucket}/{key}", "result is not JSON agentq can read"
+            ) from None
 
     def load_referenced(self, record: TaskRecord, *, limit: int) -> tuple[Any, int]:
         """The result a job reference reads, and its size: refused (`InvalidInput`) past
