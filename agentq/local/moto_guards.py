@@ -83,6 +83,24 @@ def sqs_clocks() -> tuple[ModuleType, dict[str, Callable[..., float]]]:
     return sqs_models, clocks
 
 
+def sqs_retention() -> type:
+    """moto's SQSBackend, whose `is_message_valid_based_on_retention_period(self,
+    queue_name, message)` we replace: it must still read only the queue's retention."""
+    import moto.sqs.models as sqs_models
+
+    backend = getattr(sqs_models, "SQSBackend", None)
+    check = getattr(backend, "is_message_valid_based_on_retention_period", None)
+    if not isinstance(backend, type) or check is None:
+        raise _refuse("moto", "SQSBackend.is_message_valid_based_on_retention_period is gone")
+    if _parameters(check) != ["self", "queue_name", "message"]:
+        raise _refuse("moto", "is_message_valid_based_on_retention_period(...) changed")
+    if not hasattr(check, "reads_retention_only"):
+        source = _source(check)
+        if '"MessageRetentionPeriod"' not in source or "message.sent_timestamp" not in source:
+            raise _refuse("moto", "the retention check no longer reads MessageRetentionPeriod")
+    return backend
+
+
 def transaction_copies() -> tuple[ModuleType, Any, type, tuple[type[Exception], ...]]:
     """moto's DynamoDB models module (whose `copy` we replace), its backend, Table, and
     the errors after which its transaction restores its rollback copies."""

@@ -41,6 +41,9 @@ def _keep_originals(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jsonpath_ng.ext, "parse", jsonpath_ng.ext.parse)
     for name in ("unix_time", "unix_time_millis"):
         monkeypatch.setattr(sqs_models, name, getattr(sqs_models, name))
+    retention = "is_message_valid_based_on_retention_period"
+    monkeypatch.setattr(sqs_models.SQSBackend, retention,
+                        getattr(sqs_models.SQSBackend, retention))  # fmt: skip
     monkeypatch.setattr(dynamodb_models, "copy", dynamodb_models.copy)
     backend = dynamodb_models.DynamoDBBackend
     monkeypatch.setattr(backend, "transact_write_items", backend.transact_write_items)
@@ -88,10 +91,18 @@ def _sqs_answers() -> list[Any]:
         again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
                                     AttributeNames=["ApproximateReceiveCount"])  # fmt: skip
         counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        # Past the queue's retention a message is not returned (moto checks it per message).
+        short = sqs.create_queue(QueueName="short", Attributes={"MessageRetentionPeriod": "60"})
+        for body in ("old", "young"):
+            sqs.send_message(QueueUrl=short["QueueUrl"], MessageBody=body)
+        backend = sqs_models.sqs_backends["123456789012"][REGION]
+        backend.queues["short"]._messages[0].sent_timestamp -= 120_000
+        kept = sqs.receive_message(QueueUrl=short["QueueUrl"], MaxNumberOfMessages=10)
         return [
             sorted((m["Body"], m["Attributes"]["ApproximateReceiveCount"]) for m in messages),
             [(m["Body"], m["Attributes"]["ApproximateReceiveCount"]) for m in again["Messages"]],
             {k: counts[k] for k in counts if k.startswith("ApproximateNumberOfMessages")},
+            [m["Body"] for m in kept.get("Messages", [])],
         ]
 
 
@@ -332,6 +343,17 @@ def test_a_changed_sqs_clock_is_refused(
     assert "unix_time" in _refused(restore)
     monkeypatch.delattr(sqs_models, "unix_time")
     assert "no longer uses unix_time" in _refused(restore)
+
+
+def test_a_changed_retention_check_is_refused(
+    monkeypatch: pytest.MonkeyPatch, restore: Callable[[], None]
+) -> None:
+    def is_message_valid_based_on_retention_period(self: object, queue_name: str) -> bool:
+        return True
+
+    monkeypatch.setattr(sqs_models.SQSBackend, "is_message_valid_based_on_retention_period",
+                        is_message_valid_based_on_retention_period)  # fmt: skip
+    assert "is_message_valid_based_on_retention_period" in _refused(restore)
 
 
 def test_a_transaction_that_no_longer_copies_is_refused(
