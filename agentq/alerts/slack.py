@@ -15,6 +15,7 @@ start of the Lambda.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 from collections.abc import Sequence
@@ -32,8 +33,33 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Block Kit allows 50 blocks per message; keep room for the header and the overflow note.
-MAX_FINDINGS_SHOWN: Final = 20
+# Slack's documented limits: blocks per message, characters of a section's text, of one
+# of its fields, of a header's plain_text, and of any other text object (the contexts).
+# Slack rejects the whole post (`invalid_blocks`) when one is exceeded.
+SLACK_MAX_BLOCKS: Final = 50
+SECTION_TEXT_MAX: Final = 3000
+FIELD_TEXT_MAX: Final = 2000
+HEADER_TEXT_MAX: Final = 150
+TEXT_MAX: Final = 3000
+
+# Every message has a header and the tally; a finding adds at most three blocks
+# (divider, section, Inspect context); one more is kept for the "…and N more" note.
+_FIXED_BLOCKS: Final = 2
+_BLOCKS_PER_FINDING: Final = 3
+_NOTE_BLOCKS: Final = 1
+MAX_FINDINGS_SHOWN: Final = (SLACK_MAX_BLOCKS - _FIXED_BLOCKS - _NOTE_BLOCKS) // _BLOCKS_PER_FINDING
+
+# Caps on each piece of a finding's data, far below the limits above: an escaped piece
+# (up to 5 characters per character of data) cannot crowd out the rest, the assembled
+# texts stay within Slack's limits even counted in UTF-8 bytes (whatever Slack counts),
+# and 15 findings stay a readable message. Data is stored events and task records, so
+# a principal allowed events:PutEvents decides how long it is.
+_SUMMARY_MAX: Final = 500
+_VALUE_MAX: Final = 150
+_INSPECT_MAX: Final = 300
+_STAGE_MAX: Final = 30
+_CUT: Final = "… [truncated]"
+
 _TITLES: Final = {
     "stuck": ":rotating_light: Stuck (lease expired, no heartbeat)",
     "overtime": ":hourglass: Overtime (past its deadline)",
@@ -47,54 +73,102 @@ _TITLES: Final = {
 class AlertMessage:
     text: str  # the notification fallback
     blocks: list[dict[str, Any]]
+    not_shown: tuple[Finding, ...] = ()  # counted in the note, listed in the log
 
 
 def build_message(report: HealthReport, findings: Sequence[Finding], *, stage: str) -> AlertMessage:
-    """One message for a run: a header, then one section per finding."""
-    counts: dict[str, int] = {}
-    for finding in findings:
-        counts[finding.condition] = counts.get(finding.condition, 0) + 1
-    tally = ", ".join(f"{n} {condition}" for condition, n in sorted(counts.items()))
-    text = f"agentq {stage}: {tally}"
+    """One message for a run: a header, then one section per finding shown."""
+    tally = _tally(findings)
+    text = f"agentq {_data(stage, _STAGE_MAX)}: {tally}"
+    # plain_text: Slack shows it as it is, so it is capped but not escaped.
+    header = _cap(f"agentq {_cap(stage, _STAGE_MAX)}: health alert", HEADER_TEXT_MAX)
     blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": f"agentq {stage}: health alert"}},
-        {"type": "context", "elements": [{"type": "mrkdwn", "text": tally}]},
+        {"type": "header", "text": {"type": "plain_text", "text": header}},
+        _context(tally),
     ]
-    for finding in findings[:MAX_FINDINGS_SHOWN]:
+    chosen = _pick(findings, MAX_FINDINGS_SHOWN)
+    for finding in (findings[index] for index in chosen):
         blocks.append({"type": "divider"})
         blocks.append(_section(finding))
         if finding.inspect:
-            blocks.append(
-                {"type": "context",
-                 "elements": [{"type": "mrkdwn", "text": f"Inspect: `{finding.inspect}`"}]}
-            )  # fmt: skip
-    hidden = len(findings) - MAX_FINDINGS_SHOWN
-    if hidden > 0:
+            blocks.append(_context(f"Inspect: `{_data(finding.inspect, _INSPECT_MAX)}`"))
+    not_shown = tuple(f for index, f in enumerate(findings) if index not in chosen)
+    if not_shown:
         blocks.append(
-            {"type": "context",
-             "elements": [{"type": "mrkdwn", "text": f"…and {hidden} more not shown"}]}
+            _context(f"…and {len(not_shown)} more not shown ({_tally(not_shown)}): "
+                     "the health check's log lists them all")
         )  # fmt: skip
-    return AlertMessage(text=text, blocks=blocks)
+    return AlertMessage(text=text, blocks=blocks, not_shown=not_shown)
+
+
+def _pick(findings: Sequence[Finding], limit: int) -> list[int]:
+    """Indexes of at most `limit` findings, in order, taking one of each condition in turn.
+
+    Findings come grouped by condition, the DLQ's last: without taking turns, 40 stuck
+    tasks would hide the DLQ (and every other condition) behind the note.
+    """
+    by_condition: dict[str, list[int]] = {}
+    for index, finding in enumerate(findings):
+        by_condition.setdefault(finding.condition, []).append(index)
+    turns = itertools.zip_longest(*by_condition.values())
+    chosen = [index for turn in turns for index in turn if index is not None][:limit]
+    return sorted(chosen)
+
+
+def _tally(findings: Sequence[Finding]) -> str:
+    counts: dict[str, int] = {}
+    for finding in findings:
+        counts[finding.condition] = counts.get(finding.condition, 0) + 1
+    return ", ".join(f"{n} {condition}" for condition, n in sorted(counts.items()))
 
 
 def _section(finding: Finding) -> dict[str, Any]:
     fields = [
-        _field("Task" if finding.tenant else "Queue", f"`{finding.subject}`"),
-        _field("State", finding.state or "—"),
+        _field("Task" if finding.tenant else "Queue", f"`{_data(finding.subject, _VALUE_MAX)}`"),
+        _field("State", _data(finding.state or "—", _VALUE_MAX)),
         _field("Age", _span(finding.age_s)),
-        _field("Last event", finding.last_event or "—"),
+        _field("Last event", _data(finding.last_event or "—", _VALUE_MAX)),
     ]
     if finding.tenant:
-        fields.append(_field("Tenant", finding.tenant))
+        fields.append(_field("Tenant", _data(finding.tenant, _VALUE_MAX)))
+    title, summary = _TITLES[finding.condition], _data(finding.summary, _SUMMARY_MAX)
     return {
         "type": "section",
-        "text": {"type": "mrkdwn", "text": f"*{_TITLES[finding.condition]}*\n{finding.summary}"},
+        "text": {"type": "mrkdwn", "text": _cap(f"*{title}*\n{summary}", SECTION_TEXT_MAX)},
         "fields": fields,
     }
 
 
 def _field(label: str, value: str) -> dict[str, str]:
-    return {"type": "mrkdwn", "text": f"*{label}*\n{value}"}
+    return {"type": "mrkdwn", "text": _cap(f"*{label}*\n{value}", FIELD_TEXT_MAX)}
+
+
+def _context(text: str) -> dict[str, Any]:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": _cap(text, TEXT_MAX)}]}
+
+
+def _data(value: str, limit: int) -> str:
+    """A piece of data as mrkdwn: escaped, so it can neither mention nor link, and capped."""
+    return _cap(_escape(value), limit)
+
+
+def _escape(text: str) -> str:
+    # Slack's documented escaping, and all of it: `<` opens mentions (<!channel>, <@U1>)
+    # and links (<http://x|label>). `&` first, or the other two's `&` would be doubled.
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _cap(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters with a visible mark, never through an entity."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - len(_CUT)]
+    # Every `&` in escaped text starts an entity of at most 5 characters (&amp;); one
+    # cut short would show its remains ("&am"), so it goes whole.
+    amp = cut.rfind("&", max(len(cut) - 4, 0))
+    if amp != -1 and ";" not in cut[amp:]:
+        cut = cut[:amp]
+    return cut + _CUT
 
 
 def _span(seconds: float) -> str:
@@ -209,9 +283,21 @@ def alert(
     if not fresh:
         return []
     try:
-        sink.send(build_message(report, fresh, stage=stage))
+        message = build_message(report, fresh, stage=stage)
+        sink.send(message)
     except Exception:
         for finding in fresh:
             ledger.release(finding)
         raise
+    # The findings beyond what one message can show keep their claims and count as
+    # alerted: the message counts them (tally and note) and this log names them. Left
+    # unclaimed, a long incident would post 15 more every run until it ended, each post
+    # repeating the news of the first; released with the rest if the post failed.
+    if message.not_shown:
+        logger.warning(
+            "health alert showed %d of %d findings; not shown: %s",
+            len(fresh) - len(message.not_shown),
+            len(fresh),
+            ", ".join(f"{f.condition}:{f.subject}" for f in message.not_shown),
+        )
     return fresh

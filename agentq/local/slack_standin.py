@@ -2,7 +2,9 @@
 
 Point slack-sdk's `WebClient(base_url=standin.base_url)` (or SLACK_API_URL) at it. It
 checks the bearer token, records every request, and can be told to answer the next N
-calls with 429 and a Retry-After header, as Slack does when rate limiting.
+calls with 429 and a Retry-After header, as Slack does when rate limiting. Like Slack,
+it refuses a message whose blocks break Block Kit's limits (more than 50 blocks, a text
+too long) with `invalid_blocks`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,51 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Final
+
+# Block Kit's documented limits, in characters as Slack's reference states them.
+_MAX_BLOCKS: Final = 50
+_MAX_ITEMS: Final = 10  # a section's fields, a context's elements
+_HEADER_TEXT_MAX: Final = 150
+_SECTION_TEXT_MAX: Final = 3000
+_FIELD_TEXT_MAX: Final = 2000
+_TEXT_MAX: Final = 3000  # any other text object
+
+
+def blocks_error(blocks: object) -> str | None:
+    """Slack's error for a message with these blocks; None if it would accept them."""
+    if blocks is None:
+        return None
+    if not isinstance(blocks, list) or not 0 < len(blocks) <= _MAX_BLOCKS:
+        return "invalid_blocks"
+    return None if all(_block_ok(block) for block in blocks) else "invalid_blocks"
+
+
+def _block_ok(block: Any) -> bool:
+    kind = block.get("type") if isinstance(block, dict) else None
+    if kind == "header":
+        return _text_ok(block.get("text"), _HEADER_TEXT_MAX)
+    if kind == "section":
+        fields = block.get("fields") or []
+        return (
+            ("text" in block or bool(fields))
+            and ("text" not in block or _text_ok(block["text"], _SECTION_TEXT_MAX))
+            and len(fields) <= _MAX_ITEMS
+            and all(_text_ok(field, _FIELD_TEXT_MAX) for field in fields)
+        )
+    if kind == "context":
+        elements = block.get("elements") or []
+        return 0 < len(elements) <= _MAX_ITEMS and all(
+            _text_ok(element, _TEXT_MAX)
+            for element in elements
+            if not (isinstance(element, dict) and element.get("type") == "image")
+        )
+    return kind is not None  # dividers; other kinds (agentq sends none) go unchecked
+
+
+def _text_ok(obj: object, most: int) -> bool:
+    text = obj.get("text") if isinstance(obj, dict) else None
+    return isinstance(text, str) and 0 < len(text) <= most
 
 
 @dataclass(frozen=True)
@@ -116,6 +162,8 @@ class SlackStandIn:
         elif method == "chat.postMessage":
             if not payload.get("channel"):
                 body = {"ok": False, "error": "channel_not_found"}
+            elif error := blocks_error(payload.get("blocks")):
+                body = {"ok": False, "error": error}
             else:
                 body = {"ok": True, "channel": payload["channel"], "ts": f"{time.time():.6f}",
                         "message": {"text": payload.get("text"), "blocks": payload.get("blocks")}}  # fmt: skip
