@@ -10,7 +10,7 @@ from agentq.client_base import ClientBase
 from agentq.envelope import TaskEnvelope
 from agentq.errors import InvalidInput
 from agentq.jobs import JobRecord, JobSpec, check_definitions, parse_spec, task_request_id
-from agentq.jobs.spec import validate_job_id
+from agentq.jobs.spec import check_item_size, validate_job_id
 from agentq.priority import check_spec_priorities, resolve_priority
 from agentq.states import TaskState
 
@@ -36,6 +36,7 @@ class JobCreation(ClientBase):
         raw.pop("tenant", None)
         raw.pop("job_id", None)
         parsed = parse_spec(raw)
+        check_item_size(parsed)
         check_spec_priorities(self.settings, parsed)
         for task in parsed.tasks:
             task_request_id(job_id, task.key)
@@ -63,6 +64,7 @@ class JobCreation(ClientBase):
             tasks = {k: v for k, v in tasks.items() if k not in job.spec.keys}
         if tasks:
             extended = parse_spec({"tasks": tasks}, existing=job.spec)
+            check_item_size(extended)  # the extended spec replaces the stored one
             added = [t for t in extended.tasks if t.key not in job.spec.keys]
             check_spec_priorities(self.settings, extended)
             for task in added:

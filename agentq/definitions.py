@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from agentq.envelope import DEFINITION_PATTERN, PRIORITY_PATTERN
+from agentq.envelope import DEFINITION_PATTERN, PRIORITY_PATTERN, check_storable
 from agentq.errors import ConfigError, InvalidInput, NotFound
 
 if TYPE_CHECKING:  # the producer API's import does without the settings model
@@ -42,6 +42,17 @@ MAX_TIMEOUT_S: Final = 24 * 3600
 def _or_empty(value: object) -> object:
     # A blank `description:` or `settings:` line in YAML reads as null: it means none.
     return {} if value is None else value
+
+
+def _storable(settings: dict[str, Any]) -> dict[str, Any]:
+    # Settings are an attribute of the definition's item (depth 1): what DynamoDB would
+    # refuse (an empty key, a 40-digit number) is refused here, naming where, not by
+    # the write (a 502 from the producer API, a failed deployment from the loader).
+    try:
+        check_storable(settings, name="settings", depth=1)
+    except InvalidInput as exc:
+        raise ValueError(exc.problem if exc.field == "settings" else str(exc)) from None
+    return settings
 
 
 class DefinitionBody(BaseModel):
@@ -61,8 +72,8 @@ class DefinitionBody(BaseModel):
         pattern=PRIORITY_PATTERN.pattern,
         description="priority tier of its tasks when neither producer nor job names one",
     )
-    settings: Annotated[dict[str, Any], BeforeValidator(_or_empty)] = Field(
-        default_factory=dict, description="kind-specific settings"
+    settings: Annotated[dict[str, Any], BeforeValidator(_or_empty), AfterValidator(_storable)] = (
+        Field(default_factory=dict, description="kind-specific settings")
     )
 
 

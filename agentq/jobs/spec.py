@@ -47,6 +47,10 @@ __all__ = ["FAILURE_POLICIES", "MAX_FAN_OUT", "FailurePolicy", "JobSpec", "TaskS
 
 MAX_TASKS: Final = 1000
 MAX_JOB_ID_LENGTH: Final = 128
+MAX_JOB_ITEM_BYTES: Final = 400 * 1024  # DynamoDB's item size limit
+# The job item besides its spec and countedTasks: ids, tenant, name, counters, index
+# keys (each id at most 128 characters, the name 256): well under this.
+_JOB_ITEM_OVERHEAD: Final = 4 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,6 +192,24 @@ def check_definitions(tasks: Iterable[TaskSpec], lookup: Callable[[str], object]
                 f"tasks.{task.key}.definition", f"unknown task definition {task.definition!r}"
             ) from None
         seen[task.definition] = task.key
+
+
+def check_item_size(spec: JobSpec) -> None:
+    """Refuse a spec the job item could not hold (DynamoDB items are at most 400 KB).
+
+    The estimate is the expanded spec's JSON (every fan-out element in its task's
+    input), the `countedTasks` set that grows to hold every key, and the item's other
+    attributes. Checked where a job is created or extended, not in `parse_spec`,
+    which also reads stored jobs back: one stored under another estimate stays readable.
+    """
+    text = json.dumps(spec.to_dict(), ensure_ascii=False, separators=(",", ":"))
+    size = len(text.encode()) + sum(len(key) + 1 for key in spec.keys) + _JOB_ITEM_OVERHEAD
+    if size > MAX_JOB_ITEM_BYTES:
+        raise InvalidInput(
+            "tasks",
+            f"the expanded spec needs about {size // 1024} KB on the job item, over "
+            "DynamoDB's 400 KB item limit: keep large inputs in S3 and pass their keys",
+        )
 
 
 def validate_job_id(job_id: object) -> str:

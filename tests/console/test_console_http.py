@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import html
 import re
 from collections.abc import Iterator
@@ -89,6 +90,9 @@ def test_unknown_ids_give_a_page_that_says_so(readonly: ConsoleServer) -> None:
     assert page.status == 400
     assert "<img" not in page.text and "&lt;img" in page.text
     assert http.request("GET", "/api/jobs?cursor=garbage").status == 400
+    # Brackets 3,000 deep, under the cursor's length limit: a 400 too, never a 500.
+    deep = base64.urlsafe_b64encode(b"[" * 3000).decode().rstrip("=")
+    assert http.request("GET", f"/api/jobs?cursor={deep}").status == 400
     assert http.request("GET", "/api/jobs?state=MAYBE").status == 400
     assert http.request("GET", "/api/jobs?limit=100000").status == 400
 

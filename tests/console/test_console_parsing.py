@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import string
 from typing import Any
@@ -43,6 +44,44 @@ def test_any_text_is_a_valid_cursor_or_invalid_input(text: str) -> None:
         return
     assert set(key) == {"PK", "SK", "tenantPK", "tenantSK"}
     assert all(set(v) == {"S"} and isinstance(v["S"], str) for v in key.values())
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+# What a crafted cursor may decode to: any JSON, and the hostile JSON a text strategy
+# never reaches (brackets thousands deep, which json's decoder recurses into; integers
+# past Python's 4,300-digit conversion limit; bytes that are not UTF-8).
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+CRAFTED = st.one_of(
+    JSON_VALUES.map(lambda v: json.dumps(v).encode()),
+    st.builds(lambda n, o: (o * n).encode(), st.integers(0, 3000), st.sampled_from(["[", '{"a":'])),
+    st.integers(4301, 5000).map(lambda n: b"9" * n),
+    st.binary(max_size=300),
+)
+
+
+@given(CRAFTED)
+def test_any_crafted_cursor_is_a_valid_cursor_or_invalid_input(raw: bytes) -> None:
+    cursor = _b64(raw)
+    try:
+        key = decode_cursor(cursor, "default")
+    except InvalidInput as error:
+        assert error.field == "cursor"
+        return
+    assert set(key) == {"PK", "SK", "tenantPK", "tenantSK"}
+
+
+def test_a_cursor_nested_thousands_deep_is_invalid_input() -> None:
+    # base64 of 3,000 brackets is 4,000 characters: under the length limit, so only
+    # decoding stands between it and a RecursionError (a 500, not the 400 of a bad cursor).
+    with pytest.raises(InvalidInput, match="not a cursor this console made"):
+        decode_cursor(_b64(b"[" * 3000), "default")
 
 
 @given(st.one_of(st.text(max_size=12), st.none(), st.integers()))

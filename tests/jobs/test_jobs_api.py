@@ -34,7 +34,9 @@ def call(
     tenant: str | None = "acme",
     account: str | None = None,
     query: dict[str, str] | None = None,
+    raw: str | None = None,
 ) -> tuple[int, Any]:
+    """The handler's answer; `raw` is a body sent as is (what json.dumps would not write)."""
     context: dict[str, Any] = {
         "accountId": "123456789012",
         "stage": "prod",
@@ -59,7 +61,7 @@ def call(
         "pathParameters": None,
         "stageVariables": None,
         "requestContext": context,
-        "body": json.dumps(body) if body is not None else None,
+        "body": raw if raw is not None else json.dumps(body) if body is not None else None,
         "isBase64Encoded": False,
     }
     response = producer_api.handler(event, None)
@@ -208,3 +210,66 @@ def test_jobs_api_delays_and_cancels_a_task(stack: Stack) -> None:
     assert cancelled["cancelReason"] == "no"
     status, again = call("POST", f"/tasks/{task['requestId']}/cancel")
     assert status == 409 and again["state"] == "CANCELLED"
+
+
+@pytest.mark.parametrize(
+    ("path", "text", "words"),
+    [
+        (
+            "/tasks",
+            '{"definition": "noop", "input": ' + "[" * 5000 + "]" * 5000 + "}",
+            "body: nested 5001 levels deep; the limit is 32",
+        ),
+        (
+            "/tasks",
+            '{"definition": "noop", "input": {"n": ' + "9" * 5000 + "}}",
+            "body: not JSON: Exceeds the limit (4300 digits)",
+        ),
+        (
+            "/jobs",
+            '{"tasks": ' + '{"a": ' * 2000 + "1" + "}" * 2000 + "}",
+            "body: nested 2001 levels deep",
+        ),
+    ],
+    ids=["deep-task-input", "huge-integer", "deep-job-spec"],
+)
+def test_jobs_api_refuses_bodies_json_cannot_decode_with_a_400(
+    stack: Stack, path: str, text: str, words: str
+) -> None:
+    # json.loads raises RecursionError or ValueError on these: a 502 from API Gateway.
+    client_for(stack)
+    status, answer = call("POST", path, raw=text)
+    assert (status, answer["field"]) == (400, "body"), answer
+    assert words in answer["message"]
+    assert call("GET", "/jobs")[1] == {"jobs": []}
+    assert drain(stack) == []
+
+
+def test_jobs_api_refuses_a_spec_too_big_for_the_job_item(stack: Stack) -> None:
+    client_for(stack)
+    fan_out = {"definition": "noop", "for_each": ["p" * 900] * 500,
+               "input": {"prompt": "${item}"}}  # fmt: skip
+    status, answer = call("POST", "/jobs", {"job_id": "api-big", "tasks": {"f": fan_out}})
+    assert status == 400, answer
+    assert "400 KB" in answer["message"] and answer["field"] == "tasks"
+    assert call("GET", "/jobs")[1] == {"jobs": []}  # nothing was created
+    assert drain(stack) == []
+
+    # Added tasks count with the job's own: the extended spec is what gets stored.
+    call("POST", "/jobs", {"job_id": "api-grow", "tasks": {"a": {"definition": "noop"}}})
+    drain(stack)
+    status, answer = call("POST", "/jobs/api-grow/tasks", {"tasks": {"f": fan_out}})
+    assert status == 400 and "400 KB" in answer["message"], answer
+    assert call("GET", "/jobs/api-grow")[1]["total"] == 1
+    assert drain(stack) == []
+
+
+def test_jobs_api_refuses_definition_settings_dynamodb_cannot_store(stack: Stack) -> None:
+    for settings, words in [
+        ({"": 1}, "body.settings: Value error, has an empty key"),
+        ({"model": {"x": 10**40}}, "body.settings: Value error, settings.model.x: number"),
+    ]:
+        status, answer = call("PUT", "/task-definitions/odd", {"kind": "agent",
+                                                               "settings": settings})  # fmt: skip
+        assert status == 422 and words in answer["message"], answer
+    assert call("GET", "/task-definitions/odd")[0] == 404

@@ -96,7 +96,8 @@ def _sqs_answers() -> list[Any]:
         for body in ("old", "young"):
             sqs.send_message(QueueUrl=short["QueueUrl"], MessageBody=body)
         backend = sqs_models.sqs_backends["123456789012"][REGION]
-        backend.queues["short"]._messages[0].sent_timestamp -= 120_000
+        old: Any = backend.queues["short"]._messages[0]
+        old.sent_timestamp -= 120_000  # sent two minutes ago: past the retention
         kept = sqs.receive_message(QueueUrl=short["QueueUrl"], MaxNumberOfMessages=10)
         return [
             sorted((m["Body"], m["Attributes"]["ApproximateReceiveCount"]) for m in messages),
