@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from agentq.events import Event
+from agentq.local.slack_standin import SlackStandIn
+
+
+@contextlib.contextmanager
+def slack_for_health_check(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlackStandIn]:
+    """The local Slack stand-in, with the health check's settings pointing at it."""
+    with SlackStandIn() as standin:
+        monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-local-test")
+        monkeypatch.setenv("ALERT_CHANNEL", "#agentq-alerts")
+        monkeypatch.setenv("SLACK_API_URL", standin.base_url)
+        yield standin
 
 
 def eventbridge_envelope(event: Event, *, source: str = "agentq") -> dict[str, Any]:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import Stack
-from lambda_support import scheduled_event
+from lambda_support import scheduled_event, slack_for_health_check
 from slack_sdk.errors import SlackApiError
 from support import wait_for
 
@@ -25,10 +25,7 @@ CTX = local_context("health-check")
 
 @pytest.fixture
 def slack(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlackStandIn]:
-    with SlackStandIn() as standin:
-        monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-local-test")
-        monkeypatch.setenv("ALERT_CHANNEL", "#agentq-alerts")
-        monkeypatch.setenv("SLACK_API_URL", standin.base_url)
+    with slack_for_health_check(monkeypatch) as standin:
         yield standin
 
 
