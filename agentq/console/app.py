@@ -90,7 +90,7 @@ def create_app(parts: ConsoleParts) -> Starlette:
         return reader.task(tenant_of(request), request.path_params["request_id"])
 
     def dlq_data(request: Request) -> Any:
-        return {"letters": parts.dead_letters.list()}
+        return parts.dead_letters.list()
 
     def queues_data(request: Request) -> Any:
         return parts.operations.snapshot()

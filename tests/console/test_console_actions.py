@@ -78,7 +78,7 @@ def test_discard_removes_letters_after_recording_them(inproc_stack: Stack, http:
     assert reply.json()["results"] == [{"key": letter.key, "requestId": "dl-3",
                                         "outcome": "discarded"}]  # fmt: skip
     assert DlqArchive(inproc_stack.s3, inproc_stack.resources.bucket).list() == []
-    assert http.request("GET", "/api/dlq").json() == {"letters": []}
+    assert http.request("GET", "/api/dlq").json() == {"letters": [], "total": 0}
     [event] = EventLog(inproc_stack).of("dl-3", "Operator Action")
     assert event["payload"]["archiveKey"] == letter.key
     gone = http.act("discard", {"keys": [letter.key]}, csrf=http.csrf())

@@ -110,6 +110,8 @@
     return el("section", {}, el("h1", {}, "Dead letters"),
       el("p", { class: "muted" }, "Archived by the dlq-processor; redrive replays the newest letter of a task with a fresh attempt budget."),
       buttons, result,
+      data.total > data.letters.length
+        ? el("p", { id: "dlq-shown", class: "muted" }, `showing the newest ${data.letters.length} of ${data.total} (agentq dlq list shows them all)`) : null,
       data.letters.length ? table(["", "archived", "task", "tenant", "outcome / reason", "receives#", "redrive", ""], rows, { id: "letters" })
         : el("p", { class: "muted" }, "no dead letters"));
   };
