@@ -85,13 +85,18 @@ def test_a_bad_child_setting_fails_the_attempt_naming_the_variable(tmp_path: Pat
     assert "DEFAULT_TIMEOUT" in error["message"], error
 
 
+# Settings a definition may hold: what DynamoDB stores (no empty key, numbers within
+# 38 digits and 1e-130..1e125); the model refuses the rest (tests/unit/test_definition_models.py).
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers(-(10**37), 10**37)
+    | st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: f == 0 or 1e-120 < abs(f) < 1e120)
+    | st.text(max_size=8),
     lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(min_size=1, max_size=6), inner, max_size=3)
     ),
     max_leaves=10,
-)
+)  # fmt: skip
 DEFINITIONS = st.fixed_dictionaries(
     {"name": st.from_regex(r"\A[a-zA-Z0-9_.-]{1,20}\Z"), "kind": st.sampled_from(TASK_KINDS)},
     optional={
@@ -101,7 +106,7 @@ DEFINITIONS = st.fixed_dictionaries(
         | st.floats(min_value=0.001, max_value=MAX_TIMEOUT_S),
         "max_attempts": st.none() | st.integers(1, 1000),
         "priority": st.none() | st.from_regex(r"\A[a-z][a-z0-9-]{0,10}\Z"),
-        "settings": st.none() | st.dictionaries(st.text(max_size=8), JSON, max_size=4),
+        "settings": st.none() | st.dictionaries(st.text(min_size=1, max_size=8), JSON, max_size=4),
     },
 )
 
