@@ -92,12 +92,13 @@ def sqs_retention() -> type:
     check = getattr(backend, "is_message_valid_based_on_retention_period", None)
     if not isinstance(backend, type) or check is None:
         raise _refuse("moto", "SQSBackend.is_message_valid_based_on_retention_period is gone")
+    if hasattr(check, "reads_retention_only"):
+        return backend  # ours, from an earlier start-up in this process
     if _parameters(check) != ["self", "queue_name", "message"]:
         raise _refuse("moto", "is_message_valid_based_on_retention_period(...) changed")
-    if not hasattr(check, "reads_retention_only"):
-        source = _source(check)
-        if '"MessageRetentionPeriod"' not in source or "message.sent_timestamp" not in source:
-            raise _refuse("moto", "the retention check no longer reads MessageRetentionPeriod")
+    source = _source(check)
+    if '"MessageRetentionPeriod"' not in source or "message.sent_timestamp" not in source:
+        raise _refuse("moto", "the retention check no longer reads MessageRetentionPeriod")
     return backend
 
 

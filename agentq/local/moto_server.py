@@ -92,11 +92,12 @@ def _unix_time_millis(dt: Any = None, *, original: Callable[[Any], float]) -> fl
     return time.time() * 1000.0 if dt is None else original(dt)
 
 
-def _retained(backend: Any, queue_name: str, message: Any) -> bool:
-    """moto's retention check, reading the one attribute it needs (see the module doc)."""
+def _retained(self: Any, queue_name: str, message: Any) -> bool:
+    """moto's retention check (a method of its SQSBackend), reading the one attribute it
+    needs (see the module doc)."""
     from moto.sqs.models import unix_time
 
-    period = backend.get_queue(queue_name).message_retention_period
+    period = self.get_queue(queue_name).message_retention_period
     return bool(period + message.sent_timestamp / 1000 > unix_time())
 
 

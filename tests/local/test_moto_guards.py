@@ -27,6 +27,7 @@ from moto.dynamodb.parsing import ast_nodes as untyped_ast_nodes
 from moto.dynamodb.parsing import validators
 from moto.moto_server import werkzeug_app
 from moto.moto_server.werkzeug_app import create_backend_app
+from moto_support import keep_moto_originals
 
 from agentq.errors import IncompatibleDependency
 from agentq.local.moto_server import _dispatcher, speed_up_moto
@@ -36,30 +37,10 @@ MOTO = f"moto {metadata.version('moto')}"
 ast_nodes: Any = untyped_ast_nodes  # moto's AST module is untyped
 
 
-def _keep_originals(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Everything speed_up_moto patches, put back when `monkeypatch` undoes."""
-    monkeypatch.setattr(jsonpath_ng.ext, "parse", jsonpath_ng.ext.parse)
-    for name in ("unix_time", "unix_time_millis"):
-        monkeypatch.setattr(sqs_models, name, getattr(sqs_models, name))
-    retention = "is_message_valid_based_on_retention_period"
-    monkeypatch.setattr(sqs_models.SQSBackend, retention,
-                        getattr(sqs_models.SQSBackend, retention))  # fmt: skip
-    monkeypatch.setattr(dynamodb_models, "copy", dynamodb_models.copy)
-    backend = dynamodb_models.DynamoDBBackend
-    monkeypatch.setattr(backend, "transact_write_items", backend.transact_write_items)
-    for name in ("query", "all_items"):
-        monkeypatch.setattr(Table, name, getattr(Table, name))
-    traverser = ast_nodes.DepthFirstTraverser
-    monkeypatch.setattr(traverser, "nodes_to_be_processed", traverser.nodes_to_be_processed)
-    counting = validators.ActionCountValidator
-    for name in ("verify_action_counts", "traverse"):
-        monkeypatch.setattr(counting, name, getattr(counting, name))
-
-
 @pytest.fixture
 def restore(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     """Patch moto for one test; monkeypatch puts every original back afterwards."""
-    _keep_originals(monkeypatch)
+    keep_moto_originals(monkeypatch)
     return speed_up_moto
 
 
@@ -281,7 +262,7 @@ def _update_answers(expressions: list[str]) -> list[Any]:
 @given(expressions=_expressions)
 def test_update_expressions_answer_as_moto_does(expressions: list[str]) -> None:
     with pytest.MonkeyPatch.context() as monkeypatch:
-        _keep_originals(monkeypatch)
+        keep_moto_originals(monkeypatch)
         plain = _update_answers(expressions)
         speed_up_moto()
         assert _update_answers(expressions) == plain

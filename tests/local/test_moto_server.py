@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 from conftest import Stack
 from moto.dynamodb.models.table import Table
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from moto_support import keep_moto_originals
 
 from agentq.local.moto_server import _dispatcher, speed_up_moto
 
@@ -32,13 +33,9 @@ HOSTS = [
 
 @pytest.fixture
 def patched(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Record the originals so the test leaves this process's moto as it found it.
-    monkeypatch.setattr(jsonpath_ng.ext, "parse", jsonpath_ng.ext.parse)
-    for name in ("unix_time", "unix_time_millis"):
-        monkeypatch.setattr(sqs_models, name, getattr(sqs_models, name))
-    monkeypatch.setattr(dynamodb_models, "copy", dynamodb_models.copy)
-    backend = dynamodb_models.DynamoDBBackend
-    monkeypatch.setattr(backend, "transact_write_items", backend.transact_write_items)
+    # Record the originals so the test leaves this process's moto as it found it: a
+    # patch left in place would hide a changed target from the guards' tests.
+    keep_moto_originals(monkeypatch)
     speed_up_moto()
 
 

@@ -1,0 +1,35 @@
+"""What the local moto launcher's patches replace, put back after a test."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonpath_ng.ext
+import moto.dynamodb.models as dynamodb_models
+import moto.sqs.models as sqs_models
+import pytest
+from moto.dynamodb.models.table import Table
+from moto.dynamodb.parsing import ast_nodes as untyped_ast_nodes
+from moto.dynamodb.parsing import validators
+
+ast_nodes: Any = untyped_ast_nodes  # moto's AST module is untyped
+
+
+def keep_moto_originals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Everything speed_up_moto patches, put back when `monkeypatch` undoes."""
+    monkeypatch.setattr(jsonpath_ng.ext, "parse", jsonpath_ng.ext.parse)
+    for name in ("unix_time", "unix_time_millis"):
+        monkeypatch.setattr(sqs_models, name, getattr(sqs_models, name))
+    retention = "is_message_valid_based_on_retention_period"
+    monkeypatch.setattr(sqs_models.SQSBackend, retention,
+                        getattr(sqs_models.SQSBackend, retention))  # fmt: skip
+    monkeypatch.setattr(dynamodb_models, "copy", dynamodb_models.copy)
+    backend = dynamodb_models.DynamoDBBackend
+    monkeypatch.setattr(backend, "transact_write_items", backend.transact_write_items)
+    for name in ("query", "all_items"):
+        monkeypatch.setattr(Table, name, getattr(Table, name))
+    traverser = ast_nodes.DepthFirstTraverser
+    monkeypatch.setattr(traverser, "nodes_to_be_processed", traverser.nodes_to_be_processed)
+    counting = validators.ActionCountValidator
+    for name in ("verify_action_counts", "traverse"):
+        monkeypatch.setattr(counting, name, getattr(counting, name))
