@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from agentq.errors import InvalidInput, InvalidRequestId, shown
+from agentq.json_text import MAX_NESTING, decode_json, decode_or_none
 from agentq.schedule import MAX_EPOCH_MS, parse_time_ms, resolve_not_before
 
 REQUEST_ID_PATTERN: Final = re.compile(r"^[a-zA-Z0-9_-]{1,256}$")
@@ -42,10 +43,6 @@ PRIORITY_PATTERN: Final = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 MAX_BODY_BYTES: Final = 256 * 1024
 ENVELOPE_VERSION: Final = 1
 MAX_TASK_KEY: Final = 256
-# Brackets deep in a body, counted before decoding: json's C decoder recurses per level
-# and a 10,000-deep body raises RecursionError instead of a decode error. 32 is also
-# DynamoDB's nesting limit, and the envelope (with its input) is kept on the STATE item.
-MAX_NESTING: Final = 32
 # The envelope object itself, once unwrapped: one level sits above it in the STATE item.
 MAX_ENVELOPE_DEPTH: Final = MAX_NESTING - 1
 # What a DynamoDB number can hold (38 digits, magnitude 1e-130 to below 1e126): a
@@ -61,7 +58,6 @@ _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 # A map key is an attribute name to DynamoDB, at any depth: one that is empty or 64 KiB
 # long is refused by every write ("Empty attribute name"), and moto stores it mangled.
 _MAX_KEY_BYTES: Final = 65_536
-_STRING_OR_BRACKET: Final = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def validate_request_id(value: object) -> str:
@@ -74,28 +70,6 @@ def _validate(pattern: re.Pattern[str], name: str, value: object) -> str:
     if not isinstance(value, str) or not pattern.fullmatch(value):
         raise InvalidInput(name, f"must match {pattern.pattern}, got {shown(value)}")
     return value
-
-
-def decode_json(text: str, *, name: str = "body") -> Any:
-    """Decode untrusted JSON, or raise `InvalidInput` naming what is wrong with it.
-
-    Stricter than `json.loads`: no ``NaN``/``Infinity`` and no number that overflows to
-    one (``1e309``), which no other JSON reader accepts and `json.dumps` re-emits as
-    invalid JSON; nesting deeper than `MAX_NESTING` is refused before decoding.
-    """
-    deepest = _nesting(text)
-    if deepest > MAX_NESTING:
-        raise InvalidInput(name, f"nested {deepest} levels deep; the limit is {MAX_NESTING}")
-    try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
-    except InvalidInput as exc:  # from the two hooks, which cannot know the name
-        raise InvalidInput(name, exc.problem) from None
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(name, f"not JSON: {exc.msg} at {exc.pos}") from None
-    except RecursionError:  # the scan above should make this unreachable
-        raise InvalidInput(name, "nested too deeply") from None
-    except ValueError as exc:  # an integer of more than 4,300 digits, say
-        raise InvalidInput(name, f"not JSON: {str(exc)[:120]}") from None
 
 
 class DecodedBody(str):
@@ -111,39 +85,6 @@ class DecodedBody(str):
         body = super().__new__(cls, text)
         body.data = data
         return body
-
-
-def _nesting(text: str) -> int:
-    depth = deepest = 0
-    for match in _STRING_OR_BRACKET.finditer(text):
-        token = match.group()
-        if token in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif token in "]}":
-            depth -= 1
-    return deepest
-
-
-def _decode_leniently(text: str) -> Any:
-    """The body as far as it decodes, non-finite numbers read as null; None if it does not."""
-    if _nesting(text) > MAX_NESTING:
-        return None
-    try:
-        return json.loads(text, parse_constant=lambda _: None)
-    except (ValueError, RecursionError):
-        return None
-
-
-def _no_constant(token: str) -> Any:
-    raise InvalidInput("body", f"holds {token}, which JSON does not allow")
-
-
-def _finite_float(token: str) -> float:
-    value = float(token)
-    if not math.isfinite(value):
-        raise InvalidInput("body", f"number {token[:40]} is out of range")
-    return value
 
 
 def check_storable(value: object, *, name: str, depth: int = 1) -> None:
@@ -377,7 +318,7 @@ def identity_hint(body: str, attributes: Mapping[str, Any] | None) -> tuple[str 
     with contextlib.suppress(InvalidInput):
         candidates.append(_string_attribute(attributes, "requestId"))
     # Lenient: a NaN in the input must not hide the id its rejection is reported under.
-    data = _decode_leniently(body) if isinstance(body, str) else None
+    data = decode_or_none(body) if isinstance(body, str) else None
     tenant: str | None = None
     if isinstance(data, dict):
         if data.get("detail-type") == "Task Requested" and isinstance(data.get("detail"), dict):

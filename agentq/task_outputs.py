@@ -8,12 +8,12 @@ from the same attempt; no key is guessed.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Final
 
-from agentq.errors import InvalidInput, NotFound
+from agentq.errors import NotFound
 from agentq.jobs import ResultReader
 from agentq.jobs.results import RESULT_FILE, artifacts_pointer
+from agentq.json_text import decode_lenient
 from agentq.store import TaskRecord
 
 TRACE_FILE: Final = "traces/session_trace.json"
@@ -48,14 +48,9 @@ class TaskOutputs:
         key = prefix + TRACE_FILE
         if key not in self._keys(bucket, key):
             raise NotFound("agent trace", f"s3://{bucket}/{key}")
-        try:
-            return json.loads(self._read_text(bucket, key))
-        except json.JSONDecodeError as exc:
-            raise InvalidInput(f"s3://{bucket}/{key}", f"trace is not JSON: {exc.msg}") from None
-        except (ValueError, RecursionError):  # the task wrote it: too deep, too long a number
-            raise InvalidInput(
-                f"s3://{bucket}/{key}", "trace is not JSON agentq can read"
-            ) from None
+        return decode_lenient(
+            self._read_text(bucket, key), name=f"s3://{bucket}/{key}", what="trace"
+        )
 
     def _keys(self, bucket: str, prefix: str) -> list[str]:
         pages = self._s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)

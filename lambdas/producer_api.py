@@ -38,8 +38,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentq import __version__
 from agentq.definitions import DefinitionBody, DefinitionsTable, TaskDefinition
-from agentq.envelope import TENANT_PATTERN, decode_json
+from agentq.envelope import TENANT_PATTERN
 from agentq.errors import InvalidInput, NotCancellable, NotFound, PrincipalNotMapped
+from agentq.json_text import decode_json
 from agentq.spec_models import JOB_ID, JobIn, Priority, TasksIn
 from lambdas._common import powertools
 
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from agentq.principals import TenantResolver
     from agentq.store import TaskRecord
 
-# Bodies are decoded strictly (agentq.envelope.decode_json): json.loads raises
+# Bodies are decoded strictly (agentq.json_text.decode_json): json.loads raises
 # RecursionError on 1,000 brackets and ValueError on a 4,300-digit integer, which
 # would escape as a 502; this raises InvalidInput, a 400 naming the problem.
 app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=decode_json)

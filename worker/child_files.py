@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from agentq.envelope import check_storable, decode_json
+from agentq.envelope import check_storable
 from agentq.errors import InvalidInput
+from agentq.json_text import decode_json
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def plain_file(path: Path) -> bool:
 
 def read_json(path: Path, *, limit: int = MAX_CHILD_JSON_BYTES) -> Any:
     """The file's JSON value, or None if it is missing, not a plain file, larger than
-    `limit`, not UTF-8 or not strict JSON (see `agentq.envelope.decode_json`)."""
+    `limit`, not UTF-8 or not strict JSON (see `agentq.json_text.decode_json`)."""
     try:
         # O_NOFOLLOW and O_NONBLOCK: a link or FIFO put in its place after any check
         # is refused by the open itself, and a FIFO cannot hold the open.

@@ -29,8 +29,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentq.config import Settings
-from agentq.envelope import PRIORITY_PATTERN, DecodedBody, decode_json
+from agentq.envelope import PRIORITY_PATTERN, DecodedBody
 from agentq.errors import InvalidInput
+from agentq.json_text import decode_json
 from worker.intake import MAX_RECEIVE
 from worker.scheduler import Pick, Scheduler
 

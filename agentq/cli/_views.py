@@ -21,6 +21,7 @@ from agentq.errors import InvalidInput
 from agentq.events import iso_ms
 from agentq.jobs import JobRecord
 from agentq.jobs.summary import cost_of, duration_ms, job_dict, task_dict
+from agentq.json_text import decode_lenient
 from agentq.states import TaskState
 from agentq.store import TaskRecord
 
@@ -63,12 +64,7 @@ def read_json_argument(text: str | None, path: Path | None, what: str) -> dict[s
             raise InvalidInput(str(path), f"cannot read: {exc.strerror}") from None
     if text is None:
         return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(what, f"not JSON: {exc.msg} at {exc.pos}") from None
-    except (ValueError, RecursionError):  # nested too deep, a number too long
-        raise InvalidInput(what, "not JSON agentq can read") from None
+    value = decode_lenient(text, name=what)
     if not isinstance(value, dict):
         raise InvalidInput(what, "must be a JSON object")
     return value

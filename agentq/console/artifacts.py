@@ -9,7 +9,6 @@ and a finished task's artifacts are cached: they never change once it is termina
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from typing import Any, Final
@@ -18,6 +17,7 @@ from botocore.exceptions import ClientError
 
 from agentq.errors import InvalidInput, NotFound
 from agentq.jobs.results import RESULT_FILE, ResultReader
+from agentq.json_text import decode_lenient
 from agentq.states import TaskState
 from agentq.store import TaskRecord
 from agentq.task_outputs import TaskOutputs
@@ -116,8 +116,8 @@ class TaskArtifacts:
     def _json(self, bucket: str, key: str) -> Any:
         body = self._s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         try:
-            return json.loads(body)
-        except (ValueError, RecursionError):  # the task wrote it: not JSON, too deep
+            return decode_lenient(body, name=key)
+        except InvalidInput:  # the task wrote it: shown as missing, not as a 500
             return None
 
 

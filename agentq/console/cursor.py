@@ -13,8 +13,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from agentq.envelope import decode_json
 from agentq.errors import InvalidInput
+from agentq.json_text import decode_json
 from agentq.store import keys
 
 KEY_NAMES: Final = frozenset({"PK", "SK", "tenantPK", "tenantSK"})

@@ -10,14 +10,13 @@ and request-scoped folder is refused.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
-from agentq.envelope import decode_json
 from agentq.errors import InvalidInput, NotFound
+from agentq.json_text import decode_json, decode_lenient
 from agentq.store import TaskRecord
 from agentq.store.keys import attempt_prefix, task_prefix
 
@@ -81,14 +80,7 @@ class ResultReader:
         """The result as the task wrote it (for its producer: no size limit)."""
         bucket, key = self.pointer(record)
         body = self._get(bucket, key).read()
-        try:
-            return json.loads(body)
-        except json.JSONDecodeError as exc:
-            raise InvalidInput(f"s3://{bucket}/{key}", f"result is not JSON: {exc.msg}") from None
-        except (ValueError, RecursionError):  # the task wrote it: not UTF-8, too deep
-            raise InvalidInput(
-                f"s3://{bucket}/{key}", "result is not JSON agentq can read"
-            ) from None
+        return decode_lenient(body, name=f"s3://{bucket}/{key}", what="result")
 
     def load_referenced(self, record: TaskRecord, *, limit: int) -> tuple[Any, int]:
         """The result a job reference reads, and its size: refused (`InvalidInput`) past
