@@ -3,7 +3,8 @@
 The local server runs one DynamoDB request at a time (agentq.local.moto_server), so
 each request's cost is a wait for every other worker's lock, heartbeat and finalize. A
 profile of the tenant-limit benchmark (650 tasks, A limited to 2) found three costs
-that grow with what the table or the expression holds, none needed for moto's answer:
+that grow with what the table or the expression holds, and one paid again on every
+request, none needed for moto's answer:
 
 - **TransactWriteItems deep-copied the whole table once per item**, for a rollback. It
   now saves only the items the transaction names and puts them back when moto rolls
@@ -18,6 +19,11 @@ that grow with what the table or the expression holds, none needed for moto's an
   counts are now summed once, bottom-up, and the type table is built once per
   processor. The lock's 18-action SET held the server 34 ms at p50 on an idle
   benchmark run, 52 ms before.
+- **Every update and condition expression was parsed anew**, the update expression
+  twice per request (the handler's check, then the backend's), though agentq sends the
+  same few expressions with other values. A parsed update expression is kept by its
+  text (each validator already works on its own copy of the tree), and a condition
+  expression's tokens by its text (its parse, which reads the values, runs as before).
 
 Every target is checked before it is patched (agentq.local.moto_guards), and
 tests/local/test_moto_guards.py shows moto answers the same with and without each patch
@@ -30,8 +36,9 @@ import copy
 import functools
 import json
 import threading
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from agentq.local import moto_guards
 
@@ -42,9 +49,11 @@ def checked_dynamodb_patches() -> Callable[[], None]:
     dynamodb_models, backend, table, rollback_errors = moto_guards.transaction_copies()
     query_table = moto_guards.partition_queries()
     expressions = moto_guards.update_validators()
+    parsers = moto_guards.expression_parsers()
 
     def patch() -> None:
         _patch(dynamodb_models, backend, table, rollback_errors, query_table, expressions)
+        _remember_parses(*parsers)
 
     return patch
 
@@ -238,3 +247,44 @@ def _count_clauses_once(found: moto_guards.UpdateValidators) -> None:
     found.action_count.verify_action_counts = verify_action_counts
     found.action_count.traverse = counting_traverse
     found.traverser.nodes_to_be_processed = nodes_to_be_processed
+
+
+# -- expressions: each text parsed once ----------------------------------------------
+
+# Distinct expressions kept: agentq sends about twenty; a sender of more still gets
+# every answer right, the oldest kept parse making room.
+_KEPT_PARSES: Final = 256
+
+
+def _remember_parses(update_parser: Any, condition_parser: Any) -> None:
+    """Keep `UpdateExpressionParser.make`'s tree and the condition lexer's tokens by
+    their text (moto_guards.expression_parsers checks why sharing them is safe). A text
+    that fails to parse is not kept: it fails the same way each time. Idempotent."""
+    if not hasattr(update_parser.make, "remembered"):
+        make = update_parser.make
+        kept = functools.lru_cache(maxsize=_KEPT_PARSES)(make)
+
+        def make_once(cls: Any, expression_str: Any) -> Any:
+            if cls is not update_parser or not isinstance(expression_str, str):
+                return make.__func__(cls, expression_str)
+            return kept(expression_str)
+
+        make_once.remembered = True  # type: ignore[attr-defined]
+        update_parser.make = classmethod(make_once)
+    if not hasattr(condition_parser._lex_condition_expression, "remembered"):
+        lex = condition_parser._lex_condition_expression
+        tokens: dict[str, tuple[Any, ...]] = {}
+
+        @functools.wraps(lex)
+        def lex_once(parser: Any) -> deque[Any]:
+            text = parser.condition_expression
+            found = tokens.get(text)
+            if found is None:
+                found = tuple(lex(parser))
+                if len(tokens) >= _KEPT_PARSES:
+                    tokens.pop(next(iter(tokens)))
+                tokens[text] = found
+            return deque(found)  # the parse consumes the deque, never the nodes
+
+        lex_once.remembered = True  # type: ignore[attr-defined]
+        condition_parser._lex_condition_expression = lex_once

@@ -32,7 +32,7 @@ def _parameters(function: Callable[..., Any]) -> list[str]:
     return list(inspect.signature(function).parameters)
 
 
-def _source(function: Callable[..., Any]) -> str:
+def _source(function: Callable[..., Any] | ModuleType) -> str:
     try:
         return inspect.getsource(function)
     except (OSError, TypeError):
@@ -222,3 +222,35 @@ def update_validators() -> UpdateValidators:
                                          "isinstance(child, UpdateExpressionFunction)")):  # fmt: skip
         raise _refuse_dynamodb("Node.find_clauses counts by another rule")
     return found
+
+
+def expression_parsers() -> tuple[Any, Any]:
+    """moto's `UpdateExpressionParser` (its `make(expression_str)`, a pure parse) and
+    `ConditionExpressionParser` (its `_lex_condition_expression(self)`, a pure lex of
+    `self.condition_expression` into immutable nodes), whose results the patch keeps."""
+    from moto.dynamodb import comparisons
+    from moto.dynamodb.parsing import expressions, validators
+
+    update: Any = getattr(expressions, "UpdateExpressionParser", None)
+    condition: Any = getattr(comparisons, "ConditionExpressionParser", None)
+    if update is None or condition is None:
+        raise _refuse_dynamodb("UpdateExpressionParser or ConditionExpressionParser is gone")
+    make, lex = getattr(update, "make", None), getattr(condition, "_lex_condition_expression", None)
+    if make is None or lex is None:
+        raise _refuse_dynamodb("UpdateExpressionParser.make or the condition lexer is gone")
+    if not hasattr(make, "remembered"):
+        if _parameters(make) != ["expression_str"] or "cls(token_list).parse()" not in _source(
+            make
+        ):
+            raise _refuse_dynamodb("UpdateExpressionParser.make(expression_str) changed")
+        # A kept tree is shared: only safe while every validator works on its own copy.
+        if "self.node_to_validate = deepcopy(expression)" not in _source(
+            validators.Validator.__init__
+        ):
+            raise _refuse_dynamodb("Validator no longer copies the tree it validates")
+    if not hasattr(lex, "remembered"):
+        module = _source(comparisons)
+        if (_parameters(lex) != ["self"] or "self.condition_expression" not in _source(lex)
+                or "children=[]" not in module or ".children.append(" in module):  # fmt: skip
+            raise _refuse_dynamodb("the condition lexer no longer makes plain, unshared nodes")
+    return update, condition

@@ -8,9 +8,11 @@ import jsonpath_ng.ext
 import moto.dynamodb.models as dynamodb_models
 import moto.sqs.models as sqs_models
 import pytest
+from moto.dynamodb.comparisons import ConditionExpressionParser
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.parsing import ast_nodes as untyped_ast_nodes
 from moto.dynamodb.parsing import validators
+from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
 
 ast_nodes: Any = untyped_ast_nodes  # moto's AST module is untyped
 
@@ -33,3 +35,7 @@ def keep_moto_originals(monkeypatch: pytest.MonkeyPatch) -> None:
     counting = validators.ActionCountValidator
     for name in ("verify_action_counts", "traverse"):
         monkeypatch.setattr(counting, name, getattr(counting, name))
+    # The class's own entry (a classmethod), not the method bound from it.
+    monkeypatch.setattr(UpdateExpressionParser, "make", UpdateExpressionParser.__dict__["make"])
+    lexer = "_lex_condition_expression"
+    monkeypatch.setattr(ConditionExpressionParser, lexer, getattr(ConditionExpressionParser, lexer))
