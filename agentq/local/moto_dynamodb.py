@@ -26,8 +26,8 @@ request, none needed for moto's answer:
   expression's tokens by its text (its parse, which reads the values, runs as before).
 
 Every target is checked before it is patched (agentq.local.moto_guards), and
-tests/local/test_moto_guards.py shows moto answers the same with and without each patch
-(a Hypothesis property for the update expressions).
+tests/local/test_moto_guards.py and test_moto_parses.py show moto answers the same with
+and without each patch (Hypothesis properties for the update and condition expressions).
 """
 
 from __future__ import annotations
