@@ -1,7 +1,9 @@
-"""What the local moto launcher's patches replace, put back after a test."""
+"""What the local moto launcher's patches replace, put back after a test; and moto
+in-process, not the local server a test run may point at."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import jsonpath_ng.ext
@@ -39,3 +41,12 @@ def keep_moto_originals(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(UpdateExpressionParser, "make", UpdateExpressionParser.__dict__["make"])
     lexer = "_lex_condition_expression"
     monkeypatch.setattr(ConditionExpressionParser, lexer, getattr(ConditionExpressionParser, lexer))
+
+
+@pytest.fixture
+def in_process_moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """`mock_aws` answers, with test credentials, whatever endpoint the run set."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, "testing")
+    yield

@@ -9,7 +9,7 @@ version.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
@@ -27,7 +27,7 @@ from moto.dynamodb.parsing import ast_nodes as untyped_ast_nodes
 from moto.dynamodb.parsing import validators
 from moto.moto_server import werkzeug_app
 from moto.moto_server.werkzeug_app import create_backend_app
-from moto_support import keep_moto_originals
+from moto_support import in_process_moto, keep_moto_originals  # noqa: F401 (a fixture)
 
 from agentq.errors import IncompatibleDependency
 from agentq.local.moto_server import _dispatcher, speed_up_moto
@@ -44,12 +44,7 @@ def restore(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     return speed_up_moto
 
 
-@pytest.fixture(autouse=True)
-def _credentials(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(key, "testing")
-    yield
+pytestmark = pytest.mark.usefixtures("in_process_moto")
 
 
 # -- answers without and with each patch ---------------------------------------------------

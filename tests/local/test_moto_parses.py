@@ -8,7 +8,7 @@ and compares every answer with moto's own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -19,18 +19,12 @@ from hypothesis import strategies as st
 from moto import mock_aws
 from moto.dynamodb.parsing import validators
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
-from moto_support import keep_moto_originals
+from moto_support import in_process_moto, keep_moto_originals  # noqa: F401 (a fixture)
 
 from agentq.errors import IncompatibleDependency
 from agentq.local.moto_server import speed_up_moto
 
-
-@pytest.fixture(autouse=True)
-def _credentials(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(key, "testing")
-    yield
+pytestmark = pytest.mark.usefixtures("in_process_moto")
 
 
 _CONDITIONS = [
