@@ -14,7 +14,8 @@ import nobody uses. A task takes a spare warmed for its kind
 first, any spare otherwise (an agent task in a python spare imports the SDK itself).
 
 The pool keeps `size` spares idle. It warms one spare at a time (a warming spare takes a
-core from running tasks), replaces spares that are taken or die, and gives up after
+core from running tasks), replaces spares that are taken (3 s after an agent task's
+hand-off, 0.2 s after a python task's) or die, and gives up after
 `max_crashes` spares died idle within `crash_window_s` (a broken install must not spin).
 If the worker dies, every idle spare reads end-of-file on stdin and exits.
 """
@@ -50,6 +51,9 @@ AGENT_FLAG: Final = "--agent"
 AGENT_WARM_S: Final = 600.0
 KEEPER_POLL_S: Final = 0.5
 REPLACE_DELAY_S: Final = 3.0
+# A plain spare (the python kind only) warms in ~0.1 s of CPU, and a python task has no
+# CLI to boot: its replacement waits only for the task's own hand-over.
+PLAIN_REPLACE_DELAY_S: Final = 0.2
 # Importing the SDK under heavy load has been seen to take ~10 s; beyond this it is stuck.
 WARM_UP_LIMIT_S: Final = 120.0
 
@@ -89,6 +93,7 @@ class SparePool:
         crash_window_s: float = 60.0,
         restart_delay_s: float = 1.0,
         replace_delay_s: float = REPLACE_DELAY_S,
+        plain_replace_delay_s: float = PLAIN_REPLACE_DELAY_S,
         command: Sequence[str] = SPARE_COMMAND,
         warm_agent: WarmAgent = "recent",
         user: ChildUser | None = None,
@@ -102,6 +107,7 @@ class SparePool:
         self._crash_window_s = crash_window_s
         self._restart_delay_s = restart_delay_s
         self._replace_delay_s = replace_delay_s
+        self._plain_replace_delay_s = plain_replace_delay_s
         self._command = list(command)
         self._warm_agent = warm_agent
         self._agent_seen = -AGENT_WARM_S  # monotonic time of the last agent task
@@ -137,8 +143,12 @@ class SparePool:
             self._idle.remove(spare)
             self.taken += 1
             # The replacement waits until the task's own start (the CLI booting) is
-            # past, so warming does not compete with it for a core.
-            self._next_start = max(self._next_start, time.monotonic() + self._replace_delay_s)
+            # past, so warming (the SDK's import) does not compete with it for a core;
+            # where neither is coming, a pool that waited that long would run dry at a
+            # third of a task a second.
+            agentic = agent or self._wants_agent()
+            delay = self._replace_delay_s if agentic else self._plain_replace_delay_s
+            self._next_start = max(self._next_start, time.monotonic() + delay)
             return spare
 
     def discard(self, spare: Spare) -> None:

@@ -211,3 +211,19 @@ def _sdk_loaded(pid: int) -> bool:
     return any(
         "cryptography" in m.path and "_rust" in m.path for m in psutil.Process(pid).memory_maps()
     )
+
+
+def test_a_python_task_s_spare_is_replaced_without_the_agent_delay(tmp_path: Path) -> None:
+    """The agent delay (here ten minutes) keeps warming off an agent task's CLI boot; a
+    pool serving python tasks replaces its spare as soon as the task is handed over."""
+    pool = _pool(tmp_path, replace_delay_s=600.0, warm_agent="never")
+    pool.start()
+    try:
+        assert pool.wait_ready(60)
+        taken = pool.take("python")
+        assert taken is not None
+        pool.discard(taken)
+        assert pool.wait_ready(60), "replaced without waiting for the agent delay"
+        assert taken.pid not in pool.idle_pids()
+    finally:
+        pool.close()
