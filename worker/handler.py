@@ -44,6 +44,7 @@ from worker.settle import Settler
 from worker.spares import SparePool
 from worker.supervisor import run_child
 from worker.telemetry import Middleware, Result, TaskEnd, TaskStart
+from worker.tiers import tier_urls
 
 __all__ = ["CONTENTION_BACKOFF_S", "EventSink", "MessageHandler", "Prepared"]
 
@@ -85,6 +86,7 @@ class MessageHandler:
         self._child_env = child_environment(
             os.environ if environ is None else environ, home=str(home_dir)
         )
+        self._bulk_tiers = _bulk_tiers(settings)
         # Spares get the same environment: nothing in it is per task (HOME is per worker).
         self.spares: SparePool | None = None
         if settings.warm_children:
@@ -199,6 +201,7 @@ class MessageHandler:
                 on_start=lambda pid: setattr(entry, "child_pid", pid),
                 spares=self.spares,
                 kind=definition.kind,
+                bulk=tier in self._bulk_tiers,
                 user=self._child_user,
             )
             # The lease stays with the heartbeat until the settler's finalize: the upload
@@ -256,3 +259,12 @@ def _safely(hook: Any, arg: Any) -> None:
         hook(arg)
     except Exception:
         logger.exception("middleware hook failed")
+
+
+def _bulk_tiers(settings: Settings) -> frozenset[str]:
+    """The tiers received from the lowest of several queues: their tasks leave warm
+    spares to the tiers above (worker.spares). None with one queue for every tier."""
+    distinct = list(tier_urls(settings).values())
+    if len(distinct) < 2:
+        return frozenset()
+    return frozenset(t for t, url in settings.tier_queue_urls().items() if url == distinct[-1])

@@ -12,10 +12,14 @@ Spares import the SDK only while this worker runs agent tasks (one started withi
 that never does): warming it for python tasks would spend ~2 s of CPU per task on an
 import nobody uses. A task takes a spare warmed for its kind
 first, any spare otherwise (an agent task in a python spare imports the SDK itself).
+A *bulk* task (of the lowest of several tiers) takes a spare only while more than half
+the pool is ready, leaving the rest to the tiers above it: under a bulk flood the pool
+ran dry, and an urgent task arriving then paid for a fresh interpreter on a busy
+machine (docs/benchmarks.md).
 
 The pool keeps `size` spares idle. It warms one spare at a time (a warming spare takes a
 core from running tasks), replaces spares that are taken (3 s after an agent task's
-hand-off, 0.2 s after a python task's) or die, and gives up after
+hand-off, 0.2 s after a python task's; the keeper wakes for it) or die, and gives up after
 `max_crashes` spares died idle within `crash_window_s` (a broken install must not spin).
 If the worker dies, every idle spare reads end-of-file on stdin and exits.
 """
@@ -125,11 +129,13 @@ class SparePool:
     def start(self) -> None:
         self._keeper.start()
 
-    def take(self, kind: str | None = None) -> Spare | None:
+    def take(self, kind: str | None = None, *, bulk: bool = False) -> Spare | None:
         """A warmed, live spare for the next task, or None (the caller spawns instead).
 
         One warmed for `kind` first: an agent spare for an agent task, a plain one for
-        a python task (an agent spare would have imported the SDK for nothing).
+        a python task (an agent spare would have imported the SDK for nothing). For a
+        `bulk` task, None while half the pool or fewer are ready: those are kept for
+        the tiers above.
         """
         agent = kind == "agent"
         with self._lock:
@@ -137,7 +143,7 @@ class SparePool:
                 self._agent_seen = time.monotonic()
             ready = [s for s in self._idle if s.ready.is_set() and s.process.poll() is None]
             ready.sort(key=lambda s: s.agent != agent)  # stable: matching ones first
-            if not ready:
+            if len(ready) <= (self._size // 2 if bulk else 0):
                 return None
             spare = ready[0]
             self._idle.remove(spare)
@@ -149,7 +155,8 @@ class SparePool:
             agentic = agent or self._wants_agent()
             delay = self._replace_delay_s if agentic else self._plain_replace_delay_s
             self._next_start = max(self._next_start, time.monotonic() + delay)
-            return spare
+        self._wake.set()  # the keeper sleeps until the replacement is due, not a poll
+        return spare
 
     def discard(self, spare: Spare) -> None:
         """A taken spare that could not accept its task: end it like any child."""
@@ -183,12 +190,13 @@ class SparePool:
             with contextlib.suppress(OSError):
                 os.killpg(spare.pid, signal.SIGKILL)
 
-    def wait_ready(self, timeout_s: float) -> bool:
-        """Whether a warmed spare is idle within `timeout_s` (benchmarks wait for one)."""
+    def wait_ready(self, timeout_s: float, *, count: int = 1) -> bool:
+        """Whether `count` warmed spares are idle within `timeout_s` (benchmarks wait)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with self._lock:
-                if any(s.ready.is_set() and s.process.poll() is None for s in self._idle):
+                ready = [s for s in self._idle if s.ready.is_set() and s.process.poll() is None]
+                if len(ready) >= count:
                     return True
             time.sleep(KEEPER_POLL_S / 5)
         return False
@@ -210,7 +218,10 @@ class SparePool:
                     except OSError:
                         logger.exception("warm child could not be started")
                         self._crashed()
-            self._wake.wait(KEEPER_POLL_S)
+                pause = KEEPER_POLL_S
+                if len(self._idle) < self._size and self._next_start > time.monotonic():
+                    pause = min(pause, self._next_start - time.monotonic())
+            self._wake.wait(pause)
             self._wake.clear()
 
     def _should_start(self) -> bool:

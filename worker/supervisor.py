@@ -102,13 +102,14 @@ def run_child(
     on_start: Callable[[int], None] | None = None,
     spares: SparePool | None = None,
     kind: str | None = None,
+    bulk: bool = False,
     user: ChildUser | None = None,
 ) -> ChildExit:
     """Run ``python -m worker.child TASK_DIR`` to completion, timeout or stop.
 
     With `spares`, a warmed spare gets the task if one is ready (one warmed for the
-    task's `kind` first); the timeout clock starts at the hand-off either way, never when
-    the spare was started.
+    task's `kind` first; a `bulk` task leaves half the pool to the tiers above); the
+    timeout clock starts at the hand-off either way, never when the spare was started.
     """
     started = time.monotonic()
     fence = _Fence(task_dir, stop)
@@ -117,7 +118,7 @@ def run_child(
         # A slot that got to the child only this late must not start an attempt that
         # would have to be killed at once (before it could even record its start).
         return ChildExit(returncode=0, duration_ms=0, stopped="lease_lost", started=False)
-    process = _warm_child(spares, task_dir, kind)
+    process = _warm_child(spares, task_dir, kind, bulk)
     warm = process is not None
     if process is None:
         process = subprocess.Popen(
@@ -254,11 +255,11 @@ def _wait(stop: StopSignal, exited: int | None, timeout_s: float) -> bool:
 
 
 def _warm_child(
-    spares: SparePool | None, task_dir: Path, kind: str | None
+    spares: SparePool | None, task_dir: Path, kind: str | None, bulk: bool
 ) -> subprocess.Popen[bytes] | None:
     if spares is None:
         return None
-    spare = spares.take(kind)
+    spare = spares.take(kind, bulk=bulk)
     if spare is None:
         return None
     if spare.hand(task_dir):

@@ -21,10 +21,12 @@ from conftest import Stack
 from support import EventLog, wait_for
 from worker_support import queue_counts, running_worker, send, state
 
+from agentq.config import Settings
 from agentq.local.workers import WorkerProcess
 from agentq.states import TaskState
 from worker.childenv import child_environment
-from worker.spares import SparePool
+from worker.handler import _bulk_tiers
+from worker.spares import Spare, SparePool
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -227,3 +229,48 @@ def test_a_python_task_s_spare_is_replaced_without_the_agent_delay(tmp_path: Pat
         assert taken.pid not in pool.idle_pids()
     finally:
         pool.close()
+
+
+def test_a_bulk_task_leaves_half_the_pool_to_the_tiers_above(tmp_path: Path) -> None:
+    """Under a flood of lowest-tier work the pool ran dry, and an urgent task then paid
+    for a fresh interpreter: a bulk task takes a spare only while more than half the
+    pool is ready. (The replacement delays are ten minutes: nothing refills here.)"""
+    env = child_environment(os.environ, home=str(tmp_path))
+    pool = SparePool(env=env, size=4, cwd=tmp_path, grace_s=0.5, replace_delay_s=600.0,
+                     plain_replace_delay_s=600.0, warm_agent="never")  # fmt: skip
+    pool.start()
+    taken: list[Spare] = []
+    try:
+        assert pool.wait_ready(90, count=4)
+        for _ in range(2):
+            spare = pool.take("python", bulk=True)
+            assert spare is not None
+            taken.append(spare)
+        assert pool.take("python", bulk=True) is None
+        assert pool.take("agent", bulk=True) is None
+        for kind in ("python", "agent"):
+            spare = pool.take(kind)
+            assert spare is not None, f"the kept spares go to a {kind} task of a higher tier"
+            taken.append(spare)
+        assert pool.take("python") is None
+        assert not set(pool.idle_pids()) & {spare.pid for spare in taken}
+    finally:
+        for spare in taken:
+            pool.discard(spare)
+        pool.close()
+
+
+@pytest.mark.parametrize(
+    ("queue_urls", "bulk"),
+    [
+        (None, set()),
+        ("high=https://q/high,normal=https://q/normal,low=https://q/low", {"low"}),
+        ("high=https://q/high", {"normal", "low"}),  # both on SQS_QUEUE_URL
+        ("high=https://q/normal,low=https://q/normal", set()),  # one queue for all
+    ],
+)
+def test_bulk_tiers_are_those_on_the_lowest_of_several_queues(
+    queue_urls: str, bulk: set[str]
+) -> None:
+    settings = Settings(queue_url="https://q/normal", queue_urls=queue_urls)
+    assert _bulk_tiers(settings) == bulk
