@@ -1,8 +1,9 @@
 """The child-side runner: ``python -m worker.child TASK_DIR`` (see docs/child-protocol.md).
 
 ``python -m worker.child --spare [--agent]`` is the same runner started ahead of its task
-(a warm spare, see worker/spares.py): it imports the task kinds (the SDK with
-``--agent``), prints `READY_LINE`, reads
+(a warm spare, see worker/spares.py; a forked spare, worker/forkserver.py, starts at
+`serve_spare`): it imports the task kinds (the SDK with ``--agent``), prints
+`READY_LINE`, reads
 ``{"task_dir": ...}`` as one line from stdin and then runs exactly what the first form
 runs, in that directory.
 
@@ -129,6 +130,11 @@ async def _nothing() -> None:
 
 def spare(*, agent: bool = True) -> int:
     _warm_up(agent=agent)
+    return serve_spare()
+
+
+def serve_spare() -> int:
+    """A warmed spare's life: announce itself, take one task (or none) and run it."""
     sys.stdout.buffer.write(READY_LINE)
     sys.stdout.buffer.flush()
     line = sys.stdin.buffer.readline(MAX_HANDOFF_BYTES)

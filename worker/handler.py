@@ -96,6 +96,7 @@ class MessageHandler:
                 cwd=home_dir,
                 grace_s=settings.kill_grace_ms / 1000,
                 warm_agent=settings.warm_agent,
+                fork=settings.fork_spares,
                 user=child_user,
             )
 

@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import time
-from typing import Final
+from typing import IO, Final, Protocol
 
 import psutil
 
@@ -58,7 +58,24 @@ def _group_alive(pgid: int) -> bool:
     return bool(_members(pgid, set()))
 
 
-def terminate_tree(process: subprocess.Popen[bytes], *, grace_s: float, known: set[int]) -> int:
+class ChildProcess(Protocol):
+    """What supervising a child needs of it: a `subprocess.Popen`, or a spare the fork
+    server forked (worker.forked.ForkedProcess), whose parent is not the worker."""
+
+    pid: int
+    returncode: int | None
+
+    @property
+    def stdin(self) -> IO[bytes] | None: ...
+    @property
+    def stdout(self) -> IO[bytes] | None: ...
+    @property
+    def stderr(self) -> IO[bytes] | None: ...
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def terminate_tree(process: ChildProcess, *, grace_s: float, known: set[int]) -> int:
     """SIGTERM the group, SIGKILL after `grace_s`, then kill anything that escaped.
 
     Returns how many escaped processes had to be killed individually.

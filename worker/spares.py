@@ -17,6 +17,11 @@ the pool is ready, leaving the rest to the tiers above it: under a bulk flood th
 ran dry, and an urgent task arriving then paid for a fresh interpreter on a busy
 machine (docs/benchmarks.md).
 
+Plain spares (the python kind only) are forked from the worker's fork server
+(worker/forkserver.py, `fork`; ~2 ms where a fresh interpreter costs ~0.1 s of CPU), and
+a python task that finds none ready has one forked for it at once. Agent spares, and
+every spare once the fork server has failed, are started afresh.
+
 The pool keeps `size` spares idle. It warms one spare at a time (a warming spare takes a
 core from running tasks), replaces spares that are taken (3 s after an agent task's
 hand-off, 0.2 s after a python task's; the keeper wakes for it) or die, and gives up after
@@ -44,8 +49,9 @@ from typing import Final
 from agentq.config import WarmAgent
 from agentq.security import sanitize_error_message
 from worker.child import READY_LINE
+from worker.forked import ForkedProcess, ForkServer
 from worker.isolation import ChildUser, popen_options
-from worker.proctree import terminate_tree
+from worker.proctree import ChildProcess, terminate_tree
 
 logger = logging.getLogger(__name__)
 
@@ -58,13 +64,15 @@ REPLACE_DELAY_S: Final = 3.0
 # A plain spare (the python kind only) warms in ~0.1 s of CPU, and a python task has no
 # CLI to boot: its replacement waits only for the task's own hand-over.
 PLAIN_REPLACE_DELAY_S: Final = 0.2
+# How long a spare forked for a waiting task may take to announce itself.
+FRESH_READY_S: Final = 5.0
 # Importing the SDK under heavy load has been seen to take ~10 s; beyond this it is stuck.
 WARM_UP_LIMIT_S: Final = 120.0
 
 
 @dataclass(eq=False)
 class Spare:
-    process: subprocess.Popen[bytes]
+    process: ChildProcess
     agent: bool = False  # the agent kind (the SDK) is imported
     started: float = field(default_factory=time.monotonic)
     ready: threading.Event = field(default_factory=threading.Event)
@@ -100,9 +108,12 @@ class SparePool:
         plain_replace_delay_s: float = PLAIN_REPLACE_DELAY_S,
         command: Sequence[str] = SPARE_COMMAND,
         warm_agent: WarmAgent = "recent",
+        fork: bool = False,
         user: ChildUser | None = None,
     ) -> None:
         self._env = dict(env)
+        self._fork = fork
+        self._server: ForkServer | None = None
         self._user = user
         self._size = size
         self._cwd = cwd
@@ -158,6 +169,27 @@ class SparePool:
         self._wake.set()  # the keeper sleeps until the replacement is due, not a poll
         return spare
 
+    def fresh(self, kind: str | None) -> Spare | None:
+        """A spare forked now for a python task that found none ready, or None (the
+        caller starts a fresh child, as without a fork server)."""
+        if kind == "agent" or self._wants_agent():
+            return None
+        with self._lock:
+            if self._closed or self.disabled:
+                return None
+            spare = self._forked()
+        if spare is None:
+            return None
+        assert spare.process.stdout is not None
+        ready, _, _ = select.select([spare.process.stdout], [], [], FRESH_READY_S)
+        line = spare.process.stdout.readline(len(READY_LINE) + 1) if ready else b""
+        if line != READY_LINE:
+            self.discard(spare)
+            return None
+        logger.info(f"warm child {spare.pid} ready (forked for a waiting task)")
+        self.taken += 1
+        return spare
+
     def discard(self, spare: Spare) -> None:
         """A taken spare that could not accept its task: end it like any child."""
         terminate_tree(spare.process, grace_s=0, known=set())
@@ -178,6 +210,8 @@ class SparePool:
                 spare.process.stdin.close()
             terminate_tree(spare.process, grace_s=self._grace_s, known=set())
             _close_pipes(spare.process)
+        if self._server is not None:
+            self._server.close()
 
     def kill(self) -> None:
         """SIGKILL every idle spare at once: for a worker exiting without a drain.
@@ -189,6 +223,9 @@ class SparePool:
         for spare in list(self._idle):
             with contextlib.suppress(OSError):
                 os.killpg(spare.pid, signal.SIGKILL)
+        if self._server is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self._server.process.pid, signal.SIGKILL)
 
     def wait_ready(self, timeout_s: float, *, count: int = 1) -> bool:
         """Whether `count` warmed spares are idle within `timeout_s` (benchmarks wait)."""
@@ -200,6 +237,11 @@ class SparePool:
                     return True
             time.sleep(KEEPER_POLL_S / 5)
         return False
+
+    @property
+    def fork_server_pid(self) -> int | None:
+        server = self._server
+        return None if server is None else server.process.pid
 
     def idle_pids(self) -> list[int]:
         with self._lock:
@@ -236,8 +278,30 @@ class SparePool:
             return time.monotonic() - self._agent_seen < AGENT_WARM_S
         return self._warm_agent == "always"
 
+    def _forked(self) -> Spare | None:
+        """A plain spare from the fork server (started on first use), or None: the
+        server could not start or answer, and spares start afresh from now on."""
+        if not self._fork:
+            return None
+        try:
+            if self._server is None:
+                self._server = ForkServer(env=self._env, cwd=self._cwd, user=self._user)
+            return Spare(self._server.fork())
+        except OSError:
+            logger.exception("the fork server failed; warm children start afresh from now on")
+            self._fork = False
+            if self._server is not None:
+                self._server.close()
+            return None
+
     def _spawn(self) -> Spare:
         agent = self._wants_agent()
+        spare = None if agent else self._forked()
+        if spare is not None:
+            threading.Thread(
+                target=self._await_ready, args=(spare,), name=f"spare-{spare.pid}", daemon=True
+            ).start()
+            return spare
         process = subprocess.Popen(
             [*self._command, AGENT_FLAG] if agent else self._command,
             cwd=self._cwd,
@@ -259,7 +323,8 @@ class SparePool:
         with contextlib.suppress(OSError, ValueError):
             if spare.process.stdout.readline(len(READY_LINE) + 1) == READY_LINE:
                 spare.ready.set()
-                logger.info(f"warm child {spare.pid} ready")
+                forked = " (forked)" if isinstance(spare.process, ForkedProcess) else ""
+                logger.info(f"warm child {spare.pid} ready{forked}")
         self._wake.set()
 
     def _reap(self) -> None:
@@ -293,7 +358,7 @@ class SparePool:
             )
 
 
-def _tail(process: subprocess.Popen[bytes]) -> str:
+def _tail(process: ChildProcess) -> str:
     """What a dead spare wrote to stderr (bounded, and never blocking)."""
     stream = process.stderr
     if stream is None:
@@ -305,7 +370,7 @@ def _tail(process: subprocess.Popen[bytes]) -> str:
     return ""
 
 
-def _close_pipes(process: subprocess.Popen[bytes]) -> None:
+def _close_pipes(process: ChildProcess) -> None:
     for stream in (process.stdin, process.stdout, process.stderr):
         if stream is not None:
             with contextlib.suppress(OSError, ValueError):

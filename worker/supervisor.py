@@ -30,7 +30,7 @@ from typing import IO, TYPE_CHECKING, Final, Literal
 
 from worker.isolation import ChildUser, popen_options
 from worker.leasefile import FENCE_MESSAGE, FENCED_MESSAGE, LeaseTimes, write_lease
-from worker.proctree import POLL_S, descendants, reap_leftovers, terminate_tree
+from worker.proctree import POLL_S, ChildProcess, descendants, reap_leftovers, terminate_tree
 
 if TYPE_CHECKING:
     from worker.spares import SparePool
@@ -118,7 +118,7 @@ def run_child(
         # A slot that got to the child only this late must not start an attempt that
         # would have to be killed at once (before it could even record its start).
         return ChildExit(returncode=0, duration_ms=0, stopped="lease_lost", started=False)
-    process = _warm_child(spares, task_dir, kind, bulk)
+    process: ChildProcess | None = _warm_child(spares, task_dir, kind, bulk)
     warm = process is not None
     if process is None:
         process = subprocess.Popen(
@@ -256,10 +256,10 @@ def _wait(stop: StopSignal, exited: int | None, timeout_s: float) -> bool:
 
 def _warm_child(
     spares: SparePool | None, task_dir: Path, kind: str | None, bulk: bool
-) -> subprocess.Popen[bytes] | None:
+) -> ChildProcess | None:
     if spares is None:
         return None
-    spare = spares.take(kind, bulk=bulk)
+    spare = spares.take(kind, bulk=bulk) or spares.fresh(kind)
     if spare is None:
         return None
     if spare.hand(task_dir):
