@@ -12,7 +12,6 @@ and the pool starts spares afresh from then on.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 import socket
@@ -27,11 +26,10 @@ import psutil
 
 from worker.isolation import ChildUser, popen_options
 
-logger = logging.getLogger(__name__)
-
 FORK_SERVER_COMMAND: Final = (sys.executable, "-m", "worker.forkserver")
-# How long a fork may take to be answered (a fork is ~2 ms; the server may be warming).
-ANSWER_TIMEOUT_S: Final = 30.0
+# How long a fork may take to be answered (a fork is ~2 ms; a server just started is
+# still importing). The pool waits for it under its lock: keep it short.
+ANSWER_TIMEOUT_S: Final = 10.0
 # How long an ended spare's exit code may take to arrive (the server reaps at SIGCHLD).
 EXIT_REPORT_TIMEOUT_S: Final = 5.0
 LOST_RETURNCODE: Final = -signal.SIGKILL
