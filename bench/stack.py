@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from agentq.envelope import TaskEnvelope
-from agentq.local.aws import LocalResources, MotoServer, local_session_clients, provision
+from agentq.local.aws import LocalResources, MotoServer, provision_on
 from agentq.local.workers import REPO_ROOT, SAMPLE_DEFINITIONS, WorkerProcess, fast_env
 from agentq.resources import ResourceNames
 
@@ -121,9 +121,8 @@ def moto_server() -> Iterator[MotoServer]:
 
 
 def new_stage(server: MotoServer, *, prefix: str = "b") -> Stage:
-    clients = local_session_clients(server.url)
-    names = ResourceNames(stage=prefix + uuid.uuid4().hex[:9])
-    return Stage(resources=provision(clients, names, endpoint_url=server.url), clients=clients)
+    clients, resources = provision_on(server, ResourceNames(stage=prefix + uuid.uuid4().hex[:9]))
+    return Stage(resources=resources, clients=clients)
 
 
 def worker_env(stage: Stage, **overrides: str) -> dict[str, str]:

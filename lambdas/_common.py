@@ -53,7 +53,7 @@ class Runtime:
 
 
 _lock = threading.Lock()
-_cached: dict[tuple[Settings, str], Runtime] = {}
+_cached: dict[tuple[Settings, str, str], Runtime] = {}
 
 
 def warm_clients(*services: str) -> Runtime:
@@ -68,7 +68,8 @@ def runtime() -> Runtime:
     from agentq.config import Settings
 
     settings = Settings.from_env()
-    key = (settings, os.environ.get("AWS_ENDPOINT_URL", ""))
+    key = (settings, os.environ.get("AWS_ENDPOINT_URL", ""),
+           os.environ.get("AWS_ENDPOINT_URL_DYNAMODB", ""))  # fmt: skip
     with _lock:
         found = _cached.get(key)
         if found is None:

@@ -19,6 +19,7 @@ from agentq.local.aws import (
     MotoServer,
     local_session_clients,
     provision,
+    provision_on,
 )
 from agentq.resources import ResourceNames
 
@@ -71,8 +72,7 @@ def _stage() -> str:
 @pytest.fixture
 def stack(moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> Stack:
     """A fresh stage on moto's server; the environment points boto3 and Settings at it."""
-    clients = local_session_clients(moto_server.url)
-    resources = provision(clients, ResourceNames(stage=_stage()), endpoint_url=moto_server.url)
+    clients, resources = provision_on(moto_server, ResourceNames(stage=_stage()))
     for key, value in resources.env().items():
         monkeypatch.setenv(key, value)
     return Stack(resources=resources, clients=clients)

@@ -157,9 +157,9 @@ class Forwarder:
 
 
 @contextlib.contextmanager
-def forwarder(stack: Stack) -> Iterator[Forwarder]:
-    """A Forwarder to the stack's moto server, closed on the way out."""
-    endpoint = urlsplit(stack.env()["AWS_ENDPOINT_URL"])
+def forwarder(stack: Stack, service: str) -> Iterator[Forwarder]:
+    """A Forwarder to the moto server of the stack's `service`, closed on the way out."""
+    endpoint = urlsplit(stack.resources.endpoint_for(service) or "")
     proxy = Forwarder((endpoint.hostname or "127.0.0.1", endpoint.port or 80))
     try:
         yield proxy

@@ -78,6 +78,7 @@ def _up(args: argparse.Namespace) -> int:
         env = stack.env()
         summary = {
             "aws_endpoint": env.get("AWS_ENDPOINT_URL"),
+            "dynamodb": env.get("AWS_ENDPOINT_URL_DYNAMODB", env.get("AWS_ENDPOINT_URL")),
             "model_server": stack.model_server.url if stack.model_server else "real Claude API",
             "queue_url": env["SQS_QUEUE_URL"],
             "table": env["DYNAMODB_EVENTS_TABLE_NAME"],

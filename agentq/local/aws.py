@@ -1,4 +1,4 @@
-"""Local AWS: moto's server on a free loopback port, provisioned like a deployed stage.
+"""Local AWS: moto's servers (agentq.local.moto_process), provisioned like a deployed stage.
 
 Every resource comes from `agentq.resources`, the same definitions `infra/` deploys:
 queue + DLQ (redrive after `max_receive_count`), the events table with its indexes,
@@ -11,18 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 import boto3
 
 from agentq.aws import make_client
+from agentq.local.moto_process import LOCAL_CREDENTIALS, LOCAL_REGION, MotoServer, free_port
 from agentq.resources import (
     DEFAULT_TIER,
     DEFINITIONS_TABLE,
@@ -33,73 +28,17 @@ from agentq.resources import (
     TableSpec,
 )
 
-LOCAL_REGION: Final = "eu-west-1"
-LOCAL_CREDENTIALS: Final = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-}
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class MotoServer:
-    """moto's server in its own process (so it never competes with the caller's GIL).
-
-    Started through agentq.local.moto_server, which makes DynamoDB conditional writes
-    atomic as they are on AWS.
-    """
-
-    def __init__(self, port: int | None = None, *, iam: bool = False) -> None:
-        self.port = port or free_port()
-        self.iam = iam  # enforce IAM (agentq.local.moto_iam): only the operator key is admin
-        self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout_s: float = 30.0) -> MotoServer:
-        env = {**os.environ, **LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION": LOCAL_REGION}
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "agentq.local.moto_server", "--port", str(self.port)]
-            + (["--iam"] if self.iam else []),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"moto server exited with {self._process.returncode}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/moto-api/", timeout=1):
-                    return self
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise TimeoutError(f"moto server not up on {self.url} after {timeout_s}s")
-
-    def stop(self) -> None:
-        if self._process is None:
-            return
-        self._process.terminate()
-        try:
-            self._process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait(timeout=10)
-        self._process = None
-
-    def __enter__(self) -> MotoServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+__all__ = [
+    "LOCAL_CREDENTIALS",
+    "LOCAL_REGION",
+    "LocalResources",
+    "MotoServer",
+    "free_port",
+    "local_session_clients",
+    "provision",
+    "provision_on",
+    "table_definition",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +57,14 @@ class LocalResources:
     bucket: str
     target_queues: dict[str, str] = field(default_factory=dict)  # rule name → queue URL
     tier_queues: dict[str, str] = field(default_factory=dict)  # priority tier → queue URL
+    # DynamoDB's own server (agentq.local.moto_process); None: `endpoint_url` serves it.
+    dynamodb_endpoint_url: str | None = None
+
+    def endpoint_for(self, service: str) -> str | None:
+        """The endpoint a client of `service` uses."""
+        if service == "dynamodb" and self.dynamodb_endpoint_url:
+            return self.dynamodb_endpoint_url
+        return self.endpoint_url
 
     def env(self) -> dict[str, str]:
         env = {
@@ -138,12 +85,16 @@ class LocalResources:
             env["SQS_QUEUE_URLS"] = ",".join(f"{t}={u}" for t, u in self.tier_queues.items())
         if self.endpoint_url:
             env["AWS_ENDPOINT_URL"] = self.endpoint_url
+        if self.dynamodb_endpoint_url and self.dynamodb_endpoint_url != self.endpoint_url:
+            # boto3 prefers a service's own variable to AWS_ENDPOINT_URL.
+            env["AWS_ENDPOINT_URL_DYNAMODB"] = self.dynamodb_endpoint_url
         return env
 
     def to_json(self) -> str:
         return json.dumps(
             {
                 "endpoint_url": self.endpoint_url,
+                "dynamodb_endpoint_url": self.dynamodb_endpoint_url,
                 "stage": self.names.stage,
                 "app_name": self.names.app_name,
                 "queue_url": self.queue_url,
@@ -174,17 +125,27 @@ class LocalResources:
             bus_name=data["bus_name"],
             bucket=data["bucket"],
             target_queues=dict(data["target_queues"]),
+            tier_queues=dict(data.get("tier_queues") or {}),
+            dynamodb_endpoint_url=data.get("dynamodb_endpoint_url"),
         )
 
 
-def local_session_clients(endpoint_url: str | None) -> dict[str, Any]:
+def local_session_clients(
+    endpoint_url: str | None, *, dynamodb_url: str | None = None
+) -> dict[str, Any]:
+    """Clients of the services agentq uses, at the local endpoints (`dynamodb_url` for
+    DynamoDB when it has a server of its own)."""
     session = boto3.session.Session(
         region_name=LOCAL_REGION,
         aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
     )
     return {
-        name: make_client(session, name, endpoint_url=endpoint_url)
+        name: make_client(
+            session,
+            name,
+            endpoint_url=(dynamodb_url or endpoint_url) if name == "dynamodb" else endpoint_url,
+        )
         for name in ("sqs", "dynamodb", "events", "s3")
     }
 
@@ -222,6 +183,7 @@ def provision(
     names: ResourceNames,
     *,
     endpoint_url: str | None = None,
+    dynamodb_url: str | None = None,
 ) -> LocalResources:
     """Create one stage's resources. Idempotent for queues and buckets."""
     sqs, ddb, events, s3 = clients["sqs"], clients["dynamodb"], clients["events"], clients["s3"]
@@ -291,6 +253,7 @@ def provision(
 
     return LocalResources(
         endpoint_url=endpoint_url,
+        dynamodb_endpoint_url=dynamodb_url,
         names=names,
         queue_url=queue_url,
         queue_arn=queue_arn,
@@ -303,6 +266,13 @@ def provision(
         target_queues=target_queues,
         tier_queues=tier_queues,
     )
+
+
+def provision_on(server: MotoServer, names: ResourceNames) -> tuple[dict[str, Any], LocalResources]:
+    """Clients at `server`'s endpoints, and a stage provisioned there through them."""
+    clients = local_session_clients(server.url, dynamodb_url=server.dynamodb_url)
+    resources = provision(clients, names, endpoint_url=server.url, dynamodb_url=server.dynamodb_url)
+    return clients, resources
 
 
 def _queue_arn(sqs: Any, url: str) -> str:

@@ -25,7 +25,7 @@ import psutil
 
 from agentq.config import Settings
 from agentq.errors import ConfigError
-from agentq.local.aws import LocalResources, MotoServer, local_session_clients, provision
+from agentq.local.aws import LocalResources, MotoServer, provision_on
 from agentq.resources import ResourceNames
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
@@ -102,9 +102,8 @@ class LocalStack:
 
             policies = synthesized_policies()  # before moto: a first synthesis takes a while
         self.moto = MotoServer(iam=self.iam).start()
-        self._clients = local_session_clients(self.moto.url)
-        self.resources = provision(
-            self._clients, ResourceNames(stage=self.options.stage), endpoint_url=self.moto.url
+        self._clients, self.resources = provision_on(
+            self.moto, ResourceNames(stage=self.options.stage)
         )
         if policies is not None:
             self.credentials = self._component_users(policies)
@@ -241,8 +240,9 @@ class LocalStack:
     def failed_components(self) -> list[str]:
         """Parts of a started stack that have died (empty while all is well)."""
         dead = [f"worker {w.name}" for w in self.workers if not w.alive()]
-        if self.moto is not None and not _answers(f"{self.moto.url}/moto-api/"):
-            dead.append(f"local AWS (moto) at {self.moto.url}")
+        if self.moto is not None:
+            dead += [f"local AWS (moto) at {url}" for url in self.moto.urls
+                     if not _answers(f"{url}/moto-api/")]  # fmt: skip
         if self.model_server is not None and not _answers(self.model_server.url):
             dead.append(f"model server at {self.model_server.url}")
         return dead

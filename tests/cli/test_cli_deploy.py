@@ -58,7 +58,8 @@ def test_env_for_a_stage_reads_names_urls_and_the_bucket(stack: Stack, tmp_path:
     bucket = cloudformation.describe_stack_resource(
         StackName=f"{names.prefix}-infrastructure", LogicalResourceId="ArtifactsB1A2C3D4"
     )["StackResourceDetail"]["PhysicalResourceId"]
-    shell = fresh_shell(AWS_ENDPOINT_URL=str(stack.resources.endpoint_url), AWS_REGION=LOCAL_REGION)
+    endpoints = {k: v for k, v in stack.env().items() if k.startswith("AWS_ENDPOINT_URL")}
+    shell = fresh_shell(**endpoints, AWS_REGION=LOCAL_REGION)
 
     ran = agentq(shell, "env", "--stage", names.stage, "--json")
     assert ran.code == 0, ran

@@ -47,7 +47,7 @@ def faulty_client(stack: Stack, service: str, faults: FaultInjector) -> Any:
         aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
     )
-    client = make_client(session, service, endpoint_url=stack.resources.endpoint_url)
+    client = make_client(session, service, endpoint_url=stack.resources.endpoint_for(service))
     return install(client, faults)
 
 

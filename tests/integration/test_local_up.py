@@ -101,7 +101,13 @@ def test_local_up_stops_and_says_so_when_its_moto_server_dies(tmp_path: Path) ->
     )  # fmt: skip
     try:
         wait_for(env_file.exists, timeout=120, message="the env file")
-        (moto,) = [p for p in _marked(marker) if "agentq.local.moto_server" in p.cmdline()]
+        servers = [p for p in _marked(marker) if "agentq.local.moto_server" in p.cmdline()]
+        # DynamoDB has a server of its own (agentq.local.moto_process): losing it alone,
+        # with SQS and the rest still up, stops the stack too.
+        dynamodb_url = parse_env_file(env_file.read_text())["AWS_ENDPOINT_URL_DYNAMODB"]
+        port = dynamodb_url.rsplit(":", 1)[1]
+        assert len(servers) == 2
+        (moto,) = [p for p in servers if port in p.cmdline()]
         moto.kill()
         out, err = up.communicate(timeout=120)
     finally:
@@ -111,7 +117,7 @@ def test_local_up_stops_and_says_so_when_its_moto_server_dies(tmp_path: Path) ->
     assert up.returncode == 1, out + err
     # The Lambda host's pollers may log the refused connections first; the verdict is last.
     line = err.strip().splitlines()[-1]
-    assert line.startswith("agentq: the local stack lost: local AWS (moto)")
+    assert line.startswith(f"agentq: the local stack lost: local AWS (moto) at {dynamodb_url}")
     assert "agentq local up" in line
     assert not env_file.exists()
     wait_for(lambda: not _marked(marker), timeout=30, message="no process left")

@@ -274,7 +274,7 @@ def _faulty(stack: Stack, service: str, *rules: FaultRule) -> Any:
         aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
     )
-    client = make_client(session, service, endpoint_url=stack.resources.endpoint_url)
+    client = make_client(session, service, endpoint_url=stack.resources.endpoint_for(service))
     return install(client, FaultInjector(FaultSpec(rules=rules), seed=3))
 
 

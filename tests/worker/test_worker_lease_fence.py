@@ -137,7 +137,7 @@ def test_worker_lease_worker_cut_off_from_dynamodb_stops_its_child(
     set_visibility_timeout(stack, 4)
     side_log = tmp_path / "runs.jsonl"
     with (
-        forwarder(stack) as cable,
+        forwarder(stack, "dynamodb") as cable,
         running_worker(stack, "cut", **_env(AWS_ENDPOINT_URL_DYNAMODB=cable.url)) as worker,
     ):
         task = send(stack, "bench-work", {"seconds": 8, "side_log": str(side_log)})

@@ -109,7 +109,7 @@ def test_stale_holder_that_finished_cannot_replace_the_winners_result(
 def test_lease_is_renewed_while_a_slow_upload_runs(stack: Stack, tmp_path: Path) -> None:
     side_log = tmp_path / "runs.jsonl"
     with (
-        forwarder(stack) as gate,
+        forwarder(stack, "s3") as gate,
         running_worker(stack, "slow-s3", **_env(AWS_ENDPOINT_URL_S3=gate.url)) as worker,
     ):
         # The worker's start-up check of its bucket goes through first (a worker that
