@@ -24,6 +24,7 @@ from typing import IO, Final
 
 import psutil
 
+from worker.forkserver import MAX_MESSAGE
 from worker.isolation import ChildUser, popen_options
 
 FORK_SERVER_COMMAND: Final = (sys.executable, "-m", "worker.forkserver")
@@ -33,7 +34,6 @@ ANSWER_TIMEOUT_S: Final = 10.0
 # How long an ended spare's exit code may take to arrive (the server reaps at SIGCHLD).
 EXIT_REPORT_TIMEOUT_S: Final = 5.0
 LOST_RETURNCODE: Final = -signal.SIGKILL
-MAX_MESSAGE: Final = 256
 
 
 class ForkedProcess:

@@ -34,6 +34,7 @@ import sys
 import threading
 from typing import Final
 
+# Room for the longest message either side sends (`exit PID CODE`, `error WHY`).
 MAX_MESSAGE: Final = 256
 
 

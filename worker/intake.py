@@ -103,18 +103,23 @@ class Intake:
 
     def wait_watch(self, tier: str, reserve: int, timeout_s: float) -> int:
         """Messages a watched tier's long poll may ask for: the free slots, plus its
-        `reserve` less what of it is buffered already while lower-tier work holds slots
-        or buffer places; 0 after `timeout_s` if none.
+        `reserve` less what of it is buffered already while a lower-tier message waits
+        ready in the buffer; 0 after `timeout_s` if none.
 
-        Without lower-tier work in hand a reserved message would only wait here for a
-        slot of its own tier's work, while another worker may idle: the prefetch's rule
-        (none when tasks are long) holds for it then."""
+        Only such a message would take the next slot that frees here before this tier
+        could ask for it. Lower-tier work that merely runs, or waits for its lock or a
+        seat (gated, parked), leaves the next freed slot free, and the long poll takes
+        it within a receive. A message reserved then would wait here for a hand-over
+        while another worker may have a free slot: beside a tenant at its limit (parked
+        messages, its tasks running) that was most of B's and C's extra wait."""
         rank = self._ranks.get(tier, 0)
 
         def room() -> int:
             held = sum(1 for _, entry, _ in self._buffer if entry.tier == tier)
-            lower = any(self._ranks.get(t, 0) > rank for t, n in self._running.items() if n) or any(
-                self._ranks.get(entry.tier or "", 0) > rank for _, entry, _ in self._buffer
+            lower = any(
+                self._ranks.get(entry.tier or "", 0) > rank
+                for _, entry, _ in self._buffer
+                if id(entry) not in self._gated
             )
             # A gated message whose lock is pending holds no slot: a watched tier's
             # message may take it.

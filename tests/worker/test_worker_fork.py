@@ -59,7 +59,7 @@ def test_a_forked_spare_is_isolated_like_a_fresh_one_and_reports_its_exit(tmp_pa
         assert os.getsid(spare.pid) == spare.pid
         assert not [name for name in child.environ() if name.startswith("AWS_")]
         assert child.environ()["HOME"] == str(tmp_path)
-        assert sorted(f.fd for f in child.open_files()) == []  # pipes and /dev/null only
+        # Its three pipes and nothing else: no socket, file or descriptor of the server.
         assert {int(fd) for fd in os.listdir(f"/proc/{spare.pid}/fd")} == {0, 1, 2}
         assert spare.hand(tmp_path / "no-such-dir")
         assert spare.process.wait(timeout=10) == 2
