@@ -199,8 +199,11 @@ def merge_calls(stats: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 def read_side_log(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
+    text = path.read_text()
+    # A task may be appending its line while this reads (a read can see part of a
+    # write): a last line without its newline is not whole yet, the next read has it.
     records = []
-    for line in path.read_text().splitlines():
+    for line in text[: text.rfind("\n") + 1].splitlines():
         if line.strip():
             records.append(json.loads(line))
     return records
