@@ -295,11 +295,11 @@ class Consumer:
             if freed:
                 return
             freed = True
-            following = self.slots.release(entry.tier or "")
+            following = self.slots.release()
             while following is not None and self._stopping.is_set():
                 # Nothing new starts while draining: give it back and free the slot.
                 self._give_back([following])
-                following = self.slots.release(following[1].tier or "")
+                following = self.slots.release()
             if following is not None:
                 self._pool.submit(self._slot, *following)
 

@@ -83,7 +83,6 @@ class Intake:
         self._horizon = horizon_s
         self._clock = clock
         self._busy = 0
-        self._running: dict[str, int] = {}  # tasks in slots by tier (with priority tiers)
         self._buffer: deque[Held] = deque()
         self._gated: set[int] = set()  # id() of buffered entries whose lock is pending
         self._starts: deque[float] = deque()
@@ -188,7 +187,7 @@ class Intake:
         """
         with self._cond:
             if self._busy < self.size and not self._ready():
-                self._take(held[1].tier)
+                self._take()
                 return True
             self._buffer.append(prepare(held) if prepare is not None else held)
             return False
@@ -223,24 +222,18 @@ class Intake:
             del self._buffer[index]
             if not runnable:
                 return "settle"
-            self._take(held[1].tier)
+            self._take()
             return "start"
 
-    def release(self, tier: str | None = None) -> Held | None:
-        """A slot's child ended (a task of `tier`): the next buffered message keeps the
-        slot, or it frees."""
+    def release(self) -> Held | None:
+        """A slot's child ended: the next buffered message keeps the slot, or it frees."""
         with self._cond:
-            if tier is not None and self._running.get(tier, 0) > 0:
-                self._running[tier] -= 1
             if self._ready():
                 self._starts.append(self._clock())
                 # The buffer may now be below its refill mark: wake the receiver, or it
                 # would only notice at its next wait's timeout.
                 self._cond.notify_all()
-                following = self._next_buffered()
-                following_tier = following[1].tier or ""
-                self._running[following_tier] = self._running.get(following_tier, 0) + 1
-                return following
+                return self._next_buffered()
             self._busy -= 1
             self._cond.notify_all()
             return None
@@ -284,7 +277,6 @@ class Intake:
         del self._buffer[chosen]
         return held
 
-    def _take(self, tier: str | None) -> None:
-        self._running[tier or ""] = self._running.get(tier or "", 0) + 1
+    def _take(self) -> None:
         self._busy += 1
         self._starts.append(self._clock())

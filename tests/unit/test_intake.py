@@ -152,7 +152,7 @@ def _hand_over_order(overtake_after_s: float | None, low_waited_s: float) -> lis
     intake.offer(tiered(1, "low", low_waited_s))
     intake.offer(tiered(2, "high", 0))
     order = []
-    while (following := intake.release("high")) is not None:
+    while (following := intake.release()) is not None:
         order.append(following[0]["MessageId"])
     return order
 
@@ -174,7 +174,7 @@ def test_a_message_received_on_its_tiers_starvation_turn_takes_the_next_slot() -
     intake.offer(tiered(2, "high", 0))
     intake.offer(turn)
     order = []
-    while (following := intake.release("high")) is not None:
+    while (following := intake.release()) is not None:
         order.append(following[0]["MessageId"])
     # Buffered for no time at all, it still goes before the high message ahead of it.
     assert order == ["m1", "m2"]

@@ -313,13 +313,13 @@ def test_without_lower_tier_work_in_hand_a_busy_worker_reserves_nothing() -> Non
     # Holding another normal task would only keep it from a worker that may be idle.
     assert intake.wait_watch("normal", 1, timeout_s=0) == 0
     assert intake.wait_watch("high", 2, timeout_s=0) == 0, "the next freed slot is open to it"
-    assert intake.release("normal") is None
+    assert intake.release() is None
     assert intake.wait_watch("normal", 1, timeout_s=0) == 1, "a free slot is open"
     assert intake.offer(held(2, "low"))
     assert intake.wait_watch("normal", 1, timeout_s=0) == 0, "low work running only"
     assert not intake.offer(held(3, "low"))
     assert intake.wait_watch("normal", 1, timeout_s=0) == 1, "low work waiting: the reserve"
-    following = intake.release("normal")
+    following = intake.release()
     assert following is not None and following[1].tier == "low", "what the reserve is for"
 
 
