@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from conftest import Stack
 
 from agentq.local.aws import LocalResources, MotoServer, local_session_clients
@@ -20,8 +21,11 @@ def test_the_stage_tables_live_on_dynamodbs_own_server(stack: Stack) -> None:
     own = local_session_clients(
         resources.endpoint_url, dynamodb_url=resources.dynamodb_endpoint_url
     )["dynamodb"]
-    assert resources.table_name in own.list_tables()["TableNames"]
-    assert resources.table_name not in shared.list_tables()["TableNames"]
+    # A describe, not a list: the session's server holds every test's tables, more
+    # than one page of ListTables.
+    assert own.describe_table(TableName=resources.table_name)["Table"]["TableStatus"]
+    with pytest.raises(shared.exceptions.ResourceNotFoundException):
+        shared.describe_table(TableName=resources.table_name)
     # The stack's own clients, and the queues, are where the env says.
     assert stack.clients["dynamodb"].meta.endpoint_url == resources.dynamodb_endpoint_url
     assert stack.clients["sqs"].meta.endpoint_url == resources.endpoint_url

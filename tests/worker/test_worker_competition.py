@@ -78,7 +78,10 @@ def test_worker_killed_mid_task_is_taken_over_after_the_lease_expires(
     side_log = tmp_path / "runs.jsonl"
     with running_worker(stack, "doomed") as doomed:
         task = send(stack, "sample-sleep", {"seconds": 3, "side_log": str(side_log)})
-        events.wait(task.request_id, "Task Processing Started")
+        # The lock, read straight from the table: the started event's way through the
+        # bus can take longer than the task's 3 s on a loaded machine.
+        wait_for(lambda: (r := state(stack, task)) is not None and r.state is TaskState.PROCESSING,
+                 timeout=30, message="the first attempt holds the task")  # fmt: skip
         doomed.kill()
     record = state(stack, task)
     assert record is not None and record.state is TaskState.PROCESSING
