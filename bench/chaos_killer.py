@@ -38,6 +38,10 @@ import psutil
 from agentq.local.workers import WorkerProcess
 from bench.chaos_drains import BAIT_PREFIX, Drain, log_size, records_between
 from bench.chaos_model import Freeze, Kill
+from worker.forked import FORK_SERVER_COMMAND
+
+# The worker's fork server (worker.forked): the parent of its forked spares.
+FORK_SERVER_MODULE = FORK_SERVER_COMMAND[2]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,11 +170,7 @@ class Killer:
                 self._drain(self._rng.choice(busy))
                 return
         worker = self._rng.choice(awake)
-        children = []
-        for proc in worker.task_children():
-            with contextlib.suppress(psutil.Error):
-                if proc.ppid() == worker.pid:
-                    children.append(proc)
+        children = spares_of(worker)
         roll = self._rng.random()
         # A process runs no more code once SIGKILL is sent: the time it was sent bounds
         # its execution, and nothing waits for the victims to be reaped (a frozen
@@ -279,18 +279,32 @@ class Killer:
                                              worker_id=freeze.worker_id, pids=freeze.pids)  # fmt: skip
 
 
+def spares_of(worker: WorkerProcess) -> list[psutil.Process]:
+    """The processes the worker's tasks run in: the spares it started itself and those
+    its fork server forked (worker.forkserver), not the fork server: a strike at a
+    task's child must hit a task, and a freeze stop the tasks with their worker."""
+    descendants = worker.task_children()
+    parents = {worker.pid}
+    for proc in descendants:
+        with contextlib.suppress(psutil.Error):
+            if proc.ppid() == worker.pid and FORK_SERVER_MODULE in proc.cmdline():
+                parents.add(proc.pid)
+    spares = []
+    for proc in descendants:
+        with contextlib.suppress(psutil.Error):
+            if proc.pid not in parents and proc.ppid() in parents:
+                spares.append(proc)
+    return spares
+
+
 def running_tasks(worker: WorkerProcess, prefix: str = "") -> list[psutil.Process]:
     """The worker's children that run a task (whose request id starts with `prefix`): a
     task child works in its own task dir (`agentq-{requestId}-…`, worker.handler), an
     idle warm spare (worker.spares) in the worker's home (`agentq-home-…`)."""
     running = []
-    for proc in worker.task_children():
+    for proc in spares_of(worker):
         with contextlib.suppress(psutil.Error, AssertionError):
             place = os.path.basename(proc.cwd())
-            if (
-                proc.ppid() == worker.pid
-                and place.startswith(f"agentq-{prefix}")
-                and not place.startswith("agentq-home-")
-            ):
+            if place.startswith(f"agentq-{prefix}") and not place.startswith("agentq-home-"):
                 running.append(proc)
     return running

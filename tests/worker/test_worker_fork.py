@@ -21,6 +21,7 @@ from support import EventLog, wait_for
 from worker_support import running_worker, send
 
 from agentq.local.workers import WorkerProcess
+from bench.chaos_killer import spares_of
 from worker.childenv import child_environment
 from worker.forked import LOST_RETURNCODE, ForkedProcess
 from worker.spares import Spare, SparePool
@@ -142,6 +143,9 @@ def test_a_worker_runs_python_tasks_in_forked_spares_and_drains_clean(
         assert len(servers) == 1
         spares = _ready_pids(worker)[:2]
         assert all(psutil.Process(pid).ppid() == servers[0].pid for pid in spares)
+        # What the chaos harness strikes as a task's process: the spares, not the server.
+        struck = {p.pid for p in spares_of(worker)}
+        assert set(spares) <= struck and servers[0].pid not in struck
         tasks = [send(stack, "sample-echo", {"side_log": str(side_log)}) for _ in range(3)]
         for task in tasks:
             events.wait(task.request_id, "Task Completed")
