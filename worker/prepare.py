@@ -74,15 +74,16 @@ class Preparer:
     def limited_tenant(self, message: Mapping[str, Any]) -> str | None:
         """The message's tenant (its `tenant` attribute, as every agentq producer sets
         it) if that tenant has a concurrency limit, as last read: its lock is then taken
-        before it takes a slot (worker.intake). A guess that costs no request; a wrong
-        one only moves where the lock is taken."""
+        before it takes a slot (worker.intake). A guess that costs a request only for a
+        tenant this worker has not read yet; a wrong one only moves where the lock is
+        taken."""
         attribute = (message.get("MessageAttributes") or {}).get("tenant")
         tenant = attribute.get("StringValue") if isinstance(attribute, Mapping) else None
         # A sender's attribute: only a well-formed tenant name is used (it reaches a log
         # line when the message is sent straight back); anything else counts as none.
         if not isinstance(tenant, str) or not TENANT_PATTERN.fullmatch(tenant):
             tenant = self._settings.tenant_id
-        return tenant if self._limits.last_known(tenant) > 0 else None
+        return tenant if self._limits.known_or_read(tenant) > 0 else None
 
     def well_formed(self, message: Mapping[str, Any]) -> bool:
         """Whether `message` is a task of a definition this worker knows: what `prepare`

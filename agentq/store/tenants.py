@@ -295,9 +295,13 @@ class CachedTenantLimits:
             self._known[tenant] = (now + self._ttl_s, limit)
         return limit
 
-    def last_known(self, tenant: str) -> int:
-        """The tenant's limit as last read, however old (the default if never read):
-        never a request, for a guess on a hot path that `limit` then settles."""
+    def known_or_read(self, tenant: str) -> int:
+        """The tenant's limit as last read, however old; a tenant never read is read now.
+
+        For a guess on a hot path that `limit` then settles: a request only on a worker's
+        first message of a tenant, so that message already meets an override (a flooding
+        tenant limited below the default would otherwise take slots with its first batch
+        before its limit was known)."""
         with self._lock:
             cached = self._known.get(tenant)
-        return self._default if cached is None else cached[1]
+        return self.limit(tenant) if cached is None else cached[1]

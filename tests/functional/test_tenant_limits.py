@@ -215,3 +215,21 @@ def test_the_limit_cache_reads_once_per_tenant_per_interval(stack: Stack) -> Non
     clock.now = 62
     assert cache.limit("acme") == 1, "a failed read keeps the last answer"
     assert cache.limit("acme") == 1 and counting.reads == 4, "and does not retry at once"
+
+
+def test_known_or_read_reads_a_tenant_once_and_then_only_remembers(stack: Stack) -> None:
+    inner = TenantLimitStore(stack.dynamodb, stack.resources.table_name)
+    inner.set("acme", 5)
+    counting, clock = _CountingStore(inner), _Clock()
+    cache = CachedTenantLimits(counting, default=0, ttl_s=30, clock=clock)
+    assert [cache.known_or_read("acme") for _ in range(5)] == [5] * 5
+    assert cache.known_or_read("other") == 0
+    assert counting.reads == 2
+    inner.set("acme", 1)
+    clock.now = 1_000
+    assert cache.known_or_read("acme") == 5, "an old answer stands: `limit` refreshes it"
+    assert counting.reads == 2
+    assert cache.limit("acme") == 1 and cache.known_or_read("acme") == 1
+    counting.fail = True
+    assert cache.known_or_read("throttled") == 0, "a failed first read answers the default"
+    assert cache.known_or_read("throttled") == 0 and counting.reads == 4

@@ -12,6 +12,7 @@ from worker_support import queue_counts, receive_all, send
 
 from agentq.config import Settings
 from agentq.local.workers import SAMPLE_DEFINITIONS
+from agentq.store.tenants import TenantLimitStore
 from worker.app import build
 from worker.intake import Held
 
@@ -159,6 +160,40 @@ def test_only_a_well_formed_tenant_attribute_names_the_limited_tenant(
         assert consumer._handler.limited_tenant(named("acme")) == "acme"
         for hostile in ("a b", "x" * 129, "\x1b[31mred", "tenant\nforged: line"):
             assert consumer._handler.limited_tenant(named(hostile)) == settings.tenant_id
+    finally:
+        consumer._limited.shutdown()
+        consumer._batcher.close()
+        consumer._events.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_tenants_override_gates_its_first_message_without_a_default_limit(
+    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flooding tenant an operator limited (`agentq tenants limit`) on a fleet with no
+    default limit: its very first message here is gated, so its first batch does not take
+    the slots before its limit is known. Each tenant costs one read, not one a message."""
+    monkeypatch.setenv("WARM_CHILDREN", "false")
+    monkeypatch.setenv("TENANT_CONCURRENCY_LIMIT", "0")
+    TenantLimitStore(inproc_stack.dynamodb, inproc_stack.resources.table_name).set("flood", 2)
+    consumer = build(Settings.from_env()).consumer
+    store = consumer._handler._preparer._limits._store
+    reads: list[str] = []
+    read = store.get
+
+    def counted(tenant: str) -> int | None:
+        reads.append(tenant)
+        return read(tenant)
+
+    monkeypatch.setattr(store, "get", counted)
+
+    def of(tenant: str) -> dict[str, Any]:
+        return {"MessageAttributes": {"tenant": {"DataType": "String", "StringValue": tenant}}}
+
+    try:
+        assert [consumer._handler.limited_tenant(of("flood")) for _ in range(3)] == ["flood"] * 3
+        assert [consumer._handler.limited_tenant(of("quiet")) for _ in range(3)] == [None] * 3
+        assert reads == ["flood", "quiet"]
     finally:
         consumer._limited.shutdown()
         consumer._batcher.close()
