@@ -198,11 +198,16 @@ class _CountingStore(TenantLimitStore):
         return self.inner.get(tenant)
 
 
-def test_the_limit_cache_reads_once_per_tenant_per_interval(stack: Stack) -> None:
+def _acme_at_5(stack: Stack, *, default: int) -> tuple[TenantLimitStore, _CountingStore, _Clock, CachedTenantLimits]:  # fmt: skip
+    """A cache (30 s) over a store that counts its reads; tenant `acme` limited to 5."""
     inner = TenantLimitStore(stack.dynamodb, stack.resources.table_name)
     inner.set("acme", 5)
     counting, clock = _CountingStore(inner), _Clock()
-    cache = CachedTenantLimits(counting, default=2, ttl_s=30, clock=clock)
+    return inner, counting, clock, CachedTenantLimits(counting, default=default, ttl_s=30, clock=clock)  # fmt: skip
+
+
+def test_the_limit_cache_reads_once_per_tenant_per_interval(stack: Stack) -> None:
+    inner, counting, clock, cache = _acme_at_5(stack, default=2)
     assert [cache.limit("acme") for _ in range(50)] == [5] * 50
     assert cache.limit("other") == 2
     assert counting.reads == 2
@@ -218,10 +223,7 @@ def test_the_limit_cache_reads_once_per_tenant_per_interval(stack: Stack) -> Non
 
 
 def test_known_or_read_reads_a_tenant_once_and_then_only_remembers(stack: Stack) -> None:
-    inner = TenantLimitStore(stack.dynamodb, stack.resources.table_name)
-    inner.set("acme", 5)
-    counting, clock = _CountingStore(inner), _Clock()
-    cache = CachedTenantLimits(counting, default=0, ttl_s=30, clock=clock)
+    inner, counting, clock, cache = _acme_at_5(stack, default=0)
     assert [cache.known_or_read("acme") for _ in range(5)] == [5] * 5
     assert cache.known_or_read("other") == 0
     assert counting.reads == 2
