@@ -73,17 +73,20 @@ class Preparer:
 
     def limited_tenant(self, message: Mapping[str, Any]) -> str | None:
         """The message's tenant (its `tenant` attribute, as every agentq producer sets
-        it) if that tenant has a concurrency limit, as last read: its lock is then taken
-        before it takes a slot (worker.intake). A guess that costs a request only for a
-        tenant this worker has not read yet; a wrong one only moves where the lock is
-        taken."""
+        it) if that tenant has a concurrency limit, as last read or, for a tenant this
+        worker has not read yet, as the listing of every override says (one request per
+        `LIMIT_CACHE_S` for all tenants): its lock is then taken before it takes a slot
+        (worker.intake). So the flooding tenant an operator limited is gated from its
+        first message here, not from its first lock. Unknown (the listing unreadable): gated,
+        its lock reads the limit. A guess: a wrong one only moves where the lock is taken."""
         attribute = (message.get("MessageAttributes") or {}).get("tenant")
         tenant = attribute.get("StringValue") if isinstance(attribute, Mapping) else None
         # A sender's attribute: only a well-formed tenant name is used (it reaches a log
         # line when the message is sent straight back); anything else counts as none.
         if not isinstance(tenant, str) or not TENANT_PATTERN.fullmatch(tenant):
             tenant = self._settings.tenant_id
-        return tenant if self._limits.known_or_read(tenant) > 0 else None
+        limit = self._limits.guess(tenant)
+        return tenant if limit is None or limit > 0 else None
 
     def well_formed(self, message: Mapping[str, Any]) -> bool:
         """Whether `message` is a task of a definition this worker knows: what `prepare`

@@ -272,6 +272,9 @@ class CachedTenantLimits:
         self._clock = clock
         self._lock = threading.Lock()
         self._known: dict[str, tuple[float, int]] = {}
+        self._listing = threading.Lock()
+        # Until when, and what, the listing of every override said (None: unreadable).
+        self._listed: tuple[float, dict[str, int] | None] | None = None
 
     def limit(self, tenant: str) -> int:
         now = self._clock()
@@ -295,13 +298,29 @@ class CachedTenantLimits:
             self._known[tenant] = (now + self._ttl_s, limit)
         return limit
 
-    def known_or_read(self, tenant: str) -> int:
-        """The tenant's limit as last read, however old; a tenant never read is read now.
-
-        For a guess on a hot path that `limit` then settles: a request only on a worker's
-        first message of a tenant, so that message already meets an override (a flooding
-        tenant limited below the default would otherwise take slots with its first batch
-        before its limit was known)."""
+    def guess(self, tenant: str) -> int | None:
+        """The tenant's limit for a guess on a hot path, which `limit` then settles: as
+        last read, however old; for a tenant never read, its override in the listing of
+        every override (one `Query` per `ttl_s` for all tenants, however many) or the
+        default; None if that listing cannot be read now."""
         with self._lock:
             cached = self._known.get(tenant)
-        return self.limit(tenant) if cached is None else cached[1]
+        if cached is not None:
+            return cached[1]
+        overrides = self._overrides()
+        return None if overrides is None else overrides.get(tenant, self._default)
+
+    def _overrides(self) -> dict[str, int] | None:
+        with self._listing:  # one listing at a time; the others wait for its answer
+            now = self._clock()
+            if self._listed is not None and self._listed[0] > now:
+                return self._listed[1]
+            try:
+                found: dict[str, int] | None = {
+                    override.tenant: override.limit for override in self._store.overrides()
+                }
+            except Exception:
+                logger.warning("listing the tenants' concurrency limits failed", exc_info=True)
+                found = None
+            self._listed = (now + (self._ttl_s if found is not None else LIMIT_RETRY_S), found)
+            return found

@@ -14,7 +14,7 @@ from agentq.events import now_ms
 from agentq.faults.config import FaultRule, Kind
 from agentq.states import TaskState
 from agentq.store.tasks import TaskStore
-from agentq.store.tenants import CachedTenantLimits
+from agentq.store.tenants import LIMIT_RETRY_S, CachedTenantLimits
 
 
 def _envelope() -> TaskEnvelope:
@@ -166,3 +166,27 @@ def test_throttled_seat_queries_and_limit_reads_are_ridden_out(stack: Stack) -> 
     clean.tenant_limits().set("seated", 5)
     assert CachedTenantLimits(faulty.tenant_limits(), default=7).limit("seated") == 5
     assert attempts.counts["GetItem"] >= 2
+
+
+def test_the_listing_of_limits_throttled_gives_no_guess_and_is_not_asked_again_at_once(
+    stack: Stack,
+) -> None:
+    """The worker's guess of a tenant it has not read (worker.prepare, `limited_tenant`)
+    lists every override: throttled once, botocore's retry answers; throttled past every
+    retry, there is no guess (the message is gated and its lock reads the limit), and the
+    listing is not asked again for `LIMIT_RETRY_S`."""
+    TaskStore(stack.dynamodb, stack.resources.table_name).tenant_limits().set("seated", 3)
+    once, _, once_attempts = _stores(stack, rule("dynamodb:Query", Kind.THROTTLE, limit=1))
+    assert CachedTenantLimits(once.tenant_limits(), default=0).guess("seated") == 3
+    assert once_attempts.counts["Query"] == 2, "throttled, then answered"
+
+    clock = [0.0]
+    always, _, attempts = _stores(stack, rule("dynamodb:Query", Kind.THROTTLE))
+    cache = CachedTenantLimits(always.tenant_limits(), default=0, clock=lambda: clock[0])
+    assert cache.guess("seated") is None and cache.guess("other") is None
+    tried = attempts.counts["Query"]
+    assert tried >= 2, "botocore retried before giving up"
+    clock[0] = LIMIT_RETRY_S - 0.1
+    assert cache.guess("seated") is None and attempts.counts["Query"] == tried
+    clock[0] = LIMIT_RETRY_S + 0.1
+    assert cache.guess("seated") is None and attempts.counts["Query"] > tried, "asked again"

@@ -17,7 +17,7 @@ from agentq.errors import AttemptsExhausted, LockNotAcquired, TaskHeldElsewhere,
 from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store import Lease, TaskStore
-from agentq.store.tenants import CachedTenantLimits, TenantLimitStore
+from agentq.store.tenants import CachedTenantLimits, TenantLimit, TenantLimitStore
 
 
 def _envelope(tenant: str = "busy") -> TaskEnvelope:
@@ -189,6 +189,7 @@ class _CountingStore(TenantLimitStore):
     def __init__(self, inner: TenantLimitStore, fail: bool = False) -> None:
         self.inner = inner
         self.reads = 0
+        self.listings = 0
         self.fail = fail
 
     def get(self, tenant: str) -> int | None:
@@ -196,6 +197,12 @@ class _CountingStore(TenantLimitStore):
         if self.fail:
             raise RuntimeError("throttled past every retry")
         return self.inner.get(tenant)
+
+    def overrides(self) -> list[TenantLimit]:
+        self.listings += 1
+        if self.fail:
+            raise RuntimeError("throttled past every retry")
+        return self.inner.overrides()
 
 
 def _acme_at_5(stack: Stack, *, default: int) -> tuple[TenantLimitStore, _CountingStore, _Clock, CachedTenantLimits]:  # fmt: skip
@@ -222,16 +229,26 @@ def test_the_limit_cache_reads_once_per_tenant_per_interval(stack: Stack) -> Non
     assert cache.limit("acme") == 1 and counting.reads == 4, "and does not retry at once"
 
 
-def test_known_or_read_reads_a_tenant_once_and_then_only_remembers(stack: Stack) -> None:
+def test_a_guess_lists_every_override_once_per_interval_never_a_read_per_tenant(
+    stack: Stack,
+) -> None:
     inner, counting, clock, cache = _acme_at_5(stack, default=0)
-    assert [cache.known_or_read("acme") for _ in range(5)] == [5] * 5
-    assert cache.known_or_read("other") == 0
-    assert counting.reads == 2
+    assert [cache.guess(t) for t in ("acme", "other", "third")] == [5, 0, 0]
+    assert (counting.listings, counting.reads) == (1, 0), "one listing for every tenant"
+    inner.set("late", 3)
+    clock.now = 29
+    assert cache.guess("late") == 0 and counting.listings == 1, "the listing stands"
+    clock.now = 31
+    assert cache.guess("late") == 3 and counting.listings == 2
+    assert cache.limit("acme") == 5 and counting.reads == 1  # a lock's read
     inner.set("acme", 1)
     clock.now = 1_000
-    assert cache.known_or_read("acme") == 5, "an old answer stands: `limit` refreshes it"
-    assert counting.reads == 2
-    assert cache.limit("acme") == 1 and cache.known_or_read("acme") == 1
+    assert cache.guess("acme") == 5, "a tenant read stays as read: `limit` refreshes it"
+    assert (counting.listings, counting.reads) == (2, 1)
     counting.fail = True
-    assert cache.known_or_read("throttled") == 0, "a failed first read answers the default"
-    assert cache.known_or_read("throttled") == 0 and counting.reads == 4
+    clock.now = 2_000
+    assert cache.guess("new") is None, "an unreadable listing: no guess (its lock reads)"
+    assert cache.guess("newer") is None and counting.listings == 3, "not asked again at once"
+    counting.fail = False
+    clock.now = 2_006
+    assert cache.guess("newer") == 0 and counting.listings == 4

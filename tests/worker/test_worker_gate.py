@@ -18,18 +18,26 @@ from worker.intake import Held
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize(("limit", "starving", "gated"), [
-    ("2", False, True),  # a limited tenant: the lock first
-    ("2", True, True),  # its tier's starvation turn too (a turn brings a slot's worth)
-    ("0", False, False),  # no limit: the ordinary path
+@pytest.mark.parametrize(("limit", "starving", "unlisted", "gated"), [
+    ("2", False, False, True),  # a limited tenant: the lock first
+    ("2", True, False, True),  # its tier's starvation turn too (a turn brings a slot's worth)
+    ("0", False, False, False),  # no limit: the ordinary path
+    ("0", False, True, True),  # the limits cannot be listed: its lock reads its limit first
 ])  # fmt: skip
 def test_a_limited_tenants_message_is_gated_on_its_tiers_starvation_turn_too(
-    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch, limit: str, starving: bool, gated: bool
-) -> None:
+    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch, limit: str, starving: bool,
+    unlisted: bool, gated: bool,
+) -> None:  # fmt: skip
     monkeypatch.setenv("WARM_CHILDREN", "false")
     monkeypatch.setenv("SQS_BATCH_WINDOW", "0")
     monkeypatch.setenv("TENANT_CONCURRENCY_LIMIT", limit)
     consumer = build(Settings.from_env()).consumer
+    if unlisted:
+
+        def throttled() -> list[Any]:
+            raise RuntimeError("throttled past every retry")
+
+        monkeypatch.setattr(consumer._handler._preparer._limits._store, "overrides", throttled)
     paths: list[str] = []
 
     lock = Future[str]()  # a lock still being taken, until the test ends
@@ -172,28 +180,35 @@ def test_a_tenants_override_gates_its_first_message_without_a_default_limit(
 ) -> None:
     """The flooding tenant an operator limited (`agentq tenants limit`) on a fleet with no
     default limit: its very first message here is gated, so its first batch does not take
-    the slots before its limit is known. Each tenant costs one read, not one a message."""
+    the slots before its limit is known. One listing of every override tells, not a read
+    per tenant on the receiving thread."""
     monkeypatch.setenv("WARM_CHILDREN", "false")
     monkeypatch.setenv("TENANT_CONCURRENCY_LIMIT", "0")
     TenantLimitStore(inproc_stack.dynamodb, inproc_stack.resources.table_name).set("flood", 2)
     consumer = build(Settings.from_env()).consumer
     store = consumer._handler._preparer._limits._store
-    reads: list[str] = []
-    read = store.get
+    asked: list[str] = []
+    get, overrides = store.get, store.overrides
 
-    def counted(tenant: str) -> int | None:
-        reads.append(tenant)
-        return read(tenant)
+    def read(tenant: str) -> int | None:
+        asked.append(tenant)
+        return get(tenant)
 
-    monkeypatch.setattr(store, "get", counted)
+    def listing() -> list[Any]:
+        asked.append("listing")
+        return overrides()
 
-    def of(tenant: str) -> dict[str, Any]:
-        return {"MessageAttributes": {"tenant": {"DataType": "String", "StringValue": tenant}}}
+    monkeypatch.setattr(store, "get", read)
+    monkeypatch.setattr(store, "overrides", listing)
+
+    def gated(tenant: str) -> list[str | None]:
+        of = {"MessageAttributes": {"tenant": {"DataType": "String", "StringValue": tenant}}}
+        return [consumer._handler.limited_tenant(of) for _ in range(3)]
 
     try:
-        assert [consumer._handler.limited_tenant(of("flood")) for _ in range(3)] == ["flood"] * 3
-        assert [consumer._handler.limited_tenant(of("quiet")) for _ in range(3)] == [None] * 3
-        assert reads == ["flood", "quiet"]
+        assert gated("flood") == ["flood"] * 3
+        assert gated("quiet") == [None] * 3 and gated("other") == [None] * 3
+        assert asked == ["listing"]
     finally:
         consumer._limited.shutdown()
         consumer._batcher.close()
