@@ -3,7 +3,8 @@
 A tenant's limit is `TENANT_CONCURRENCY_LIMIT` unless the events table holds an override
 for it (`TENANT#{tenant}` / `LIMITS`, attribute `concurrencyLimit`); 0 means unlimited.
 Workers read overrides through `CachedTenantLimits`, so a limit costs at most one read
-per tenant per worker per `LIMIT_CACHE_S`, never one per task.
+per tenant per worker per `LIMIT_CACHE_S`, never one per task; a tenant a worker has not
+read yet is guessed from one listing of every override, also once per `LIMIT_CACHE_S`.
 
 A tenant limited to N has N *seats* (`TENANT#{tenant}` / `SEAT#{i}`, i < N). A seat is
 held like a lease: `holder` (the task's lease token) and `leaseUntil` (the task lease's
