@@ -4,7 +4,8 @@ A tenant's limit is `TENANT_CONCURRENCY_LIMIT` unless the events table holds an 
 for it (`TENANT#{tenant}` / `LIMITS`, attribute `concurrencyLimit`); 0 means unlimited.
 Workers read overrides through `CachedTenantLimits`, so a limit costs at most one read
 per tenant per worker per `LIMIT_CACHE_S`, never one per task; a tenant a worker has not
-read yet is guessed from one listing of every override, also once per `LIMIT_CACHE_S`.
+read yet is guessed from one listing of every override, also once per `LIMIT_CACHE_S`,
+which no thread waits for (the last listing stands meanwhile).
 
 A tenant limited to N has N *seats* (`TENANT#{tenant}` / `SEAT#{i}`, i < N). A seat is
 held like a lease: `holder` (the task's lease token) and `leaseUntil` (the task lease's
@@ -312,10 +313,18 @@ class CachedTenantLimits:
         return None if overrides is None else overrides.get(tenant, self._default)
 
     def _overrides(self) -> dict[str, int] | None:
-        with self._listing:  # one listing at a time; the others wait for its answer
+        listed = self._listed
+        if listed is not None and listed[0] > self._clock():
+            return listed[1]
+        # One listing at a time, and nobody waits for it: a throttled Query retries for
+        # seconds, and the callers are the threads that receive. Meanwhile the last
+        # listing stands, however old; before the first, there is no guess (None).
+        if not self._listing.acquire(blocking=False):
+            return listed[1] if listed is not None else None
+        try:
             now = self._clock()
             if self._listed is not None and self._listed[0] > now:
-                return self._listed[1]
+                return self._listed[1]  # listed while this thread came
             try:
                 found: dict[str, int] | None = {
                     override.tenant: override.limit for override in self._store.overrides()
@@ -325,3 +334,5 @@ class CachedTenantLimits:
                 found = None
             self._listed = (now + (self._ttl_s if found is not None else LIMIT_RETRY_S), found)
             return found
+        finally:
+            self._listing.release()

@@ -213,6 +213,51 @@ def _acme_at_5(stack: Stack, *, default: int) -> tuple[TenantLimitStore, _Counti
     return inner, counting, clock, CachedTenantLimits(counting, default=default, ttl_s=30, clock=clock)  # fmt: skip
 
 
+class _SlowListing(_CountingStore):
+    """A listing that takes as long as the test says (a throttled Query's retries)."""
+
+    def __init__(self, inner: TenantLimitStore) -> None:
+        super().__init__(inner)
+        self.entered = threading.Event()
+        self.go_on = threading.Event()
+
+    def overrides(self) -> list[TenantLimit]:
+        self.entered.set()
+        assert self.go_on.wait(timeout=30), "the test never let the listing end"
+        return super().overrides()
+
+
+def test_a_guess_never_waits_for_another_threads_listing(stack: Stack) -> None:
+    """The guessers are the receiving threads: while one lists (slowly), the others go
+    on with the last listing, or without a guess before the first."""
+    inner = TenantLimitStore(stack.dynamodb, stack.resources.table_name)
+    inner.set("acme", 5)
+    slow, clock = _SlowListing(inner), _Clock()
+    cache = CachedTenantLimits(slow, default=0, ttl_s=30, clock=clock)
+    first = threading.Thread(target=cache.guess, args=("acme",))
+    first.start()
+    assert slow.entered.wait(timeout=10)
+    try:
+        assert cache.guess("acme") is None, "no listing yet: no guess (its lock reads)"
+    finally:
+        slow.go_on.set()
+        first.join(timeout=30)
+    assert cache.guess("acme") == 5 and slow.listings == 1
+    slow.go_on.clear()
+    slow.entered.clear()
+    inner.set("acme", 2)
+    clock.now = 31  # the listing is due again
+    second = threading.Thread(target=cache.guess, args=("other",))
+    second.start()
+    assert slow.entered.wait(timeout=10)
+    try:
+        assert cache.guess("acme") == 5, "meanwhile the last listing stands"
+    finally:
+        slow.go_on.set()
+        second.join(timeout=30)
+    assert cache.guess("acme") == 2 and slow.listings == 2
+
+
 def test_the_limit_cache_reads_once_per_tenant_per_interval(stack: Stack) -> None:
     inner, counting, clock, cache = _acme_at_5(stack, default=2)
     assert [cache.limit("acme") for _ in range(50)] == [5] * 50
