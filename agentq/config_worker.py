@@ -109,7 +109,8 @@ class Receiving(BaseSettings):
         "SQS_BATCH_WINDOW",
         500,
         "How long (ms) a delete, visibility change or requeued copy may wait for "
-        "companions before its batch call (sent at once when 10 are ready).",
+        "companions before its batch call (sent at once when 10 are ready, or when a "
+        "message is passed on to the fleet).",
         "worker",
         ge=0,
         le=60_000,

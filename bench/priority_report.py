@@ -25,6 +25,8 @@ def requests(
     scheduler = {key: sum(int(s.get("scheduler", {}).get(key, 0)) for s in stats)
                  for key in SCHEDULER_COUNTS}  # fmt: skip
     without_s3 = sum(c for op, c in calls.items() if not op.startswith("s3:"))
+    # Watched messages whose free slot filled before they came, handed to the fleet.
+    passed_on = sum(int(s.get("verdicts", {}).get("passed_on", 0)) for s in stats)
     seed = seed_cost(tasks, heartbeats) / n
     return {
         "requests_per_task": round(sum(calls.values()) / n, 3),
@@ -32,6 +34,7 @@ def requests(
         "calls_per_task": {op: round(c / n, 3) for op, c in calls.items()},
         "scheduler_per_task": {key: round(c / n, 3) for key, c in scheduler.items()},
         "forwarded": scheduler["forwarded"],
+        "passed_on_per_task": round(passed_on / n, 3),
         "attributes_per_task": round(calls.get("sqs:GetQueueAttributes", 0) / n, 3),
         "receives_per_task": round(calls.get("sqs:ReceiveMessage", 0) / n, 3),
         "heartbeats": heartbeats,
@@ -161,4 +164,5 @@ def breakdown(d: Mapping[str, Any]) -> Table:
     for key in SCHEDULER_COUNTS:
         t.add_row(f"scheduler: {key}",
                   *(f"{r.get('scheduler_per_task', {}).get(key, 0):.3f}" for r in runs.values()))  # fmt: skip
+    t.add_row("passed on", *(f"{r.get('passed_on_per_task', 0):.3f}" for r in runs.values()))
     return t

@@ -118,7 +118,12 @@ class SqsBatcher(BatchLoop[_Item]):
         self.change_visibility(receipt_handle, seconds)
 
     def requeue(
-        self, message: Mapping[str, Any], seconds: float, *, receipt_handle: str | None = None
+        self,
+        message: Mapping[str, Any],
+        seconds: float,
+        *,
+        receipt_handle: str | None = None,
+        at_once: bool = False,
     ) -> threading.Event:
         """Send a copy of `message` that becomes visible after `seconds`, then delete it
         (batched; the event is set once both are done, or the message was given back in
@@ -129,6 +134,8 @@ class SqsBatcher(BatchLoop[_Item]):
         a crash, a failed delete or a send retried after it was applied leaves a
         duplicate, which the lock settles like any other; the other order could lose
         the task. `receipt_handle` is the newest handle (default: the message's own).
+        `at_once`: its batch goes without the window for companions (another worker may
+        be waiting for it now).
         """
         copy = {
             "MessageBody": message.get("Body", ""),
@@ -136,10 +143,13 @@ class SqsBatcher(BatchLoop[_Item]):
             **_group(message),
             "DelaySeconds": max(0, min(MAX_DELAY_S, int(seconds + 0.999))),
         }
-        return self._add(_Item("send", receipt_handle or message["ReceiptHandle"],
+        done = self._add(_Item("send", receipt_handle or message["ReceiptHandle"],
                                self.routes.queue_of(message["ReceiptHandle"]),
                                clamp_visibility(seconds), copy=copy,
                                message_id=message.get("MessageId")))  # fmt: skip
+        if at_once:
+            self.hurry()
+        return done
 
     def _add(self, item: _Item) -> threading.Event:
         self._submit([item])
@@ -268,6 +278,11 @@ def _attributes(message: Mapping[str, Any], *, requeued: bool = False) -> dict[s
     if requeued and message.get("MessageId") and room:
         attributes[REQUEUED_FROM] = {"DataType": "String", "StringValue": str(message["MessageId"])}
     return attributes
+
+
+def is_copy(message: Mapping[str, Any]) -> bool:
+    """A requeued copy of an earlier message (it names that message)."""
+    return REQUEUED_FROM in (message.get("MessageAttributes") or {})
 
 
 def _group(message: Mapping[str, Any]) -> dict[str, str]:

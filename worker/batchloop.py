@@ -3,10 +3,10 @@ one background thread sends them in batches of at most `max_batch`, after a shor
 window for companions to arrive (at once when a batch is full or the loop is closing).
 
 `flush()` sends what is pending at once (no window) and waits until everything handed
-over before it was sent; `close()` flushes, drains what is left and stops the thread;
-entries handed over after that are sent at once on the caller's thread, in batches of
-`max_batch` with failures handled as in the loop, so nothing is lost at shutdown. Every
-wait is bounded.
+over before it was sent; `hurry()` ends the window and does not wait for the send;
+`close()` flushes, drains what is left and stops the thread; entries handed over after
+that are sent at once on the caller's thread, in batches of `max_batch` with failures
+handled as in the loop, so nothing is lost at shutdown. Every wait is bounded.
 
 Subclasses say what an entry is and how a batch is sent (`_send`), and what a batch
 whose send raised leaves behind (`_failed`).
@@ -38,6 +38,7 @@ class BatchLoop(Generic[Entry]):
         self._cond = threading.Condition()
         self._closed = False
         self._flushing = 0  # flush() calls waiting: the window is not waited out for them
+        self._hurried = False  # hurry() since the last batch was taken: no window
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -51,6 +52,12 @@ class BatchLoop(Generic[Entry]):
                 return self._cond.wait_for(lambda: self._done >= target, timeout=timeout_s)
             finally:
                 self._flushing -= 1
+
+    def hurry(self) -> None:
+        """Send what is pending now, without the window for companions; do not wait."""
+        with self._cond:
+            self._hurried = True
+            self._cond.notify_all()
 
     def close(self, timeout_s: float = 10.0) -> None:
         self.flush(timeout_s)
@@ -87,7 +94,10 @@ class BatchLoop(Generic[Entry]):
                 first = time.monotonic()
                 # Give companions a moment to arrive, unless a full batch is ready.
                 while (
-                    len(self._pending) < self._max_batch and not self._closed and not self._flushing
+                    len(self._pending) < self._max_batch
+                    and not self._closed
+                    and not self._flushing
+                    and not self._hurried
                 ):
                     left = self._delay - (time.monotonic() - first)
                     if left <= 0:
@@ -95,6 +105,7 @@ class BatchLoop(Generic[Entry]):
                     self._cond.wait(left)
                 batch = self._pending[: self._max_batch]
                 del self._pending[: self._max_batch]
+                self._hurried = False
             try:
                 self._send_or_fail(batch)
             finally:

@@ -29,7 +29,7 @@ from types import FrameType
 from typing import Any, Final
 
 from agentq.config import Settings
-from worker.batcher import SqsBatcher, message_log
+from worker.batcher import SqsBatcher, is_copy, message_log
 from worker.eventbatch import EventBatcher
 from worker.handler import MessageHandler, Prepared
 from worker.heartbeat import Heartbeat
@@ -93,7 +93,9 @@ class Consumer:
         self._receiving = Receiving(
             slots=self.slots, tiers=self.tiers, cooling=self._limited.cooling,
             cool=self._limited.cool, note_route=batcher.routes.note,
-            accept=lambda message, tier, starving: self._accept(message, tier, starving=starving),
+            accept=lambda message, tier, starving, pass_on: self._accept(
+                message, tier, starving=starving, pass_on=pass_on
+            ),
             stopping=self._stopping,
         )  # fmt: skip
         self.received = 0
@@ -167,9 +169,16 @@ class Consumer:
         return code
 
     # -- placing what was received ----------------------------------------------------
-    def _accept(self, message: dict[str, Any], tier: str, *, starving: bool = False) -> bool:
+    def _accept(
+        self, message: dict[str, Any], tier: str, *, starving: bool = False, pass_on: bool = False
+    ) -> bool:
         """Place a received message; True if it went straight back (its tenant parked
-        full here), which the receive loop counts to cool its tier (worker.cooling)."""
+        full here), which the receive loop counts to cool its tier (worker.cooling).
+
+        `pass_on`: a watcher's long poll asked for free slots only (worker.receiving). If
+        they filled before its message came, the message goes back to the fleet at once
+        as a fresh copy, where another worker's long poll for a free slot may take it
+        now; here it would wait for a hand-over. Once only: a copy stays where it lands."""
         # Which message, its receive count and, for a copy, the message it replaced: what
         # the chaos verdict reads to tell a fresh copy from a receive spent in place.
         logger.info("message received", extra=message_log(message))
@@ -208,6 +217,12 @@ class Consumer:
             held = (message, entry, self._limited.lock(self._handler.prepare, message, entry))
             self.slots.gate(held)
             held[2].add_done_callback(lambda _: self._gate_decided(held))
+            return False
+        if pass_on and not is_copy(message) and self.slots.full():
+            self._inflight.remove(entry)
+            logger.info("message passed on", extra=message_log(message))
+            self._batcher.requeue(message, 0, at_once=True)
+            self._count("passed_on")
             return False
         if self.slots.offer((message, entry, None), prepare=self._prepare_ahead):
             self._pool.submit(self._slot, message, entry, None)

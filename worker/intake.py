@@ -100,10 +100,11 @@ class Intake:
         with self._cond:
             return len(self._buffer)
 
-    def wait_watch(self, tier: str, reserve: int, timeout_s: float) -> int:
-        """Messages a watched tier's long poll may ask for: the free slots, plus its
-        `reserve` less what of it is buffered already while a lower-tier message waits
-        ready in the buffer; 0 after `timeout_s` if none.
+    def wait_watch(self, tier: str, reserve: int, timeout_s: float) -> tuple[int, int]:
+        """Messages a watched tier's long poll may ask for, and how many of them are
+        reserve places: the free slots, plus its `reserve` less what of it is buffered
+        already while a lower-tier message waits ready in the buffer; (0, 0) after
+        `timeout_s` if none.
 
         Only such a message would take the next slot that frees here before this tier
         could ask for it. Lower-tier work that merely runs, or waits for its lock or a
@@ -113,7 +114,7 @@ class Intake:
         messages, its tasks running) that was most of B's and C's extra wait."""
         rank = self._ranks.get(tier, 0)
 
-        def room() -> int:
+        def room() -> tuple[int, int]:
             held = sum(1 for _, entry, _ in self._buffer if entry.tier == tier)
             lower = any(
                 self._ranks.get(entry.tier or "", 0) > rank
@@ -123,10 +124,11 @@ class Intake:
             # A gated message whose lock is pending holds no slot: a watched tier's
             # message may take it.
             free = max(0, self.size - self._busy - self._ready())
-            return max(0, min(MAX_RECEIVE, free + (reserve - held if lower else 0)))
+            asked = max(0, min(MAX_RECEIVE, free + (reserve - held if lower else 0)))
+            return asked, max(0, asked - free)
 
         with self._cond:
-            self._cond.wait_for(lambda: room() > 0, timeout=timeout_s)
+            self._cond.wait_for(lambda: room()[0] > 0, timeout=timeout_s)
             return room()
 
     def wait_wanted(self, timeout_s: float) -> int:
@@ -179,6 +181,11 @@ class Intake:
         return min(self.size, int(len(self._starts) / window * self._horizon))
 
     # -- messages in and out -------------------------------------------------------------
+    def full(self) -> bool:
+        """Every slot is busy: an arriving message would wait for a hand-over."""
+        with self._cond:
+            return self._busy >= self.size
+
     def offer(self, held: Held, prepare: Callable[[Held], Held] | None = None) -> bool:
         """A received message: True if a slot took it (the caller starts it now).
 

@@ -6,6 +6,10 @@ the free slots and the prefetch want (worker.intake); each watched tier keeps a 
 poll of its own outstanding for the places the tiers below it may not take. Both hand
 every message to `accept` (the consumer places it) and cool a tier whose whole receive
 went straight back (worker.cooling). Neither runs anything.
+
+A watcher's long poll that asked for free slots only may outlive them: another receive
+fills them before its message comes. Such a message is marked `pass_on`, and the
+consumer passes it to the fleet rather than hold it for a hand-over here.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ RECEIVE_ERROR_BACKOFF_S: Final = 1.0
 # How often a paused watcher looks again whether the overdue tier has had its turn.
 WATCH_PAUSE_S: Final = 0.2
 
-# (message, tier, starving) -> whether it went straight back (its tenant parked full).
-Accept = Callable[[dict[str, Any], str, bool], bool]
+# (message, tier, starving, pass_on) -> whether it went straight back (its tenant
+# parked full). pass_on: a watcher's, asked for free slots only (module doc).
+Accept = Callable[[dict[str, Any], str, bool, bool], bool]
 
 
 class Receiving:
@@ -68,10 +73,12 @@ class Receiving:
             if thread.ident is not None:  # started
                 thread.join(timeout=max(0.0, by - time.monotonic()))
 
-    def _received(self, messages: list[dict[str, Any]], tier: str, *, starving: bool) -> None:
+    def _received(
+        self, messages: list[dict[str, Any]], tier: str, *, starving: bool, pass_on: bool = False
+    ) -> None:
         for message in messages:
             self._note_route(message["ReceiptHandle"], self._tiers.urls[tier])
-        sent_back = [self._accept(message, tier, starving) for message in messages]
+        sent_back = [self._accept(message, tier, starving, pass_on) for message in messages]
         if messages and all(sent_back):
             self._cool(tier)
 
@@ -100,7 +107,7 @@ class Receiving:
     def _watch_loop(self, tier: str, reserve: int) -> None:
         while not self._stopping.is_set():
             try:
-                asked = self._slots.wait_watch(tier, reserve, timeout_s=0.5)
+                asked, reserved = self._slots.wait_watch(tier, reserve, timeout_s=0.5)
                 if asked <= 0 or self._stopping.is_set():
                     continue
                 if not self._tiers.may_watch(tier):
@@ -110,7 +117,8 @@ class Receiving:
                 if not self._cooling.open({tier: asked})[tier]:
                     self._cooling.wait(timeout_s=0.5)
                     continue
-                self._received(self._tiers.watch(tier, asked), tier, starving=False)
+                self._received(self._tiers.watch(tier, asked), tier, starving=False,
+                               pass_on=reserved == 0)  # fmt: skip
             except Exception:
                 logger.exception("receive failed; retrying", extra={"tier": tier})
                 self._stopping.wait(RECEIVE_ERROR_BACKOFF_S)

@@ -7,7 +7,7 @@ from typing import Any
 
 from bench import report
 from bench.priority import Sizes, Starving, plan, plan_starving
-from bench.priority_report import breakdown, checks, table, verdicts
+from bench.priority_report import breakdown, checks, requests, table, verdicts
 
 
 def test_the_plan_floods_low_first_then_spreads_high_and_normal_over_the_drain(
@@ -93,3 +93,12 @@ def test_the_starving_verdict_allows_the_bound_plus_one_task_and_shows_strict() 
     assert (measured, met) == ("30.4 s (strict 94.5 s)", True) and "(31 s)" in label
     weighted["low"]["max"] = 31.2
     assert not next(c for c in checks(result) if c[0].startswith("high work beyond"))[2]
+
+
+def test_the_requests_count_the_messages_the_workers_passed_on() -> None:
+    stats = [{"verdicts": {"passed_on": 3, "ok": 40}}, {"verdicts": {"ok": 57}}, {}]
+    figures = requests(calls={"sqs:ReceiveMessage": 50}, stats=stats, tasks=100,
+                       heartbeats=0, tiers=3)  # fmt: skip
+    assert figures["passed_on_per_task"] == 0.03
+    rendered = breakdown({"modes": {"weighted": figures}})
+    assert "passed on" in rendered.columns[0]._cells

@@ -93,9 +93,9 @@ def test_a_watched_tier_may_ask_for_the_slot_a_pending_gate_waits_beside() -> No
     # One slot busy, one free, a lower-tier gate pending: high may ask for the free slot.
     # No reserve: the gate takes no slot that frees (a lock pending, or a seat: a
     # tenant's parked messages), so high would only be held here from another worker.
-    assert intake.wait_watch("high", reserve=2, timeout_s=0) == 1
+    assert intake.wait_watch("high", reserve=2, timeout_s=0) == (1, 0)
     intake.gate(held(3, "low"))
-    assert intake.wait_watch("high", reserve=2, timeout_s=0) == 1
+    assert intake.wait_watch("high", reserve=2, timeout_s=0) == (1, 0)
     assert intake.wait_wanted(0) == 0, "the receiver's free slot is spoken for"
 
 

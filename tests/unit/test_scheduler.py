@@ -293,32 +293,32 @@ def test_an_in_hand_message_of_the_highest_tier_is_never_overtaken() -> None:
 
 def test_a_watched_tier_may_ask_for_free_slots_and_its_reserve_less_what_it_holds() -> None:
     intake = Intake(2, horizon_s=0, ranks=RANKS)
-    assert intake.wait_watch("high", 2, timeout_s=0) == 2, "idle: the free slots"
+    assert intake.wait_watch("high", 2, timeout_s=0) == (2, 0), "idle: the free slots"
     assert intake.offer(held(0, "low")) and intake.offer(held(1, "low"))
     # Low work only runs: the next slot to free here is free, another worker's may be
     # free now. A high message held here would wait for the hand-over.
-    assert intake.wait_watch("high", 2, timeout_s=0) == 0, "slots busy, nothing waiting"
+    assert intake.wait_watch("high", 2, timeout_s=0) == (0, 0), "slots busy, nothing waiting"
     assert not intake.offer(held(3, "low"))
-    assert intake.wait_watch("high", 2, timeout_s=0) == 2, "a low message waits: the reserve"
+    assert intake.wait_watch("high", 2, timeout_s=0) == (2, 2), "a low message waits: the reserve"
     assert not intake.offer(held(2, "high"))
-    assert intake.wait_watch("high", 2, timeout_s=0) == 1
+    assert intake.wait_watch("high", 2, timeout_s=0) == (1, 1)
     assert not intake.offer(held(4, "high"))
-    assert intake.wait_watch("high", 2, timeout_s=0) == 0, "its reserve is in hand"
-    assert intake.wait_watch("normal", 1, timeout_s=0) == 1, "each tier has its own"
+    assert intake.wait_watch("high", 2, timeout_s=0) == (0, 0), "its reserve is in hand"
+    assert intake.wait_watch("normal", 1, timeout_s=0) == (1, 1), "each tier has its own"
 
 
 def test_without_lower_tier_work_in_hand_a_busy_worker_reserves_nothing() -> None:
     intake = Intake(2, horizon_s=0, ranks=RANKS)
     assert intake.offer(held(0, "normal")) and intake.offer(held(1, "normal"))
     # Holding another normal task would only keep it from a worker that may be idle.
-    assert intake.wait_watch("normal", 1, timeout_s=0) == 0
-    assert intake.wait_watch("high", 2, timeout_s=0) == 0, "the next freed slot is open to it"
+    assert intake.wait_watch("normal", 1, timeout_s=0) == (0, 0)
+    assert intake.wait_watch("high", 2, timeout_s=0) == (0, 0), "the next freed slot is open to it"
     assert intake.release() is None
-    assert intake.wait_watch("normal", 1, timeout_s=0) == 1, "a free slot is open"
+    assert intake.wait_watch("normal", 1, timeout_s=0) == (1, 0), "a free slot is open"
     assert intake.offer(held(2, "low"))
-    assert intake.wait_watch("normal", 1, timeout_s=0) == 0, "low work running only"
+    assert intake.wait_watch("normal", 1, timeout_s=0) == (0, 0), "low work running only"
     assert not intake.offer(held(3, "low"))
-    assert intake.wait_watch("normal", 1, timeout_s=0) == 1, "low work waiting: the reserve"
+    assert intake.wait_watch("normal", 1, timeout_s=0) == (1, 1), "low work waiting: the reserve"
     following = intake.release()
     assert following is not None and following[1].tier == "low", "what the reserve is for"
 
