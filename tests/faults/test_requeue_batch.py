@@ -191,3 +191,33 @@ def test_chunks_keep_order_and_fit_a_batch(sizes: list[tuple[int, int]]) -> None
         total = sum(_copy_size(item.copy or {}) for item in group)
         nxt = _copy_size(following[0].copy or {})
         assert len(group) == MAX_BATCH or total + nxt > MAX_BATCH_BYTES
+
+
+@pytest.mark.parametrize("kind", [Kind.SERVER_ERROR, Kind.APPLIED_THEN_FAILED])
+def test_a_copy_sent_at_once_meets_the_same_faults_without_a_flush(
+    stack: Stack, kind: Kind
+) -> None:
+    """A message passed on to the fleet (worker.consumer) goes without the batch window.
+    Its copy failing past the retries gives the original back in place, visible at once;
+    applied then answered with an error, it leaves copies. Never a loss, and no flush."""
+    url = _fresh_queue(stack)
+    [original] = _send(stack, url, ["task-0"])
+    limited = {} if kind is Kind.SERVER_ERROR else {"limit": 1}  # past the retries, or once
+    faults = injector(rule("sqs:SendMessageBatch", kind, **limited))
+    client = faulty_client(stack, "sqs", faults)
+    batcher = SqsBatcher(client, url, delay_s=30)  # far longer than the waits below
+    try:
+        done = batcher.requeue(original, 0, at_once=True)
+        assert done.wait(timeout=20), "sent without waiting out the window"
+        back = _receive(stack, url, 1 if kind is Kind.SERVER_ERROR else 2)
+    finally:
+        batcher.close()
+    assert faults.counts()[f"sqs:SendMessageBatch:{kind.value}"] >= 1
+    assert {m["Body"] for m in back} == {"task-0"}
+    if kind is Kind.SERVER_ERROR:
+        assert back[0]["MessageId"] == original["MessageId"], "given back in place"
+        assert back[0]["Attributes"]["ApproximateReceiveCount"] == "2"
+    else:  # botocore sent the batch again: two copies, the original deleted
+        assert [m["MessageAttributes"]["requeuedFrom"]["StringValue"] for m in back] == [
+            original["MessageId"]
+        ] * 2
