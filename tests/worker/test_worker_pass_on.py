@@ -9,23 +9,13 @@ from typing import Any
 import pytest
 from conftest import Stack
 from support import EventLog, wait_for
-from worker_support import new_id, running_worker
+from worker_support import running_worker, send
 
 from agentq.config import Settings
-from agentq.envelope import TaskEnvelope
 from agentq.local.workers import SAMPLE_DEFINITIONS
 from worker.app import build
 from worker.batcher import REQUEUED_FROM
 from worker.inflight import InFlight
-
-
-def send_to(stack: Stack, tier: str, definition: str, task_input: dict[str, Any]) -> TaskEnvelope:
-    envelope = TaskEnvelope(request_id=new_id(tier), tenant="acme", definition=definition,
-                            input=task_input, priority=tier)  # fmt: skip
-    stack.sqs.send_message(QueueUrl=stack.resources.tier_queues[tier],
-                           MessageBody=envelope.to_body(),
-                           MessageAttributes=envelope.message_attributes())  # fmt: skip
-    return envelope
 
 
 def receive_high(stack: Stack) -> dict[str, Any]:
@@ -65,7 +55,7 @@ def test_a_watched_message_that_finds_its_free_slot_taken_is_passed_on_at_once(
     monkeypatch.setattr(consumer, "_prepare_ahead", lambda held: held)
     for n in range(consumer.slots.size if full else consumer.slots.size - 1):
         assert consumer.slots.offer(({}, InFlight(message_id=f"busy-{n}", receipt_handle=""), None))
-    sent = send_to(inproc_stack, "high", "sample-echo", {"text": "hi"})
+    sent = send(inproc_stack, "sample-echo", {"text": "hi"}, priority="high")
     message = receive_high(inproc_stack)
     if copy:
         message["MessageAttributes"][REQUEUED_FROM] = {"DataType": "String",
@@ -119,9 +109,9 @@ def test_a_high_task_caught_by_a_busy_workers_long_poll_runs_on_the_idle_one(
     one_slot = {"MAX_CONCURRENT_CLAUDE": "1", "PREFETCH_HORIZON": "0"}
     with running_worker(stack, "busy", WAIT_TIME_SECONDS="20", **one_slot) as busy:
         busy.wait_for_output("worker started")  # its long polls out, for its free slot
-        low = send_to(stack, "low", "sample-sleep", {"seconds": 30})
+        low = send(stack, "sample-sleep", {"seconds": 30}, priority="low")
         events.wait(low.request_id, "Task Processing Started", timeout=30)
-        high = send_to(stack, "high", "sample-echo", {"text": "urgent"})
+        high = send(stack, "sample-echo", {"text": "urgent"}, priority="high")
         busy.wait_for_output(high.request_id, timeout=30)  # in its hands first
         with running_worker(stack, "idle", **one_slot):
             events.wait(high.request_id, "Task Completed", timeout=60)

@@ -20,16 +20,24 @@ def new_id(prefix: str = "r") -> str:
 
 
 def send(
-    stack: Stack, definition: str, payload: dict[str, Any] | None = None, *, request_id: str = ""
+    stack: Stack,
+    definition: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    request_id: str = "",
+    priority: str | None = None,
 ) -> TaskEnvelope:
+    """One task as every agentq producer sends it: to its priority tier's queue, or the
+    task queue when it names none."""
     envelope = TaskEnvelope(
-        request_id=request_id or new_id(),
+        request_id=request_id or new_id(priority or "r"),
         tenant="acme",
         definition=definition,
         input=payload or {},
+        priority=priority,
     )
     stack.sqs.send_message(
-        QueueUrl=stack.resources.queue_url,
+        QueueUrl=stack.resources.tier_queues[priority] if priority else stack.resources.queue_url,
         MessageBody=envelope.to_body(),
         MessageAttributes=envelope.message_attributes(),
     )
