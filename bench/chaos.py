@@ -71,6 +71,7 @@ from bench.chaos_plan import (
     plan,
     plan_jobs,
     plan_once,
+    plan_top_up,
 )
 from bench.chaos_settle import settle, wait_lambda_host
 from bench.chaos_verify import verify
@@ -226,8 +227,14 @@ def run(
             stage.send_raw(message.body, message.attributes)
         closeouts.start()
         killer.start()
-        copies = settle(stage, [*planned, *job_tasks], duplicates, killer, config, began)
-        report.unreadable_copies = len(copies)
+        settled = settle(stage, [*planned, *job_tasks], duplicates, killer, config, began,
+                         top_up=lambda count: plan_top_up(count, rng, side_log),
+                         busy_floor=config.workers * config.slots)  # fmt: skip
+        # Verified as every planned task is.
+        planned.extend(settled.top_ups)
+        report.tasks += len(settled.top_ups)
+        report.top_ups = len(settled.top_ups)
+        report.unreadable_copies = len(settled.copies)
         report.one_attempt_tasks = len(once)
         killer.stop()
         closeouts.join()

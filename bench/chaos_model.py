@@ -91,6 +91,8 @@ class ChaosReport:
     failed_by_chaos: int = 0
     seconds: float = 0.0
     killing_seconds: float = 0.0  # how long the killer struck
+    # Tasks sent past the plan to keep work running until the strike quotas were met.
+    top_ups: int = 0
     events_lost: int = 0
     dead_lettered_unrun: int = 0
     # Attempts ended because their lease was about to lapse unrenewed (worker/leasefile.py).
@@ -149,6 +151,7 @@ class ChaosReport:
             "lease fences (worker / child watchdog)": f"{self.worker_fences} / {self.child_fences}",
             "seconds": round(self.seconds, 1),
             "killing seconds": round(self.killing_seconds, 1),
+            "tasks added for the strike quotas": self.top_ups,
         }
         if self.faults_mode:
             summary.update(self.faults_summary())

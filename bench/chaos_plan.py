@@ -88,6 +88,17 @@ def plan(count: int, rng: random.Random, side_log: Path) -> list[Planned]:
     return planned
 
 
+def plan_top_up(count: int, rng: random.Random, side_log: Path) -> list[Planned]:
+    """Tasks sent to keep the fleet busy while the strike quotas lag (bench.chaos_settle):
+    they only succeed and run 1-3 s, so a kill or a freeze finds them running."""
+    return [
+        Planned(envelope=envelope("bench-work", {"side_log": str(side_log),
+                                                 "seconds": rng.uniform(1.0, 3.0)}),
+                kind="ok")
+        for _ in range(count)
+    ]  # fmt: skip
+
+
 def plan_once(count: int, rng: random.Random, side_log: Path) -> list[Planned]:
     """Tasks of one attempt: an attempt spent without running them, or a finished
     attempt's outcome dropped, fails them (the verdict tells that from a kill)."""

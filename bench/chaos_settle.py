@@ -1,12 +1,14 @@
 """How a chaos run waits: until every task is terminal (re-sending duplicates, and with
---faults unreadable copies of finished tasks, on the way), then until the local Lambda
-host has worked through its backlog."""
+--faults unreadable copies of finished tasks, on the way, and sending more tasks while
+the strike quotas lag), then until the local Lambda host has worked through its
+backlog."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from agentq.local.lambda_host import LambdaHost
@@ -37,6 +39,15 @@ class SettleSettings(Protocol):
     def kill_until_done(self) -> float: ...
 
 
+@dataclass
+class Settled:
+    """What settling sent besides the plan: the request ids of the unreadable copies,
+    and the tasks added to keep work running until the strike quotas were met."""
+
+    copies: list[str] = field(default_factory=list)
+    top_ups: list[Planned] = field(default_factory=list)
+
+
 def unreadable_copy(item: Planned) -> str:
     """A body no worker accepts (no definition, no input) that still names its task."""
     return json.dumps({"requestId": item.envelope.request_id, "tenant": item.envelope.tenant,
@@ -50,17 +61,26 @@ def settle(
     killer: Killer,
     config: SettleSettings,
     began: float,
-) -> list[str]:
+    *,
+    top_up: Callable[[int], Sequence[Planned]] | None = None,
+    busy_floor: int = 0,
+) -> Settled:
     """Wait until every task is terminal; re-send duplicates once half are done.
 
     With --faults, also send an unreadable copy (a body no worker can parse, the
     task's request id as its attribute) of the first `UNREADABLE_COPIES` tasks that
     finished: a rejection must not end, or report an end of, a task that ended
-    already (it re-sends the stored ending). Returns their request ids.
+    already (it re-sends the stored ending).
+
+    Past `kill_until_done` with a strike quota unmet, the run would settle with the
+    killer short of its quotas (a fast host finishes the plan in a few strikes), and a
+    kill or freeze of an idle worker tests little: `top_up(n)` plans n more tasks, sent
+    so that `busy_floor` tasks stay open until the quotas are met.
     """
     open_tasks = {p.envelope.request_id: p for p in planned}
     finished: list[Planned] = []
-    copied: list[str] = []
+    settled = Settled()
+    copied = settled.copies
     resent = False
     killing = True
     deadline = began + config.timeout_s
@@ -68,13 +88,14 @@ def settle(
     while open_tasks:
         now = time.monotonic()
         if now > deadline:
-            return copied  # verify reports every task that is not terminal
+            return settled  # verify reports every task that is not terminal
         # The reconciler needs its bounds and a run to repair a lost message or a job.
         stall_s = config.stall_s + (
             config.reconcile_lost_after_s + 3 * config.reconcile_interval_s if config.faults else 0
         )
         if not killing and now - progress_at > stall_s and stage.queue_counts() == (0, 0):
-            return copied  # nothing left to deliver: the open tasks are stuck (verify reports them)
+            # Nothing left to deliver: the open tasks are stuck (verify reports them).
+            return settled
         for request_id in _terminal(stage, list(open_tasks.values())):
             finished.append(open_tasks.pop(request_id))
             progress_at = time.monotonic()
@@ -82,18 +103,24 @@ def settle(
             for item in finished[len(copied) : UNREADABLE_COPIES]:
                 stage.send_raw(unreadable_copy(item), {"requestId": item.envelope.request_id})
                 copied.append(item.envelope.request_id)
-        done = 1 - len(open_tasks) / max(1, len(planned))
+        done = 1 - len(open_tasks) / max(1, len(planned) + len(settled.top_ups))
         if not resent and done >= 0.5:
             # Copies of tasks that are finished, running or still queued.
             stage.send([p.envelope for p in duplicates])
             resent = True
-        if killing and done >= config.kill_until_done and killer.quota_met():
-            killer.stop()
-            killing = False
+        if killing and done >= config.kill_until_done:
+            if killer.quota_met():
+                killer.stop()
+                killing = False
+            elif top_up is not None and len(open_tasks) < busy_floor:
+                extra = list(top_up(busy_floor - len(open_tasks)))
+                stage.send([p.envelope for p in extra])
+                open_tasks.update((p.envelope.request_id, p) for p in extra)
+                settled.top_ups.extend(extra)
         time.sleep(1.0)
     if not resent:
         stage.send([p.envelope for p in duplicates])
-    return copied
+    return settled
 
 
 def _terminal(stage: Stage, items: Sequence[Planned]) -> list[str]:

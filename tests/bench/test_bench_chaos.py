@@ -39,6 +39,25 @@ def test_bench_chaos_small_run_keeps_the_exactly_once_promise(
     assert report.duplicates_suppressed >= 1, summary
 
 
+def test_bench_chaos_sends_more_work_until_the_strike_quota_is_met(
+    moto_server: MotoServer, tmp_path: Path
+) -> None:
+    """Four short tasks (seed 3: three that succeed, one that succeeds on its retry)
+    settle within a strike or two: a quota of 4 worker kills is met only because the
+    run keeps a fleet's worth of tasks open while the quota lags, and every task it
+    added is verified like the planned ones."""
+    config = ChaosConfig(tasks=4, workers=2, slots=2, kill_interval_s=(1.0, 1.5),
+                         child_kill_share=0.0, kill_until_done=0.5, timeout_s=150,
+                         min_worker_kills=4, seed=3)  # fmt: skip
+    report = run(config, server=moto_server, work_dir=tmp_path)
+    summary = report.summary()
+    print(summary)
+    assert report.violations == [], "\n".join(report.violations)
+    assert report.worker_kills >= 4, summary
+    assert not [f for f in report.findings if "quota" in f], report.findings
+    assert report.top_ups >= 1 and report.tasks == 4 + report.top_ups, summary
+
+
 def test_bench_chaos_with_aws_faults_holds_every_invariant(
     moto_server: MotoServer, tmp_path: Path
 ) -> None:
@@ -79,6 +98,7 @@ def test_bench_chaos_with_aws_faults_holds_every_invariant(
     assert report.drains >= 1 and report.drain_givebacks >= 1, summary
     assert report.drain_givebacks_spent == 0, summary
     assert report.worker_kills + report.child_kills + report.stale_holders >= 3, summary
+    assert not [f for f in report.findings if "quota" in f], report.findings
     assert report.skewed_workers == "w0 +2000, w1 -2000", summary
     # Faults of several kinds reached the processes under test, through their log.
     assert sum(report.faults.values()) >= 10 and len(report.faults) >= 3, report.faults
