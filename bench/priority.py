@@ -45,7 +45,7 @@ from agentq.config import Settings
 from agentq.envelope import TaskEnvelope
 from agentq.local.aws import MotoServer
 from agentq.store.tenants import TenantLimitStore
-from bench.priority_report import breakdown, requests, table, verdicts
+from bench.priority_report import breakdown, lock_latencies, requests, table, verdicts
 from bench.requests_per_task import heartbeat_events
 from bench.stack import (
     Stage,
@@ -212,6 +212,7 @@ def run_mode(
         feeder.join()
         load = os.getloadavg()[0]
         stats = stop_all(fleet)
+        locks = lock_latencies(w.log_path for w in fleet)
     started: dict[str, float] = {}
     for record in read_side_log(side_log):
         if record["event"] == "start":
@@ -233,6 +234,7 @@ def run_mode(
         "load_at_end": round(load, 1),
         "env": dict(extra_env or {}),
         "tenant_limits": dict(tenant_limits or {}),
+        "lock_ms": locks,
         **requests(calls=merge_calls(stats), stats=stats, tasks=len(tasks),
                    heartbeats=heartbeats, tiers=1 if mode == "baseline" else len(tiers)),
     }  # fmt: skip

@@ -3,7 +3,10 @@ issue's targets beside them (met or not)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -45,6 +48,26 @@ def requests(
         # queue stats per selection) would add this many GetQueueAttributes per task.
         "per_receive_attributes_per_task": round(calls.get("sqs:ReceiveMessage", 0) * tiers / n, 3),
     }
+
+
+def lock_latencies(logs: Iterable[Path]) -> dict[str, dict[str, float]]:
+    """Each tier's LockLatency (ms, p50 / p95 / max) from the workers' per-tier EMF
+    lines (worker.telemetry): what the lock's write cost the tasks of each tier."""
+    values: dict[str, list[float]] = {}
+    for log in logs:
+        for line in log.read_text(errors="replace").splitlines():
+            if '"LockLatency"' not in line or '"tier"' not in line:
+                continue
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+                values.setdefault(str(record["tier"]), []).extend(record["LockLatency"])
+    figures = {}
+    for tier, found in values.items():
+        ordered = sorted(found)
+        figures[tier] = {"p50": ordered[len(ordered) // 2],
+                         "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+                         "max": ordered[-1]}  # fmt: skip
+    return figures
 
 
 def checks(d: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
@@ -165,4 +188,11 @@ def breakdown(d: Mapping[str, Any]) -> Table:
         t.add_row(f"scheduler: {key}",
                   *(f"{r.get('scheduler_per_task', {}).get(key, 0):.3f}" for r in runs.values()))  # fmt: skip
     t.add_row("passed on", *(f"{r.get('passed_on_per_task', 0):.3f}" for r in runs.values()))
+    for tier in ("high", "normal", "low"):
+        t.add_row(f"lock ms p50 / p95: {tier}", *(_lock_cell(r, tier) for r in runs.values()))
     return t
+
+
+def _lock_cell(run: Mapping[str, Any], tier: str) -> str:
+    figures = run.get("lock_ms", {}).get(tier)
+    return f"{figures['p50']:.0f} / {figures['p95']:.0f}" if figures else "-"

@@ -176,6 +176,7 @@ class MessageHandler:
             attempt=lease.attempt,
             queue_wait_ms=max(0, now_ms() - int(sent)) if sent else None,
             tier=tier,
+            lock_ms=ready.lock_ms,
         )
         self._outbox.emit("Task Processing Started", envelope=envelope, attempt=lease.attempt,
                           effective_until_ms=lease.effective_until_ms,

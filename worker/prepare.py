@@ -46,6 +46,9 @@ class Prepared:
     attributes: Mapping[str, Any]
     max_attempts: int
     timeout_ms: int
+    # How long the lock's write took (its retries included, a parked message's waits
+    # not): DynamoDB's latency as the task met it, the LockLatency metric.
+    lock_ms: int | None = None
 
 
 class Preparer:
@@ -127,7 +130,7 @@ class Preparer:
         max_attempts = definition.attempts(self._settings.max_message_retries)
         timeout_ms = definition.timeout_ms(self._settings.task_timeout_ms)
         try:
-            lease = self._lock(envelope, max_attempts, timeout_ms, seats)
+            lease, lock_ms = self._lock(envelope, max_attempts, timeout_ms, seats)
         except LockNotAcquired as refusal:
             return self._refusals.refused(entry, envelope, refusal, message=message)
         entry.lease = lease
@@ -135,11 +138,12 @@ class Preparer:
         entry.stop.hold(lease_times(lease.effective_until_ms, self._settings))
         return Prepared(entry=entry, envelope=envelope, definition=definition, lease=lease,
                         attributes=attributes, max_attempts=max_attempts,
-                        timeout_ms=timeout_ms)  # fmt: skip
+                        timeout_ms=timeout_ms, lock_ms=lock_ms)  # fmt: skip
 
     def _lock(
         self, envelope: TaskEnvelope, max_attempts: int, timeout_ms: int, seats: SeatWaits | None
-    ) -> Lease:
+    ) -> tuple[Lease, int]:
+        """The lease, and how long the write that took it lasted (ms)."""
         tenant = envelope.tenant
         limit = self._limits.limit(tenant)
         if seats is not None and limit > 0 and seats.full(tenant):
@@ -168,6 +172,7 @@ class Preparer:
                     continue
                 if free:
                     first_seat = free[seat_start(envelope.request_id, len(free))]
+            began = time.monotonic()
             try:
                 lease = self._store.acquire(
                     envelope, worker_id=self._worker_id,
@@ -183,11 +188,12 @@ class Preparer:
                 else:
                     wake = self._park_on(envelope, seats, limit, parked_at)
                 continue
+            lock_ms = round((time.monotonic() - began) * 1000)
             if parked_at is not None:
                 logger.info("parked task took a seat",
                             extra={"requestId": envelope.request_id,
                                    "parked_s": round(time.monotonic() - parked_at, 3)})  # fmt: skip
-            return lease
+            return lease, lock_ms
 
     def _free_seats(self, tenant: str, limit: int) -> list[int] | None:
         """The tenant's free seats, or None if the look failed: then the transaction

@@ -82,6 +82,7 @@ class TaskStart:
     attempt: int
     queue_wait_ms: int | None
     tier: str | None = None  # the priority tier whose queue it came from
+    lock_ms: int | None = None  # the lock's write (worker.prepare)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,6 +118,7 @@ class GroupFigures:
     counts: dict[str, int] = field(default_factory=dict)
     durations: list[int] = field(default_factory=list)
     waits: list[int] = field(default_factory=list)
+    locks: list[int] = field(default_factory=list)
     in_flight: int = 0
     active: bool = False  # something happened since the last flush
 
@@ -126,9 +128,9 @@ class GroupFigures:
 
 
 class MetricsMiddleware(Middleware):
-    """TasksStarted/Completed/Failed/TimedOut, TaskDuration, QueueWait, SlotsBusy, Slots,
-    AwsCalls for the fleet; per tier and tenant group the counts, TaskDuration, QueueWait
-    and TasksInFlight."""
+    """TasksStarted/Completed/Failed/TimedOut, TaskDuration, QueueWait, LockLatency,
+    SlotsBusy, Slots, AwsCalls for the fleet; per tier and tenant group the counts,
+    TaskDuration, QueueWait, LockLatency and TasksInFlight."""
 
     def __init__(
         self,
@@ -176,11 +178,17 @@ class MetricsMiddleware(Middleware):
                 self._metrics.add_metric(
                     name="QueueWait", unit=MetricUnit.Milliseconds, value=start.queue_wait_ms
                 )
+            if start.lock_ms is not None:
+                self._metrics.add_metric(
+                    name="LockLatency", unit=MetricUnit.Milliseconds, value=start.lock_ms
+                )
             for group in self._groups_of(start):
                 group.count("TasksStarted")
                 group.in_flight += 1
                 if start.queue_wait_ms is not None:
                     group.waits.append(start.queue_wait_ms)
+                if start.lock_ms is not None:
+                    group.locks.append(start.lock_ms)
 
     def after_process(self, end: TaskEnd) -> None:
         name = END_METRIC.get(end.result)
@@ -229,6 +237,7 @@ class MetricsMiddleware(Middleware):
                 group.counts.clear()
                 group.durations.clear()
                 group.waits.clear()
+                group.locks.clear()
                 group.active = False
 
     def _group_line(self, dimension: str, value: str, group: GroupFigures) -> str:
@@ -236,7 +245,8 @@ class MetricsMiddleware(Middleware):
         line.set_default_dimensions(stage=self._stage, **{dimension: value})
         for name, count in group.counts.items():
             line.add_metric(name=name, unit=MetricUnit.Count, value=count)
-        for name, values in (("TaskDuration", group.durations), ("QueueWait", group.waits)):
+        for name, values in (("TaskDuration", group.durations), ("QueueWait", group.waits),
+                             ("LockLatency", group.locks)):  # fmt: skip
             for one in values[-MAX_VALUES:]:
                 line.add_metric(name=name, unit=MetricUnit.Milliseconds, value=one)
         # A gauge, sent while tasks run and once more when they end, so it returns to 0.

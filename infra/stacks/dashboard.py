@@ -153,6 +153,14 @@ def tier_widgets(
             width=12,
         ),
         cloudwatch.GraphWidget(
+            # The lock's conditional write as each task met it: DynamoDB slowing
+            # (throttled, a hot partition) shows here before it shows in the queue waits.
+            title="Lock latency by tier (ms, p50 and p95)",
+            left=each("LockLatency", "p50"),
+            right=each("LockLatency", "p95"),
+            width=12,
+        ),
+        cloudwatch.GraphWidget(
             title="Consumers: workers and slots",
             left=[running_workers(worker, period), consumers(worker, stage, period)],
             right=[worker_metric("SlotsBusy", stage=stage, statistic="Sum", period=period,

@@ -7,7 +7,15 @@ from typing import Any
 
 from bench import report
 from bench.priority import Sizes, Starving, plan, plan_starving
-from bench.priority_report import breakdown, checks, requests, table, verdicts
+from bench.priority_report import (
+    breakdown,
+    checks,
+    lock_latencies,
+    requests,
+    table,
+    verdicts,
+)
+from worker.telemetry import MetricsMiddleware, TaskEnd, TaskStart
 
 
 def test_the_plan_floods_low_first_then_spreads_high_and_normal_over_the_drain(
@@ -102,3 +110,23 @@ def test_the_requests_count_the_messages_the_workers_passed_on() -> None:
     assert figures["passed_on_per_task"] == 0.03
     rendered = breakdown({"modes": {"weighted": figures}})
     assert "passed on" in rendered.columns[0]._cells
+
+
+def test_lock_latencies_are_read_per_tier_from_the_workers_metric_lines(tmp_path: Path) -> None:
+    # The lines the worker really writes (worker.telemetry), among its log records.
+    lines: list[str] = ['{"level":"INFO","message":"message received","tier":"high"}']
+    metrics = MetricsMiddleware(slots_busy=lambda: 1, counter=None, stage="qa",
+                                write=lines.append, tiers=("high", "low"))  # fmt: skip
+    for n, (tier, lock_ms) in enumerate([("high", 10), ("high", 30), ("high", 20),
+                                         ("low", 400), ("high", None)]):  # fmt: skip
+        start = TaskStart(request_id=f"r-{n}", tenant="t", definition="d", attempt=1,
+                          queue_wait_ms=1, tier=tier, lock_ms=lock_ms)  # fmt: skip
+        metrics.before_process(start)
+        metrics.after_process(TaskEnd(start=start, result="completed", duration_ms=5))
+    first, second = tmp_path / "w0.log", tmp_path / "w1.log"
+    first.write_text("\n".join(lines[:4]) + "\nnot json\n")
+    second.write_text("\n".join(lines[4:]) + "\n")
+    figures = lock_latencies([first, second])
+    # The fleet's lines (no tier) are not counted again beside the tiers'.
+    assert figures == {"high": {"p50": 20.0, "p95": 30.0, "max": 30.0},
+                       "low": {"p50": 400.0, "p95": 400.0, "max": 400.0}}  # fmt: skip

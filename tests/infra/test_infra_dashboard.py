@@ -55,6 +55,7 @@ def test_the_dashboard_is_in_the_template(dev: SynthesizedStage) -> None:
         ("Claims and completions by tier", "TasksStarted", "TasksCompleted", "Sum"),
         ("Failures and timeouts by tier", "TasksFailed", "TasksTimedOut", "Sum"),
         ("Processing time by tier (ms, p50 and p95)", "TaskDuration", "TaskDuration", None),
+        ("Lock latency by tier (ms, p50 and p95)", "LockLatency", "LockLatency", None),
     ],
 )
 def test_worker_widgets_have_one_line_per_tier_with_its_tier_and_stage(

@@ -138,3 +138,26 @@ def test_without_named_tenants_there_are_no_tenant_lines() -> None:
     metrics.after_process(TaskEnd(start=start, result="completed", duration_ms=3))
     assert _lines_by(lines, "tenant") == {}
     assert _lines_by(lines, "tier")["normal"]["TasksCompleted"] == [1.0]
+
+
+def test_the_locks_write_time_is_reported_for_the_fleet_and_its_tier() -> None:
+    lines: list[str] = []
+    metrics = MetricsMiddleware(slots_busy=lambda: 2, counter=None, stage="qa",
+                                write=lines.append, tiers=("high", "low"))  # fmt: skip
+    fast = TaskStart(request_id="r-1", tenant="acme", definition="d", attempt=1,
+                     queue_wait_ms=50, tier="high", lock_ms=12)  # fmt: skip
+    slow = TaskStart(request_id="r-2", tenant="acme", definition="d", attempt=1,
+                     queue_wait_ms=400, tier="low", lock_ms=340)  # fmt: skip
+    unknown = TaskStart(request_id="r-3", tenant="acme", definition="d", attempt=1,
+                        queue_wait_ms=9, tier="high")  # fmt: skip
+    for start in (fast, slow, unknown):
+        metrics.before_process(start)
+    metrics.after_process(TaskEnd(start=fast, result="completed", duration_ms=30))
+    fleet = json.loads(lines[0])
+    assert sorted(fleet["LockLatency"]) == [12.0, 340.0], "a start without a lock time adds none"
+    tiers = _lines_by(lines, "tier")
+    assert tiers["high"]["LockLatency"] == [12.0] and tiers["low"]["LockLatency"] == [340.0]
+    lines.clear()
+    metrics.after_process(TaskEnd(start=slow, result="completed", duration_ms=30))
+    assert "LockLatency" not in json.loads(lines[0]), "what was flushed is not sent again"
+    assert "LockLatency" not in _lines_by(lines, "tier")["low"]

@@ -156,4 +156,11 @@ def test_worker_child_env_and_output(stack: Stack) -> None:
     metrics = [r for r in worker.log_records() if "_aws" in r]
     names = {m["Name"] for r in metrics for d in r["_aws"]["CloudWatchMetrics"]
              for m in d["Metrics"]}  # fmt: skip
-    assert {"TasksStarted", "TasksCompleted", "TaskDuration", "QueueWait", "SlotsBusy"} <= names
+    assert {"TasksStarted", "TasksCompleted", "TaskDuration", "QueueWait", "LockLatency",
+            "SlotsBusy"} <= names  # fmt: skip
+    # One lock time per task started, each a round trip to the table: never negative,
+    # never the seconds a task runs.
+    locks = [
+        v for r in metrics if "stage" in r and "tier" not in r for v in r.get("LockLatency", [])
+    ]
+    assert len(locks) == 2 and all(0 <= v < 5_000 for v in locks), locks
