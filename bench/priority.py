@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import random
-import statistics
 import tempfile
 import threading
 import time
@@ -45,7 +44,14 @@ from agentq.config import Settings
 from agentq.envelope import TaskEnvelope
 from agentq.local.aws import MotoServer
 from agentq.store.tenants import TenantLimitStore
-from bench.priority_report import breakdown, lock_latencies, requests, table, verdicts
+from bench.priority_report import (
+    breakdown,
+    lock_latencies,
+    requests,
+    spread,
+    table,
+    verdicts,
+)
 from bench.requests_per_task import heartbeat_events
 from bench.stack import (
     Stage,
@@ -241,13 +247,11 @@ def run_mode(
 
 
 def _percentiles(values: list[float]) -> dict[str, Any]:
-    ordered = sorted(values)
-    if not ordered:
-        return {"p50": 0.0, "p95": 0.0, "max": 0.0}
-    p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+    if not values:
+        return spread(values)
     # The slowest few decide p95 (the 3rd slowest of 50): kept to show how it was reached.
-    return {"p50": round(statistics.median(ordered), 2), "p95": round(p95, 2),
-            "max": round(ordered[-1], 2), "slowest": [round(v, 3) for v in ordered[-8:]]}  # fmt: skip
+    return {**{key: round(v, 2) for key, v in spread(values).items()},
+            "slowest": [round(v, 3) for v in sorted(values)[-8:]]}  # fmt: skip
 
 
 # Every run of the full benchmark, in one go: the modes beside the one-queue baseline,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,13 +62,18 @@ def lock_latencies(logs: Iterable[Path]) -> dict[str, dict[str, float]]:
             with contextlib.suppress(ValueError):
                 record = json.loads(line)
                 values.setdefault(str(record["tier"]), []).extend(record["LockLatency"])
-    figures = {}
-    for tier, found in values.items():
-        ordered = sorted(found)
-        figures[tier] = {"p50": ordered[len(ordered) // 2],
-                         "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
-                         "max": ordered[-1]}  # fmt: skip
-    return figures
+    return {tier: spread(found) for tier, found in values.items()}
+
+
+def spread(values: Iterable[float]) -> dict[str, float]:
+    """p50 (the median), p95 (the value 95 % of the way up, as the issue's waits are
+    judged) and max; zeros for no values."""
+    ordered = sorted(values)
+    if not ordered:
+        return {"p50": 0.0, "p95": 0.0, "max": 0.0}
+    return {"p50": statistics.median(ordered),
+            "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+            "max": ordered[-1]}  # fmt: skip
 
 
 def checks(d: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
