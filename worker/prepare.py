@@ -48,7 +48,7 @@ class Prepared:
     timeout_ms: int
     # How long the lock's write took (its retries included, a parked message's waits
     # not): DynamoDB's latency as the task met it, the LockLatency metric.
-    lock_ms: int | None = None
+    lock_ms: int
 
 
 class Preparer:
