@@ -13,17 +13,10 @@ request, none needed for moto's answer:
   through `DynamoType.cast_value`) and then kept one partition. A query of the base
   table now reads its partition only; index queries are left as they are. A tenant's
   seat query at 650 tasks: 27 ms held under load, 5.7 ms so.
-- **An update expression's validation was quadratic.** moto checks "one SET / ADD /
-  REMOVE clause" at every node of the expression's tree by walking that node's whole
-  subtree again, and every tree walk rebuilt each processor's type table per node. The
-  counts are now summed once, bottom-up, and the type table is built once per
-  processor. The lock's 18-action SET held the server 34 ms at p50 on an idle
-  benchmark run, 52 ms before.
-- **Every update and condition expression was parsed anew**, the update expression
-  twice per request (the handler's check, then the backend's), though agentq sends the
-  same few expressions with other values. A parsed update expression is kept by its
-  text (each validator already works on its own copy of the tree), and a condition
-  expression's tokens by its text (its parse, which reads the values, runs as before).
+- **An update expression's checks** cost a parse, a deep copy and ten walks of its tree
+  per check, some quadratic: agentq.local.moto_expressions makes them proportional.
+- **Each value of a response was looked up under every type's names**, through six
+  alias providers: a value's own members are read directly (see the patch below).
 
 Every target is checked before it is patched (agentq.local.moto_guards), and
 tests/local/test_moto_guards.py and test_moto_parses.py show moto answers the same with
@@ -36,11 +29,11 @@ import copy
 import functools
 import json
 import threading
-from collections import deque
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 from agentq.local import moto_guards
+from agentq.local.moto_expressions import checked_expression_patches
 
 
 def checked_dynamodb_patches() -> Callable[[], None]:
@@ -48,28 +41,27 @@ def checked_dynamodb_patches() -> Callable[[], None]:
     patches them, so a caller can check all of moto before it patches any of it."""
     dynamodb_models, backend, table, rollback_errors = moto_guards.transaction_copies()
     query_table = moto_guards.partition_queries()
-    expressions = moto_guards.update_validators()
-    parsers = moto_guards.expression_parsers()
+    patch_expressions = checked_expression_patches()
+    values = moto_guards.attribute_value_serializer()
 
     def patch() -> None:
-        _patch(dynamodb_models, backend, table, rollback_errors, query_table, expressions)
-        _remember_parses(*parsers)
+        _patch(dynamodb_models, backend, table, rollback_errors, query_table)
+        patch_expressions()
+        if not hasattr(values.serializer._serialize_type_structure, "plain_values"):
+            _serialize_plain_values(values)
 
     return patch
 
 
 def _patch(dynamodb_models: Any, backend: Any, table: type,
-           rollback_errors: tuple[type[Exception], ...], query_table: Any,
-           expressions: moto_guards.UpdateValidators) -> None:  # fmt: skip
-    """The three patches; each is skipped where already applied (idempotent)."""
+           rollback_errors: tuple[type[Exception], ...], query_table: Any) -> None:  # fmt: skip
+    """The two patches; each is skipped where already applied (idempotent)."""
     if not hasattr(backend.transact_write_items, "rolls_back_items"):
         items = _RollBackTouchedItems(table, rollback_errors)
         setattr(dynamodb_models, "copy", items)  # noqa: B010
         backend.transact_write_items = items.transaction(backend.transact_write_items)
     if not hasattr(query_table.query, "reads_one_partition"):
         _read_one_partition(query_table)
-    if not hasattr(expressions.traverser.nodes_to_be_processed, "built_once"):
-        _count_clauses_once(expressions)
 
 
 # -- TransactWriteItems: save the items it names, not the tables ----------------------
@@ -189,102 +181,37 @@ def _read_one_partition(table_type: Any) -> None:
     table_type.query = partition_query
 
 
-# -- update expressions: each clause counted once -------------------------------------
+# -- responses: a value's members looked up by their own names -------------------------
 
 
-def _count_clauses_once(found: moto_guards.UpdateValidators) -> None:
-    """moto's `ActionCountValidator` runs at every `UpdateExpression` node bottom-up and
-    counts the SET / ADD / REMOVE clauses below it with `Node.find_clauses`, which walks
-    the node's subtree each time. Here each node's counts are its children's counts
-    summed, by `find_clauses`' own rule (a child of a counted type counts one and is not
-    descended; an `Expression` or `UpdateExpressionFunction` child is descended), so
-    every node raises exactly what it raised before, in the same order."""
-    kinds = found.clause_types  # in the order moto checks them: ADD, REMOVE, SET
-    descend = found.descended_types
-    traverse = found.action_count.traverse
+def _serialize_plain_values(found: moto_guards.AttributeValueShape) -> None:
+    """moto serializes each `AttributeValue` of a response (every attribute of every item,
+    nested ones too) by looking each of its ten members up through six alias providers,
+    each name twice: the lock's ALL_NEW item took 2.6 ms of its 8 ms so. A plain dict
+    whose keys are member names, with the default picker and no response transformer,
+    has its present members serialized by moto in moto's order, the rest skipped: the
+    picker would have found exactly those values (moto_guards.attribute_value_serializer
+    checks it tries no other member's name) and skipped the absent ones as None."""
+    serialize_structure = found.serializer._serialize_type_structure
+    members = found.members
 
-    def counts(memo: dict[int, tuple[Any, list[int]]], node: Any) -> list[int]:
-        hit = memo.get(id(node))
-        if hit is not None and hit[0] is node:
-            return hit[1]
-        totals = [0] * len(kinds)
-        for child in node.children or []:
-            below = counts(memo, child) if isinstance(child, descend) else None
-            for i, kind in enumerate(kinds):
-                if type(child) is kind:
-                    totals[i] += 1
-                elif below is not None:
-                    totals[i] += below[i]
-        memo[id(node)] = (node, totals)  # the node is kept, so its id is not reused
-        return totals
+    @functools.wraps(serialize_structure)
+    def serialize_plain_values(self: Any, serialized: Any, value: Any, shape: Any,
+                               key: str) -> None:  # fmt: skip
+        picker: Any = self._value_picker
+        if not (key and type(value) is dict and shape.name == "AttributeValue"
+                and self.service_model.service_name == "dynamodb"
+                and type(picker) is found.picker and picker.alias_providers is found.providers
+                and not picker.response_transformers and value.keys() <= members):  # fmt: skip
+            serialize_structure(self, serialized, value, shape, key)
+            return
+        wrapper = self.MAP_TYPE()
+        for member_key, member_shape in shape.members.items():
+            member_shape.parent = shape
+            member_value = value.get(member_key)
+            if member_value is not None:
+                self._serialize(wrapper, member_value, member_shape, member_key)
+        self._default_serialize(serialized, wrapper, shape, key)
 
-    def verify_action_counts(self: Any, node: Any) -> Any:
-        memo = self.__dict__.get("_agentq_counts")
-        totals = counts({} if memo is None else memo, node)
-        for name, count in zip(found.clause_names, totals, strict=True):
-            if count > 1:
-                raise found.too_many(name)
-        return node
-
-    @functools.wraps(traverse)
-    def counting_traverse(self: Any, node: Any) -> Any:
-        self._agentq_counts = {}  # one tree's counts: a reused validator starts afresh
-        try:
-            return traverse(self, node)
-        finally:
-            del self._agentq_counts
-
-    def nodes_to_be_processed(self: Any) -> tuple[type, ...]:
-        # moto rebuilds the processor's dict (bound methods and all) at every node; its
-        # keys are the same for the processor's life.
-        try:
-            return self.__dict__["_agentq_types"]  # type: ignore[no-any-return]
-        except KeyError:
-            types = self.__dict__["_agentq_types"] = tuple(self._processing_map().keys())
-            return types
-
-    nodes_to_be_processed.built_once = True  # type: ignore[attr-defined]
-    found.action_count.verify_action_counts = verify_action_counts
-    found.action_count.traverse = counting_traverse
-    found.traverser.nodes_to_be_processed = nodes_to_be_processed
-
-
-# -- expressions: each text parsed once ----------------------------------------------
-
-# Distinct expressions kept: agentq sends about twenty; a sender of more still gets
-# every answer right, the oldest kept parse making room.
-_KEPT_PARSES: Final = 256
-
-
-def _remember_parses(update_parser: Any, condition_parser: Any) -> None:
-    """Keep `UpdateExpressionParser.make`'s tree and the condition lexer's tokens by
-    their text (moto_guards.expression_parsers checks why sharing them is safe). A text
-    that fails to parse is not kept: it fails the same way each time. Idempotent."""
-    if not hasattr(update_parser.make, "remembered"):
-        make = update_parser.make
-        kept = functools.lru_cache(maxsize=_KEPT_PARSES)(make)
-
-        def make_once(cls: Any, expression_str: Any) -> Any:
-            if cls is not update_parser or not isinstance(expression_str, str):
-                return make.__func__(cls, expression_str)
-            return kept(expression_str)
-
-        make_once.remembered = True  # type: ignore[attr-defined]
-        update_parser.make = classmethod(make_once)
-    if not hasattr(condition_parser._lex_condition_expression, "remembered"):
-        lex = condition_parser._lex_condition_expression
-        tokens: dict[str, tuple[Any, ...]] = {}
-
-        @functools.wraps(lex)
-        def lex_once(parser: Any) -> deque[Any]:
-            text = parser.condition_expression
-            found = tokens.get(text)
-            if found is None:
-                found = tuple(lex(parser))
-                if len(tokens) >= _KEPT_PARSES:
-                    tokens.pop(next(iter(tokens)))
-                tokens[text] = found
-            return deque(found)  # the parse consumes the deque, never the nodes
-
-        lex_once.remembered = True  # type: ignore[attr-defined]
-        condition_parser._lex_condition_expression = lex_once
+    serialize_plain_values.plain_values = True  # type: ignore[attr-defined]
+    found.serializer._serialize_type_structure = serialize_plain_values

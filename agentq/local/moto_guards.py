@@ -23,20 +23,27 @@ SERVER: Final = "agentq/local/moto_server.py"
 DYNAMODB: Final = "agentq/local/moto_dynamodb.py"
 
 
-def _refuse(package: str, problem: str, patcher: str = SERVER) -> IncompatibleDependency:
+def refuse(package: str, problem: str, patcher: str = SERVER) -> IncompatibleDependency:
     hint = f"{patcher} patches it; update the patch or pin the version"
     return IncompatibleDependency(package, metadata.version(package), f"{problem} ({hint})")
 
 
-def _parameters(function: Callable[..., Any]) -> list[str]:
+def parameters(function: Callable[..., Any]) -> list[str]:
     return list(inspect.signature(function).parameters)
 
 
-def _source(function: Callable[..., Any] | ModuleType) -> str:
+def source_of(function: Callable[..., Any] | ModuleType) -> str:
     try:
         return inspect.getsource(function)
     except (OSError, TypeError):
         return ""
+
+
+def code(function: Callable[..., Any]) -> str:
+    """A function's source without its docstring, comments and whitespace."""
+    lines = [line.split("#", 1)[0] for line in source_of(function).splitlines()]
+    text = "".join("".join(line.split()) for line in lines)
+    return text.replace('"""', "\x00").split("\x00")[-1] if '"""' in text else text
 
 
 def dispatcher() -> type:
@@ -46,13 +53,11 @@ def dispatcher() -> type:
     found = getattr(werkzeug_app, "DomainDispatcherApplication", None)
     lookup = getattr(found, "get_backend_for_host", None)
     if not isinstance(found, type) or lookup is None:
-        raise _refuse("moto", "moto.moto_server.werkzeug_app has no DomainDispatcherApplication")
-    if _parameters(lookup) != ["self", "host"]:
-        raise _refuse(
-            "moto", "DomainDispatcherApplication.get_backend_for_host(self, host) changed"
-        )
-    if _parameters(found)[:1] != ["create_app"]:
-        raise _refuse("moto", "DomainDispatcherApplication(create_app) changed")
+        raise refuse("moto", "moto.moto_server.werkzeug_app has no DomainDispatcherApplication")
+    if parameters(lookup) != ["self", "host"]:
+        raise refuse("moto", "DomainDispatcherApplication.get_backend_for_host(self, host) changed")
+    if parameters(found)[:1] != ["create_app"]:
+        raise refuse("moto", "DomainDispatcherApplication(create_app) changed")
     return found
 
 
@@ -61,8 +66,8 @@ def jsonpath_parse() -> tuple[ModuleType, Callable[..., Any]]:
     import jsonpath_ng.ext
 
     parse = getattr(jsonpath_ng.ext, "parse", None)
-    if not callable(parse) or _parameters(parse)[:1] != ["path"]:
-        raise _refuse("jsonpath-ng", "jsonpath_ng.ext.parse(path) is gone or changed")
+    if not callable(parse) or parameters(parse)[:1] != ["path"]:
+        raise refuse("jsonpath-ng", "jsonpath_ng.ext.parse(path) is gone or changed")
     return jsonpath_ng.ext, parse
 
 
@@ -74,11 +79,11 @@ def sqs_clocks() -> tuple[ModuleType, dict[str, Callable[..., float]]]:
     for name in ("unix_time", "unix_time_millis"):
         clock = getattr(sqs_models, name, None)
         if not callable(clock):
-            raise _refuse("moto", f"moto.sqs.models no longer uses {name}")
+            raise refuse("moto", f"moto.sqs.models no longer uses {name}")
         # Ours is a functools.partial over moto's; a second start-up finds it in place.
         original = getattr(clock, "keywords", {}).get("original", clock)
-        if _parameters(original) != ["dt"]:
-            raise _refuse("moto", f"moto.sqs.models.{name}(dt=None) changed")
+        if parameters(original) != ["dt"]:
+            raise refuse("moto", f"moto.sqs.models.{name}(dt=None) changed")
         clocks[name] = clock
     return sqs_models, clocks
 
@@ -91,14 +96,14 @@ def sqs_retention() -> type:
     backend = getattr(sqs_models, "SQSBackend", None)
     check = getattr(backend, "is_message_valid_based_on_retention_period", None)
     if not isinstance(backend, type) or check is None:
-        raise _refuse("moto", "SQSBackend.is_message_valid_based_on_retention_period is gone")
+        raise refuse("moto", "SQSBackend.is_message_valid_based_on_retention_period is gone")
     if hasattr(check, "reads_retention_only"):
         return backend  # ours, from an earlier start-up in this process
-    if _parameters(check) != ["self", "queue_name", "message"]:
-        raise _refuse("moto", "is_message_valid_based_on_retention_period(...) changed")
-    source = _source(check)
+    if parameters(check) != ["self", "queue_name", "message"]:
+        raise refuse("moto", "is_message_valid_based_on_retention_period(...) changed")
+    source = source_of(check)
     if '"MessageRetentionPeriod"' not in source or "message.sent_timestamp" not in source:
-        raise _refuse("moto", "the retention check no longer reads MessageRetentionPeriod")
+        raise refuse("moto", "the retention check no longer reads MessageRetentionPeriod")
     return backend
 
 
@@ -117,16 +122,16 @@ def transaction_copies() -> tuple[ModuleType, Any, type, tuple[type[Exception], 
     write = getattr(backend, "transact_write_items", None)
     if not isinstance(backend, type) or write is None:
         raise _refuse_dynamodb("DynamoDBBackend.transact_write_items is gone")
-    if _parameters(write) != ["self", "transact_items"]:
+    if parameters(write) != ["self", "transact_items"]:
         raise _refuse_dynamodb("DynamoDBBackend.transact_write_items(self, transact_items) changed")
     if not hasattr(write, "rolls_back_items"):
         # The rollback copy must still be `copy.deepcopy` looked up in that module.
-        if "copy.deepcopy(" not in _source(write):
+        if "copy.deepcopy(" not in source_of(write):
             raise _refuse_dynamodb("transact_write_items no longer calls copy.deepcopy")
         if getattr(dynamodb_models, "copy", None) is not __import__("copy"):
             raise _refuse_dynamodb("moto.dynamodb.models no longer imports the copy module")
         # Ours puts the saved items back after exactly the errors moto rolls back for.
-        source = _source(write)
+        source = source_of(write)
         if ("except (MultipleTransactionsException, MockValidationException)" not in source
                 or "raise TransactionCanceledException(errors)" not in source):  # fmt: skip
             raise _refuse_dynamodb("transact_write_items rolls back after other errors")
@@ -139,7 +144,7 @@ def transaction_copies() -> tuple[ModuleType, Any, type, tuple[type[Exception], 
 
 
 def _refuse_dynamodb(problem: str) -> IncompatibleDependency:
-    return _refuse("moto", problem, DYNAMODB)
+    return refuse("moto", problem, DYNAMODB)
 
 
 # moto's Table.query(self, hash_key, range_comparison, range_objs, limit,
@@ -160,11 +165,11 @@ def partition_queries() -> Any:
     if query is None or all_items is None:
         raise _refuse_dynamodb("Table.query or Table.all_items is gone")
     if not hasattr(query, "reads_one_partition"):
-        if _parameters(query)[: len(_QUERY_PARAMETERS)] != _QUERY_PARAMETERS:
+        if parameters(query)[: len(_QUERY_PARAMETERS)] != _QUERY_PARAMETERS:
             raise _refuse_dynamodb("Table.query(self, hash_key, ..., index_name) changed")
-        if _parameters(all_items) != ["self"] or "self.items.values()" not in _source(all_items):
+        if parameters(all_items) != ["self"] or "self.items.values()" not in source_of(all_items):
             raise _refuse_dynamodb("Table.all_items(self) no longer lists self.items")
-        source = _source(query)
+        source = source_of(query)
         if ("for item in self.all_items()" not in source
                 or "item.hash_key == hash_key" not in source):  # fmt: skip
             raise _refuse_dynamodb("Table.query no longer filters all_items() by hash key")
@@ -172,85 +177,65 @@ def partition_queries() -> Any:
 
 
 @dataclass(frozen=True)
-class UpdateValidators:
-    """What the clause-count patch replaces, and the rule it must count by."""
+class AttributeValueShape:
+    """What the response patch replaces (agentq/local/moto_dynamodb.py), and the names
+    moto's attribute picker looks a DynamoDB value's members up by."""
 
-    traverser: Any  # DepthFirstTraverser: its nodes_to_be_processed
-    action_count: Any  # ActionCountValidator: its verify_action_counts and traverse
-    clause_types: tuple[type, ...]  # ADD, REMOVE, SET clauses, in the order moto checks
-    clause_names: tuple[str, ...]
-    descended_types: tuple[type, ...]  # what find_clauses descends into
-    too_many: Callable[[str], Exception]
+    serializer: Any  # the serializer class of DynamoDB's JSON responses
+    picker: Any  # the attribute picker class moto serializes responses with
+    providers: Any  # its default alias providers (the list object)
+    members: frozenset[str]  # AttributeValue's member names: S, N, B, ..., BOOL
 
 
-def update_validators() -> UpdateValidators:
-    """moto's update-expression validators, as the patch found them."""
-    from moto.dynamodb.parsing import ast_nodes as untyped_nodes
-    from moto.dynamodb.parsing import validators
+_STRUCTURE_STEPS: Final = ("ifvalueisNone:return", "ifkey:wrapper:Any=self.MAP_TYPE()",
+                           "formember_key,member_shapeinshape.members.items():",
+                           "member_shape.parent=shape",
+                           "self._serialize_structure_member(wrapper,value,member_shape,member_key)",
+                           "ifkey:self._default_serialize(serialized,wrapper,shape,key)")  # fmt: skip
 
-    ast_nodes: Any = untyped_nodes  # moto's AST module is untyped (`# type: ignore`)
-    traverser: Any = getattr(ast_nodes, "DepthFirstTraverser", None)
-    action_count: Any = getattr(validators, "ActionCountValidator", None)
-    node = getattr(ast_nodes, "Node", None)
-    if not (isinstance(traverser, type) and isinstance(action_count, type) and node):
-        raise _refuse_dynamodb("DepthFirstTraverser, ActionCountValidator or Node is gone")
-    found = UpdateValidators(
-        traverser=traverser,
-        action_count=action_count,
-        clause_types=(
-            ast_nodes.UpdateExpressionAddClause,
-            ast_nodes.UpdateExpressionRemoveClause,
-            ast_nodes.UpdateExpressionSetClause,
-        ),
-        clause_names=("ADD", "REMOVE", "SET"),
-        descended_types=(ast_nodes.Expression, ast_nodes.UpdateExpressionFunction),
-        too_many=validators.TooManyClauses,
-    )
-    if hasattr(found.traverser.nodes_to_be_processed, "built_once"):
+
+def attribute_value_serializer() -> AttributeValueShape:
+    """moto's JSON serializer, whose structure serializer looks each of the ten members
+    of every DynamoDB `AttributeValue` up through six alias providers. The patch looks up
+    only the members a value holds, by their own names: checked here to be the only
+    member names the picker would try for a member of a plain dict."""
+    from moto.core import serialize
+    from moto.core.utils import get_service_model
+
+    serializer: Any = serialize.get_serializer_class("dynamodb", "json")
+    picker: Any = getattr(serialize, "XFormedAttributePicker", None)
+    providers = getattr(serialize, "DEFAULT_ALIAS_PROVIDERS", None)
+    if not (isinstance(serializer, type) and isinstance(picker, type) and providers):
+        raise _refuse_dynamodb("moto's JSON serializer or attribute picker is gone")
+    shape: Any = get_service_model("dynamodb").shape_for("AttributeValue")
+    found = AttributeValueShape(serializer=serializer, picker=picker, providers=providers,
+                                members=frozenset(shape.members))  # fmt: skip
+    serializer = found.serializer  # Any again (isinstance narrowed it to `type`)
+    if hasattr(serializer._serialize_type_structure, "plain_values"):
         return found
-    if "self._processing_map().keys()" not in _source(found.traverser.nodes_to_be_processed):
-        raise _refuse_dynamodb("DepthFirstTraverser.nodes_to_be_processed changed")
-    counting = _source(found.action_count.verify_action_counts).replace(" ", "")
-    checks = [counting.find(f'raiseTooManyClauses("{name}")') for name in found.clause_names]
-    if (-1 in checks or checks != sorted(checks)
-            or any(f"find_clauses([{kind.__name__}])" not in counting
-                   for kind in found.clause_types)):  # fmt: skip
-        raise _refuse_dynamodb("ActionCountValidator no longer counts ADD, REMOVE, SET")
-    rule = _source(node.find_clauses)
-    if not all(part in rule for part in ("type(child) in clause_types",
-                                         "isinstance(child, Expression)",
-                                         "isinstance(child, UpdateExpressionFunction)")):  # fmt: skip
-        raise _refuse_dynamodb("Node.find_clauses counts by another rule")
+    member = code(serialize.ResponseSerializer._serialize_structure_member)
+    structure = code(serialize.ResponseSerializer._serialize_type_structure)
+    json_structure = code(serialize.BaseJSONSerializer._serialize_type_structure)
+    if ("ifshape.is_document_type:" not in json_structure
+            or "super()._serialize_type_structure(serialized,value,shape,key)" not in json_structure
+            or serializer._serialize_type_structure
+            is not serialize.BaseJSONSerializer._serialize_type_structure
+            or not all(step in structure for step in _STRUCTURE_STEPS)):  # fmt: skip
+        raise _refuse_dynamodb("moto serializes a structure another way")
+    if (serializer.get_value is not serialize.ResponseSerializer.get_value
+            or serializer._serialize_structure_member
+            is not serialize.ResponseSerializer._serialize_structure_member
+            or "member_value=self.get_value(value,key,shape)" not in member
+            or "ifmember_valueisnotNone:self._serialize(serialized,member_value,shape,key)"
+            not in member or shape.is_document_type):  # fmt: skip
+        raise _refuse_dynamodb("moto serializes a structure's members another way")
+    for name, member_shape in shape.members.items():
+        context = serialize.AttributePickerContext(
+            obj={}, key=name, shape=member_shape, operation_model=None, service_model=None,
+            key_path="",
+        )  # fmt: skip
+        member_shape.parent = shape  # as moto's structure serializer sets it
+        names = [key for key in picker().get_possible_keys(context) if key in found.members]
+        if set(names) != {name}:
+            raise _refuse_dynamodb(f"moto looks AttributeValue.{name} up by {names}")
     return found
-
-
-def expression_parsers() -> tuple[Any, Any]:
-    """moto's `UpdateExpressionParser` (its `make(expression_str)`, a pure parse) and
-    `ConditionExpressionParser` (its `_lex_condition_expression(self)`, a pure lex of
-    `self.condition_expression` into immutable nodes), whose results the patch keeps."""
-    from moto.dynamodb import comparisons
-    from moto.dynamodb.parsing import expressions, validators
-
-    update: Any = getattr(expressions, "UpdateExpressionParser", None)
-    condition: Any = getattr(comparisons, "ConditionExpressionParser", None)
-    if update is None or condition is None:
-        raise _refuse_dynamodb("UpdateExpressionParser or ConditionExpressionParser is gone")
-    make, lex = getattr(update, "make", None), getattr(condition, "_lex_condition_expression", None)
-    if make is None or lex is None:
-        raise _refuse_dynamodb("UpdateExpressionParser.make or the condition lexer is gone")
-    if not hasattr(make, "remembered"):
-        if _parameters(make) != ["expression_str"] or "cls(token_list).parse()" not in _source(
-            make
-        ):
-            raise _refuse_dynamodb("UpdateExpressionParser.make(expression_str) changed")
-        # A kept tree is shared: only safe while every validator works on its own copy.
-        if "self.node_to_validate = deepcopy(expression)" not in _source(
-            validators.Validator.__init__
-        ):
-            raise _refuse_dynamodb("Validator no longer copies the tree it validates")
-    if not hasattr(lex, "remembered"):
-        module = _source(comparisons)
-        if (_parameters(lex) != ["self"] or "self.condition_expression" not in _source(lex)
-                or "children=[]" not in module or ".children.append(" in module):  # fmt: skip
-            raise _refuse_dynamodb("the condition lexer no longer makes plain, unshared nodes")
-    return update, condition

@@ -10,6 +10,7 @@ import jsonpath_ng.ext
 import moto.dynamodb.models as dynamodb_models
 import moto.sqs.models as sqs_models
 import pytest
+from moto.core import serialize
 from moto.dynamodb.comparisons import ConditionExpressionParser
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.parsing import ast_nodes as untyped_ast_nodes
@@ -33,7 +34,13 @@ def keep_moto_originals(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("query", "all_items"):
         monkeypatch.setattr(Table, name, getattr(Table, name))
     traverser = ast_nodes.DepthFirstTraverser
-    monkeypatch.setattr(traverser, "nodes_to_be_processed", traverser.nodes_to_be_processed)
+    for name in ("nodes_to_be_processed", "traverse_node_recursively", "process"):
+        monkeypatch.setattr(traverser, name, getattr(traverser, name))
+    monkeypatch.setattr(validators, "deepcopy", validators.deepcopy)
+    json = serialize.get_serializer_class("dynamodb", "json")
+    monkeypatch.setattr(json, "_serialize_type_structure", json._serialize_type_structure)
+    overlaps = validators.OverlappingPathsValidator
+    monkeypatch.setattr(overlaps, "traverse", overlaps.traverse)
     counting = validators.ActionCountValidator
     for name in ("verify_action_counts", "traverse"):
         monkeypatch.setattr(counting, name, getattr(counting, name))
