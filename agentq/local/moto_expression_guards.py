@@ -153,7 +153,7 @@ def validation_walks() -> ValidationWalks:
                       ast_nodes.UpdateExpressionDeleteAction),
     )  # fmt: skip
     current = getattr(validators, "deepcopy", None)
-    if current is not copy.deepcopy and getattr(current, "__name__", "") != "copy":
+    if current is not copy.deepcopy and not getattr(current, "copies_kept_trees", False):
         raise _refuse_expressions("moto's validators no longer copy with copy.deepcopy")
     nodes = [kind for kind in vars(ast_nodes).values()
              if isinstance(kind, type) and issubclass(kind, node)]  # fmt: skip

@@ -125,10 +125,12 @@ def _count_clauses_once(found: moto_expression_guards.UpdateValidators) -> None:
 
 
 class _Templates:
-    """The kept trees' pickles, by tree: `copy` stands in for `deepcopy` in moto's
-    validators module, and copies a kept tree by unpickling its template. Anything else
+    """The kept trees' pickles, by tree: it stands in for `deepcopy` in moto's validators
+    module, and copies a kept tree by unpickling its template. Anything else
     (a tree being checked, a value) is deep-copied as before: only a kept tree is known
     never to change."""
+
+    copies_kept_trees: Final = True  # what moto_expression_guards knows it by
 
     def __init__(self, deepcopy: Callable[..., Any]) -> None:
         self._deepcopy = deepcopy
@@ -143,7 +145,7 @@ class _Templates:
             self._pickles.pop(next(iter(self._pickles)))
         self._pickles[id(tree)] = (tree, pickled)  # the tree is held: its id stays its own
 
-    def copy(self, value: Any, memo: Any = None) -> Any:
+    def __call__(self, value: Any, memo: Any = None) -> Any:
         found = self._pickles.get(id(value)) if memo is None else None
         if found is not None and found[0] is value:
             return pickle.loads(found[1])
@@ -173,7 +175,7 @@ def _remember_parses(update_parser: Any, condition_parser: Any,
 
         make_once.remembered = True  # type: ignore[attr-defined]
         update_parser.make = classmethod(make_once)
-        walks.validators.deepcopy = templates.copy
+        walks.validators.deepcopy = templates
     if not hasattr(condition_parser._lex_condition_expression, "remembered"):
         lex = condition_parser._lex_condition_expression
         tokens: dict[str, tuple[Any, ...]] = {}
