@@ -19,8 +19,9 @@ It also takes the cost out of moto's hot spots, none of which changes what moto 
   of ten from a 600-message queue: 104 ms, the server busy throughout): the period is
   read from the queue;
 - DynamoDB's costs that grow with the table or the expression rather than the request:
-  transactions' rollback copies, queries' sort of the whole table, and quadratic
-  update-expression checks (agentq.local.moto_dynamodb).
+  transactions' rollback copies, queries' sort of the whole table, every value of a
+  response looked up under every type's names (agentq.local.moto_dynamodb), and update
+  expressions copied, walked and checked many times over (agentq.local.moto_expressions).
 
 Each patch's target is checked before anything is patched (agentq/local/moto_guards.py):
 a moto that moved one refuses to start, naming its version, rather than run unpatched
