@@ -3,7 +3,7 @@ in-process, not the local server a test run may point at."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jsonpath_ng.ext
@@ -57,3 +57,14 @@ def in_process_moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.setenv(key, "testing")
     yield
+
+
+def assert_answers_as_moto(answers: Callable[[Any], Any], case: Any) -> None:
+    """`answers(case)` the same without and with the launcher's patches."""
+    from agentq.local.moto_server import speed_up_moto
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        keep_moto_originals(monkeypatch)
+        plain = answers(case)
+        speed_up_moto()
+        assert answers(case) == plain

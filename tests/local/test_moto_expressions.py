@@ -25,7 +25,11 @@ from moto.core import serialize
 from moto.dynamodb.parsing import ast_nodes as untyped_ast_nodes
 from moto.dynamodb.parsing import validators
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
-from moto_support import in_process_moto, keep_moto_originals  # noqa: F401 (a fixture)
+from moto_support import (  # noqa: F401 (in_process_moto: a fixture)
+    assert_answers_as_moto,
+    in_process_moto,
+    keep_moto_originals,
+)
 
 from agentq.errors import IncompatibleDependency
 from agentq.local.moto_server import speed_up_moto
@@ -143,11 +147,7 @@ def _overlap_answers(expressions: list[str]) -> list[Any]:
 @settings(max_examples=40, deadline=None, database=None)
 @given(expressions=_overlapping)
 def test_overlapping_paths_fail_as_in_moto(expressions: list[str]) -> None:
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        keep_moto_originals(monkeypatch)
-        plain = _overlap_answers(expressions)
-        speed_up_moto()
-        assert _overlap_answers(expressions) == plain
+    assert_answers_as_moto(_overlap_answers, expressions)
 
 
 def test_a_tree_without_overlaps_is_checked_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -230,11 +230,7 @@ def _response_answers(items: list[dict[str, Any]]) -> list[Any]:
 @settings(max_examples=40, deadline=None, database=None)
 @given(items=_items)
 def test_responses_carry_every_kind_of_value_as_moto_does(items: list[dict[str, Any]]) -> None:
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        keep_moto_originals(monkeypatch)
-        plain = _response_answers(items)
-        speed_up_moto()
-        assert _response_answers(items) == plain
+    assert_answers_as_moto(_response_answers, items)
 
 
 def test_a_value_is_read_by_its_own_members(monkeypatch: pytest.MonkeyPatch) -> None:
