@@ -1,10 +1,10 @@
 """moto's DynamoDB with its costs made proportional to the request, not the table.
 
 The local server runs one DynamoDB request at a time (agentq.local.moto_server), so
-each request's cost is a wait for every other worker's lock, heartbeat and finalize. A
-profile of the tenant-limit benchmark (650 tasks, A limited to 2) found three costs
-that grow with what the table or the expression holds, and one paid again on every
-request, none needed for moto's answer:
+each request's cost is a wait for every other worker's lock, heartbeat and finalize.
+Profiles of the tenant-limit benchmark (650 tasks, A limited to 2) found costs that grow
+with what the table or the expression holds, and some paid again on every request, none
+needed for moto's answer:
 
 - **TransactWriteItems deep-copied the whole table once per item**, for a rollback. It
   now saves only the items the transaction names and puts them back when moto rolls
@@ -19,8 +19,9 @@ request, none needed for moto's answer:
   alias providers: a value's own members are read directly (see the patch below).
 
 Every target is checked before it is patched (agentq.local.moto_guards), and
-tests/local/test_moto_guards.py and test_moto_parses.py show moto answers the same with
-and without each patch (Hypothesis properties for the update and condition expressions).
+tests/local/test_moto_guards.py, test_moto_parses.py and test_moto_expressions.py show
+moto answers the same with and without each patch (Hypothesis properties for the update
+and condition expressions and for every kind of value a response carries).
 """
 
 from __future__ import annotations
