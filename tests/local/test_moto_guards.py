@@ -27,7 +27,11 @@ from moto.dynamodb.parsing import ast_nodes as untyped_ast_nodes
 from moto.dynamodb.parsing import validators
 from moto.moto_server import werkzeug_app
 from moto.moto_server.werkzeug_app import create_backend_app
-from moto_support import in_process_moto, keep_moto_originals  # noqa: F401 (a fixture)
+from moto_support import (  # noqa: F401 (in_process_moto: a fixture)
+    assert_answers_as_moto,
+    in_process_moto,
+    keep_moto_originals,
+)
 
 from agentq.errors import IncompatibleDependency
 from agentq.local.moto_server import _dispatcher, speed_up_moto
@@ -256,11 +260,7 @@ def _update_answers(expressions: list[str]) -> list[Any]:
 @settings(max_examples=60, deadline=None, database=None)
 @given(expressions=_expressions)
 def test_update_expressions_answer_as_moto_does(expressions: list[str]) -> None:
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        keep_moto_originals(monkeypatch)
-        plain = _update_answers(expressions)
-        speed_up_moto()
-        assert _update_answers(expressions) == plain
+    assert_answers_as_moto(_update_answers, expressions)
 
 
 def test_update_expressions_with_two_repeated_keywords_fail_as_in_moto(
