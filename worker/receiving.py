@@ -9,7 +9,10 @@ went straight back (worker.cooling). Neither runs anything.
 
 A watcher's long poll that asked for free slots only may outlive them: another receive
 fills them before its message comes. Such a message is marked `pass_on`, and the
-consumer passes it to the fleet rather than hold it for a hand-over here.
+consumer passes it to the fleet rather than hold it for a hand-over here. Nor does the
+receive loop long-poll a watched tier beside its watcher (worker.scheduler): it takes
+only a backlog already waiting there, and while only watched tiers are open to it (the
+lowest cools) and none is believed to have work, it waits instead of receiving.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from worker.tiers import TierReceiver
 logger = logging.getLogger(__name__)
 
 RECEIVE_ERROR_BACKOFF_S: Final = 1.0
-# How often a paused watcher looks again whether the overdue tier has had its turn.
+# How often a paused watcher looks again whether the overdue tier has had its turn, and a
+# receive loop with nothing to pick whether a watched tier's backlog has come in.
 WATCH_PAUSE_S: Final = 0.2
 
 # (message, tier, starving, pass_on) -> whether it went straight back (its tenant
@@ -94,6 +98,14 @@ class Receiving:
                     continue
                 pick, messages = self._tiers.receive(rooms, max_wait_s=self._cooling.remaining_s())
                 if pick is None:
+                    # Only watched tiers are open (the lowest cools) and none is believed
+                    # to have work: the watchers' polls take what comes. Until the cooled
+                    # tier opens, or a watcher's receive finds a backlog (bounded, so a
+                    # receive's estimate is looked at again within WATCH_PAUSE_S).
+                    if self._cooling.remaining_s() is None:
+                        self._stopping.wait(WATCH_PAUSE_S)
+                    else:
+                        self._cooling.wait(timeout_s=WATCH_PAUSE_S)
                     continue
                 try:
                     self._received(messages, pick.tier, starving=pick.overdue)

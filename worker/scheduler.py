@@ -17,7 +17,13 @@ costs few receives while another tier keeps the slots busy.
 *Watched* tiers (every tier above the lowest, when there are several) have a long poll
 of their own always outstanding in the receiver (worker/tiers.py): a message arriving
 there is in hand at once, so the scheduler never probes them and counts them as having
-work only while their backlog is above zero (or not known yet).
+work only while their backlog is above zero (or not known yet). Nor does it long-poll
+them: what arrives there is for the watchers, which ask for free slots only. The
+receiver asks for its prefetch too, and a message its long poll caught on a busy worker
+would wait there for a hand-over while another worker's watcher, with a free slot, was
+waiting for it (docs/scheduling.md). So a watched tier's known backlog is a short poll
+(what already waits), and when only watched tiers are open (the lowest cools) and none
+is believed to have work, there is nothing to pick.
 
 Modes:
 - ``strict``: the highest tier that has (or may have) work, always.
@@ -164,7 +170,8 @@ class Scheduler:
         return self.probe_s * (1 << doublings)
 
     def pick(self, now: float, room: Mapping[str, int] | None = None) -> Pick | None:
-        """The tier to receive from now; None when no tier has room (`room[tier]` ≤ 0)."""
+        """The tier to receive from now; None when no tier has room (`room[tier]` ≤ 0),
+        or only watched tiers have, none of them believed to have work."""
         open_tiers = [t for t in self.tiers if room is None or room.get(t, 0) > 0]
         if not open_tiers:
             return None
@@ -176,7 +183,9 @@ class Scheduler:
             # Every tier believed empty: long-poll the unwatched ones in turn, highest
             # first, each for a share of the wait, so new work on any tier is seen within
             # one wait (the watched tiers' own long polls see theirs at once).
-            idle = [t for t in open_tiers if t not in self.watched] or open_tiers
+            idle = [t for t in open_tiers if t not in self.watched]
+            if not idle:
+                return None  # only watched tiers are open: theirs are the watchers' polls
             unwatched = [t for t in self.tiers if t not in self.watched] or self.tiers
             tier = idle[self._idle_turn % len(idle)]
             self._idle_turn += 1
@@ -191,8 +200,9 @@ class Scheduler:
         state = self.state[tier]
         probe = state.backlog is not None and state.backlog <= 0
         # A known backlog returns at once from a 1 s long poll (which, unlike a short
-        # poll, asks every SQS server); a probe of a tier believed empty must not stall.
-        wait_s = 0 if probe else 1
+        # poll, asks every SQS server); a probe of a tier believed empty must not stall,
+        # and a watched tier's new arrivals are its watcher's (module doc).
+        wait_s = 0 if probe or tier in self.watched else 1
         return self._polled(Pick(tier=tier, wait_s=wait_s, probe=probe, overdue=bool(overdue)), now)
 
     def overdue(self, now: float) -> list[str]:

@@ -216,8 +216,12 @@ def test_a_watched_tier_is_never_probed_and_goes_first_once_its_backlog_is_known
     pick = chooser.pick(now + later)
     assert pick is not None
     if pick.tier in WATCHED:
-        # Its own long poll finds arrivals: the receiver only takes a known backlog.
+        # Its own long poll finds arrivals: the receiver only takes a known backlog, with
+        # a short poll (a long one would catch arrivals meant for other workers' slots).
         assert counts[TIERS.index(pick.tier)] > 0 and not pick.probe
+        assert pick.wait_s == 0
+    elif counts[TIERS.index(pick.tier)] > 0:
+        assert pick.wait_s == 1, "an unwatched tier's known backlog: a 1 s long poll"
     if mode == "strict":
         known = [t for t, c in zip(TIERS, counts, strict=True) if c > 0 and t in WATCHED]
         if known:
@@ -418,6 +422,27 @@ def test_the_watchers_wait_while_a_starvation_turn_is_being_received() -> None:
     assert receiver.may_watch("high")
 
 
+@given(
+    counts=backlogs,
+    mode=st.sampled_from(MODES),
+    rooms=st.lists(st.integers(min_value=1, max_value=10), min_size=2, max_size=2),
+)
+def test_while_the_lowest_tier_cools_the_receiver_takes_only_a_known_watched_backlog(
+    counts: list[int], mode: str, rooms: list[int]
+) -> None:
+    """With the lowest tier cooling (worker.cooling), what the receiver could poll is
+    the watched tiers, whose arrivals are their watchers' (for free slots). So it picks
+    one only for a backlog already known there, with a short poll; otherwise nothing."""
+    chooser = scheduler(mode, watched=WATCHED, starvation_s=1e9)
+    chooser.refreshed(dict(zip(TIERS, counts, strict=True)), now=0.0)
+    pick = chooser.pick(5.0, {"high": rooms[0], "normal": rooms[1], "low": 0})
+    known = [t for t, c in zip(TIERS, counts, strict=True) if c > 0 and t in WATCHED]
+    if not known:
+        assert pick is None, "no poll of a watched tier beside its watcher"
+        return
+    assert pick is not None and pick.tier in known and pick.wait_s == 0 and not pick.probe
+
+
 def test_a_capped_receive_never_long_polls_past_the_cap() -> None:
     """While a tier cools (worker.cooling) the receiver may pick another; its long poll
     must end by the time the cooled tier opens again, not after an idle 20 s."""
@@ -432,7 +457,7 @@ def test_a_capped_receive_never_long_polls_past_the_cap() -> None:
                          queue_urls="high=https://q/high,normal=https://q/normal,low=https://q/low")  # fmt: skip
     receiver = TierReceiver(settings_, sqs=Sqs())
     receiver.scheduler.refreshed(dict.fromkeys(TIERS, 0), now=time.monotonic())
-    rooms = {"high": 1, "normal": 1, "low": 0}  # low cools
+    rooms = {"high": 1, "normal": 0, "low": 1}  # normal cools
     receiver.receive(rooms)
     receiver.receive(rooms, max_wait_s=2)
     assert asked[0] > 2, "uncapped, every open tier believed empty: a long idle poll"
