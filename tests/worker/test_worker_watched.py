@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -24,6 +26,22 @@ from worker.cooling import TierCooling
 from worker.intake import Intake
 from worker.receiving import Receiving
 from worker.tiers import TierReceiver
+
+
+@contextmanager
+def receives_sent(stack: Stack, tiers: TierReceiver) -> Iterator[list[tuple[str, str, int]]]:
+    """Every ReceiveMessage the client sends, as (thread, tier, WaitTimeSeconds)."""
+    sent: list[tuple[str, str, int]] = []
+
+    def record(params: dict[str, Any], **_: Any) -> None:
+        tier = next(t for t, url in tiers.urls.items() if url == params["QueueUrl"])
+        sent.append((threading.current_thread().name, tier, params["WaitTimeSeconds"]))
+
+    stack.sqs.meta.events.register("provide-client-params.sqs.ReceiveMessage", record)
+    try:
+        yield sent
+    finally:
+        stack.sqs.meta.events.unregister("provide-client-params.sqs.ReceiveMessage", record)
 
 
 class CountedCooling(TierCooling):
@@ -46,13 +64,6 @@ def test_while_the_lowest_tier_cools_only_the_watchers_poll_the_watched_tiers(
     monkeypatch.setenv("WAIT_TIME_SECONDS", "1")  # the watchers' polls end soon after the stop
     settings = Settings.from_env()
     tiers = TierReceiver(settings, sqs=stack.sqs)
-    polls: list[tuple[str, str, int]] = []  # (thread, tier, WaitTimeSeconds) as sent
-
-    def record(params: dict[str, Any], **_: Any) -> None:
-        tier = next(t for t, url in tiers.urls.items() if url == params["QueueUrl"])
-        polls.append((threading.current_thread().name, tier, params["WaitTimeSeconds"]))
-
-    stack.sqs.meta.events.register("provide-client-params.sqs.ReceiveMessage", record)
     tiers.scheduler.refreshed(dict.fromkeys(tiers.tiers, 0), now=time.monotonic())
     cooling = CountedCooling()
     cooling.cool("low", 600.0)  # a limited tenant's flood, parked full here
@@ -68,24 +79,24 @@ def test_while_the_lowest_tier_cools_only_the_watchers_poll_the_watched_tiers(
         cool=lambda tier: None, note_route=lambda handle, url: None,
         accept=accept, stopping=stopping,
     )  # fmt: skip
-    receiving.start()
-    try:
-        send(stack, "sample-echo", {"text": "urgent"}, priority="high")
-        wait_for(lambda: accepted, timeout=20, message="the high task received")
-        assert accepted == [("high", "watch-high")], "a watcher's, for a free slot"
-        wait_for(lambda: cooling.receiver_waits >= 5, timeout=20,
-                 message="the receive loop waiting on the cooled tier")  # fmt: skip
-        assert not [p for p in polls if p[0] == "receiver"], (
-            "nothing to pick while only watched tiers are open and believed empty"
-        )
-        cooling.warm()  # a task of the parked tenant ended: the lowest tier opens
-        wait_for(lambda: ("receiver", "low") in {(p[0], p[1]) for p in polls}, timeout=20,
-                 message="the receive loop back on the lowest tier")  # fmt: skip
-        assert all(p[1] == "low" for p in polls if p[0] == "receiver")
-    finally:
-        stopping.set()
-        receiving.join(by=time.monotonic() + 10)
-        stack.sqs.meta.events.unregister("provide-client-params.sqs.ReceiveMessage", record)
+    with receives_sent(stack, tiers) as polls:
+        receiving.start()
+        try:
+            send(stack, "sample-echo", {"text": "urgent"}, priority="high")
+            wait_for(lambda: accepted, timeout=20, message="the high task received")
+            assert accepted == [("high", "watch-high")], "a watcher's, for a free slot"
+            wait_for(lambda: cooling.receiver_waits >= 5, timeout=20,
+                     message="the receive loop waiting on the cooled tier")  # fmt: skip
+            assert not [p for p in polls if p[0] == "receiver"], (
+                "nothing to pick while only watched tiers are open and believed empty"
+            )
+            cooling.warm()  # a task of the parked tenant ended: the lowest tier opens
+            wait_for(lambda: ("receiver", "low") in {(p[0], p[1]) for p in polls}, timeout=20,
+                     message="the receive loop back on the lowest tier")  # fmt: skip
+            assert all(p[1] == "low" for p in polls if p[0] == "receiver")
+        finally:
+            stopping.set()
+            receiving.join(by=time.monotonic() + 10)
 
 
 @pytest.mark.timeout(60)
@@ -96,18 +107,16 @@ def test_a_known_watched_backlog_is_taken_with_a_short_poll_and_then_left_alone(
     takes what does, without waiting for arrivals, and an empty answer ends the belief."""
     settings = Settings.from_env()
     tiers = TierReceiver(settings, sqs=stack.sqs)
-    waits: list[int] = []
-    stack.sqs.meta.events.register(
-        "provide-client-params.sqs.ReceiveMessage",
-        lambda params, **_: waits.append(params["WaitTimeSeconds"]),
-    )
     tiers.scheduler.refreshed(dict.fromkeys(tiers.tiers, 0), now=time.monotonic())
     waiting = send(stack, "sample-echo", {"text": "queued"}, priority="high")
     tiers.scheduler.received("high", asked=1, got=1, now=time.monotonic())  # a full batch
     rooms = {"high": 2, "normal": 2, "low": 0}
-    pick, messages = tiers.receive(rooms)
-    assert pick is not None and pick.tier == "high"
-    assert [json.loads(m["Body"])["requestId"] for m in messages] == [waiting.request_id]
-    assert waits == [0], "a short poll: what waits, never an arrival for another worker"
-    assert tiers.receive(rooms) == (None, []), "drained: left to the watcher"
-    assert waits == [0]
+    with receives_sent(stack, tiers) as polls:
+        pick, messages = tiers.receive(rooms)
+        assert pick is not None and pick.tier == "high"
+        assert [json.loads(m["Body"])["requestId"] for m in messages] == [waiting.request_id]
+        assert [wait for *_, wait in polls] == [0], (
+            "a short poll: what waits, never an arrival for another worker"
+        )
+        assert tiers.receive(rooms) == (None, []), "drained: left to the watcher"
+        assert len(polls) == 1
