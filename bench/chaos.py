@@ -268,6 +268,9 @@ def run(
             f"{config.min_drain_givebacks if config.faults else 0} drain give-backs"
         )
     (work_dir / "kills.json").write_text(json.dumps([k.__dict__ for k in killer.kills], indent=1))
+    freezes = [{**f.__dict__, "request_ids": f.request_ids and sorted(f.request_ids)}
+               for f in killer.freezes]  # fmt: skip
+    (work_dir / "freezes.json").write_text(json.dumps(freezes, indent=1))
     report.duplicates_sent = len([p for p in planned if p.kind == "duplicate"])
     report.violations.extend(killer.errors)
     runs = read_side_log(side_log)

@@ -58,7 +58,7 @@ def verify_faults(
     tasks = TaskStore(ddb, table)
     events = EventStore(ddb, table, app_name=stage.resources.names.app_name)
     results = ResultReader(stage.clients["s3"], stage.resources.bucket)
-    runs = executions_of(side_log, kills, fenced_children(fleet))
+    runs = executions_of(side_log, kills, fenced_children(fleet), freezes)
     frozen = frozen_windows(freezes)
     checker = _Checker(tasks, events, results, report, max_attempts)
     for item in planned:

@@ -23,6 +23,7 @@ Workers get their environment from `env` plus `per_worker[name]` (a clock offset
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 import signal
@@ -76,7 +77,8 @@ class Killer:
         self._thread = threading.Thread(target=self._loop, name="killer", daemon=True)
         self._incarnations: Counter[str] = Counter()
         self._ids: dict[str, str] = {}
-        self._frozen: dict[str, tuple[int, ...]] = {}  # worker name -> stopped pids
+        # Worker name -> (its Freeze's index in `freezes`, the stopped pids).
+        self._frozen: dict[str, tuple[int, tuple[int, ...]]] = {}
         self._frozen_lock = threading.Lock()
         self._resumers: list[threading.Timer] = []
         self.kills: list[Kill] = []
@@ -102,6 +104,7 @@ class Killer:
         self._thread.join(timeout=60)
         for timer in self._resumers:
             timer.cancel()
+            timer.join(timeout=THAW_WATCH_S + 5)  # a resume under way records its thaw
         for name in list(self._frozen):
             self._resume(name)  # nothing may stay stopped past the run
         if self.began is not None and self.ended is None:
@@ -250,11 +253,12 @@ class Killer:
         for pid in children:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGSTOP)
-        with self._frozen_lock:
-            self._frozen[worker.name] = tuple(children)
         at = time.time()
-        self.freezes.append(Freeze(at=at, until=at + self._strikes.freeze_s, worker=worker.name,
-                                   worker_id=self._ids[worker.name], pids=tuple(children)))  # fmt: skip
+        with self._frozen_lock:
+            self._frozen[worker.name] = (len(self.freezes), tuple(children))
+            self.freezes.append(Freeze(at=at, until=at + self._strikes.freeze_s,
+                                       worker=worker.name, worker_id=self._ids[worker.name],
+                                       pids=tuple(children)))  # fmt: skip
         timer = threading.Timer(self._strikes.freeze_s, self._resume, args=(worker.name,))
         timer.daemon = True
         self._resumers.append(timer)
@@ -262,10 +266,12 @@ class Killer:
 
     def _resume(self, name: str) -> None:
         with self._frozen_lock:
-            children = self._frozen.pop(name, None)
-        if children is None:
+            frozen = self._frozen.pop(name, None)
+        if frozen is None:
             return
+        index, children = frozen
         worker = next(w for w in self._fleet if w.name == name)
+        watched = _processes(children)  # before they wake: a pid reused later is not theirs
         for pid in children:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGCONT)
@@ -273,10 +279,48 @@ class Killer:
             os.kill(worker.pid, signal.SIGCONT)
         at = time.time()
         # The record says when they really woke (a timer can fire late on a busy host).
-        for index, freeze in enumerate(self.freezes):
-            if freeze.worker == name and freeze.until >= at - 60 and freeze.pids == children:
-                self.freezes[index] = Freeze(at=freeze.at, until=at, worker=freeze.worker,
-                                             worker_id=freeze.worker_id, pids=freeze.pids)  # fmt: skip
+        # Only this freeze's: the same worker may be frozen again with the same spares.
+        self.freezes[index] = dataclasses.replace(self.freezes[index], until=at)
+        # A child whose lease lapsed while it was stopped ends itself as it wakes, too soon
+        # for its task to record the end: when it was seen gone is the only record of it.
+        ended = (*((pid, at) for pid in children if pid not in watched),
+                 *seen_gone(list(watched.values()), THAW_WATCH_S))  # fmt: skip
+        self.freezes[index] = dataclasses.replace(self.freezes[index], ended=ended)
+
+
+# How long a resume watches its thawed children end (their watchdog acts at once; a busy
+# host may take a while to run them). One still running then has no recorded end.
+THAW_WATCH_S = 5.0
+
+
+def _processes(pids: tuple[int, ...]) -> dict[int, psutil.Process]:
+    found: dict[int, psutil.Process] = {}
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            found[pid] = psutil.Process(pid)
+    return found
+
+
+def _gone(proc: psutil.Process) -> bool:
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def seen_gone(procs: list[psutil.Process], within_s: float) -> list[tuple[int, float]]:
+    """(pid, when) for each process seen ended (or a zombie) within `within_s`: an upper
+    bound on when it ended, late by at most one 10 ms poll."""
+    ended: list[tuple[int, float]] = []
+    deadline = time.monotonic() + within_s
+    while procs:
+        for proc in [p for p in procs if _gone(p)]:
+            ended.append((proc.pid, time.time()))
+            procs.remove(proc)
+        if not procs or time.monotonic() >= deadline:
+            break
+        time.sleep(0.01)
+    return ended
 
 
 def spares_of(worker: WorkerProcess) -> list[psutil.Process]:

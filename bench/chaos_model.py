@@ -72,6 +72,10 @@ class Freeze:
     # None: every task the worker held. A drain strikes only the tasks its log names
     # (given back, released, or still being locked when its time ran out).
     request_ids: frozenset[str] | None = None
+    # (pid, when) for each frozen child seen gone after the thaw: a child whose lease
+    # lapsed while it was stopped ends itself at once (its watchdog SIGKILLs its group,
+    # too soon for the task to record its end), so this is its execution's only end.
+    ended: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass

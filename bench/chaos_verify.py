@@ -49,16 +49,25 @@ def executions_of(
     side_log: Sequence[Mapping[str, Any]],
     kills: Sequence[Kill],
     fenced: Mapping[int, float] | None = None,
+    freezes: Sequence[Freeze] = (),
 ) -> dict[str, list[Execution]]:
     """Executions per task, from the side log; one without an end line is bounded by the
-    kill that ended it, or by the worker's record of a fenced child it ended (a lease
-    about to lapse leaves too little grace for the task to record its end)."""
-    killed_at: dict[int, float] = {}
+    earliest record of its child's end: the kill that ended it, the worker's record of a
+    fenced child it ended (a lease about to lapse leaves too little grace for the task to
+    record its end), or the child seen gone after a freeze (its watchdog ended it)."""
+    ended_by: dict[int, float] = {}
+
+    def bound(pid: int, at: float) -> None:
+        ended_by[pid] = min(at, ended_by.get(pid, at))
+
     for kill in kills:
         for pid in kill.pids:
-            killed_at.setdefault(pid, kill.at)
+            bound(pid, kill.at)
     for pid, at in (fenced or {}).items():
-        killed_at.setdefault(pid, at)
+        bound(pid, at)
+    for freeze in freezes:
+        for pid, at in freeze.ended:
+            bound(pid, at)
     runs: dict[tuple[str, int, int], Execution] = {}
     for line in side_log:
         key = (line["requestId"], int(line["attempt"]), int(line["pid"]))
@@ -68,8 +77,8 @@ def executions_of(
             runs[key].end, runs[key].outcome = float(line["t"]), str(line["outcome"])
     by_task: dict[str, list[Execution]] = {}
     for execution in runs.values():
-        if execution.end is None and execution.pid in killed_at:
-            execution.end, execution.outcome = killed_at[execution.pid], "killed"
+        if execution.end is None and execution.pid in ended_by:
+            execution.end, execution.outcome = ended_by[execution.pid], "killed"
         by_task.setdefault(execution.request_id, []).append(execution)
     for executions in by_task.values():
         executions.sort(key=lambda e: e.start)
@@ -97,7 +106,7 @@ def verify(
     table = stage.resources.table_name
     store = TaskStore(ddb, table)
     events = EventStore(ddb, table, app_name=stage.resources.names.app_name)
-    runs = executions_of(side_log, kills, fenced_children(fleet))
+    runs = executions_of(side_log, kills, fenced_children(fleet), freezes)
     violations = report.violations
     report.worker_kills = sum(1 for k in kills if not k.child_only)
     report.child_kills = sum(1 for k in kills if k.child_only)

@@ -4,7 +4,9 @@ Every task appends to a side log (`input.side_log`) one JSON line when it starts
 one when it ends, each shorter than PIPE_BUF and written with O_APPEND, so lines of
 concurrent children never interleave. A SIGTERM (timeout, lost lease) is recorded as an
 end with outcome "terminated"; a start line without an end line is an execution that was
-SIGKILLed, and the harness bounds it by the kill it recorded.
+SIGKILLed, and the harness bounds it by the earliest record of its end: the kill it
+struck, the worker's "fenced child ended" line, or the moment it saw the child gone
+after thawing it (a child whose lease lapsed while frozen ends itself as it wakes).
 
 The child's process start time (from /proc) is in the start line too, so a benchmark
 can see how long the interpreter took before the task code ran.
