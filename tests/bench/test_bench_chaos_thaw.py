@@ -12,8 +12,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
 import psutil
 import pytest
@@ -106,53 +107,59 @@ WAKES_AND_ENDS = "import os, signal, time\nsignal.signal(signal.SIGCONT, lambda 
     "print('ready', flush=True)\ntime.sleep(60)\n"  # fmt: skip
 
 
-def test_the_killer_records_when_each_thawed_child_ended() -> None:
-    worker = subprocess.Popen(["sleep", "60"])
-    child = subprocess.Popen([sys.executable, "-c", WAKES_AND_ENDS], stdout=subprocess.PIPE,
-                             start_new_session=True)  # fmt: skip
-    assert child.stdout is not None and child.stdout.readline() == b"ready\n"
-    fleet = [cast(WorkerProcess, SimpleNamespace(name="w0", pid=worker.pid))]
-    killer = Killer(fleet, {}, Strikes(freeze_s=600.0), random.Random(1))
+@dataclass
+class Rig:
+    """A killer whose one worker ("w0") is a stand-in process; every process started
+    through `start` is killed at the end."""
+
+    killer: Killer
+    worker: WorkerProcess
+    started: list[subprocess.Popen[bytes]]
+
+    def start(self, *command: str, **options: Any) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(list(command), start_new_session=True, **options)
+        self.started.append(proc)
+        return proc
+
+
+@pytest.fixture
+def rig() -> Iterator[Rig]:
+    stand_in = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    worker = cast(WorkerProcess, SimpleNamespace(name="w0", pid=stand_in.pid))
+    killer = Killer([worker], {}, Strikes(freeze_s=600.0), random.Random(1))
     killer._ids["w0"] = "w0.1"
-    try:
-        killer._freeze(fleet[0], [child.pid])
-        assert psutil.Process(child.pid).status() == psutil.STATUS_STOPPED
-        killer._resume("w0")
-        (freeze,) = killer.freezes
-        assert [pid for pid, _ in freeze.ended] == [child.pid]
-        assert freeze.at <= freeze.until <= freeze.ended[0][1]
-        assert child.wait(timeout=10) == 0
-        assert psutil.Process(worker.pid).status() != psutil.STATUS_STOPPED
-    finally:
-        for timer in killer._resumers:
-            timer.cancel()
-        for proc in (worker, child):
-            proc.kill()
-            proc.wait(timeout=10)
+    setup = Rig(killer=killer, worker=worker, started=[stand_in])
+    yield setup
+    for timer in killer._resumers:
+        timer.cancel()
+    for proc in setup.started:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_the_killer_records_when_each_thawed_child_ended(rig: Rig) -> None:
+    child = rig.start(sys.executable, "-c", WAKES_AND_ENDS, stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+    rig.killer._freeze(rig.worker, [child.pid])
+    assert psutil.Process(child.pid).status() == psutil.STATUS_STOPPED
+    rig.killer._resume("w0")
+    (freeze,) = rig.killer.freezes
+    assert [pid for pid, _ in freeze.ended] == [child.pid]
+    assert freeze.at <= freeze.until <= freeze.ended[0][1]
+    assert child.wait(timeout=10) == 0
+    assert psutil.Process(rig.worker.pid).status() != psutil.STATUS_STOPPED
 
 
 def test_a_second_freeze_of_the_same_spares_leaves_the_first_record_alone(
-    monkeypatch: pytest.MonkeyPatch,
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker frozen twice with the same idle spares: each resume dates its own freeze
     (the first's span, stretched to the second's thaw, would hide any overlap between)."""
-    monkeypatch.setattr("bench.chaos_killer.THAW_WATCH_S", 0.2)  # the spares live on
-    worker, spare = (subprocess.Popen(["sleep", "60"], start_new_session=True) for _ in "ws")
-    fleet = [cast(WorkerProcess, SimpleNamespace(name="w0", pid=worker.pid))]
-    killer = Killer(fleet, {}, Strikes(freeze_s=600.0), random.Random(1))
-    killer._ids["w0"] = "w0.1"
-    try:
-        killer._freeze(fleet[0], [spare.pid])
-        killer._resume("w0")
-        first = killer.freezes[0]
-        killer._freeze(fleet[0], [spare.pid])
-        killer._resume("w0")
-        assert killer.freezes[0] == first and first.ended == ()
-        second = killer.freezes[1]
-        assert first.at <= first.until <= second.at <= second.until
-    finally:
-        for timer in killer._resumers:
-            timer.cancel()
-        for proc in (worker, spare):
-            proc.kill()
-            proc.wait(timeout=10)
+    monkeypatch.setattr("bench.chaos_killer.THAW_WATCH_S", 0.2)  # the spare lives on
+    spare = rig.start("sleep", "60")
+    for _ in range(2):
+        rig.killer._freeze(rig.worker, [spare.pid])
+        rig.killer._resume("w0")
+    first, second = rig.killer.freezes
+    assert first.ended == () and second.ended == ()
+    assert first.at <= first.until <= second.at <= second.until
