@@ -21,24 +21,30 @@ if TYPE_CHECKING:
 
 
 class CallCounter:
-    """Counts AWS API calls per (service, operation); safe across threads."""
+    """Counts AWS API calls per (service, operation), in all and per calling thread (so a
+    worker can tell its heartbeat's share); safe across threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: Counter[tuple[str, str]] = Counter()
+        self._counts: Counter[tuple[str, str, str]] = Counter()  # (thread, service, op)
 
     def attach(self, client: Any) -> Any:
         client.meta.events.register("before-call", self._count)
         return client
 
     def _count(self, model: Any, **_: Any) -> None:
-        key = (model.service_model.service_name, model.name)
+        key = (threading.current_thread().name, model.service_model.service_name, model.name)
         with self._lock:
             self._counts[key] += 1
 
-    def snapshot(self) -> dict[str, int]:
+    def snapshot(self, *, thread: str | None = None) -> dict[str, int]:
+        """`service:Operation` -> calls, of every thread or of the threads named `thread`."""
+        totals: Counter[str] = Counter()
         with self._lock:
-            return {f"{service}:{op}": n for (service, op), n in sorted(self._counts.items())}
+            for (name, service, op), n in self._counts.items():
+                if thread is None or name == thread:
+                    totals[f"{service}:{op}"] += n
+        return dict(sorted(totals.items()))
 
     def total(self) -> int:
         with self._lock:

@@ -188,10 +188,11 @@ def stop_all(fleet: Iterable[WorkerProcess], timeout_s: float = 60.0) -> list[di
     return stats
 
 
-def merge_calls(stats: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+def merge_calls(stats: Iterable[Mapping[str, Any]], key: str = "awsCalls") -> dict[str, int]:
+    """The workers' call counts summed (`key`: "awsCalls", or "heartbeatCalls")."""
     total: dict[str, int] = {}
     for entry in stats:
-        for op, n in entry.get("awsCalls", {}).items():
+        for op, n in entry.get(key, {}).items():
             total[op] = total.get(op, 0) + int(n)
     return dict(sorted(total.items()))
 

@@ -24,7 +24,7 @@ from worker.batcher import SqsBatcher
 from worker.consumer import Consumer, ExitCode
 from worker.eventbatch import EventBatcher
 from worker.handler import MessageHandler
-from worker.heartbeat import Heartbeat
+from worker.heartbeat import HEARTBEAT_THREAD, Heartbeat
 from worker.inflight import InFlightRegistry
 from worker.isolation import ChildUser
 from worker.protection import ScaleInProtection
@@ -74,6 +74,8 @@ class Worker:
             "scheduler": self.consumer.tiers.stats(),
             "awsCalls": self.counter.snapshot(),
             "awsCallsTotal": self.counter.total(),
+            # The heartbeat's own calls (its events go out with the rest, in `awsCalls`).
+            "heartbeatCalls": self.counter.snapshot(thread=HEARTBEAT_THREAD),
         }
 
 

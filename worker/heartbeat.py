@@ -32,6 +32,7 @@ from worker.leasefile import lease_times
 from worker.liveness import touch
 from worker.queues import QueueRoutes
 
+HEARTBEAT_THREAD: Final = "heartbeat"  # the worker's stats count this thread's calls apart
 MAX_EXTENSION_FAILURES: Final = 3
 RENEWAL_RETRY_S: Final = 1.0  # at least this long between tries after a failed renewal
 logger = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class Heartbeat:
         self._inflight = inflight
         self._worker_id = worker_id
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=HEARTBEAT_THREAD, daemon=True)
         self.beats = 0
         self._renewal_failed = False
 

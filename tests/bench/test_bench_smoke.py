@@ -20,6 +20,15 @@ def test_bench_smoke_requests_per_task_solves_both_costs(moto_server: MotoServer
     assert result["runs"]["long"]["heartbeats"] > 0, result["runs"]["long"]
     assert result["per_task"] > 0 and result["per_heartbeat"] > 0
     assert result["seed_per_task"] == 6 and result["seed_per_heartbeat"] == 2
+    # The heartbeat's own calls, per beat: one visibility batch and at most one lease
+    # transaction for the messages it holds (one queue here), nothing per task.
+    beat = result["heartbeat"]
+    assert beat["beats"] > 0 and 0 < beat["held_per_beat"] <= 2, beat
+    per_beat = beat["calls_per_beat"]
+    assert set(per_beat) <= {"sqs:ChangeMessageVisibilityBatch", "dynamodb:TransactWriteItems"}
+    assert 0 < per_beat["sqs:ChangeMessageVisibilityBatch"] <= 1, beat
+    assert per_beat.get("dynamodb:TransactWriteItems", 0) <= 1, beat
+    assert 0 < beat["put_events_per_event"] <= 1 and beat["per_task_interval"] > 0, beat
     assert requests_per_task.seed_cost(200, 30) == 200 * 6 + 30 * 2
     assert report.table("requests_per_task", result) is not None
 
