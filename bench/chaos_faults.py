@@ -33,8 +33,8 @@ from agentq.local.workers import WorkerProcess
 from agentq.states import TaskState
 from agentq.store.events import EventStore
 from agentq.store.tasks import TaskRecord, TaskStore
+from bench.chaos_executions import executions_of, fenced_children, frozen_windows, overlap_s
 from bench.chaos_model import TERMINAL_EVENTS, ChaosReport, Freeze, Kill, Planned, PlannedJob
-from bench.chaos_verify import executions_of, fenced_children, frozen_windows, overlap_s
 from bench.stack import Stage
 
 _JOB_CLOSE_EVENTS = ("Job Completed", "Job Failed")

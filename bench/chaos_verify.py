@@ -9,7 +9,6 @@ import itertools
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +19,13 @@ from agentq.local.workers import WorkerProcess
 from agentq.states import TaskState
 from agentq.store.events import EventStore
 from agentq.store.tasks import TaskRecord, TaskStore
+from bench.chaos_executions import (
+    Execution,
+    executions_of,
+    fenced_children,
+    frozen_windows,
+    overlap_s,
+)
 from bench.chaos_model import (
     EXPECTED,
     MARKER,
@@ -31,60 +37,10 @@ from bench.chaos_model import (
     Planned,
 )
 from bench.stack import Stage
-from worker.leasefile import FENCE_MESSAGE, FENCED_MESSAGE, WATCHDOG_LINE
+from worker.leasefile import FENCE_MESSAGE, WATCHDOG_LINE
 
 
 # -- verifying ---------------------------------------------------------------------------
-@dataclass
-class Execution:
-    request_id: str
-    attempt: int
-    pid: int
-    start: float
-    end: float | None = None
-    outcome: str | None = None
-
-
-def executions_of(
-    side_log: Sequence[Mapping[str, Any]],
-    kills: Sequence[Kill],
-    fenced: Mapping[int, float] | None = None,
-    freezes: Sequence[Freeze] = (),
-) -> dict[str, list[Execution]]:
-    """Executions per task, from the side log; one without an end line is bounded by the
-    earliest record of its child's end: the kill that ended it, the worker's record of a
-    fenced child it ended (a lease about to lapse leaves too little grace for the task to
-    record its end), or the child seen gone after a freeze (its watchdog ended it)."""
-    ended_by: dict[int, float] = {}
-
-    def bound(pid: int, at: float) -> None:
-        ended_by[pid] = min(at, ended_by.get(pid, at))
-
-    for kill in kills:
-        for pid in kill.pids:
-            bound(pid, kill.at)
-    for pid, at in (fenced or {}).items():
-        bound(pid, at)
-    for freeze in freezes:
-        for pid, at in freeze.ended:
-            bound(pid, at)
-    runs: dict[tuple[str, int, int], Execution] = {}
-    for line in side_log:
-        key = (line["requestId"], int(line["attempt"]), int(line["pid"]))
-        if line["event"] == "start":
-            runs[key] = Execution(key[0], key[1], key[2], float(line["t"]))
-        elif key in runs:
-            runs[key].end, runs[key].outcome = float(line["t"]), str(line["outcome"])
-    by_task: dict[str, list[Execution]] = {}
-    for execution in runs.values():
-        if execution.end is None and execution.pid in ended_by:
-            execution.end, execution.outcome = ended_by[execution.pid], "killed"
-        by_task.setdefault(execution.request_id, []).append(execution)
-    for executions in by_task.values():
-        executions.sort(key=lambda e: e.start)
-    return by_task
-
-
 def verify(
     stage: Stage,
     planned: Sequence[Planned],
@@ -239,16 +195,6 @@ def verify(
                 report.child_fences += 1
 
 
-def fenced_children(fleet: Sequence[WorkerProcess]) -> dict[int, float]:
-    """Child pid -> when its worker had ended it for a lease about to lapse."""
-    ended: dict[int, float] = {}
-    for worker in fleet:
-        for record in worker.log_records():
-            if record.get("message") == FENCED_MESSAGE:
-                ended[int(record["pid"])] = float(record["at"])
-    return ended
-
-
 def _struck_while_held(
     record: TaskRecord, kills: Sequence[Kill], freezes: Sequence[Freeze], lease_s: float
 ) -> bool:
@@ -326,32 +272,6 @@ def _check_terminal_events(
         )
     elif TERMINAL_EVENTS[terminal[0]] is not record.state:
         violations.append(f"{rid}: event {terminal[0]} disagrees with state {record.state.value}")
-
-
-def frozen_windows(freezes: Sequence[Freeze]) -> dict[int, list[tuple[float, float]]]:
-    """Child pid -> the (from, to) spans it spent stopped."""
-    windows: dict[int, list[tuple[float, float]]] = {}
-    for freeze in freezes:
-        for pid in freeze.pids:
-            windows.setdefault(pid, []).append((freeze.at, freeze.until))
-    return windows
-
-
-def overlap_s(
-    before: Execution,
-    after: Execution,
-    frozen: Mapping[int, Sequence[tuple[float, float]]],
-    horizon: float,
-) -> float:
-    """How long `before` still ran once `after` had started (its frozen time excluded)."""
-    end = min(before.end if before.end is not None else horizon,
-              after.end if after.end is not None else horizon)  # fmt: skip
-    if end <= after.start:
-        return 0.0
-    stopped = sum(
-        max(0.0, min(end, to) - max(after.start, since)) for since, to in frozen.get(before.pid, ())
-    )
-    return max(0.0, end - after.start - stopped)
 
 
 def _check_executions(

@@ -22,9 +22,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentq.local.workers import WorkerProcess
+from bench.chaos_executions import executions_of, frozen_windows, overlap_s
 from bench.chaos_killer import Killer, Strikes, seen_gone
 from bench.chaos_model import Freeze, Kill
-from bench.chaos_verify import executions_of, frozen_windows, overlap_s
 
 # The run that found the gap, its times shifted: attempt 2 (pid 11) started at 11.07 and
 # was frozen with its worker from 12.0 to 24.91; attempt 3 (pid 12) took the lapsed lease

@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 
 from agentq.states import TaskState
 from agentq.store.records import TaskRecord
+from bench.chaos_executions import Execution, frozen_windows, overlap_s
 from bench.chaos_killer import Killer, Strikes
 from bench.chaos_model import Freeze, Kill
-from bench.chaos_verify import Execution, _struck_while_held, frozen_windows, overlap_s
+from bench.chaos_verify import _struck_while_held
 
 times = st.floats(min_value=0, max_value=100, allow_nan=False)
 
