@@ -59,7 +59,8 @@ class Receiving(BaseSettings):
         "PREFETCH_HORIZON",
         2_000,
         "Prefetch (ms): a receive also takes the messages this worker expects to start "
-        "within this time at its recent rate (0: only free slots).",
+        "within this time, at the rate its slots have lately been freeing (0: only free "
+        "slots).",
         "worker",
         ge=0,
         le=600_000,

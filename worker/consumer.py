@@ -178,7 +178,9 @@ class Consumer:
         `pass_on`: a watcher's long poll asked for free slots only (worker.receiving). If
         they filled before its message came, the message goes back to the fleet at once
         as a fresh copy, where another worker's long poll for a free slot may take it
-        now; here it would wait for a hand-over. Once only: a copy stays where it lands."""
+        now; here it would wait for a hand-over. The receive loop's message goes back too
+        when it finds the slots full and the buffer already holding the prefetch (another
+        receive took the free slots it asked for). Once only: a copy stays where it lands."""
         # Which message, its receive count and, for a copy, the message it replaced: what
         # the chaos verdict reads to tell a fresh copy from a receive spent in place.
         logger.info("message received", extra=message_log(message))
@@ -218,7 +220,8 @@ class Consumer:
             self.slots.gate(held)
             held[2].add_done_callback(lambda _: self._gate_decided(held))
             return False
-        if pass_on and not is_copy(message) and self.slots.full():
+        surplus = self.slots.full() if pass_on else self.slots.surplus()
+        if surplus and not is_copy(message):
             self._inflight.remove(entry)
             logger.info("message passed on", extra=message_log(message))
             self._batcher.requeue(message, 0, at_once=True)

@@ -5,12 +5,16 @@ settle chain after that (upload, finalize, event, delete) runs without holding t
 so the next task starts while the last one is still being written down.
 
 The receiver asks SQS when a free slot would otherwise idle or the prefetch runs below
-half its size, for the free slots plus the prefetch: as many messages as this worker has
-been starting per `PREFETCH_HORIZON` (recent rate). A freed slot takes the next
-prefetched message at once, and one receive serves several tasks when tasks are short. When tasks are long the rate,
-and so the prefetch, falls to zero: a message never waits long in a worker that cannot
-start it while another worker idles. Prefetched messages are in the in-flight registry,
-so the heartbeat keeps them invisible until they start. Each is validated and locked
+half its size, for the free slots plus the prefetch: as many messages as this worker's
+slots have been freeing per `PREFETCH_HORIZON` (the recent rate of child ends). A freed
+slot takes the next prefetched message at once, and one receive serves several tasks
+when tasks are short. When tasks are long the rate, and so the prefetch, falls to zero:
+a message never waits long in a worker that cannot start it while another worker idles.
+The rate counts ends, not starts: filling empty slots (a worker just started, or idle
+when a burst arrives) says nothing about how soon one frees, and counting those starts
+had a fresh worker lock one more message per slot behind tasks that ran for minutes.
+Prefetched messages are in the in-flight registry, so the heartbeat keeps them
+invisible until they start. Each is validated and locked
 while it waits (the consumer's `prepare`), so the lock's round trip is not on the slot's
 path either; the heartbeat renews that lease like a running task's.
 
@@ -85,7 +89,7 @@ class Intake:
         self._busy = 0
         self._buffer: deque[Held] = deque()
         self._gated: set[int] = set()  # id() of buffered entries whose lock is pending
-        self._starts: deque[float] = deque()
+        self._frees: deque[float] = deque()  # when each child ended (its slot freed)
         self._born = clock()
         self._cond = threading.Condition()
 
@@ -167,24 +171,33 @@ class Intake:
         return max(0, len(self._buffer) - self._parked())
 
     def _prefetch(self) -> int:
-        """Messages this worker expects to start within the horizon (recent rate)."""
+        """Messages this worker expects to start within the horizon: as many as its slots
+        freed in a horizon, at the recent rate."""
         if self._horizon <= 0:
             return 0
         now = self._clock()
-        while self._starts and self._starts[0] < now - RATE_WINDOW_S:
-            self._starts.popleft()
+        while self._frees and self._frees[0] < now - RATE_WINDOW_S:
+            self._frees.popleft()
         window = min(RATE_WINDOW_S, max(now - self._born, 1.0))
         # At most one per slot: a worker killed while holding prefetched locks costs each
         # of those tasks an attempt. With the receiver woken at every hand-over that
         # lowers the buffer, one per slot keeps the slots busy (bench/saturation.py:
         # 1.02-1.03 even, 1.05 uneven; two per slot measured within 0.01 of that).
-        return min(self.size, int(len(self._starts) / window * self._horizon))
+        return min(self.size, int(len(self._frees) / window * self._horizon))
 
     # -- messages in and out -------------------------------------------------------------
     def full(self) -> bool:
         """Every slot is busy: an arriving message would wait for a hand-over."""
         with self._cond:
             return self._busy >= self.size
+
+    def surplus(self) -> bool:
+        """Every slot is busy and the buffer already holds what this worker expects to
+        start within the horizon: an arriving message would wait here behind running
+        tasks while another worker may have a free slot. (Two receivers asked for the
+        same free slots: a watcher and the receive loop, say, at a worker's start.)"""
+        with self._cond:
+            return self._busy >= self.size and self._ready() >= self._prefetch()
 
     def offer(self, held: Held, prepare: Callable[[Held], Held] | None = None) -> bool:
         """A received message: True if a slot took it (the caller starts it now).
@@ -235,8 +248,8 @@ class Intake:
     def release(self) -> Held | None:
         """A slot's child ended: the next buffered message keeps the slot, or it frees."""
         with self._cond:
+            self._frees.append(self._clock())
             if self._ready():
-                self._starts.append(self._clock())
                 # The buffer may now be below its refill mark: wake the receiver, or it
                 # would only notice at its next wait's timeout.
                 self._cond.notify_all()
@@ -286,4 +299,3 @@ class Intake:
 
     def _take(self) -> None:
         self._busy += 1
-        self._starts.append(self._clock())

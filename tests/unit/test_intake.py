@@ -62,6 +62,34 @@ def test_prefetch_follows_the_recent_start_rate_and_fades() -> None:
     assert intake.wait_wanted(0) == 1, "no recent starts: no prefetch"
 
 
+def test_filling_empty_slots_buys_no_prefetch_until_one_frees() -> None:
+    """A fresh worker fills its slots at once: that says nothing about how soon one frees
+    (agent tasks run for minutes), so nothing more is locked behind them meanwhile."""
+    clock = Clock()
+    intake = Intake(4, horizon_s=2.0, clock=clock)
+    for n in range(4):
+        clock.now += 0.05
+        assert intake.offer(held(n))
+    assert intake.wait_wanted(0) == 0, "every slot busy, none freed yet: nothing to ask"
+    clock.now += 0.5
+    assert intake.release() is None
+    # One end in the first second, a horizon of two: the free slot and two more.
+    assert intake.wait_wanted(0) == 1 + 2
+
+
+def test_a_message_is_surplus_once_the_slots_are_full_and_the_prefetch_is_held() -> None:
+    clock = Clock()
+    intake = Intake(1, horizon_s=2.0, clock=clock)
+    assert not intake.surplus(), "a free slot"
+    assert intake.offer(held(1))
+    assert intake.surplus(), "busy, and no slot has freed yet: nothing is expected to start"
+    clock.now += 0.5
+    assert intake.release() is None and intake.offer(held(2))
+    assert not intake.surplus(), "a slot freed lately: one may wait for the next"
+    assert not intake.offer(held(3))
+    assert intake.surplus(), "that place is taken"
+
+
 def test_slow_starts_prefetch_nothing() -> None:
     clock = Clock()
     intake = Intake(3, horizon_s=1.0, clock=clock)

@@ -44,8 +44,10 @@ class Clock:
 
 
 def test_a_locked_gate_takes_a_free_slot_or_waits_for_the_next() -> None:
-    # One start a second, a horizon of one second: one message may wait for a slot.
+    # A slot freed within the last second, a horizon of one second: one message may wait
+    # for a slot.
     intake = Intake(1, horizon_s=1.0, clock=Clock())
+    assert intake.offer(held(0)) and intake.release() is None
     first, second = held(1), held(2)
     intake.gate(first)
     intake.gate(second)

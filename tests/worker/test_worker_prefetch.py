@@ -84,3 +84,36 @@ def test_a_prefetched_message_waits_invisible_and_goes_back_at_drain(stack: Stac
     assert released is not None and released.state is TaskState.RETRYING
     assert released.attempt == 0, "the attempt it never ran is not counted"
     assert queue_counts(stack) == (1, 0)
+
+
+@pytest.mark.timeout(240)
+def test_a_fresh_worker_leaves_the_long_tasks_it_cannot_start_to_the_next_worker(
+    stack: Stack,
+) -> None:
+    """Two slots per worker and four 20 s tasks. The first worker fills its slots and,
+    with nothing ended yet, locks nothing more behind them (it used to take two more at
+    its start rate); the second worker, started after, runs the other two at once."""
+    events = EventLog(stack)
+    env = {"MAX_CONCURRENT_CLAUDE": "2", "PREFETCH_HORIZON": "2000", "WARM_CHILDREN": "0"}
+    tasks = [TaskEnvelope(request_id=new_id(), tenant="acme", definition="sample-sleep",
+                          input={"seconds": 20}) for _ in range(4)]  # fmt: skip
+
+    def started() -> list[TaskEnvelope]:
+        return [t for t in tasks if events.of(t.request_id, "Task Processing Started")]
+
+    def completed() -> list[TaskEnvelope]:
+        return [t for t in tasks if events.of(t.request_id, "Task Completed")]
+
+    with running_worker(stack, "first", **env):
+        stack.sqs.send_message_batch(
+            QueueUrl=stack.resources.queue_url,
+            Entries=[{"Id": str(n), "MessageBody": t.to_body(),
+                      "MessageAttributes": t.message_attributes()}
+                     for n, t in enumerate(tasks)],
+        )  # fmt: skip
+        wait_for(lambda: len(started()) == 2, timeout=60, message="the first worker's two")
+        with running_worker(stack, "second", **env):
+            wait_for(lambda: len(started()) == 4 or completed(), timeout=120,
+                     message="all four started, or one completed")  # fmt: skip
+            assert not completed(), "the last two waited for the first worker's slots"
+            assert len(started()) == 4
