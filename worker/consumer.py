@@ -36,7 +36,7 @@ from worker.heartbeat import Heartbeat
 from worker.inflight import InFlight, InFlightRegistry
 from worker.intake import BUFFER_AGE_FIRST_S, Held, Intake
 from worker.limited import LimitedTenants
-from worker.receiving import Receiving
+from worker.receiving import PassOn, Receiving
 from worker.tiers import TierReceiver
 
 logger = logging.getLogger(__name__)
@@ -170,17 +170,23 @@ class Consumer:
 
     # -- placing what was received ----------------------------------------------------
     def _accept(
-        self, message: dict[str, Any], tier: str, *, starving: bool = False, pass_on: bool = False
+        self,
+        message: dict[str, Any],
+        tier: str,
+        *,
+        starving: bool = False,
+        pass_on: PassOn = "never",
     ) -> bool:
         """Place a received message; True if it went straight back (its tenant parked
         full here), which the receive loop counts to cool its tier (worker.cooling).
 
-        `pass_on`: a watcher's long poll asked for free slots only (worker.receiving). If
-        they filled before its message came, the message goes back to the fleet at once
-        as a fresh copy, where another worker's long poll for a free slot may take it
-        now; here it would wait for a hand-over. The receive loop's message goes back too
-        when it finds the slots full and the buffer already holding the prefetch (another
-        receive took the free slots it asked for). Once only: a copy stays where it lands."""
+        `pass_on` (worker.receiving): "if_full", a watcher's long poll asked for free slots
+        only. If they filled before its message came, the message goes back to the fleet
+        at once as a fresh copy, where another worker's long poll for a free slot may take
+        it now; here it would wait for a hand-over. "if_surplus", the receive loop's: it
+        goes back when it finds the slots full and the buffer already holding the
+        prefetch (another receive took the free slots it asked for). Once only: a copy
+        stays where it lands."""
         # Which message, its receive count and, for a copy, the message it replaced: what
         # the chaos verdict reads to tell a fresh copy from a receive spent in place.
         logger.info("message received", extra=message_log(message))
@@ -220,8 +226,8 @@ class Consumer:
             self.slots.gate(held)
             held[2].add_done_callback(lambda _: self._gate_decided(held))
             return False
-        surplus = self.slots.full() if pass_on else self.slots.surplus()
-        if surplus and not is_copy(message):
+        surplus = {"if_full": self.slots.full, "if_surplus": self.slots.surplus}.get(pass_on)
+        if surplus is not None and not is_copy(message) and surplus():
             self._inflight.remove(entry)
             logger.info("message passed on", extra=message_log(message))
             self._batcher.requeue(message, 0, at_once=True)

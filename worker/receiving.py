@@ -8,8 +8,10 @@ every message to `accept` (the consumer places it) and cool a tier whose whole r
 went straight back (worker.cooling). Neither runs anything.
 
 A watcher's long poll that asked for free slots only may outlive them: another receive
-fills them before its message comes. Such a message is marked `pass_on`, and the
-consumer passes it to the fleet rather than hold it for a hand-over here. Nor does the
+fills them before its message comes. Such a message is marked `pass_on="if_full"`, and
+the consumer passes it to the fleet rather than hold it for a hand-over here; the
+receive loop's messages are `"if_surplus"` (passed on only if the buffer already holds
+the prefetch too), and a reserve place's or a starvation turn's are `"never"`. Nor does the
 receive loop long-poll a watched tier beside its watcher (worker.scheduler): it takes
 only a backlog already waiting there, and while only watched tiers are open to it (the
 lowest cools) and none is believed to have work, it waits instead of receiving.
@@ -21,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from worker.cooling import TierCooling
 from worker.intake import Intake
@@ -34,9 +36,12 @@ RECEIVE_ERROR_BACKOFF_S: Final = 1.0
 # receive loop with nothing to pick whether a watched tier's backlog has come in.
 WATCH_PAUSE_S: Final = 0.2
 
+# When a received message that cannot start here at once goes back to the fleet (module
+# doc): "if_full" every slot is busy, "if_surplus" the prefetch is held too, or "never".
+PassOn = Literal["never", "if_full", "if_surplus"]
 # (message, tier, starving, pass_on) -> whether it went straight back (its tenant
-# parked full). pass_on: a watcher's, asked for free slots only (module doc).
-Accept = Callable[[dict[str, Any], str, bool, bool], bool]
+# parked full).
+Accept = Callable[[dict[str, Any], str, bool, PassOn], bool]
 
 
 class Receiving:
@@ -78,7 +83,7 @@ class Receiving:
                 thread.join(timeout=max(0.0, by - time.monotonic()))
 
     def _received(
-        self, messages: list[dict[str, Any]], tier: str, *, starving: bool, pass_on: bool = False
+        self, messages: list[dict[str, Any]], tier: str, *, starving: bool, pass_on: PassOn
     ) -> None:
         for message in messages:
             self._note_route(message["ReceiptHandle"], self._tiers.urls[tier])
@@ -108,7 +113,9 @@ class Receiving:
                         self._cooling.wait(timeout_s=WATCH_PAUSE_S)
                     continue
                 try:
-                    self._received(messages, pick.tier, starving=pick.overdue)
+                    # A starvation turn's message must reach a slot here: it stays.
+                    self._received(messages, pick.tier, starving=pick.overdue,
+                                   pass_on="never" if pick.overdue else "if_surplus")  # fmt: skip
                 finally:
                     if pick.overdue:
                         self._tiers.turn_taken()
@@ -130,7 +137,7 @@ class Receiving:
                     self._cooling.wait(timeout_s=0.5)
                     continue
                 self._received(self._tiers.watch(tier, asked), tier, starving=False,
-                               pass_on=reserved == 0)  # fmt: skip
+                               pass_on="if_full" if reserved == 0 else "never")  # fmt: skip
             except Exception:
                 logger.exception("receive failed; retrying", extra={"tier": tier})
                 self._stopping.wait(RECEIVE_ERROR_BACKOFF_S)

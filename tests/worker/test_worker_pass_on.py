@@ -16,6 +16,7 @@ from agentq.local.workers import SAMPLE_DEFINITIONS
 from worker.app import build
 from worker.batcher import REQUEUED_FROM
 from worker.inflight import InFlight
+from worker.receiving import PassOn
 
 
 def receive_high(stack: Stack) -> dict[str, Any]:
@@ -36,14 +37,17 @@ def receive_high(stack: Stack) -> dict[str, Any]:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("pass_on", "full", "copy", "passed"), [
-    (True, True, False, True),  # asked for a free slot that filled: passed on
-    (True, False, False, False),  # its slot is still free: it starts here
-    (False, True, False, False),  # received for a reserve place: it waits here
-    (True, True, True, False),  # already passed on once: it stays
+    ("if_full", True, False, True),  # asked for a free slot that filled: passed on
+    ("if_full", False, False, False),  # its slot is still free: it starts here
+    ("never", True, False, False),  # received for a reserve place: it waits here
+    ("if_full", True, True, False),  # already passed on once: it stays
+    # The receive loop's, every slot busy and none freed yet (no prefetch): passed on.
+    ("if_surplus", True, False, True),
+    ("if_surplus", False, False, False),  # a free slot: it starts here
 ])  # fmt: skip
 def test_a_watched_message_that_finds_its_free_slot_taken_is_passed_on_at_once(
     inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch,
-    pass_on: bool, full: bool, copy: bool, passed: bool,
+    pass_on: PassOn, full: bool, copy: bool, passed: bool,
 ) -> None:  # fmt: skip
     monkeypatch.setenv("WARM_CHILDREN", "false")
     # A window far longer than the test's wait: a pass-on must not wait for companions.

@@ -24,7 +24,7 @@ from worker_support import send
 from agentq.config import Settings
 from worker.cooling import TierCooling
 from worker.intake import Intake
-from worker.receiving import Receiving
+from worker.receiving import PassOn, Receiving
 from worker.tiers import TierReceiver
 
 
@@ -69,7 +69,7 @@ def test_while_the_lowest_tier_cools_only_the_watchers_poll_the_watched_tiers(
     cooling.cool("low", 600.0)  # a limited tenant's flood, parked full here
     accepted: list[tuple[str, str]] = []
 
-    def accept(message: dict[str, Any], tier: str, *_: bool) -> bool:
+    def accept(message: dict[str, Any], tier: str, starving: bool, pass_on: PassOn) -> bool:
         accepted.append((tier, threading.current_thread().name))
         return False  # placed, not sent straight back
 
