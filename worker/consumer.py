@@ -226,8 +226,11 @@ class Consumer:
             self.slots.gate(held)
             held[2].add_done_callback(lambda _: self._gate_decided(held))
             return False
-        surplus = {"if_full": self.slots.full, "if_surplus": self.slots.surplus}.get(pass_on)
-        if surplus is not None and not is_copy(message) and surplus():
+        if (
+            pass_on != "never"
+            and not is_copy(message)
+            and (self.slots.full() if pass_on == "if_full" else self.slots.surplus())
+        ):
             self._inflight.remove(entry)
             logger.info("message passed on", extra=message_log(message))
             self._batcher.requeue(message, 0, at_once=True)

@@ -14,9 +14,9 @@ The rate counts ends, not starts: filling empty slots (a worker just started, or
 when a burst arrives) says nothing about how soon one frees, and counting those starts
 had a fresh worker lock one more message per slot behind tasks that ran for minutes.
 Prefetched messages are in the in-flight registry, so the heartbeat keeps them
-invisible until they start. Each is validated and locked
-while it waits (the consumer's `prepare`), so the lock's round trip is not on the slot's
-path either; the heartbeat renews that lease like a running task's.
+invisible until they start. Each is validated and locked while it waits (the
+consumer's `prepare`), so the lock's round trip is not on the slot's path either; the
+heartbeat renews that lease like a running task's.
 
 With priority tiers (docs/scheduling.md) a freed slot takes the highest-priority
 buffered message: one received on its tier's starvation turn (weighted mode) goes first;

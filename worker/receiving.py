@@ -11,10 +11,10 @@ A watcher's long poll that asked for free slots only may outlive them: another r
 fills them before its message comes. Such a message is marked `pass_on="if_full"`, and
 the consumer passes it to the fleet rather than hold it for a hand-over here; the
 receive loop's messages are `"if_surplus"` (passed on only if the buffer already holds
-the prefetch too), and a reserve place's or a starvation turn's are `"never"`. Nor does the
-receive loop long-poll a watched tier beside its watcher (worker.scheduler): it takes
-only a backlog already waiting there, and while only watched tiers are open to it (the
-lowest cools) and none is believed to have work, it waits instead of receiving.
+the prefetch too), and a reserve place's or a starvation turn's are `"never"`. Nor
+does the receive loop long-poll a watched tier beside its watcher (worker.scheduler):
+it takes only a backlog already waiting there, and while only watched tiers are open to
+it (the lowest cools) and none is believed to have work, it waits instead of receiving.
 """
 
 from __future__ import annotations
