@@ -2,7 +2,7 @@
 
 No I/O and no clock of its own: the receiver tells it what each receive returned and
 what a periodic `GetQueueAttributes` said, passes `now`, and asks `pick(now, room)`.
-So it is tested as a pure function of those observations (tests/unit/test_scheduler.py).
+So it is tested as a pure function of those observations (tests/unit/test_scheduler_policy.py).
 
 Backlog is an *estimate*, never a request per receive: a full batch means more is
 probably there (the estimate drops by what was taken, but not below 1), a short or empty
