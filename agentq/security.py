@@ -47,9 +47,15 @@ _REDACTIONS: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (re.compile(r"\b\d{12}\b(?=\.dkr\.ecr|:role/|:user/)"), "[ACCOUNT]"),
     # E-mail addresses.
     (re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}"), "[REDACTED_EMAIL]"),
-    # Long opaque secrets (40-char AWS secrets, JWTs) standing alone.
+    # Long opaque secrets (40-char AWS secrets, JWTs) standing alone. An AWS secret is
+    # random base64: it has upper and lower case letters (all but one in 10^9 do). A run
+    # of one case is an id, a hash or a path (`<request id>/attempt-1` is 40 characters),
+    # and redacting it would cut the key out of an error's S3 path.
     (re.compile(r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}"), "[REDACTED_JWT]"),
-    (re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"), "[REDACTED_SECRET]"),
+    (re.compile(
+        r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
+        r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
+    ), "[REDACTED_SECRET]"),
 )  # fmt: skip
 
 _CONTROL: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")

@@ -73,3 +73,25 @@ def test_a_sanitized_message_is_bounded_text_any_aws_call_can_carry(
     cleaned.encode("utf-8")
     assert len(cleaned) <= limit
     assert not any((ord(c) < 0x20 and c not in "\t\n\r") or c == "\x7f" for c in cleaned)
+
+
+BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/+"
+AWS_SECRET_SHAPED = st.text(st.sampled_from(BASE64), min_size=40, max_size=40).filter(
+    lambda key: any(c.isupper() for c in key) and any(c.islower() for c in key)
+)
+HEX_ID = st.text(st.sampled_from("0123456789abcdef"), min_size=32, max_size=32)
+
+
+@CHECKS
+@given(key=AWS_SECRET_SHAPED, before=st.sampled_from(["", "key ", "(", "secret='"]))
+def test_a_standalone_aws_secret_shape_is_redacted(key: str, before: str) -> None:
+    assert key not in security.sanitize_error_message(f"{before}{key} rest", limit=10_000)
+
+
+@CHECKS
+@given(request_id=HEX_ID, attempt=st.integers(1, 9), prefix=st.sampled_from(["idem-", ""]))
+def test_an_artifact_path_keeps_its_request_id(request_id: str, attempt: int, prefix: str) -> None:
+    # `<request id>/attempt-N` is 40 characters of the secret alphabet, in one case.
+    path = f"s3://agentq-artifacts/task/default/{prefix}{request_id}/attempt-{attempt}/out.json"
+    message = f"agent trace '{path}' not found"
+    assert security.sanitize_error_message(message, limit=10_000) == message
