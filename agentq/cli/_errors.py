@@ -109,7 +109,7 @@ def describe(exc: BaseException) -> Failure:
     if isinstance(exc, NotFound):
         return Failure(EXIT_NOT_FOUND, "not_found", _one_line(exc), _not_found_hint(exc))
     if isinstance(exc, InvalidInput):
-        return Failure(EXIT_INVALID, "invalid", _one_line(exc))
+        return Failure(EXIT_INVALID, "invalid", _one_line(exc), _invalid_hint(exc))
     botocore_failure = _describe_botocore(exc)
     if botocore_failure is not None:
         return botocore_failure
@@ -119,6 +119,15 @@ def describe(exc: BaseException) -> Failure:
         f"unexpected {type(exc).__name__}: {_one_line(exc)}",
         "run again with `agentq --debug ...` for the traceback",
     )
+
+
+def _invalid_hint(exc: InvalidInput) -> str:
+    # Most problems name the field and what it must be; these two need a command to fix.
+    if exc.problem.startswith("unknown task definition"):
+        return "`agentq definitions list` names the definitions this stage has"
+    if exc.problem.startswith("is required by the prompt of"):
+        return "add it to --input; `agentq definitions show NAME` shows the prompt"
+    return ""
 
 
 def _not_found_hint(exc: NotFound) -> str:

@@ -84,13 +84,18 @@ def print_task(record: TaskRecord) -> None:
         if name == "costUsd":
             shown = money(float(value))
         elif name == "durationMs":
-            shown = f"{int(value) / 1000:.1f}s"
+            shown = duration(int(value))
         elif name == "error" and isinstance(value, Mapping):
             shown = escape(error_line(value))
         else:
             shown = _show(value)
         table.add_row(f"[bold]{name}[/bold]", shown)
     console.print(table)
+
+
+def duration(ms: float) -> str:
+    """`40ms` under a second (a quick task is not `0.0s`), else `1.2s`."""
+    return f"{ms:.0f}ms" if ms < 1000 else f"{ms / 1000:.1f}s"
 
 
 def money(usd: float) -> str:
@@ -118,7 +123,7 @@ def event_detail(payload: Mapping[str, Any]) -> str:
     if isinstance(cost, int | float):
         parts.append(f"cost {money(float(cost))}")
     if isinstance(payload.get("duration_ms"), int):
-        parts.append(f"{payload['duration_ms'] / 1000:.1f}s")
+        parts.append(duration(payload["duration_ms"]))
     if payload.get("payloadPointer"):
         parts.append("payload stored in S3 (too large for an event)")
     return "; ".join(parts)
@@ -172,7 +177,7 @@ def tasks_table(tasks: Mapping[str, TaskRecord | None]) -> Table:
             escape(record.definition or ""),
             _styled_state(record.state),
             str(record.attempt),
-            f"{ms / 1000:.1f}s" if ms is not None else "",
+            duration(ms) if ms is not None else "",
             money(cost_of(record)),
             escape(task_note(record)),
         )
@@ -189,7 +194,7 @@ def recent_table(records: Iterable[TaskRecord]) -> Table:
             escape(record.definition or ""),
             _styled_state(record.state),
             str(record.attempt),
-            f"{ms / 1000:.1f}s" if ms is not None else "",
+            duration(ms) if ms is not None else "",
             money(cost_of(record)),
             escape(task_note(record)),
         )

@@ -91,6 +91,9 @@ def test_events_and_status_read_as_sentences_not_json(running: dict[str, str]) -
     status = agentq(running, "status", request_id)
     assert status.code == 4 and "validation: the customer id" in status.stdout
     assert "$0.0000" in status.stdout
+    # A task of a few milliseconds reads as such, not as `0.0s`.
+    took = agentq(running, "status", request_id, "--json").json()["durationMs"]
+    assert took < 1000 and f"{took}ms" in status.stdout, status.stdout
 
 
 def test_a_job_task_cancelled_by_a_failure_says_why(
@@ -112,7 +115,9 @@ def test_a_prompt_placeholder_missing_from_the_input_is_refused_at_submit(stack:
     shell = fresh_shell(**stack.env(), TASK_DEFINITIONS_DIR=str(REPO / "definitions" / "samples"))
     ran = agentq(shell, "submit", "summarize", "--input", '{"text": "a document"}', "--json")
     assert ran.code == 6, ran
-    assert "input.document: is required by the prompt of 'summarize'" in one_line_error(ran)
+    line = one_line_error(ran)
+    assert "input.document: is required by the prompt of 'summarize'" in line
+    assert "add it to --input" in line  # and how to see what the prompt wants
     assert agentq(shell, "submit", "summarize", "--input", '{"document": "a"}').code == 0
 
 

@@ -88,7 +88,8 @@ def test_jobs_cli_definitions_and_single_tasks(stack: Stack, tmp_path: Path) -> 
     timeline = agentq(stack, "events", first["requestId"], "--json")
     assert [e["detailType"] for e in timeline] == ["Task Pending"]
 
-    assert "unknown task definition" in agentq(stack, "submit", "nope", "--json", code=6)
+    unknown = agentq(stack, "submit", "nope", "--json", code=6)
+    assert "unknown task definition" in unknown and "agentq definitions list" in unknown
     assert "not found" in agentq(stack, "status", "no-such-task", "--json", code=3)
     cancelled = agentq(stack, "cancel", first["requestId"], "--json")
     assert (cancelled["outcome"], cancelled["task"]["state"]) == ("cancelled", "CANCELLED")
