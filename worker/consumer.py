@@ -25,10 +25,10 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from enum import IntEnum
-from types import FrameType
 from typing import Any, Final
 
 from agentq.config import Settings
+from agentq.signal_relay import SignalRelay
 from worker.batcher import SqsBatcher, is_copy, message_log
 from worker.eventbatch import EventBatcher
 from worker.handler import MessageHandler, Prepared
@@ -109,24 +109,32 @@ class Consumer:
 
     # -- running -----------------------------------------------------------------------
     def run(self) -> ExitCode:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
-        self._heartbeat.start()
-        self._receiving.start()
-        logger.info("worker started", extra={"slots": self.slots.size})
-        while not self._signalled.wait(1.0):
-            for tick in self._on_tick:
-                with contextlib.suppress(Exception):
-                    tick()
-        return self.drain()
+        # The reactions run on the relay's thread: a handler that set `_signalled` while
+        # this thread held its lock in `wait` would never return (agentq.signal_relay).
+        relay = (
+            SignalRelay(self._on_signal).install()
+            if threading.current_thread() is threading.main_thread()
+            else None
+        )
+        try:
+            self._heartbeat.start()
+            self._receiving.start()
+            logger.info("worker started", extra={"slots": self.slots.size})
+            while not self._signalled.wait(1.0):
+                for tick in self._on_tick:
+                    with contextlib.suppress(Exception):
+                        tick()
+            return self.drain()
+        finally:
+            if relay is not None:
+                relay.uninstall()
 
     def stop(self) -> None:
         """Begin a graceful drain (as a first SIGTERM does)."""
         self._stopping.set()
         self._signalled.set()
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+    def _on_signal(self, signum: int) -> None:
         self._signals += 1
         if self._signals > 1:
             self._force_exit()

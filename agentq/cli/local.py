@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any, Final
 
 from agentq.cli.common import EXIT_ERROR, EXIT_OK, emit_json, fail
+from agentq.signal_relay import SignalRelay
 
 # How often the foreground process checks that moto, the model server and the
 # workers are still alive: a dead part must not leave a stack that looks up.
@@ -20,6 +19,7 @@ HEALTH_EVERY_S: Final = 2.0
 
 if TYPE_CHECKING:
     from agentq.console import ConsoleServer
+    from agentq.local.stack import LocalStack, LocalStackOptions
 
 
 def register(subparsers: Any) -> None:
@@ -55,24 +55,44 @@ def register(subparsers: Any) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from agentq.local.stack import LocalStack, LocalStackOptions, real_claude_configured
+    from agentq.local.stack import LocalStackOptions, real_claude_configured
 
     if args.real_claude and not real_claude_configured():
         return fail("--real-claude needs ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN", 5,
                     hint="export one of them, or leave out --real-claude")  # fmt: skip
     stopping = threading.Event()
+    running: list[LocalStack] = []
 
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
+    def _on_signal(signum: int) -> None:
+        # The first asks for a drain; another while it drains stops the workers now.
+        if stopping.is_set() and running:
+            print("stopping now: killing the workers (their tasks come back after their leases)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            running[0].kill_workers()
         stopping.set()
 
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
+    relay = SignalRelay(_on_signal).install()
     options = LocalStackOptions(
         workers=args.workers,
         definitions_dirs=tuple(d.resolve() for d in args.definitions),
         use_real_claude=args.real_claude,
     )
+    try:
+        return _serve(args, options, stopping, running)
+    finally:
+        relay.uninstall()
+
+
+def _serve(
+    args: argparse.Namespace,
+    options: LocalStackOptions,
+    stopping: threading.Event,
+    running: list[LocalStack],
+) -> int:
+    from agentq.local.stack import LocalStack
+
     with LocalStack(options) as stack, _console(args) as web:
+        running.append(stack)
         env_file = stack.write_env_file(args.env_file.resolve())
         written = env_file.read_text()
         env = stack.env()
@@ -104,7 +124,8 @@ def _up(args: argparse.Namespace) -> int:
             dead = stack.failed_components()
             if dead:
                 break
-        print("stopping: draining workers, stopping Lambda host, model server and moto")
+        print("stopping: draining workers (each ends its long poll first, up to 20 s; "
+              "Ctrl-C again kills them), then the Lambda host, model server and moto")  # fmt: skip
         sys.stdout.flush()
         # A file naming a stopped stack only leads the next command to a dead endpoint;
         # one another `local up` wrote since is that stack's, and stays.

@@ -18,17 +18,16 @@ import argparse
 import contextlib
 import logging
 import os
-import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from types import FrameType
 from typing import Final
 
 from agentq.local.aws import LOCAL_CREDENTIALS, LOCAL_REGION, LocalResources
 from agentq.local.iam import Credentials
+from agentq.signal_relay import SignalRelay
 
 FUNCTIONS: Final = ("save-event", "dispatcher", "dlq-processor", "health-check", "reconciler")
 
@@ -124,12 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     stopping = threading.Event()
-
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    SignalRelay(lambda signum: stopping.set()).install()
     resources = LocalResources.from_json(args.resources.read_text())
     host = LambdaHost(
         resources,

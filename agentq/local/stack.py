@@ -14,6 +14,7 @@ import shlex
 import shutil
 import signal
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -30,6 +31,8 @@ from agentq.resources import ResourceNames
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 CREDENTIAL_VARIABLES: Final = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")
+# How long `stop` lets the workers drain together before it kills what is left.
+WORKER_DRAIN_S: Final = 60.0
 
 
 def real_claude_configured(environ: Mapping[str, str] | None = None) -> bool:
@@ -169,11 +172,18 @@ class LocalStack:
 
     def stop(self) -> None:
         """Drain workers, then stop the Lambda host, model server and moto. Idempotent."""
-        for worker in self.workers:
+        # All workers drain at once: each first waits for its long poll to end (up to
+        # WAIT_TIME_SECONDS), which one worker after another paid once per worker.
+        workers = list(self.workers)
+        for worker in workers:
             with contextlib.suppress(Exception):
-                worker.stop(signal.SIGTERM, timeout=60)
+                worker.send(signal.SIGTERM)
+        deadline = time.monotonic() + WORKER_DRAIN_S
+        for worker in workers:
             with contextlib.suppress(Exception):
-                worker.kill()
+                worker.wait(max(0.0, deadline - time.monotonic()))
+            with contextlib.suppress(Exception):
+                worker.kill()  # one that did not drain in time, and any child it left
         self.workers.clear()
         if self.lambda_host is not None:
             with contextlib.suppress(Exception):
@@ -189,6 +199,13 @@ class LocalStack:
         self._restore_environment()
         if self._own_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def kill_workers(self) -> None:
+        """SIGKILL every worker and its task children now (a second Ctrl-C): their
+        messages come back when their visibility lapses, their tasks when the leases do."""
+        for worker in list(self.workers):
+            with contextlib.suppress(Exception):
+                worker.kill()
 
     def __enter__(self) -> LocalStack:
         return self.start()

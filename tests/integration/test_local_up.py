@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -119,5 +121,65 @@ def test_local_up_stops_and_says_so_when_its_moto_server_dies(tmp_path: Path) ->
     line = err.strip().splitlines()[-1]
     assert line.startswith(f"agentq: the local stack lost: local AWS (moto) at {dynamodb_url}")
     assert "agentq local up" in line
+    assert not env_file.exists()
+    wait_for(lambda: not _marked(marker), timeout=30, message="no process left")
+
+
+def _log_times(log: Path, message: str) -> list[datetime]:
+    times = []
+    for line in log.read_text(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and str(record.get("message", "")).startswith(message):
+                times.append(datetime.strptime(record["timestamp"], "%Y-%m-%d %H:%M:%S,%f%z"))
+    return times
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_local_up_drains_its_workers_together_and_a_second_ctrl_c_kills_them(
+    tmp_path: Path,
+) -> None:
+    marker = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT")}
+    env["AGENTQ_TEST_MARKER"] = marker
+    env_file = tmp_path / "local.env"
+    up = subprocess.Popen(
+        [sys.executable, "-m", "agentq.cli", "local", "up", "--workers", "2", "--no-console",
+         "--env-file", str(env_file), "--json"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert up.stdout is not None
+        lines = [up.stdout.readline()]
+        while lines[-1] not in ("}\n", ""):
+            lines.append(up.stdout.readline())
+        logs = Path(json.loads("".join(lines))["worker_logs"])
+        worker_logs = [logs / "worker-1.log", logs / "worker-2.log"]
+        wait_for(
+            lambda: all(_log_times(log, "worker started") for log in worker_logs),
+            timeout=120,
+            message="both workers started",
+        )
+        up.send_signal(signal.SIGINT)
+        wait_for(
+            lambda: all(_log_times(log, "shutdown requested") for log in worker_logs),
+            timeout=60,
+            message="both workers told to drain",
+        )
+        # Together: the second was told before the first had drained (one after the other,
+        # each waited out its long poll first, up to 20 s a worker).
+        told = max(_log_times(log, "shutdown requested")[0] for log in worker_logs)
+        stopped = [t for log in worker_logs for t in _log_times(log, "worker stopped")]
+        assert all(told <= t for t in stopped), (told, stopped)
+        # Another Ctrl-C while they drain (a user who does not want to wait).
+        up.send_signal(signal.SIGINT)
+        _, err = up.communicate(timeout=120)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.communicate()
+    assert up.returncode == 0, err[-3000:]
+    assert "stopping now: killing the workers" in err
     assert not env_file.exists()
     wait_for(lambda: not _marked(marker), timeout=30, message="no process left")

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 from agentq.local.model_server.grammar import parse_markers
@@ -24,6 +23,7 @@ from agentq.local.model_server.scenario import (
     Scenario,
 )
 from agentq.local.model_server.script import load_script, rule_from_mapping
+from agentq.signal_relay import SignalRelay
 
 
 class ModelServer:
@@ -236,12 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     server = ModelServer(args.host, args.port, args.script, verbose=args.verbose)
     done = threading.Event()
-
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        done.set()
-
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
+    SignalRelay(lambda signum: done.set()).install()
     server.start()
     print(server.url, flush=True)
     try:
