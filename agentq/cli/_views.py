@@ -163,6 +163,11 @@ def print_job(job: JobRecord, tasks: Mapping[str, TaskRecord | None]) -> None:
         f"cost={money(job.cost_usd)}"
     )
     console.print(tasks_table(tasks))
+    created = next((record for record in tasks.values() if record is not None), None)
+    if created is not None:
+        # What `agentq result/logs/trace` take: the job's id and the task's key.
+        console.print(f"[dim]a task's request id is {job.job_id}-KEY, e.g. "
+                      f"`agentq result {escape(created.request_id)}`[/dim]")  # fmt: skip
 
 
 def tasks_table(tasks: Mapping[str, TaskRecord | None]) -> Table:

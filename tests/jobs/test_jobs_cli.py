@@ -132,6 +132,13 @@ def test_jobs_cli_job_lifecycle(stack: Stack, tmp_path: Path) -> None:
     frame = agentq(stack, "watch", "cli-job", "--json")
     assert (frame["state"], frame["done"], frame["completed"]) == ("COMPLETED", 3, 3)
     agentq(stack, "watch", "cli-job", "--interval", "0.1")  # live view; ends as the job closed
+    # The table names tasks by key; the line under it says what `agentq result` takes.
+    shown = subprocess.run(
+        [AGENTQ, "job", "status", "cli-job"], env={**os.environ, **stack.env(),
+        "TENANT_ID": "acme", "COLUMNS": "200"}, capture_output=True, text=True, timeout=90,
+        check=False,
+    )  # fmt: skip
+    assert "`agentq result cli-job-summarize_0`" in shown.stdout, shown
 
     agentq(stack, "job", "create", str(spec), "--job-id", "doomed")
     cancelled = agentq(stack, "job", "cancel", "doomed", "--json")
