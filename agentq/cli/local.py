@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -71,7 +72,10 @@ def _up(args: argparse.Namespace) -> int:
             running[0].kill_workers()
         stopping.set()
 
-    relay = SignalRelay(_on_signal).install()
+    # SIGHUP too: closing the terminal must not leave moto, the workers and the model
+    # server running in their own sessions, with nobody to stop them.
+    relay = SignalRelay(_on_signal, signals=(signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
+    relay.install()
     options = LocalStackOptions(
         workers=args.workers,
         definitions_dirs=tuple(d.resolve() for d in args.definitions),

@@ -183,3 +183,30 @@ def test_local_up_drains_its_workers_together_and_a_second_ctrl_c_kills_them(
     assert "stopping now: killing the workers" in err
     assert not env_file.exists()
     wait_for(lambda: not _marked(marker), timeout=30, message="no process left")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_local_up_stops_everything_when_its_terminal_closes(tmp_path: Path) -> None:
+    marker = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT")}
+    env["AGENTQ_TEST_MARKER"] = marker
+    env_file = tmp_path / "local.env"
+    up = subprocess.Popen(
+        [sys.executable, "-m", "agentq.cli", "local", "up", "--workers", "1", "--no-console",
+         "--env-file", str(env_file)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(env_file.exists, timeout=120, message="the env file")
+        assert len(_marked(marker)) >= 3  # the stack, moto and the worker at least
+        up.send_signal(signal.SIGHUP)  # what a closed terminal sends
+        out, err = up.communicate(timeout=120)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.communicate()
+    assert up.returncode == 0, err[-3000:]
+    assert "stopping: draining workers" in out
+    assert not env_file.exists()
+    wait_for(lambda: not _marked(marker), timeout=30, message="no process left")
