@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -32,21 +33,33 @@ def _marked(marker: str) -> list[psutil.Process]:
     return found
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(240)
-def test_local_up_serves_another_shell_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+@dataclass
+class LocalUp:
+    process: subprocess.Popen[str]
+    marker: str  # in every process the stack starts (AGENTQ_TEST_MARKER)
+    env_file: Path
+
+
+def _local_up(tmp_path: Path, *flags: str, **extra_env: str) -> LocalUp:
     marker = uuid.uuid4().hex
     env_file = tmp_path / "local.env"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT")}
-    env["AGENTQ_TEST_MARKER"] = marker
-    # A key in the shell must not switch the stack to the paid API (--real-claude does).
-    env["ANTHROPIC_API_KEY"] = "sk-ant-not-a-real-key"
-    relative = os.path.relpath(REPO / "definitions" / "testing", tmp_path)
-    up = subprocess.Popen(
-        [sys.executable, "-m", "agentq.cli", "local", "up", "--workers", "1",
-         "--definitions", relative, "--env-file", str(env_file), "--json"],
+    env.update(extra_env, AGENTQ_TEST_MARKER=marker)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentq.cli", "local", "up", *flags, "--env-file", str(env_file)],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    return LocalUp(process, marker, env_file)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_local_up_serves_another_shell_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    relative = os.path.relpath(REPO / "definitions" / "testing", tmp_path)
+    # A key in the shell must not switch the stack to the paid API (--real-claude does).
+    stack = _local_up(tmp_path, "--workers", "1", "--definitions", relative, "--json",
+                      ANTHROPIC_API_KEY="sk-ant-not-a-real-key")  # fmt: skip
+    up, marker, env_file = stack.process, stack.marker, stack.env_file
     try:
         wait_for(env_file.exists, timeout=120, message="the env file")
         stack_env = parse_env_file(env_file.read_text())
@@ -92,15 +105,8 @@ def test_local_up_serves_another_shell_and_stops_cleanly_on_ctrl_c(tmp_path: Pat
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_local_up_stops_and_says_so_when_its_moto_server_dies(tmp_path: Path) -> None:
-    marker = uuid.uuid4().hex
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT")}
-    env["AGENTQ_TEST_MARKER"] = marker
-    env_file = tmp_path / "local.env"
-    up = subprocess.Popen(
-        [sys.executable, "-m", "agentq.cli", "local", "up", "--workers", "0",
-         "--env-file", str(env_file)],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    stack = _local_up(tmp_path, "--workers", "0")
+    up, marker, env_file = stack.process, stack.marker, stack.env_file
     try:
         wait_for(env_file.exists, timeout=120, message="the env file")
         servers = [p for p in _marked(marker) if "agentq.local.moto_server" in p.cmdline()]
@@ -140,15 +146,8 @@ def _log_times(log: Path, message: str) -> list[datetime]:
 def test_local_up_drains_its_workers_together_and_a_second_ctrl_c_kills_them(
     tmp_path: Path,
 ) -> None:
-    marker = uuid.uuid4().hex
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT")}
-    env["AGENTQ_TEST_MARKER"] = marker
-    env_file = tmp_path / "local.env"
-    up = subprocess.Popen(
-        [sys.executable, "-m", "agentq.cli", "local", "up", "--workers", "2", "--no-console",
-         "--env-file", str(env_file), "--json"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    stack = _local_up(tmp_path, "--workers", "2", "--no-console", "--json")
+    up, marker, env_file = stack.process, stack.marker, stack.env_file
     try:
         assert up.stdout is not None
         lines = [up.stdout.readline()]
@@ -188,15 +187,8 @@ def test_local_up_drains_its_workers_together_and_a_second_ctrl_c_kills_them(
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_local_up_stops_everything_when_its_terminal_closes(tmp_path: Path) -> None:
-    marker = uuid.uuid4().hex
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT")}
-    env["AGENTQ_TEST_MARKER"] = marker
-    env_file = tmp_path / "local.env"
-    up = subprocess.Popen(
-        [sys.executable, "-m", "agentq.cli", "local", "up", "--workers", "1", "--no-console",
-         "--env-file", str(env_file)],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    stack = _local_up(tmp_path, "--workers", "1", "--no-console")
+    up, marker, env_file = stack.process, stack.marker, stack.env_file
     try:
         wait_for(env_file.exists, timeout=120, message="the env file")
         assert len(_marked(marker)) >= 3  # the stack, moto and the worker at least
