@@ -36,8 +36,8 @@ from agentq.console.security import Gate, GateMiddleware
 from agentq.errors import AgentqError, InvalidInput, NotFound
 
 HERE: Final = Path(__file__).resolve().parent
-TITLES: Final = {"jobs": "Jobs", "job": "Job", "task": "Task", "dlq": "Dead letters",
-                 "queues": "Queues and workers"}  # fmt: skip
+TITLES: Final = {"jobs": "Jobs", "job": "Job", "tasks": "Tasks", "task": "Task",
+                 "dlq": "Dead letters", "queues": "Queues and workers"}  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +86,9 @@ def create_app(parts: ConsoleParts) -> Starlette:
     def job_data(request: Request) -> Any:
         return reader.job(tenant_of(request), request.path_params["job_id"])
 
+    def tasks_data(request: Request) -> Any:
+        return reader.tasks(tenant_of(request))
+
     def task_data(request: Request) -> Any:
         return reader.task(tenant_of(request), request.path_params["request_id"])
 
@@ -96,8 +99,8 @@ def create_app(parts: ConsoleParts) -> Starlette:
         return parts.operations.snapshot()
 
     loaders: dict[str, Callable[[Request], Any]] = {
-        "jobs": jobs_data, "job": job_data, "task": task_data, "dlq": dlq_data,
-        "queues": queues_data,
+        "jobs": jobs_data, "job": job_data, "tasks": tasks_data, "task": task_data,
+        "dlq": dlq_data, "queues": queues_data,
     }  # fmt: skip
 
     def page(name: str) -> Callable[[Request], Response]:
@@ -196,11 +199,13 @@ def create_app(parts: ConsoleParts) -> Starlette:
         Route("/", home),
         Route("/jobs", page("jobs")),
         Route("/jobs/{job_id}", page("job")),
+        Route("/tasks", page("tasks")),
         Route("/tasks/{request_id}", page("task")),
         Route("/dlq", page("dlq")),
         Route("/queues", page("queues")),
         Route("/api/jobs", api("jobs")),
         Route("/api/jobs/{job_id}", api("job")),
+        Route("/api/tasks", api("tasks")),
         Route("/api/tasks/{request_id}", api("task")),
         Route("/api/tasks/{request_id}/object", raw_object),
         Route("/api/dlq", api("dlq")),

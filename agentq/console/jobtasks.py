@@ -34,7 +34,7 @@ ATTEMPTS: Final = 6  # for keys left unprocessed
 # What a row is made of (task_row); everything else of the item stays in DynamoDB.
 ROW_ATTRIBUTES: Final = ("requestId", "tenant", "state", "attempt", "owner", "createdAt",
                          "startedAt", "finishedAt", "costUsd", "cost_usd", "error",
-                         "cancelReason")  # fmt: skip
+                         "cancelReason", "definition")  # fmt: skip
 _NAMES: Final = {f"#a{i}": name for i, name in enumerate(ROW_ATTRIBUTES)}
 _PROJECTION: Final = ", ".join(_NAMES)
 FINAL_STATES: Final = frozenset({TaskState.COMPLETED, TaskState.CANCELLED})
@@ -44,12 +44,12 @@ Submit = Callable[..., "Future[Any]"]
 
 
 class TasksUnreadable(AgentqError):
-    """DynamoDB kept leaving some of a job's tasks unread (throttled)."""
+    """DynamoDB kept leaving some of a page's tasks unread (throttled)."""
 
-    def __init__(self, job_id: str, left: int) -> None:
-        self.job_id = job_id
+    def __init__(self, whose: str, left: int) -> None:
+        self.whose = whose  # "job ID", or "recent tasks"
         self.left = left
-        super().__init__(f"job {job_id}: {left} task(s) unread after {ATTEMPTS} attempts")
+        super().__init__(f"{whose}: {left} task(s) unread after {ATTEMPTS} attempts")
 
 
 class JobTasks:
@@ -92,31 +92,8 @@ class JobTasks:
 
     def _read(self, tenant: str, job_id: str, task_keys: Sequence[str]) -> dict[str, TaskRecord]:
         by_request = {task_request_id(job_id, key): key for key in task_keys}
-        wanted = [
-            {"PK": {"S": keys.task_pk(tenant, rid)}, "SK": {"S": keys.STATE_SK}}
-            for rid in by_request
-        ]
-        pending: dict[str, Any] = {
-            self._table: {
-                "Keys": wanted,
-                "ConsistentRead": True,
-                "ProjectionExpression": _PROJECTION,
-                "ExpressionAttributeNames": _NAMES,
-            }
-        }
-        found: dict[str, TaskRecord] = {}
-        for attempt in range(ATTEMPTS):
-            if attempt:
-                time.sleep(min(1.0, 0.05 * 2**attempt))
-            response = self._ddb.batch_get_item(RequestItems=pending)
-            for item in response.get("Responses", {}).get(self._table, []):
-                record = TaskRecord.from_item(item)
-                if record.request_id in by_request:
-                    found[by_request[record.request_id]] = record
-            pending = response.get("UnprocessedKeys") or {}
-            if not pending:
-                return found
-        raise TasksUnreadable(job_id, len(pending.get(self._table, {}).get("Keys", [])))
+        found = read_states(self._ddb, self._table, tenant, list(by_request), f"job {job_id}")
+        return {by_request[rid]: record for rid, record in found.items() if rid in by_request}
 
     def _keep(self, cache_key: tuple[str, str, int], rows: Mapping[str, dict[str, Any]]) -> None:
         with self._lock:
@@ -130,14 +107,49 @@ class JobTasks:
                 self._cached_rows -= len(dropped)
 
 
+def read_states(
+    dynamodb: Any, table: str, tenant: str, request_ids: Sequence[str], whose: str
+) -> dict[str, TaskRecord]:
+    """The STATE items of up to `BATCH` of a tenant's tasks, by request id (one
+    strongly consistent BatchGetItem; keys DynamoDB leaves unprocessed are asked again
+    with a back-off, then `TasksUnreadable`). A task with no item is left out."""
+    wanted = [{"PK": {"S": keys.task_pk(tenant, rid)}, "SK": {"S": keys.STATE_SK}}
+              for rid in dict.fromkeys(request_ids)]  # fmt: skip
+    pending: dict[str, Any] = {
+        table: {
+            "Keys": wanted,
+            "ConsistentRead": True,
+            "ProjectionExpression": _PROJECTION,
+            "ExpressionAttributeNames": _NAMES,
+        }
+    }
+    found: dict[str, TaskRecord] = {}
+    for attempt in range(ATTEMPTS):
+        if attempt:
+            time.sleep(min(1.0, 0.05 * 2**attempt))
+        response = dynamodb.batch_get_item(RequestItems=pending)
+        for item in response.get("Responses", {}).get(table, []):
+            record = TaskRecord.from_item(item)
+            found[record.request_id] = record
+        pending = response.get("UnprocessedKeys") or {}
+        if not pending:
+            return found
+    raise TasksUnreadable(whose, len(pending.get(table, {}).get("Keys", [])))
+
+
 def task_row(spec: TaskSpec, record: TaskRecord | None) -> dict[str, Any]:
     row: dict[str, Any] = {"key": spec.key, "dependsOn": list(spec.depends_on),
                            "definition": spec.definition}  # fmt: skip
     if record is None:
         return row | {"state": "NOT_CREATED", "attempt": 0}
+    return row | state_row(record)
+
+
+def state_row(record: TaskRecord) -> dict[str, Any]:
+    """What a page shows of a task's STATE item (the fields `ROW_ATTRIBUTES` reads)."""
     raw = record.raw
     error = raw.get("error")
-    return row | {
+    return {
         "requestId": record.request_id,
         "state": record.state.value,
         "attempt": record.attempt,

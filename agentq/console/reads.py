@@ -18,6 +18,7 @@ from agentq.console.artifacts import TaskArtifacts
 from agentq.console.cursor import decode_cursor, encode_cursor
 from agentq.console.jobhead import JobHeads
 from agentq.console.jobtasks import JobTasks
+from agentq.console.standalone import StandaloneTasks
 from agentq.envelope import TENANT_PATTERN, validate_request_id
 from agentq.errors import InvalidInput
 from agentq.jobs.spec import validate_job_id
@@ -69,6 +70,7 @@ class ConsoleReader:
         self._heads = JobHeads(client)
         self._tasks = JobTasks(client.dynamodb, client.settings.required("table_name"),
                                self._pool.submit)  # fmt: skip
+        self._standalone = StandaloneTasks(client)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -103,7 +105,11 @@ class ConsoleReader:
             "why": why_it_ended(job, rows),
         }
 
-    # -- a task ----------------------------------------------------------------------
+    # -- tasks -----------------------------------------------------------------------
+    def tasks(self, tenant: str) -> dict[str, Any]:
+        """The tenant's newest tasks submitted on their own (agentq.console.standalone)."""
+        return self._standalone.page(tenant)
+
     def task(self, tenant: str, request_id: str) -> dict[str, Any]:
         record = self.client.get_task(validate_request_id(request_id), tenant=tenant)
         events = self.client.events(record.request_id, tenant=record.tenant)

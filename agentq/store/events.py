@@ -99,6 +99,19 @@ class EventStore:
         return self._between("byTenant", "tenantPK", "tenantSK",
                              keys.tenant_events_pk(tenant), since_ms, until_ms)  # fmt: skip
 
+    def newest_tenant_events(self, tenant: str, *, limit: int) -> list[dict[str, Any]]:
+        """A tenant's newest `limit` events (at most 1 MB of them), newest first: one
+        Query of the byTenant index, however many events the tenant has."""
+        response = self._ddb.query(
+            TableName=self._table,
+            IndexName="byTenant",
+            KeyConditionExpression="tenantPK = :pk",
+            ExpressionAttributeValues=values(pk=keys.tenant_events_pk(tenant)),
+            ScanIndexForward=False,
+            Limit=limit,
+        )
+        return [from_item(item) for item in response.get("Items", [])]
+
     def events_by_type(
         self, detail_type: str, *, since_ms: int = 0, until_ms: int | None = None
     ) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-// agentq console: the jobs list, a job, dead letters, queues and workers.
+// agentq console: the jobs list, a job, standalone tasks, dead letters, queues and workers.
 "use strict";
 
 (() => {
@@ -39,6 +39,29 @@
     return el("section", {}, el("h1", {}, "Jobs"), form,
       data.jobs.length ? table(["job", "state", "progress", "failures#", "cancelled#", "cost#", "age"], rows, { id: "jobs" })
         : el("p", { class: "muted" }, "no jobs"), pager);
+  };
+
+  // Tasks submitted on their own (agentq submit, the producer API), newest first.
+  AQ.pages.tasks = (data) => {
+    const form = el("form", { class: "filters", method: "get", action: "/tasks" },
+      el("label", {}, "tenant", el("input", { name: "tenant", value: data.tenant, size: 14 })),
+      el("button", { type: "submit" }, "Filter"));
+    const rows = data.tasks.map((t) => el("tr", { "data-request": t.requestId },
+      el("td", {}, el("a", { href: AQ.taskHref(t.requestId, data.tenant) }, t.requestId)),
+      el("td", {}, t.definition || ""),
+      el("td", {}, badge(t.state)),
+      el("td", { class: "num" }, String(t.attempt || 0)),
+      el("td", { class: "num" }, t.startedMs ? AQ.span((t.finishedMs || Date.now()) - t.startedMs) : "—"),
+      el("td", { class: "num" }, AQ.cost(t.costUsd)),
+      el("td", {}, t.createdMs ? AQ.ago(t.createdMs) : ""),
+      el("td", {}, t.errorCategory ? `${t.errorCategory}: ${t.errorMessage || ""}` : (t.cancelReason || ""))));
+    const older = data.more
+      ? el("p", { class: "muted" }, `From the tenant's newest ${data.scanned} events; an older task opens at /tasks/ID.`)
+      : null;
+    return el("section", {}, el("h1", {}, "Tasks"),
+      el("p", { class: "muted" }, "Tasks submitted on their own; a job's tasks are on its page."), form,
+      data.tasks.length ? table(["request id", "definition", "state", "attempts#", "duration#", "cost#", "age", "why"], rows, { id: "standalone" })
+        : el("p", { class: "muted" }, "no tasks submitted on their own"), older);
   };
 
   AQ.pages.job = (data) => {
