@@ -3,12 +3,11 @@ stored events, at two AWS requests a refresh, and drawn as text in Debian's chro
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import pytest
 from conftest import Stack
-from console_support import Http, browser, define, running_console, signed_in
+from console_support import Http, browser, define, running_console, signed_in, store_events
 from playwright.sync_api import Browser
 
 from agentq.aws import AwsClients, CallCounter
@@ -16,24 +15,9 @@ from agentq.client import AgentqClient
 from agentq.config import Settings
 from agentq.console import ConsoleOptions, ConsoleServer
 from agentq.console.server import build_parts
-from agentq.events import Event
-from agentq.store import EventStore
 
 __all__ = ["browser"]
 HOSTILE = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
-
-
-def store_events(stack: Stack) -> None:
-    """Play the save-event Lambda: store every event that reached the bus."""
-    store = EventStore(stack.dynamodb, stack.resources.table_name, app_name="agentq")
-    url = stack.resources.target_queues["save-event"]
-    while messages := stack.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get(
-        "Messages", []
-    ):
-        for message in messages:
-            body = json.loads(message["Body"])
-            store.append(Event.from_detail(body["detail"], body["detail-type"]))
-            stack.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
 
 
 @pytest.fixture
