@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from botocore.awsrequest import AWSResponse
+from botocore.awsrequest import AWSResponse, HTTPHeaders
 from conftest import Stack
 from console_support import Http, define, running_console, store_events
 
@@ -36,7 +36,7 @@ class Unprocessed:
             return None
         self.left -= 1
         parsed = {"Responses": {}, "UnprocessedKeys": self._asked}
-        return AWSResponse("https://dynamodb.local", 200, {}, None), parsed
+        return AWSResponse("https://dynamodb.local", 200, HTTPHeaders(), None), parsed
 
     def remove(self) -> None:
         self._events.unregister("provide-client-params.dynamodb.BatchGetItem", self._keep)
