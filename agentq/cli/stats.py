@@ -15,7 +15,9 @@ from rich.table import Table
 from agentq.cli import _views as views
 from agentq.cli.common import EXIT_OK, emit_json
 
-_RATES = ("claims", "completions", "failures", "retries", "timeouts")
+# The figures' names in agentq.stats, and the short headers the tables give them.
+_RATE_HEADERS = {"claims": "claimed", "completions": "done", "failures": "failed",
+                 "retries": "retried", "timeouts": "timeouts"}  # fmt: skip
 
 
 def register(subparsers: Any) -> None:
@@ -57,26 +59,19 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _draw(data: dict[str, Any], window: str) -> None:
-    tiers = Table(
-        "tier", "depth", "in flight", "delayed", "oldest", "running", *_RATES, "p50 ms", "p95 ms",
-        title=f"agentq {data['stage']}: per tier, last {window}", title_justify="left",
-    )  # fmt: skip
+    # Four narrow tables, not two wide ones: each reads in an 80-column terminal.
+    now = _table(f"agentq {data['stage']}: per tier, now",
+                 "tier", "depth", "in flight", "delayed", "oldest", "running")  # fmt: skip
     for row in data["tiers"]:
-        tiers.add_row(
-            escape(row["tier"]), str(row["depth"]), str(row["inFlight"]), str(row["delayed"]),
-            _age(row["oldestAgeS"]), str(row["running"]), *_rates(row), *_times(row),
-        )  # fmt: skip
-    views.console.print(tiers)
-    tenants = Table(
-        "tenant", "waiting", "oldest", "running", *_RATES, "p50 ms", "p95 ms",
-        title=f"per tenant, last {window}", title_justify="left",
-    )  # fmt: skip
+        now.add_row(escape(row["tier"]), str(row["depth"]), str(row["inFlight"]),
+                    str(row["delayed"]), _age(row["oldestAgeS"]), str(row["running"]))  # fmt: skip
+    waiting = _table("per tenant, now", "tenant", "waiting", "oldest", "running")
     for row in data["tenants"]:
-        tenants.add_row(
-            escape(row["tenant"]), str(row["waiting"]), _age(row["oldestWaitingS"]),
-            str(row["running"]), *_rates(row), *_times(row),
-        )  # fmt: skip
-    views.console.print(tenants)
+        waiting.add_row(escape(row["tenant"]), str(row["waiting"]),
+                        _age(row["oldestWaitingS"]), str(row["running"]))  # fmt: skip
+    for table in (now, _window_table("tier", data["tiers"], window), waiting,
+                  _window_table("tenant", data["tenants"], window)):  # fmt: skip
+        views.console.print(table)
     dlq = data["dlq"]
     if dlq is not None:
         views.console.print(
@@ -93,8 +88,16 @@ def _draw(data: dict[str, Any], window: str) -> None:
         views.console.print("[yellow]some reads were cut short: counts are lower bounds[/yellow]")
 
 
-def _rates(row: dict[str, Any]) -> list[str]:
-    return [f"{row[name]} ({row['perMinute'][name]:g}/min)" for name in _RATES]
+def _table(title: str, *columns: str) -> Table:
+    return Table(*columns, title=title, title_justify="left")
+
+
+def _window_table(key: str, rows: list[dict[str, Any]], window: str) -> Table:
+    """Counts in the window (per minute in `--json`) and processing time, per tier or tenant."""
+    table = _table(f"per {key}, last {window}", key, *_RATE_HEADERS.values(), "p50 ms", "p95 ms")
+    for row in rows:
+        table.add_row(escape(row[key]), *(str(row[name]) for name in _RATE_HEADERS), *_times(row))
+    return table
 
 
 def _times(row: dict[str, Any]) -> list[str]:

@@ -214,3 +214,8 @@ def test_stats_draws_its_tables_for_a_stage_with_nothing_done_yet(stack: Stack) 
         assert f"│ {tier} " in ran.stdout, tier
     assert "dead letters: 0 waiting, 0 in flight, oldest —" in ran.stdout
     assert "consumers: 0 worker(s) seen, 0 slot(s), 0 busy" in ran.stdout
+    # In a terminal of 80 columns every header reads whole.
+    narrow = agentq({**os.environ, **stack.env(), "COLUMNS": "80"}, "stats", "--window", "5m")
+    for header in ("in flight", "delayed", "claimed", "retried", "timeouts", "p95 ms"):
+        assert header in narrow.stdout, header
+    assert "…" not in narrow.stdout, narrow.stdout
