@@ -13,6 +13,7 @@ from typing import Any, Final
 from rich.markup import escape
 
 from agentq.cli import _views as views
+from agentq.cli._trace_view import is_worker_trace, print_trace
 from agentq.cli.common import EXIT_OK, emit_json
 
 # Task output is untrusted: a log line must not move the cursor or retitle the terminal.
@@ -60,6 +61,8 @@ def _trace(args: argparse.Namespace) -> int:
     trace = views.client().trace(args.request_id, tenant=args.tenant)
     if args.json:
         emit_json(trace)
+    elif is_worker_trace(trace):
+        print_trace(views.console, trace, terminal_safe)
     else:
         views.console.print_json(data=trace)
     return EXIT_OK

@@ -67,6 +67,13 @@ def test_result_logs_and_trace_of_a_task(running: dict[str, str]) -> None:
     assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
     trace = agentq(running, "trace", request_id, "--json")
     assert trace.json() == {"turns": 2, "tools": [{"name": "Read"}]}
+    assert '"tools"' in agentq(running, "trace", request_id).stdout  # not a worker's: JSON
+    worker_trace = {"usage": {"input_tokens": 10}, "num_turns": 1, "turns": [],
+                    "tool_calls": [{"name": "Read", "status": "ok", "input_bytes": 3}]}  # fmt: skip
+    agent = _completed(running, "sample-artifacts",
+                       {"files": {"traces/session_trace.json": json.dumps(worker_trace)}})  # fmt: skip
+    drawn = agentq(running, "trace", agent).stdout
+    assert "agent trace: 1 turn(s)" in drawn and "tool calls" in drawn and "Read" in drawn
 
     plain = _completed(running, "sample-echo", {"hello": "x"})
     missing = agentq(running, "trace", plain, "--json")
