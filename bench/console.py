@@ -214,6 +214,10 @@ def screenshots(directory: Path, *, timeout_s: float = 400.0) -> list[Path]:
             "definition": "sample-fail", "input": {"category": "validation"}}, "route": {
             **echo, "depends_on": ["classify"]}}}, job_id="ticket-triage-0412")  # fmt: skip
         job = client.create_job(spec, job_id="demo-briefing")
+        # And work submitted on its own, for the Tasks page.
+        for n in range(3):
+            client.submit("sample-echo", {"rows": 40 * (n + 1)})
+        client.submit("sample-fail", {"category": "validation", "message": "no customer id"})
         deadline = time.monotonic() + timeout_s
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(
@@ -245,6 +249,7 @@ def screenshots(directory: Path, *, timeout_s: float = 400.0) -> list[Path]:
             page.screenshot(path=str(target))
             taken.append(target)
             shot("dlq", "/dlq", "#letters")
+            shot("tasks", "/tasks", "#standalone")
             # Readable at 200 tasks: a fan-out wrapped into sub-columns, every state drawn.
             big = fill(Settings.from_env(), AwsClients(LOCAL_REGION).dynamodb, tasks=200, jobs=0)
             shot("job-200", f"/jobs/{big}")
