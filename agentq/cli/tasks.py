@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from agentq.cli import _views as views
 from agentq.cli.common import EXIT_INVALID, EXIT_OK, EXIT_WAIT_TIMEOUT, emit_json, fail
+from agentq.store import TaskRecord
 
 
 def register(subparsers: Any) -> None:
@@ -70,6 +72,11 @@ def _submit(args: argparse.Namespace) -> int:
         not_before=args.not_before,
         priority=args.priority,
     )
+    if args.idempotency_key and _other_work(record, args.definition, task_input):
+        views.warn(
+            "warning: a task with this idempotency key exists already, with another "
+            "definition or input; it is returned as it was (new work needs a new key)"
+        )
     if args.wait:
         try:
             record = client.wait(record.request_id, tenant=record.tenant, timeout_s=args.timeout)
@@ -83,6 +90,14 @@ def _submit(args: argparse.Namespace) -> int:
     else:
         print(record.request_id)
     return EXIT_OK
+
+
+def _other_work(record: TaskRecord, definition: str, task_input: Mapping[str, Any]) -> bool:
+    """Whether the task a key found was submitted with something else than this call."""
+    envelope = record.envelope or {}
+    return bool(envelope) and (
+        envelope.get("definition") != definition or envelope.get("input") != dict(task_input)
+    )
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -81,6 +81,18 @@ def test_jobs_cli_definitions_and_single_tasks(stack: Stack, tmp_path: Path) -> 
     sent = drain(stack)
     assert [m["requestId"] for m in sent] == [first["requestId"]]  # one message, not two
     assert sent[0]["input"] == {"document": "x"}
+    # The same key with other input returns that task too, and says so on stderr.
+    env = {**os.environ, **stack.env(), "TENANT_ID": "acme"}
+    same = subprocess.run([AGENTQ, *args], env=env, capture_output=True, text=True,
+                          timeout=90, check=False)  # fmt: skip
+    assert (same.returncode, same.stdout.strip(), same.stderr) == (0, first["requestId"], "")
+    other = [AGENTQ, "submit", "summarize", "--input", '{"document": "y"}',
+             "--idempotency-key", "doc-1"]  # fmt: skip
+    differs = subprocess.run(other, env=env, capture_output=True, text=True, timeout=90,
+                             check=False)  # fmt: skip
+    assert (differs.returncode, differs.stdout.strip()) == (0, first["requestId"])
+    assert "exists already, with another definition or input" in differs.stderr
+    assert drain(stack) == []  # still one message
 
     status = agentq(stack, "status", first["requestId"], "--json")
     assert (status["state"], status["definition"]) == ("PENDING", "summarize")
