@@ -53,7 +53,10 @@ def _logs(args: argparse.Namespace) -> int:
         return EXIT_OK
     for name, text in files.items():
         views.console.rule(escape(name), align="left")
-        views.console.out(terminal_safe(text), highlight=False)
+        if text.strip():
+            views.console.out(terminal_safe(text), highlight=False)
+        else:
+            views.console.print("[dim](empty)[/dim]")
     return EXIT_OK
 
 

@@ -52,6 +52,7 @@ def _completed(shell: dict[str, str], definition: str, task_input: object) -> st
 def test_result_logs_and_trace_of_a_task(running: dict[str, str]) -> None:
     files = {
         "logs/run.log": f"step one{ESCAPE}\nstep two\n",
+        "logs/quiet.log": "",
         "traces/session_trace.json": json.dumps({"turns": 2, "tools": [{"name": "Read"}]}),
     }
     request_id = _completed(running, "sample-artifacts", {"files": files})
@@ -64,6 +65,7 @@ def test_result_logs_and_trace_of_a_task(running: dict[str, str]) -> None:
     assert logs["logs/run.log"] == files["logs/run.log"]
     shown = agentq(running, "logs", request_id)
     assert shown.code == 0 and "step one" in shown.stdout and "step two" in shown.stdout
+    assert "quiet.log" in shown.stdout and "(empty)" in shown.stdout
     assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
     trace = agentq(running, "trace", request_id, "--json")
     assert trace.json() == {"turns": 2, "tools": [{"name": "Read"}]}
