@@ -47,7 +47,10 @@ def print_trace(console: Console, trace: Mapping[str, Any], safe: Callable[[str]
 
     cost = trace.get("cost_usd")
     console.print(
-        f"[bold]agent trace[/bold]: {number(trace.get('num_turns'))} turn(s), "
+        # The CLI's turn count includes the round that hands a tool's result back (one
+        # structured answer is "2 turns"); the table lists the model's responses.
+        f"[bold]agent trace[/bold]: {number(len(trace['turns']))} model response(s), "
+        f"{number(trace.get('num_turns'))} turn(s) by the CLI's count, "
         f"{ms(trace.get('duration_ms'))}, "
         f"{money(float(cost)) if isinstance(cost, int | float) else '—'}; "
         f"result {text(trace.get('result_subtype') or 'none')}, "
@@ -60,8 +63,8 @@ def print_trace(console: Console, trace: Mapping[str, Any], safe: Callable[[str]
         + ", ".join(f"{label} {number(usage.get(name))}" for name, label in _TOKENS)
         + (f" (cache {number(efficiency)} %)" if isinstance(efficiency, int | float) else "")
     )
-    turns = Table("turn", "attempt", "at", "input", "output", "tools", "error", title="turns",
-                  title_justify="left")  # fmt: skip
+    turns = Table("response", "attempt", "at", "input", "output", "tools", "error",
+                  title="model responses", title_justify="left")  # fmt: skip
     for index, turn in enumerate(t for t in trace["turns"] if isinstance(t, Mapping)):
         used = given if isinstance(given := turn.get("usage"), Mapping) else {}
         tools = named if isinstance(named := turn.get("tools"), list) else []

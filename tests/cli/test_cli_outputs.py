@@ -75,7 +75,8 @@ def test_result_logs_and_trace_of_a_task(running: dict[str, str]) -> None:
     agent = _completed(running, "sample-artifacts",
                        {"files": {"traces/session_trace.json": json.dumps(worker_trace)}})  # fmt: skip
     drawn = agentq(running, "trace", agent).stdout
-    assert "agent trace: 1 turn(s)" in drawn and "tool calls" in drawn and "Read" in drawn
+    assert "agent trace: 0 model response(s), 1 turn(s)" in drawn, drawn
+    assert "tool calls" in drawn and "Read" in drawn
 
     plain = _completed(running, "sample-echo", {"hello": "x"})
     missing = agentq(running, "trace", plain, "--json")
