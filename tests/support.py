@@ -165,3 +165,23 @@ def forwarder(stack: Stack, service: str) -> Iterator[Forwarder]:
         yield proxy
     finally:
         proxy.close()
+
+
+def store_events(stack: Stack) -> list[dict[str, Any]]:
+    """Play the save-event Lambda: store every event that reached the bus; returns those
+    stored now (a copy already stored is not returned), each as its detail and type."""
+    from agentq.events import Event
+    from agentq.store import EventStore
+
+    store = EventStore(stack.dynamodb, stack.resources.table_name, app_name="agentq")
+    stored: list[dict[str, Any]] = []
+    url = stack.resources.target_queues["save-event"]
+    while messages := stack.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get(
+        "Messages", []
+    ):
+        for message in messages:
+            body = json.loads(message["Body"])
+            if store.append(Event.from_detail(body["detail"], body["detail-type"])):
+                stored.append({"detail-type": body["detail-type"], **body["detail"]})
+            stack.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    return stored

@@ -3,7 +3,6 @@ worker on moto: tasks of two tenants on three tiers, some failing, one timing ou
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -12,15 +11,14 @@ from typing import Any
 import pytest
 from cli_support import agentq, fresh_shell, one_line_error
 from conftest import Stack
-from support import wait_for
+from support import store_events, wait_for
 
 from agentq.aws import CallCounter
 from agentq.client import AgentqClient
 from agentq.config import Settings
-from agentq.events import Event
 from agentq.local.workers import SAMPLE_DEFINITIONS, WorkerProcess, fast_env
 from agentq.stats import StatsReader
-from agentq.store import EventStore, TaskRecord
+from agentq.store import TaskRecord
 from worker.telemetry import OTHER_TENANTS
 
 pytestmark = pytest.mark.timeout(300)
@@ -46,22 +44,6 @@ TASKS: list[tuple[str, str, str, dict[str, Any]]] = [
 
 def _env(stack: Stack, definitions: Path) -> dict[str, str]:
     return {**stack.env(), "TASK_DEFINITIONS_DIR": f"{SAMPLE_DEFINITIONS}{os.pathsep}{definitions}"}
-
-
-def _persist_events(stack: Stack) -> list[dict[str, Any]]:
-    """Play the save-event Lambda: store every event that reached the bus (returned)."""
-    store = EventStore(stack.dynamodb, stack.resources.table_name, app_name="agentq")
-    details: list[dict[str, Any]] = []
-    url = stack.resources.target_queues["save-event"]
-    while messages := stack.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get(
-        "Messages", []
-    ):
-        for message in messages:
-            body = json.loads(message["Body"])
-            if store.append(Event.from_detail(body["detail"], body["detail-type"])):
-                details.append({"detail-type": body["detail-type"], **body["detail"]})
-            stack.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-    return details
 
 
 def _ended(stack: Stack, submitted: list[TaskRecord]) -> bool:
@@ -116,7 +98,7 @@ def test_stats_counts_each_tier_and_tenant_and_the_worker_emits_them(
                  message="every task ended")  # fmt: skip
     finally:
         worker.stop()  # SIGTERM: the worker sends its last events and metrics, then exits
-    stored = _persist_events(stack)
+    stored = store_events(stack)
     # An attempt the worker had to give up (a lease fenced on a loaded machine) is retried:
     # the retries the bus saw are the ones stats must count, per tier and per tenant.
     retried = [e for e in stored if e["detail-type"] == "Task Processing Failed"]

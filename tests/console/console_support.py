@@ -18,8 +18,6 @@ from playwright.sync_api import Browser, Page, sync_playwright
 from agentq.config import Settings
 from agentq.console import ConsoleOptions, ConsoleServer
 from agentq.definitions import DefinitionsTable, TaskDefinition
-from agentq.events import Event
-from agentq.store import EventStore
 
 CHROMIUM: Final = Path("/usr/bin/chromium")
 # Flags that work in a container without a display, a GPU or network to Google.
@@ -145,16 +143,3 @@ class Http:
             headers["Origin"] = origin
         return self.request("POST", f"/api/actions/{name}", body=json.dumps(payload).encode(),
                             headers=headers)  # fmt: skip
-
-
-def store_events(stack: Stack) -> None:
-    """Play the save-event Lambda: store every event that reached the bus."""
-    store = EventStore(stack.dynamodb, stack.resources.table_name, app_name="agentq")
-    url = stack.resources.target_queues["save-event"]
-    while messages := stack.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get(
-        "Messages", []
-    ):
-        for message in messages:
-            body = json.loads(message["Body"])
-            store.append(Event.from_detail(body["detail"], body["detail-type"]))
-            stack.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 from conftest import Stack
-from console_support import Http, define, running_console, store_events
+from console_support import Http, define, running_console
+from support import store_events
 
 from agentq.client import AgentqClient
 from agentq.console.jobtasks import ATTEMPTS, TasksUnreadable, read_states

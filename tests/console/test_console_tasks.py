@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import Stack
-from console_support import Http, browser, define, running_console, signed_in, store_events
+from console_support import Http, browser, define, running_console, signed_in
 from playwright.sync_api import Browser
+from support import store_events
 
 from agentq.aws import AwsClients, CallCounter
 from agentq.client import AgentqClient

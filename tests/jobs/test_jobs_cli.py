@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 from conftest import Stack
 from jobs_support import drain, eventbridge, finish
+from support import store_events
 
-from agentq.events import Event
-from agentq.store import EventStore
 from lambdas import dispatcher
 
 pytestmark = pytest.mark.timeout(240)
@@ -56,13 +55,6 @@ def agentq(stack: Stack, *args: str, code: int = 0) -> Any:
     return done.stderr
 
 
-def persist_events(stack: Stack) -> None:
-    """Play the save-event Lambda: store what reached the bus."""
-    store = EventStore(stack.dynamodb, stack.resources.table_name, app_name="agentq")
-    for body in drain(stack, stack.resources.target_queues["save-event"]):
-        store.append(Event.from_detail(body["detail"], body["detail-type"]))
-
-
 def test_jobs_cli_definitions_and_single_tasks(stack: Stack, tmp_path: Path) -> None:
     defs = tmp_path / "defs.yaml"
     defs.write_text(DEFINITIONS_YAML)
@@ -96,7 +88,7 @@ def test_jobs_cli_definitions_and_single_tasks(stack: Stack, tmp_path: Path) -> 
 
     status = agentq(stack, "status", first["requestId"], "--json")
     assert (status["state"], status["definition"]) == ("PENDING", "summarize")
-    persist_events(stack)
+    store_events(stack)
     timeline = agentq(stack, "events", first["requestId"], "--json")
     assert [e["detailType"] for e in timeline] == ["Task Pending"]
 
