@@ -20,6 +20,7 @@ HEALTH_EVERY_S: Final = 2.0
 
 if TYPE_CHECKING:
     from agentq.console import ConsoleServer
+    from agentq.local.health import StackHealth
     from agentq.local.stack import LocalStack, LocalStackOptions
 
 
@@ -46,6 +47,14 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="workers call the real Anthropic API with ANTHROPIC_API_KEY or "
         "CLAUDE_CODE_OAUTH_TOKEN from this shell (default: the offline model server)",
+    )
+    up.add_argument(
+        "--stall-limit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop when moto or the model server has not answered for this long "
+        "(default 60; shorter silences are waited out and said on screen)",
     )
     up.add_argument("--json", action="store_true", help="print the endpoints as JSON")
     up.add_argument("--no-console", action="store_true", help="do not start the web console")
@@ -81,6 +90,8 @@ def _up(args: argparse.Namespace) -> int:
         definitions_dirs=tuple(d.resolve() for d in args.definitions),
         use_real_claude=args.real_claude,
     )
+    if args.stall_limit is not None:
+        options.stall_limit_s = args.stall_limit
     try:
         return _serve(args, options, stopping, running)
     finally:
@@ -123,11 +134,7 @@ def _serve(
             print("  agentq submit <definition> --input '{...}'   agentq watch   agentq job list")
             print("Ctrl-C stops everything (the worker logs go with it).")
         sys.stdout.flush()
-        dead: list[str] = []
-        while not stopping.wait(HEALTH_EVERY_S):
-            dead = stack.failed_components()
-            if dead:
-                break
+        dead = _watch(stack.health(), stopping)
         print("stopping: draining workers (each ends its long poll first, up to 20 s; "
               "Ctrl-C again kills them), then the Lambda host, model server and moto")  # fmt: skip
         sys.stdout.flush()
@@ -139,6 +146,22 @@ def _serve(
         return fail(f"the local stack lost: {', '.join(dead)}", EXIT_ERROR,
                     hint="start it again with `agentq local up` and source its env file")  # fmt: skip
     return EXIT_OK
+
+
+def _watch(health: StackHealth, stopping: threading.Event) -> list[str]:
+    """Check the stack until asked to stop or a part is dead; say on screen while a part
+    is silent, so a long pause reads as a wait, not a hang. Returns the dead parts."""
+    while not stopping.wait(HEALTH_EVERY_S):
+        report = health.check()
+        for stall in report.stalled:
+            print(f"agentq: {stall.name} has not answered for {stall.silent_s:.0f} s; "
+                  f"waiting (the stack stops if it stays silent for "
+                  f"{health.stall_limit_s:.0f} s)", file=sys.stderr, flush=True)  # fmt: skip
+        for name in report.recovered:
+            print(f"agentq: {name} answers again", file=sys.stderr, flush=True)
+        if report.dead:
+            return report.dead
+    return []
 
 
 @contextlib.contextmanager

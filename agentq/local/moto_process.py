@@ -73,6 +73,9 @@ class _MotoProcess:
                 time.sleep(0.1)
         raise TimeoutError(f"moto server not up on {self.url} after {timeout_s}s")
 
+    def exited(self) -> bool:
+        return self._process is None or self._process.poll() is not None
+
     def stop(self) -> None:
         if self._process is None:
             return
@@ -110,6 +113,10 @@ class MotoServer:
     def urls(self) -> tuple[str, ...]:
         """Every server's URL, the shared one first."""
         return tuple(p.url for p in self._processes())
+
+    def exited(self, url: str) -> bool:
+        """The server at `url` (one of `urls`) is not running: never started, or gone."""
+        return all(p.exited() for p in self._processes() if p.url == url)
 
     def _processes(self) -> list[_MotoProcess]:
         return [self._main] + ([self._dynamodb] if self._dynamodb is not None else [])

@@ -15,9 +15,7 @@ import shutil
 import signal
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -27,6 +25,7 @@ import psutil
 from agentq.config import Settings
 from agentq.errors import ConfigError
 from agentq.local.aws import LocalResources, MotoServer, provision_on
+from agentq.local.health import DEFAULT_STALL_LIMIT_S, Part, StackHealth, answers
 from agentq.resources import ResourceNames
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
@@ -49,6 +48,8 @@ class LocalStackOptions:
     workers: int = 2
     definitions_dirs: tuple[Path, ...] = ()
     health_interval_s: float = 5.0
+    # A part silent this long is dead (agentq.local.health); shorter silences are waited out.
+    stall_limit_s: float = DEFAULT_STALL_LIMIT_S
     model_script: Path | None = None
     use_real_claude: bool | None = None  # None: decide from the environment
     worker_env: dict[str, str] = field(default_factory=dict)
@@ -254,15 +255,18 @@ class LocalStack:
         """Where each worker's output goes (`<worker name>.log`)."""
         return self.work_dir / "logs"
 
-    def failed_components(self) -> list[str]:
-        """Parts of a started stack that have died (empty while all is well)."""
-        dead = [f"worker {w.name}" for w in self.workers if not w.alive()]
+    def health(self) -> StackHealth:
+        """A watch over this started stack's parts (see agentq.local.health): workers die
+        with their process; moto and the model server also when silent past the limit."""
+        parts = [Part(f"worker {w.name}", exited=_not_alive(w)) for w in self.workers]
         if self.moto is not None:
-            dead += [f"local AWS (moto) at {url}" for url in self.moto.urls
-                     if not _answers(f"{url}/moto-api/")]  # fmt: skip
-        if self.model_server is not None and not _answers(self.model_server.url):
-            dead.append(f"model server at {self.model_server.url}")
-        return dead
+            for url in self.moto.urls:
+                parts.append(Part(f"local AWS (moto) at {url}", exited=_exited(self.moto, url),
+                                  probe=_probe(f"{url}/moto-api/")))  # fmt: skip
+        if self.model_server is not None:
+            url = self.model_server.url
+            parts.append(Part(f"model server at {url}", probe=_probe(url)))
+        return StackHealth(parts, stall_limit_s=self.options.stall_limit_s)
 
     def _apply_environment(self) -> None:
         # The Lambda host and in-process clients read the same variables as workers do;
@@ -297,6 +301,18 @@ class LocalStack:
         return [p for p in me.children(recursive=True) if p.is_running()]
 
 
+def _not_alive(worker: Any) -> Callable[[], bool]:
+    return lambda: not worker.alive()
+
+
+def _exited(moto: MotoServer, url: str) -> Callable[[], bool]:
+    return lambda: moto.exited(url)
+
+
+def _probe(url: str) -> Callable[[], bool]:
+    return lambda: answers(url)
+
+
 ENV_FILE_HEADER: Final = (
     "# agentq local stack: source this file, or run `agentq --local ...` instead.\n"
     "# It sets only agentq's and AWS's variables (the stack's endpoint and test credentials).\n"
@@ -310,13 +326,3 @@ def format_env_file(env: Mapping[str, str], *, header: str = ENV_FILE_HEADER) ->
             raise ConfigError(key, "cannot go in an env file: its value holds a newline or NUL")
     lines = [f"export {key}={shlex.quote(value)}" for key, value in sorted(env.items())]
     return header + "\n".join(lines) + "\n"
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2):
-            return True
-    except urllib.error.HTTPError:
-        return True  # it answered, with an error status
-    except OSError:
-        return False

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+import boto3
 import psutil
 import pytest
 from support import wait_for
@@ -40,14 +41,17 @@ class LocalUp:
     env_file: Path
 
 
-def _local_up(tmp_path: Path, *flags: str, **extra_env: str) -> LocalUp:
+def _local_up(
+    tmp_path: Path, *flags: str, stderr_file: Path | None = None, **extra_env: str
+) -> LocalUp:
     marker = uuid.uuid4().hex
     env_file = tmp_path / "local.env"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT")}
     env.update(extra_env, AGENTQ_TEST_MARKER=marker)
     process = subprocess.Popen(
         [sys.executable, "-m", "agentq.cli", "local", "up", *flags, "--env-file", str(env_file)],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True,
+        stderr=subprocess.PIPE if stderr_file is None else stderr_file.open("w"),
     )  # fmt: skip
     return LocalUp(process, marker, env_file)
 
@@ -202,3 +206,74 @@ def test_local_up_stops_everything_when_its_terminal_closes(tmp_path: Path) -> N
     assert "stopping: draining workers" in out
     assert not env_file.exists()
     wait_for(lambda: not _marked(marker), timeout=30, message="no process left")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_local_up_waits_out_a_frozen_moto_and_keeps_its_data(tmp_path: Path) -> None:
+    # One missed 2 s probe used to stop the whole stack and moto's data with it.
+    errors = tmp_path / "stderr.txt"
+    stack = _local_up(tmp_path, "--workers", "0", "--no-console", stderr_file=errors)
+    up = stack.process
+    try:
+        wait_for(stack.env_file.exists, timeout=120, message="the env file")
+        env = parse_env_file(stack.env_file.read_text())
+        dynamodb_url = env["AWS_ENDPOINT_URL_DYNAMODB"]
+        table = env["DYNAMODB_EVENTS_TABLE_NAME"]
+        ddb = boto3.client("dynamodb", endpoint_url=dynamodb_url, region_name=env["AWS_REGION"])
+        ddb.put_item(TableName=table, Item={"PK": {"S": "kept"}, "SK": {"S": "kept"}})
+        port = dynamodb_url.rsplit(":", 1)[1]
+        (moto,) = [p for p in _marked(stack.marker)
+                   if "agentq.local.moto_server" in p.cmdline() and port in p.cmdline()]  # fmt: skip
+        moto.suspend()
+        try:
+            wait_for(lambda: f"local AWS (moto) at {dynamodb_url} has not answered" in
+                     errors.read_text(), timeout=60, message="the stall said on screen")  # fmt: skip
+            assert up.poll() is None, errors.read_text()
+        finally:
+            moto.resume()
+        wait_for(lambda: f"local AWS (moto) at {dynamodb_url} answers again" in
+                 errors.read_text(), timeout=60, message="the recovery said on screen")  # fmt: skip
+        assert up.poll() is None, errors.read_text()
+        item = ddb.get_item(TableName=table, Key={"PK": {"S": "kept"}, "SK": {"S": "kept"}})
+        assert item["Item"]["PK"] == {"S": "kept"}
+    finally:
+        up.send_signal(signal.SIGINT)
+        try:
+            up.communicate(timeout=120)
+        finally:
+            if up.poll() is None:
+                up.kill()
+    assert up.returncode == 0, errors.read_text()
+    wait_for(lambda: not _marked(stack.marker), timeout=30, message="no process left")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_local_up_stops_when_moto_stays_silent_past_the_stall_limit(tmp_path: Path) -> None:
+    errors = tmp_path / "stderr.txt"
+    stack = _local_up(
+        tmp_path, "--workers", "0", "--no-console", "--stall-limit", "5", stderr_file=errors
+    )
+    up = stack.process
+    frozen: list[psutil.Process] = []
+    try:
+        wait_for(stack.env_file.exists, timeout=120, message="the env file")
+        dynamodb_url = parse_env_file(stack.env_file.read_text())["AWS_ENDPOINT_URL_DYNAMODB"]
+        port = dynamodb_url.rsplit(":", 1)[1]
+        frozen = [p for p in _marked(stack.marker)
+                  if "agentq.local.moto_server" in p.cmdline() and port in p.cmdline()]  # fmt: skip
+        frozen[0].suspend()
+        up.communicate(timeout=120)
+    finally:
+        for process in frozen:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.resume()
+        if up.poll() is None:
+            up.kill()
+            up.communicate()
+    assert up.returncode == 1, errors.read_text()
+    line = errors.read_text().strip().splitlines()[-1]
+    assert line.startswith(f"agentq: the local stack lost: local AWS (moto) at {dynamodb_url} "
+                           "(no answer for ")  # fmt: skip
+    wait_for(lambda: not _marked(stack.marker), timeout=30, message="no process left")
