@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import jinja2
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -108,14 +108,8 @@ def create_app(parts: ConsoleParts) -> Starlette:
             try:
                 data = loaders[name](request)
                 status = 200
-            except NotFound as missing:
-                data, status = {"error": "not found", "detail": str(missing)}, 404
-            except InvalidInput as bad:
-                data, status = {"error": "bad request", "detail": str(bad)}, 400
-            except ClientError as error:
-                data, status = _aws_problem(error), 502
-            except TasksUnreadable:
-                data, status = _THROTTLED, 502
+            except ANSWERED_ERRORS as error:
+                data, status = problem(error)
             body = _body(data)  # serialised once, for the tag and the page
             context = {
                 "etag": _tag(body) if status == 200 else "",
@@ -141,14 +135,8 @@ def create_app(parts: ConsoleParts) -> Starlette:
         def endpoint(request: Request) -> Response:
             try:
                 return etagged(request, loaders[name](request))
-            except NotFound as missing:
-                return JSONResponse({"error": "not found", "detail": str(missing)}, 404)
-            except InvalidInput as bad:
-                return JSONResponse({"error": "bad request", "detail": str(bad)}, 400)
-            except ClientError as error:
-                return JSONResponse(_aws_problem(error), 502)
-            except TasksUnreadable:
-                return JSONResponse(_THROTTLED, 502)
+            except ANSWERED_ERRORS as error:
+                return JSONResponse(*problem(error))
 
         return endpoint
 
@@ -158,10 +146,9 @@ def create_app(parts: ConsoleParts) -> Starlette:
                 tenant_of(request), request.path_params["request_id"],
                 request.query_params.get("name", ""),
             )  # fmt: skip
-        except NotFound as missing:
-            return Response(str(missing), 404, media_type="text/plain")
-        except InvalidInput as bad:
-            return Response(str(bad), 400, media_type="text/plain")
+        except ANSWERED_ERRORS as error:
+            data, status = problem(error)
+            return Response(data["detail"], status, media_type="text/plain")
         # Shown as text whatever it holds: never rendered as HTML, sandboxed besides.
         headers = {"Content-Security-Policy": "sandbox; default-src 'none'"}
         if truncated:
@@ -182,14 +169,8 @@ def create_app(parts: ConsoleParts) -> Starlette:
             return JSONResponse({"error": "bad request", "detail": "body is not an object"}, 400)
         try:
             result = await run_in_threadpool(_act, parts.actions, request, body, tenant_of)
-        except NotFound as missing:
-            return JSONResponse({"error": "not found", "detail": str(missing)}, 404)
-        except InvalidInput as bad:
-            return JSONResponse({"error": "bad request", "detail": str(bad)}, 400)
-        except AgentqError as failed:
-            return JSONResponse({"error": "failed", "detail": str(failed)}, 409)
-        except ClientError as error:
-            return JSONResponse(_aws_problem(error), 502)
+        except ANSWERED_ERRORS as error:
+            return JSONResponse(*problem(error))
         return JSONResponse(result)
 
     def home(request: Request) -> Response:
@@ -219,13 +200,44 @@ def create_app(parts: ConsoleParts) -> Starlette:
 
 
 _THROTTLED: Final = {"error": "aws", "detail": "AWS left some tasks unread (throttled); try again"}
+# What a page, its JSON or an action answers with a status rather than a crash.
+ANSWERED_ERRORS: Final = (AgentqError, ClientError, BotoCoreError)
 
 
-def _aws_problem(error: ClientError) -> dict[str, Any]:
-    # What AWS said after botocore's retries (throttled, unavailable, denied): its code
-    # only, so nothing of the request leaks into the page; the next poll tries again.
-    code = str(error.response.get("Error", {}).get("Code") or "error")
-    return {"error": "aws", "detail": f"AWS answered {code}; try again"}
+def problem(error: BaseException) -> tuple[dict[str, Any], int]:
+    """The body and status for one of ANSWERED_ERRORS (anything else is a bug: raised)."""
+    if isinstance(error, NotFound):
+        return {"error": "not found", "detail": str(error)}, 404
+    if isinstance(error, InvalidInput):
+        return {"error": "bad request", "detail": str(error)}, 400
+    if isinstance(error, TasksUnreadable):
+        return dict(_THROTTLED), 502
+    if isinstance(error, AgentqError):
+        return {"error": "failed", "detail": str(error)}, 409
+    if isinstance(error, ClientError):
+        # What AWS said after botocore's retries (throttled, unavailable, denied): its
+        # code only, so nothing of the request leaks into the page; the next poll retries.
+        code = str(error.response.get("Error", {}).get("Code") or "error")
+        return {"error": "aws", "detail": f"AWS answered {code}; try again"}, 502
+    if isinstance(error, BotoCoreError):
+        return {"error": "aws", "detail": _unreachable(error)}, 502
+    raise error
+
+
+def _unreachable(error: BotoCoreError) -> str:
+    # No answer at all: the endpoint is down (a stopped local stack), unreachable, or
+    # there are no credentials. Name the endpoint and what to run, never a traceback.
+    kwargs = getattr(error, "kwargs", {}) or {}
+    endpoint = kwargs.get("endpoint_url")
+    if isinstance(error, NoCredentialsError):
+        return ("no AWS credentials: set them (aws configure, AWS_PROFILE) or start the "
+                "local stack with `agentq local up` and `source .agentq/local.env`")  # fmt: skip
+    if endpoint:
+        return (f"AWS at {endpoint} did not answer ({type(error).__name__}): is the stack "
+                "up? Start it with `agentq local up` and run `agentq --local console`; for "
+                "a deployed stage, source the file `agentq env --stage NAME --output FILE` "
+                "writes")  # fmt: skip
+    return f"AWS did not answer ({type(error).__name__}); try again"
 
 
 def _body(data: Any) -> bytes:

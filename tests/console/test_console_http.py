@@ -261,3 +261,27 @@ def test_the_queues_page_shows_depths_and_the_oldest_message_age_from_cloudwatch
     assert snapshot["oldestWaitingMs"]["PENDING"] >= 0
     assert snapshot["workers"] == []
     assert len(snapshot["rates"]) == 5
+
+
+def test_a_stack_that_is_down_is_a_page_naming_the_endpoint_not_a_traceback(
+    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", dead)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    with running_console() as server:
+        http = Http(server)
+        http.sign_in()
+        for path in ("/jobs", "/tasks", "/dlq", "/queues"):
+            reply = http.request("GET", "/api" + path)
+            assert reply.status == 502, (path, reply.text[:300])
+            detail = reply.json()["detail"]
+            assert dead in detail and "agentq local up" in detail, detail
+            page = http.request("GET", path)
+            assert page.status == 502 and dead in html.unescape(page.text)
+    captured = capfd.readouterr()
+    assert "Traceback" not in captured.out + captured.err
