@@ -10,7 +10,7 @@ import json
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from rich.console import Console
 from rich.markup import escape
@@ -163,11 +163,27 @@ def print_job(job: JobRecord, tasks: Mapping[str, TaskRecord | None]) -> None:
         f"cost={money(job.cost_usd)}"
     )
     console.print(tasks_table(tasks))
-    created = next((record for record in tasks.values() if record is not None), None)
-    if created is not None:
-        # What `agentq result/logs/trace` take: the job's id and the task's key.
-        console.print(f"[dim]a task's request id is {job.job_id}-KEY, e.g. "
-                      f"`agentq result {escape(created.request_id)}`[/dim]")  # fmt: skip
+    hint = job_footer(job.job_id, tasks)
+    if hint:
+        console.print(f"[dim]{escape(hint)}[/dim]")
+
+
+def job_footer(job_id: str, tasks: Mapping[str, TaskRecord | None]) -> str | None:
+    """What `agentq result/status/logs` take (the job's id and the task's key), with the
+    command that helps most: why the first failed task failed, else a result."""
+    created = [record for record in tasks.values() if record is not None]
+    if not created:
+        return None
+    failed = next((r for r in created if r.state in _FAILED_STATES), None)
+    if failed is not None:
+        example = f"`agentq status {failed.request_id}` (why it failed, then `agentq logs`)"
+    else:
+        done = next((r for r in created if r.state is TaskState.COMPLETED), created[0])
+        example = f"`agentq result {done.request_id}`"
+    return f"a task's request id is {job_id}-KEY, e.g. {example}"
+
+
+_FAILED_STATES: Final = (TaskState.FAILED, TaskState.TIMEOUT, TaskState.CANCELLED)
 
 
 def tasks_table(tasks: Mapping[str, TaskRecord | None]) -> Table:

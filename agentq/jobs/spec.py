@@ -29,10 +29,12 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
+from agentq.definitions import TaskDefinition
 from agentq.envelope import REQUEST_ID_PATTERN, check_storable
 from agentq.errors import InvalidInput, NotFound
 from agentq.jobs import refs
 from agentq.jobs.refs import Ref
+from agentq.prompts import check_prompt_inputs
 from agentq.schedule import parse_time_ms
 from agentq.spec_models import (
     FAILURE_POLICIES,
@@ -180,18 +182,29 @@ def parse_spec(data: Mapping[str, Any], *, existing: JobSpec | None = None) -> J
 
 
 def check_definitions(tasks: Iterable[TaskSpec], lookup: Callable[[str], object]) -> None:
-    """`lookup(name)` raises NotFound for an unknown definition; name the task then."""
-    seen: dict[str, str] = {}
+    """`lookup(name)` raises NotFound for an unknown definition; name the task then.
+
+    An agent task whose input lacks a `{placeholder}` of its definition's prompt is
+    refused here, as `submit` refuses it, rather than created to fail on a worker: a
+    job task's input keys are known at creation even where their values are references
+    resolved later.
+    """
+    found: dict[str, object] = {}
     for task in tasks:
-        if task.definition in seen:
-            continue
-        try:
-            lookup(task.definition)
-        except NotFound:
-            raise InvalidInput(
-                f"tasks.{task.key}.definition", f"unknown task definition {task.definition!r}"
-            ) from None
-        seen[task.definition] = task.key
+        if task.definition not in found:
+            try:
+                found[task.definition] = lookup(task.definition)
+            except NotFound:
+                raise InvalidInput(
+                    f"tasks.{task.key}.definition",
+                    f"unknown task definition {task.definition!r}",
+                ) from None
+        definition = found[task.definition]
+        if isinstance(definition, TaskDefinition):
+            try:
+                check_prompt_inputs(definition, task.input)
+            except InvalidInput as missing:
+                raise InvalidInput(f"tasks.{task.key}.{missing.field}", missing.problem) from None
 
 
 def check_item_size(spec: JobSpec) -> None:

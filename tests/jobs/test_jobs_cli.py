@@ -16,6 +16,9 @@ from conftest import Stack
 from jobs_support import drain, eventbridge, finish
 from support import store_events
 
+from agentq.cli._views import job_footer
+from agentq.states import TaskState
+from agentq.store.records import TaskRecord
 from lambdas import dispatcher
 
 pytestmark = pytest.mark.timeout(240)
@@ -148,3 +151,18 @@ def test_jobs_cli_job_lifecycle(stack: Stack, tmp_path: Path) -> None:
     cancelled = agentq(stack, "job", "cancel", "doomed", "--json")
     assert len(cancelled["cancelled"]) == 3 and cancelled["job"]["state"] == "FAILED"
     agentq(stack, "job", "status", "doomed", code=4)
+
+
+def _record(request_id: str, state: TaskState) -> TaskRecord:
+    return TaskRecord(request_id=request_id, tenant="acme", state=state, attempt=1,
+                      definition="d", job_id="j", owner=None, lease_token=None,
+                      effective_until_ms=None, created_at_ms=None, updated_at_ms=None,
+                      raw={})  # fmt: skip
+
+
+def test_job_status_footer_sends_a_failed_task_to_status_not_result() -> None:
+    done, failed = _record("j-a", TaskState.COMPLETED), _record("j-b", TaskState.FAILED)
+    footer = job_footer("j", {"a": done, "b": failed})
+    assert footer is not None and "`agentq status j-b`" in footer and "result" not in footer
+    assert "`agentq result j-a`" in (job_footer("j", {"b": None, "a": done}) or "")
+    assert job_footer("j", {"a": None}) is None

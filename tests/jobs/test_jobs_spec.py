@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentq.definitions import TaskDefinition
 from agentq.errors import InvalidInput, NotFound
 from agentq.jobs import check_definitions, load_spec_file, parse_spec
 from agentq.jobs.refs import KEEP, Ref, select, substitute, unescape
@@ -128,6 +129,25 @@ def test_jobs_unknown_definitions_and_policies_are_rejected() -> None:
         check_definitions(spec.tasks, lookup)
     with pytest.raises(InvalidInput, match="failure_policy"):
         parse_spec({"failure_policy": "yolo", "tasks": {"a": {"definition": "d"}}})
+
+
+def test_a_job_task_missing_a_prompt_placeholder_is_refused_at_creation_like_submit() -> None:
+    summarize = TaskDefinition(name="summarize", kind="agent",
+                               settings={"prompt": "Summarize {document} for {audience}"})  # fmt: skip
+    tasks = {
+        "ok": {"definition": "summarize",
+               "input": {"document": "${item.d}", "audience": "ops"},
+               "for_each": [{"d": "x"}]},
+        "late": {"definition": "summarize", "input": {"document": "${groups.ok.results}"}},
+    }  # fmt: skip
+    spec = parse_spec({"tasks": tasks})
+    with pytest.raises(InvalidInput) as caught:
+        check_definitions(spec.tasks, {"summarize": summarize}.__getitem__)
+    assert caught.value.field == "tasks.late.input.audience"
+    assert "is required by the prompt of 'summarize'" in caught.value.problem
+    # A reference resolved later counts: its key is there at creation.
+    ok_only = parse_spec({"tasks": {"ok": tasks["ok"]}})
+    check_definitions(ok_only.tasks, {"summarize": summarize}.__getitem__)
 
 
 def test_jobs_added_tasks_may_depend_on_existing_ones_but_not_reuse_keys() -> None:
