@@ -54,6 +54,18 @@ def blocks() -> list[Block]:
             for i, m in enumerate(_BLOCK.finditer(TUTORIAL.read_text()))]  # fmt: skip
 
 
+def test_every_file_block_names_its_file_where_a_reader_sees_it() -> None:
+    # The marker is an HTML comment a rendered page hides: the path must also be text.
+    text = TUTORIAL.read_text()
+    files = [m.start() for m in re.finditer(r"<!--\s*file:", text)]
+    assert files, "the tutorial writes files"
+    for block in (b for b in blocks() if b.marker.startswith("file:")):
+        path = block.marker.removeprefix("file:").strip()
+        comment = text.index(f"<!-- {block.marker} -->")
+        before = text[:comment].rstrip().rsplit("\n", 1)[-1]
+        assert f"`{path}`" in before, f"no visible name above the block for {path}: {before!r}"
+
+
 def _marked(marker: str) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter():
