@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from agentq.cli.common import EXIT_ERROR, EXIT_OK, emit_json, fail
+from agentq.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, emit_json, fail
 from agentq.signal_relay import SignalRelay
 
 # How often the foreground process checks that moto, the model server and the
@@ -40,7 +40,13 @@ def register(subparsers: Any) -> None:
         type=Path,
         action="append",
         default=[],
-        help="task definitions directory (repeatable; default definitions/samples)",
+        help="a directory of your task definitions (repeatable), added to the bundled "
+        "samples; one of yours overrides a sample of the same name",
+    )
+    up.add_argument(
+        "--no-samples",
+        action="store_true",
+        help="leave out the bundled samples (definitions/samples): only --definitions",
     )
     up.add_argument(
         "--real-claude",
@@ -65,11 +71,15 @@ def register(subparsers: Any) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from agentq.local.stack import LocalStackOptions, real_claude_configured
+    from agentq.local.stack import SAMPLE_DEFINITIONS, LocalStackOptions, real_claude_configured
 
     if args.real_claude and not real_claude_configured():
         return fail("--real-claude needs ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN", 5,
                     hint="export one of them, or leave out --real-claude")  # fmt: skip
+    missing = [str(d) for d in args.definitions if not d.is_dir()]
+    if missing:
+        return fail(f"--definitions {missing[0]}: not a directory", EXIT_USAGE,
+                    hint="give a directory of task definition YAML files")  # fmt: skip
     stopping = threading.Event()
     running: list[LocalStack] = []
 
@@ -87,7 +97,7 @@ def _up(args: argparse.Namespace) -> int:
     relay.install()
     options = LocalStackOptions(
         workers=args.workers,
-        definitions_dirs=tuple(d.resolve() for d in args.definitions),
+        definitions_dirs=_definitions_dirs(args, SAMPLE_DEFINITIONS),
         use_real_claude=args.real_claude,
     )
     if args.stall_limit is not None:
@@ -96,6 +106,12 @@ def _up(args: argparse.Namespace) -> int:
         return _serve(args, options, stopping, running)
     finally:
         relay.uninstall()
+
+
+def _definitions_dirs(args: argparse.Namespace, samples: Path) -> tuple[Path, ...]:
+    """The samples first, so a definition of the user's with the same name wins."""
+    own = tuple(d.resolve() for d in args.definitions)
+    return own if args.no_samples else (samples, *own)
 
 
 def _serve(

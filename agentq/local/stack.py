@@ -29,6 +29,8 @@ from agentq.local.health import DEFAULT_STALL_LIMIT_S, Part, StackHealth, answer
 from agentq.resources import ResourceNames
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+# The bundled sample definitions the README's and the tutorial's commands use.
+SAMPLE_DEFINITIONS: Final = REPO_ROOT / "definitions" / "samples"
 CREDENTIAL_VARIABLES: Final = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN")
 # How long `stop` lets the workers drain together before it kills what is left.
 WORKER_DRAIN_S: Final = 60.0
@@ -241,7 +243,7 @@ class LocalStack:
         """
         assert self.resources is not None, "start() first"
         env = dict(self.resources.env())
-        dirs = self.options.definitions_dirs or (REPO_ROOT / "definitions" / "samples",)
+        dirs = self.options.definitions_dirs or (SAMPLE_DEFINITIONS,)
         # Absolute: the file is sourced, and the CLI run, from any directory.
         env["TASK_DEFINITIONS_DIR"] = os.pathsep.join(str(d.resolve()) for d in dirs)
         if self.iam:

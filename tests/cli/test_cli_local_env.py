@@ -93,3 +93,24 @@ def test_local_finds_the_file_from_a_subdirectory_without_sourcing(
     assert submitted.code == 0, submitted
     status = agentq(shell, "--local", "status", submitted.json()["requestId"], "--json", cwd=deep)
     assert status.json()["state"] == "PENDING"
+
+
+def test_local_up_adds_your_definitions_to_the_samples_unless_told_not_to(
+    tmp_path: Path,
+) -> None:
+    from agentq.cli import build_parser
+    from agentq.cli.local import _definitions_dirs
+    from agentq.local.stack import SAMPLE_DEFINITIONS
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    args = build_parser().parse_args(["local", "up", "--definitions", str(mine)])
+    assert _definitions_dirs(args, SAMPLE_DEFINITIONS) == (SAMPLE_DEFINITIONS, mine.resolve())
+    args = build_parser().parse_args(["local", "up", "--definitions", str(mine), "--no-samples"])
+    assert _definitions_dirs(args, SAMPLE_DEFINITIONS) == (mine.resolve(),)
+
+
+def test_local_up_refuses_a_definitions_path_that_is_not_a_directory(tmp_path: Path) -> None:
+    from agentq.cli import main
+
+    assert main(["local", "up", "--definitions", str(tmp_path / "nope")]) == 2

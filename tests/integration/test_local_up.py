@@ -72,7 +72,10 @@ def test_local_up_serves_another_shell_and_stops_cleanly_on_ctrl_c(tmp_path: Pat
         # Only agentq's and AWS's variables: the user's HOME and Claude settings stay theirs.
         assert all(allowed_variable(name) for name in stack_env), sorted(stack_env)
         assert not {"HOME", "ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"} & set(stack_env)
-        assert stack_env["TASK_DEFINITIONS_DIR"] == str(REPO / "definitions" / "testing")
+        # Yours are added to the bundled samples (the README's commands use them).
+        assert stack_env["TASK_DEFINITIONS_DIR"] == os.pathsep.join(
+            [str(REPO / "definitions" / "samples"), str(REPO / "definitions" / "testing")]
+        )
 
         # Another shell: only the env file, the CLI and raw boto3.
         shell = {**os.environ, **stack_env}
@@ -92,6 +95,12 @@ def test_local_up_serves_another_shell_and_stops_cleanly_on_ctrl_c(tmp_path: Pat
             cwd="/", env=os.environ, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert elsewhere.returncode == 0, elsewhere.stderr
+        listed = subprocess.run(
+            [sys.executable, "-m", "agentq.cli", "definitions", "list", "--json"],
+            env=shell, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        names = {d["name"] for d in json.loads(listed.stdout)}
+        assert {"sample-echo", "summarize", "report"} <= names, listed.stdout
 
     finally:
         up.send_signal(signal.SIGINT)
