@@ -87,7 +87,8 @@ class Places(BaseSettings):
     definitions_dir: str | None = var(
         "TASK_DEFINITIONS_DIR",
         None,
-        "Directories of task definition files (*.yaml, *.json), separated like PATH.",
+        "Directories of task definition files (*.yaml, *.json), separated like PATH; "
+        "a worker reads them again when they change (no restart).",
         "worker, client",
         min_length=1,
         max_length=16_384,
