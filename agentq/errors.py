@@ -110,6 +110,18 @@ class NotFound(AgentqError):
         super().__init__(f"{kind} {key!r} not found")
 
 
+class NoOutputYet(NotFound):
+    """A live task that has written nothing yet (not started, or its attempt has not
+    uploaded): not an error to a caller who asked too early."""
+
+    def __init__(self, request_id: str, state: str, what: str, *, final: bool = False) -> None:
+        # A finished task that never ran (cancelled before it started, failed at receive)
+        # has none and never will; a live one has none yet.
+        said = f"left no {what}" if final else f"has no {what} yet"
+        AgentqError.__init__(self, f"task {request_id} is {state} and {said}")
+        self.kind, self.key, self.state, self.what = what, request_id, state, what
+
+
 class PrincipalNotMapped(AgentqError):
     """A producer-API caller whose IAM principal acts for no tenant (docs/security.md)."""
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from agentq.errors import NotFound
+from agentq.errors import NoOutputYet, NotFound
 from agentq.jobs import ResultReader
 from agentq.jobs.results import RESULT_FILE, artifacts_pointer
 from agentq.json_text import decode_lenient
 from agentq.store import TaskRecord
+from agentq.store.keys import attempt_prefix
 
 TRACE_FILE: Final = "traces/session_trace.json"
 ERROR_FILE: Final = "error.json"
@@ -28,11 +29,21 @@ class TaskOutputs:
         self._results = results
 
     def location(self, record: TaskRecord) -> tuple[str, str]:
-        """(bucket, key prefix) of the objects the task's attempt uploaded."""
+        """(bucket, key prefix) of the objects the task's attempt uploaded: the attempt
+        folder the item names, else its result's; for a live task without either, the
+        folder of the attempt it holds now (`NoOutputYet` before its first attempt)."""
         named = artifacts_pointer(record)
         if named is not None:
             return named
-        bucket, key = self._results.pointer(record)
+        try:
+            bucket, key = self._results.pointer(record)
+        except NotFound:
+            if record.state.terminal or record.attempt < 1:
+                raise NoOutputYet(record.request_id, record.state.value, "output",
+                                  final=record.state.terminal) from None  # fmt: skip
+            return self._results.bucket, attempt_prefix(
+                record.tenant, record.request_id, record.attempt
+            )
         return bucket, key.removesuffix(RESULT_FILE)
 
     def logs(self, record: TaskRecord) -> dict[str, str]:
@@ -40,6 +51,8 @@ class TaskOutputs:
         keys = self._keys(bucket, prefix + "logs/")
         keys += [k for k in self._keys(bucket, prefix + ERROR_FILE) if k == prefix + ERROR_FILE]
         if not keys:
+            if not record.state.terminal:
+                raise NoOutputYet(record.request_id, record.state.value, "logs")
             raise NotFound("task logs", f"s3://{bucket}/{prefix}logs/")
         return {key.removeprefix(prefix): self._read_text(bucket, key) for key in keys}
 
@@ -47,6 +60,8 @@ class TaskOutputs:
         bucket, prefix = self.location(record)
         key = prefix + TRACE_FILE
         if key not in self._keys(bucket, key):
+            if not record.state.terminal:
+                raise NoOutputYet(record.request_id, record.state.value, "agent trace")
             raise NotFound("agent trace", f"s3://{bucket}/{key}")
         return decode_lenient(
             self._read_text(bucket, key), name=f"s3://{bucket}/{key}", what="trace"

@@ -75,10 +75,15 @@ def task_exit_code(state: TaskState) -> int:
     return EXIT_OK if state is TaskState.COMPLETED else EXIT_TASK_FAILED
 
 
-def print_task(record: TaskRecord) -> None:
+def print_task(record: TaskRecord, *, waiting: str | None = None) -> None:
     data = task_dict(record)
+    rows: dict[str, Any] = {}
+    for key, value in data.items():
+        rows[key] = value
+        if key == "state" and waiting:
+            rows["why"] = waiting  # right under the state it explains
     table = Table(show_header=False, box=None)
-    for name, value in data.items():
+    for name, value in rows.items():
         if value in (None, ""):
             continue
         if name == "costUsd":

@@ -15,6 +15,7 @@ from rich.markup import escape
 from agentq.cli import _views as views
 from agentq.cli._trace_view import is_worker_trace, print_trace
 from agentq.cli.common import EXIT_OK, emit_json
+from agentq.errors import NoOutputYet
 
 # Task output is untrusted: a log line must not move the cursor or retitle the terminal.
 _CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -47,7 +48,10 @@ def _result(args: argparse.Namespace) -> int:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    files = views.client().logs(args.request_id, tenant=args.tenant)
+    try:
+        files = views.client().logs(args.request_id, tenant=args.tenant)
+    except NoOutputYet as early:
+        return _not_yet(args, early, {})
     if args.json:
         emit_json(files)
         return EXIT_OK
@@ -61,11 +65,24 @@ def _logs(args: argparse.Namespace) -> int:
 
 
 def _trace(args: argparse.Namespace) -> int:
-    trace = views.client().trace(args.request_id, tenant=args.tenant)
+    try:
+        trace = views.client().trace(args.request_id, tenant=args.tenant)
+    except NoOutputYet as early:
+        return _not_yet(args, early, None)
     if args.json:
         emit_json(trace)
     elif is_worker_trace(trace):
         print_trace(views.console, trace, terminal_safe)
     else:
         views.console.print_json(data=trace)
+    return EXIT_OK
+
+
+def _not_yet(args: argparse.Namespace, early: NoOutputYet, empty: Any) -> int:
+    # Asked too early is an answer, not an error: the task is there and live.
+    if args.json:
+        emit_json(empty)
+    else:
+        views.console.print(f"[dim]{escape(str(early))}; `agentq status {escape(early.key)}` "
+                            "says why it waits[/dim]")  # fmt: skip
     return EXIT_OK

@@ -10,6 +10,7 @@ from typing import Any
 from agentq.cli import _views as views
 from agentq.cli.common import EXIT_INVALID, EXIT_OK, EXIT_WAIT_TIMEOUT, emit_json, fail
 from agentq.store import TaskRecord
+from agentq.waits import explain_wait
 
 
 def register(subparsers: Any) -> None:
@@ -104,12 +105,13 @@ def _status(args: argparse.Namespace) -> int:
     client = views.client()
     record = client.get_task(args.request_id, tenant=args.tenant)
     data = views.task_dict(record)
+    data["waiting"] = explain_wait(client, record)
     if args.result and record.state.value == "COMPLETED":
         data["output"] = client.results.load(record)
     if args.json:
         emit_json(data)
     else:
-        views.print_task(record)
+        views.print_task(record, waiting=data["waiting"])
         if "output" in data:
             views.console.print_json(data=data["output"])
     if not record.state.terminal:

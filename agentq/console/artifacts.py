@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
-from agentq.errors import InvalidInput, NotFound
+from agentq.errors import InvalidInput, NoOutputYet, NotFound
 from agentq.jobs.results import RESULT_FILE, ResultReader
 from agentq.json_text import decode_lenient
 from agentq.states import TaskState
@@ -53,7 +53,11 @@ class TaskArtifacts:
         return found
 
     def _read(self, record: TaskRecord) -> dict[str, Any]:
-        bucket, prefix = self.outputs.location(record)
+        try:
+            bucket, prefix = self.outputs.location(record)
+        except NoOutputYet as early:
+            return {"location": None, "objects": [], "logs": [], "trace": None,
+                    "result": None, "resultState": str(early)}  # fmt: skip
         listing = self._s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1000)
         objects: list[dict[str, Any]] = [
             {"name": str(o["Key"])[len(prefix) :], "size": int(o["Size"])}

@@ -24,6 +24,7 @@ from agentq.errors import InvalidInput
 from agentq.jobs.spec import validate_job_id
 from agentq.jobs.store import JobRecord, JobState
 from agentq.jobs.summary import job_dict, task_dict
+from agentq.waits import explain_wait
 
 MAX_PAGE: Final = 200
 READ_THREADS: Final = 8
@@ -116,6 +117,7 @@ class ConsoleReader:
         envelope = record.envelope or {}
         return {
             "task": task_dict(record) | {"cancelReason": record.raw.get("cancelReason")},
+            "waiting": explain_wait(self.client, record),
             "input": envelope.get("input"),
             "error": record.raw.get("error"),
             "usage": record.raw.get("usage"),

@@ -55,6 +55,11 @@ class ResultReader:
         self._s3 = s3
         self._bucket = bucket
 
+    @property
+    def bucket(self) -> str:
+        """The stage's artifacts bucket (where a pointer names none)."""
+        return self._bucket
+
     def pointer(self, record: TaskRecord) -> tuple[str, str]:
         stored = record.raw.get("result")
         if not isinstance(stored, Mapping) or not isinstance(stored.get("key"), str):

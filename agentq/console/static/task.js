@@ -87,6 +87,7 @@
         ["job", t.jobId ? el("a", { href: AQ.jobHref(t.jobId, t.tenant) }, `${t.jobId} / ${t.taskKey || ""}`) : null],
         ["attempts", String(t.attempt)], ["worker", t.owner], ["created", t.createdAt], ["started", t.startedAt], ["finished", t.finishedAt],
         ["duration", t.durationMs !== null ? AQ.span(t.durationMs) : null], ["cost", AQ.cost(t.costUsd)], ["cancelled because", t.cancelReason]]),
+      data.waiting ? el("p", { id: "waiting", class: "waiting" }, data.waiting) : null,
       buttons.length ? el("p", {}, buttons) : null, error,
       el("h2", {}, "Input"), el("div", { id: "input" }, AQ.json(data.input)),
       el("h2", {}, "Result"), el("div", { id: "result" }, art.resultState === "loaded" ? AQ.json(art.result) : el("p", { class: "muted" }, art.resultState || "none")),

@@ -1,0 +1,120 @@
+"""Every task has a page from the moment it exists: its state and why it waits, in the
+console and in `agentq status` / `agentq logs`, whether or not an attempt left files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from conftest import Stack
+from console_support import Http, define, running_console
+
+from agentq.client import AgentqClient
+from agentq.console import ConsoleServer
+from agentq.envelope import TaskEnvelope
+from agentq.store.tenants import TenantLimitStore
+
+
+def _hold(client: AgentqClient, request_id: str, *, tenant: str | None = None,
+          limit: int = 0) -> None:  # fmt: skip
+    """Lock the task as a worker would (PROCESSING, attempt 1), through the real lock."""
+    record = client.get_task(request_id, tenant=tenant)
+    envelope = TaskEnvelope.from_dict(record.envelope or {}, default_tenant=record.tenant)
+    client.tasks.acquire(envelope, worker_id="w-test", lease_seconds=600, max_attempts=3,
+                         tenant_limit=limit)  # fmt: skip
+
+
+@pytest.fixture
+def tasks(inproc_stack: Stack) -> dict[str, tuple[str, str]]:
+    """(request id, tenant) of a task in each state no worker needs to reach."""
+    define(inproc_stack, "noop")
+    client = AgentqClient.from_env()
+    me = client.settings.tenant_id
+    found = {
+        "pending": client.submit("noop", {"n": 1}).request_id,
+        "scheduled": client.submit("noop", {"n": 2}, delay=3600).request_id,
+        "cancelled": client.submit("noop", {"n": 3}).request_id,
+        "processing": client.submit("noop", {"n": 4}).request_id,
+    }
+    client.cancel(found["cancelled"])
+    _hold(client, found["processing"])
+    client.create_job({"tasks": {"first": {"definition": "noop"},
+                                 "second": {"definition": "noop", "depends_on": ["first"]}}},
+                      job_id="states")  # fmt: skip
+    found["blocked"] = "states-second"
+    TenantLimitStore(client.dynamodb, client.settings.required("table_name")).set("busy", 1)
+    running = client.submit("noop", {"n": 5}, tenant="busy").request_id
+    _hold(client, running, tenant="busy", limit=1)
+    out = {name: (rid, me) for name, rid in found.items()}
+    out["at-limit"] = (client.submit("noop", {"n": 6}, tenant="busy").request_id, "busy")
+    return out
+
+
+@pytest.fixture
+def http(tasks: dict[str, tuple[str, str]]) -> Iterator[Http]:
+    server: ConsoleServer
+    with running_console() as server:
+        client = Http(server)
+        client.sign_in()
+        yield client
+
+
+EXPECTED = {
+    "pending": ("PENDING", "queued: waiting for a free worker slot"),
+    "scheduled": ("SCHEDULED", "scheduled: starts at "),
+    "cancelled": ("CANCELLED", None),
+    "processing": ("PROCESSING", "running: attempt 1 on w-test, lease until "),
+    "blocked": ("BLOCKED", "blocked: waiting for first"),
+    "at-limit": ("PENDING", "queued: tenant busy is at its limit (1 of 1 running)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_a_task_in_any_state_has_a_page_that_says_why_it_waits(
+    name: str, tasks: dict[str, tuple[str, str]], http: Http
+) -> None:
+    request_id, tenant = tasks[name]
+    state, why = EXPECTED[name]
+    reply = http.request("GET", f"/api/tasks/{request_id}?tenant={tenant}")
+    assert reply.status == 200, reply.text[:500]
+    data = reply.json()
+    assert data["task"]["state"] == state
+    if why is None:
+        assert data["waiting"] is None
+    else:
+        assert data["waiting"].startswith(why), data["waiting"]
+    said = data["artifacts"]["resultState"]
+    assert "no output yet" in said or "left no output" in said or name == "processing"
+    page = http.request("GET", f"/tasks/{request_id}?tenant={tenant}")
+    assert page.status == 200
+
+
+def _agentq(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentq.cli", *args],
+        env={**os.environ, **stack.env(), "COLUMNS": "200"},
+        capture_output=True, text=True, timeout=90, check=False,
+    )  # fmt: skip
+
+
+def test_status_and_logs_say_no_output_yet_instead_of_not_found(stack: Stack) -> None:
+    define(stack, "noop")
+    client = AgentqClient.from_env()
+    pending = client.submit("noop", {"n": 1}, delay=600).request_id
+    status = _agentq(stack, "status", pending)
+    assert status.returncode == 0, status.stderr
+    assert "scheduled: starts at" in status.stdout
+    assert json.loads(_agentq(stack, "status", pending, "--json").stdout)["waiting"].startswith(
+        "scheduled:"
+    )
+    logs = _agentq(stack, "logs", pending)
+    assert logs.returncode == 0, logs.stderr
+    assert "is SCHEDULED and has no output yet" in logs.stdout
+    assert "not found" not in logs.stdout + logs.stderr
+    assert json.loads(_agentq(stack, "logs", pending, "--json").stdout) == {}
+    trace = _agentq(stack, "trace", pending)
+    assert trace.returncode == 0 and "has no output yet" in trace.stdout
