@@ -11,12 +11,15 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import Stack
-from console_support import Http, define, running_console
+from console_support import Http, browser, define, running_console, signed_in
+from playwright.sync_api import Browser
 
 from agentq.client import AgentqClient
 from agentq.console import ConsoleServer
 from agentq.envelope import TaskEnvelope
 from agentq.store.tenants import TenantLimitStore
+
+__all__ = ["browser"]
 
 
 def _hold(client: AgentqClient, request_id: str, *, tenant: str | None = None,
@@ -91,6 +94,23 @@ def test_a_task_in_any_state_has_a_page_that_says_why_it_waits(
     assert "no output yet" in said or "left no output" in said or name == "processing"
     page = http.request("GET", f"/tasks/{request_id}?tenant={tenant}")
     assert page.status == 200
+
+
+def test_chromium_shows_each_state_and_why_on_the_task_page(
+    tasks: dict[str, tuple[str, str]], browser: Browser
+) -> None:
+    with running_console() as server:
+        page = signed_in(browser, server)
+        for name, (request_id, tenant) in sorted(tasks.items()):
+            state, why = EXPECTED[name]
+            page.goto(f"{server.base_url}/tasks/{request_id}?tenant={tenant}")
+            page.wait_for_selector("body[data-page='task'] #task-state")
+            assert state in page.inner_text("#task-state"), name
+            if why is None:
+                assert page.query_selector("#waiting") is None, name
+            else:
+                assert page.inner_text("#waiting").startswith(why), name
+            assert "Not found" not in page.inner_text("body"), name
 
 
 def _agentq(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
