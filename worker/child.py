@@ -20,6 +20,7 @@ worker reads the files, uploads them and emits every event.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from agentq.config_light import ChildSettings
+from agentq.errors import TaskError
 from agentq.security import sanitize_error_message
 from agentq.taxonomy import ErrorInfo, classify_exception, info
 from worker.kinds import ChildContext, ChildDefinition, load_kind
@@ -37,6 +39,8 @@ from worker.leasefile import Watchdog
 TASK_FILE: Final = "task.json"
 RESULT_FILE: Final = "artifacts/task-result.json"
 ERROR_FILE: Final = "error.json"
+TRACEBACK_LOG: Final = "logs/traceback.txt"
+MAX_TRACEBACK_CHARS: Final = 20_000
 READY_LINE: Final = b"agentq-spare-ready\n"
 MAX_HANDOFF_BYTES: Final = 64 * 1024
 # Retryable: the attempt did not fail on its own; its worker stopped renewing the lease.
@@ -97,11 +101,33 @@ def run(task_dir: Path) -> int:
         if isinstance(exc, KeyboardInterrupt):
             exc = TimeoutError("interrupted")
         # The worker logs this stderr: the traceback passes the same scrubbing as events.
-        sys.stderr.write(sanitize_error_message(traceback.format_exc(), limit=20_000))
+        text = sanitize_error_message(traceback.format_exc(), limit=MAX_TRACEBACK_CHARS)
+        sys.stderr.write(text)
         # A task failing because its lease ran out (its CLI got SIGTERM) did not fail.
-        failure: ErrorInfo = LEASE_EXPIRED if watchdog.fired.is_set() else classify_exception(exc)
+        if watchdog.fired.is_set():
+            failure: ErrorInfo = LEASE_EXPIRED
+        else:
+            failure = _located(classify_exception(exc), exc)
+            # Uploaded with the attempt's logs: `agentq logs` and the console show it
+            # after the worker and its log are gone.
+            with contextlib.suppress(OSError):
+                (task_dir / TRACEBACK_LOG).parent.mkdir(parents=True, exist_ok=True)
+                (task_dir / TRACEBACK_LOG).write_text(text)
         _write_json(error_file, failure.to_record())
         return 1
+
+
+def _located(failure: ErrorInfo, exc: BaseException) -> ErrorInfo:
+    """The message with where the task's code raised (`file:line in function`), so
+    `programming: 'a'` reads as the KeyError it is and says where."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    # A TaskError's message is the author's; a missing callable is said by its message.
+    if not frames or isinstance(exc, TaskError) or failure.category != "programming":
+        return failure
+    last = frames[-1]
+    where = f"{Path(last.filename).name}:{last.lineno} in {last.name}"
+    message = sanitize_error_message(f"{failure.message} (at {where})", limit=2_000)
+    return dataclasses.replace(failure, message=message)
 
 
 def _warm_up(*, agent: bool) -> None:

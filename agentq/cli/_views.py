@@ -111,7 +111,9 @@ def money(usd: float) -> str:
 
 def error_line(error: Mapping[str, Any]) -> str:
     category = error.get("category") or "error"
-    return f"{category}: {error.get('message') or ''}".strip()
+    kind = error.get("exception_type")
+    line = f"{category}: {error.get('message') or ''}".strip()
+    return f"{line} [{kind}]" if isinstance(kind, str) and kind else line
 
 
 def event_detail(payload: Mapping[str, Any]) -> str:

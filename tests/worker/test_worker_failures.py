@@ -70,12 +70,16 @@ def test_worker_failure_paths(stack: Stack) -> None:
     assert dead["MessageAttributes"]["requestId"]["StringValue"] == patient.request_id
 
     assert bug_failed["attempt"] == 1
-    assert bug_failed["payload"]["error"] == {
-        "category": "programming",
-        "retryable": False,
-        "message": "bug",
-        "exception_type": "TypeError",
-    }
+    error = bug_failed["payload"]["error"]
+    assert (error["category"], error["retryable"], error["exception_type"]) == (
+        "programming",
+        False,
+        "TypeError",
+    )
+    # Where the task's code raised, not only what: `bug` alone says nothing.
+    assert error["message"].startswith("bug (at __init__.py:") and error["message"].endswith(
+        " in fail)"
+    )
     assert not events.of(bug.request_id, "Task Processing Failed")
     assert broken_failed["attempt"] == 1
     assert broken_failed["payload"]["error"]["category"] == "not_found"

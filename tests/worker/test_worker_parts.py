@@ -67,6 +67,23 @@ def test_worker_child_writes_a_structured_error_record(
     assert set(record) == {"category", "retryable", "message", "exception_type"}
 
 
+def test_a_programming_error_leaves_its_traceback_in_the_attempt_logs(tmp_path: Path) -> None:
+    task_dir = _task_dir(tmp_path, "agentq.samples:fail",
+                         {"category": "programming", "message": "bad key 'a'"})  # fmt: skip
+    assert _child(task_dir) == 1
+    text = (task_dir / "logs" / "traceback.txt").read_text()
+    assert "Traceback (most recent call last)" in text and "TypeError: bad key 'a'" in text
+    assert "agentq/samples/__init__.py" in text
+    record = json.loads((task_dir / "error.json").read_text())
+    assert record["message"].startswith("bad key 'a' (at __init__.py:")
+
+
+def test_a_task_error_keeps_its_authors_message(tmp_path: Path) -> None:
+    task_dir = _task_dir(tmp_path, "agentq.samples:fail", {"category": "auth", "message": "m"})
+    assert _child(task_dir) == 1
+    assert json.loads((task_dir / "error.json").read_text())["message"] == "m"
+
+
 def test_worker_outcome_follows_the_seed_table(tmp_path: Path) -> None:
     def child(code: int, stopped: Any = None) -> ChildExit:
         return ChildExit(returncode=code, duration_ms=5, stopped=stopped)
