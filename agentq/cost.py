@@ -113,7 +113,8 @@ def agentq_usage(task_seconds: float, *, agent: bool = True) -> Usage:
 
 
 def seed_usage(task_seconds: float, *, agent: bool = True) -> Usage:
-    """The seed design (docs/benchmarks.md): per task receive, GSI query + conditional put
+    """A hand-rolled SQS consumer, the design agentq started from (docs/benchmarks.md calls
+    it the seed): per task receive, GSI query + conditional put
     for the lock, one PutEvents per event, one delete; per heartbeat one
     ChangeMessageVisibility and one PutEvents."""
     beats = heartbeats(task_seconds)
@@ -222,7 +223,7 @@ def estimate(
     cost = STAGES[stage]
     designs = {
         "agentq": agentq_usage(task_seconds, agent=agent),
-        "seed design": seed_usage(task_seconds, agent=agent),
+        "a hand-rolled SQS consumer": seed_usage(task_seconds, agent=agent),
         "Step Functions Standard": step_functions_usage(task_seconds, agent=agent),
     }
     return Estimate(

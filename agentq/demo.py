@@ -133,6 +133,9 @@ def run(console: Console, *, timeout_s: float, live: bool, real_claude: bool = F
             + ", ".join(w.name for w in stack.workers)
         )
         console.print(f"web console (read-only): {web.url}")
+        # The console and its data live as long as the demo: say so, and what keeps one up.
+        console.print("  [dim]it lives as long as the demo; `agentq local up` keeps a stack "
+                      "and its console running[/dim]")  # fmt: skip
         client = AgentqClient.from_env()
         spec, expected = demo_spec(offline=offline)
         job = client.create_job(spec)

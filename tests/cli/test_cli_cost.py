@@ -19,7 +19,7 @@ def test_the_cli_prints_every_part_dated_and_the_comparison() -> None:
     data = ran.json()
     assert PRICES_AS_OF in data["prices"]
     assert set(data["aws_requests_per_1000_tasks_usd"]) == {
-        "agentq", "seed design", "Step Functions Standard"}  # fmt: skip
+        "agentq", "a hand-rolled SQS consumer", "Step Functions Standard"}  # fmt: skip
     assert {"NAT gateways", "always-on workers", "KMS keys", "Secrets Manager", "dashboard",
             "VPC flow logs"} <= set(data["fixed_monthly_usd"])  # fmt: skip
     parts = (sum(data["aws_requests_by_service_usd"].values()) + data["worker_compute_usd"]

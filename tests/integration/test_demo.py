@@ -51,6 +51,7 @@ def test_make_demo_runs_the_job_as_designed_and_leaves_no_process() -> None:
     assert completed.returncode == 0, output[-6000:]
     assert "offline model server" in output
     assert "web console (read-only): http://127.0.0.1:" in output
+    assert "it lives as long as the demo" in output
     assert "did the job end as designed?" in output
     checks = output.split("did the job end as designed?")[1]
     rows = {m.group(1): m.groups()[1:] for m in _ROW.finditer(checks)}
