@@ -138,3 +138,20 @@ def test_status_and_logs_say_no_output_yet_instead_of_not_found(stack: Stack) ->
     assert json.loads(_agentq(stack, "logs", pending, "--json").stdout) == {}
     trace = _agentq(stack, "trace", pending)
     assert trace.returncode == 0 and "has no output yet" in trace.stdout
+
+
+def test_a_failed_jobs_progress_bar_is_not_all_green(inproc_stack: Stack, browser: Browser) -> None:
+    define(inproc_stack, "noop")
+    client = AgentqClient.from_env()
+    client.create_job({"tasks": {"a": {"definition": "noop"}, "b": {"definition": "noop"}}},
+                      job_id="doomed")  # fmt: skip
+    client.cancel(job_id="doomed")
+    with running_console() as server:
+        page = signed_in(browser, server)
+        page.goto(f"{server.base_url}/jobs")
+        page.wait_for_selector("#jobs tr[data-job='doomed']")
+        bar = "#jobs tr[data-job='doomed'] .progress"
+        widths = page.eval_on_selector_all(f"{bar} > span",
+                                           "spans => spans.map(s => [s.className, s.style.width])")  # fmt: skip
+        assert dict(widths) == {"ok": "0%", "bad": "0%", "off": "100%"}, widths
+        assert "2 cancelled" in (page.get_attribute(bar, "title") or "")

@@ -5,10 +5,19 @@
   const { el, badge, table } = AQ;
   const STATES = ["PENDING", "BLOCKED", "PROCESSING", "RETRYING", "COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NOT_CREATED"];
 
-  function progress(done, total) {
-    const bar = el("span");
-    bar.style.width = `${total ? (100 * done) / total : 0}%`;
-    return el("span", { class: "progress", title: `${done}/${total}` }, bar);
+  // Finished tasks by how they ended: completed green, failed or timed out red,
+  // cancelled grey, so a failed job never reads as all green.
+  function progress(j) {
+    const failed = (j.failed || 0) + (j.timedOut || 0);
+    const cancelled = j.cancelled || 0;
+    const completed = Math.max(0, j.done - failed - cancelled);
+    const part = (count, cls) => {
+      const bar = el("span", { class: cls });
+      bar.style.width = `${j.total ? (100 * count) / j.total : 0}%`;
+      return bar;
+    };
+    return el("span", { class: "progress", title: `${completed} completed, ${failed} failed, ${cancelled} cancelled of ${j.total}` },
+      part(completed, "ok"), part(failed, "bad"), part(cancelled, "off"));
   }
 
   AQ.pages.jobs = (data) => {
@@ -21,7 +30,7 @@
     const rows = data.jobs.map((j) => el("tr", { "data-job": j.jobId },
       el("td", {}, el("a", { href: AQ.jobHref(j.jobId, data.tenant) }, j.jobId), j.name ? el("div", { class: "muted" }, j.name) : null),
       el("td", {}, badge(j.state)),
-      el("td", {}, progress(j.done, j.total), ` ${j.done}/${j.total}`),
+      el("td", {}, progress(j), ` ${j.done}/${j.total}`),
       el("td", { class: "num" }, String(j.failed + j.timedOut)),
       el("td", { class: "num" }, String(j.cancelled)),
       el("td", { class: "num" }, AQ.cost(j.costUsd)),
