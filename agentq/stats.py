@@ -11,17 +11,17 @@ message's `maxReceiveCount`):
 - claims, completions, failures, retries, timeouts and processing time p50/p95: the
   worker's events in the window, through the byType index (each worker event names its
   tier in `payload.priority`, and an attempt's end its `payload.duration_ms`);
-- consumers: workers and their slots from the `Task Processing Started` events of the
-  window (`payload.workerSlots`), busy slots and last heartbeats from the PROCESSING
-  tasks' STATE items. A worker that started nothing in the window and runs nothing is
-  not seen: the fleet's size is ECS's `RunningTaskCount` (dashboard).
+- consumers: every worker of the roster (agentq.store.workers: busy, idle, gone, with
+  slots and version), plus those the `Task Processing Started` events of the window
+  name (`payload.workerSlots`); busy slots and last heartbeats from the PROCESSING
+  tasks' STATE items.
 
 Requests are bounded: one `GetQueueAttributes` per distinct tier queue and one for the
-DLQ, one `GetMetricData` on AWS, and one query per event type (5) and per status shard
-for PROCESSING and PENDING (8), each followed for at most `MAX_PAGES` pages of 1 MB.
-With the default three tiers that is 17 requests locally and 18 on AWS while every
-query fits in one page, and never more than 4 + 1 + 13 x MAX_PAGES; when a query is cut
-short, `truncated` is true and its counts are lower bounds.
+DLQ, one `GetMetricData` on AWS, one query per event type (5) and per status shard
+for PROCESSING and PENDING (8), each followed for at most `MAX_PAGES` pages of 1 MB,
+and one roster query. With the default three tiers that is 18 requests locally and 19
+on AWS while every query fits in one page; when a query is cut short, `truncated` is
+true and its counts are lower bounds.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from agentq.resources import STATUS_SHARDS
 from agentq.states import TaskState
 from agentq.store import keys
 from agentq.store.codec import from_item, values
+from agentq.store.workers import WorkerRoster
 
 VERSION: Final = 1
 MAX_PAGES: Final = 10
@@ -196,9 +197,11 @@ class StatsReader:
         if dlq is not None:
             dlq_row = {"queue": _queue_name(str(settings.dlq_url)), **dlq,
                        "oldestAgeS": ages.get("(dlq)") if ages is not None else None}  # fmt: skip
+        self._merge_roster(workers, at)
         listed = sorted(({k: v for k, v in w.items() if k != "_slotsAt"} for w in workers.values()),
                         key=lambda w: str(w["worker"]))  # fmt: skip
-        slots = [w["slots"] for w in listed if isinstance(w["slots"], int)]
+        live = [w for w in listed if w["status"] in LIVE_STATUSES]
+        slots = [w["slots"] for w in live if isinstance(w["slots"], int)]
         return {
             "version": VERSION,
             "at": at,
@@ -211,9 +214,11 @@ class StatsReader:
             ],
             "dlq": dlq_row,
             "consumers": {
-                "workers": len(listed),
-                "slots": sum(slots) if len(slots) == len(listed) else None,
-                "busy": sum(w["busy"] for w in listed),
+                "workers": len(live),
+                "slots": sum(slots) if len(slots) == len(live) else None,
+                "busy": sum(w["busy"] for w in live),
+                "idle": sum(1 for w in live if w["status"] == "idle"),
+                "gone": sum(1 for w in listed if w["status"] == "gone"),
                 "list": listed,
             },
             "requests": self.requests,
@@ -221,6 +226,23 @@ class StatsReader:
         }
 
     # -- reads -------------------------------------------------------------------------
+    def _merge_roster(self, workers: dict[str, dict[str, Any]], at: int) -> None:
+        """Workers from the roster (agentq.store.workers): the idle and the gone, which no
+        task names, and every live one's slots and version. A caller without read access
+        to it still gets the workers the events and tasks name."""
+        self.requests += 1
+        try:
+            entries = WorkerRoster(self._ddb, self._table).entries()
+        except ClientError:
+            return
+        for entry in entries:
+            status = entry.status(at)
+            if status == "stopped" and entry.worker not in workers:
+                continue  # ended cleanly and names no task: nothing to show
+            row = workers.setdefault(entry.worker, _worker(entry.worker))
+            row.update(slots=entry.slots, version=entry.version, lastSeenMs=entry.seen_ms)
+            row["status"] = "busy" if row["busy"] and status != "gone" else status
+
     def _queue(self, url: str) -> dict[str, int]:
         self.requests += 1
         attributes = self._sqs.get_queue_attributes(QueueUrl=url, AttributeNames=_QUEUE_ATTRIBUTES)[
@@ -350,5 +372,9 @@ def _busy_worker(workers: dict[str, dict[str, Any]], record: Mapping[str, Any], 
 
 
 def _worker(name: str) -> dict[str, Any]:
+    # Status "busy" until the roster says more: a worker that runs a task is live.
     return {"worker": name, "slots": None, "busy": 0, "lastHeartbeatMs": None, "stale": 0,
-            "_slotsAt": -1}  # fmt: skip
+            "_slotsAt": -1, "status": "busy", "version": None, "lastSeenMs": None}  # fmt: skip
+
+
+LIVE_STATUSES: Final = ("busy", "idle")

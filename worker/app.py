@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -12,13 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentq import security
+from agentq import __version__, security
 from agentq.aws import AwsClients, CallCounter
 from agentq.config import Settings
 from agentq.definitions import DefinitionRegistry
 from agentq.errors import ConfigError
+from agentq.events import now_ms
 from agentq.publisher import EventPublisher
 from agentq.store.tasks import TaskStore
+from agentq.store.workers import RosterAnnouncer, WorkerRoster
 from worker import isolation, preflight, scrub
 from worker.batcher import SqsBatcher
 from worker.consumer import Consumer, ExitCode
@@ -52,13 +55,20 @@ class Worker:
     metrics: MetricsMiddleware
     home_dir: Path
     spares: SparePool | None = None
+    roster: RosterAnnouncer | None = None
 
     def run(self) -> ExitCode:
         if self.spares is not None:
             self.spares.start()
+        if self.roster is not None:
+            with contextlib.suppress(Exception):  # seen at the next tick, then
+                self.roster.tick()
         try:
             return self.consumer.run()
         finally:
+            if self.roster is not None:
+                with contextlib.suppress(Exception):  # else "gone" after a few minutes
+                    self.roster.stopped()
             if self.spares is not None:
                 self.spares.close()  # no spare outlives the worker
             self.metrics.flush()
@@ -118,7 +128,16 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
         tenants=settings.metric_tenants,
     )
     middleware: list[Middleware] = [metrics]
-    ticks = [metrics.tick]
+    # Idle and gone workers are seen only here (agentq.store.workers): no task names them.
+    roster = RosterAnnouncer(
+        WorkerRoster(clients.dynamodb, settings.required("table_name")),
+        worker=worker_id,
+        slots=settings.max_concurrent,
+        busy=slots_busy,
+        version=__version__,
+        clock_ms=now_ms,
+    )
+    ticks = [metrics.tick, roster.tick]
     if settings.ecs_agent_uri:
         protection = ScaleInProtection(settings.ecs_agent_uri)
         middleware.append(protection)
@@ -165,6 +184,7 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
         metrics=metrics,
         home_dir=home_dir,
         spares=handler.spares,
+        roster=roster,
     )
 
 

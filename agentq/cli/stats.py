@@ -80,10 +80,21 @@ def _draw(data: dict[str, Any], window: str) -> None:
         )
     consumers = data["consumers"]
     slots = consumers["slots"]
+    busy_workers = consumers["workers"] - consumers["idle"]
     views.console.print(
-        f"consumers: {consumers['workers']} worker(s) seen, "
-        f"{'?' if slots is None else slots} slot(s), {consumers['busy']} busy"
+        f"workers: {consumers['workers']} running ({busy_workers} busy, {consumers['idle']} "
+        f"idle), {consumers['gone']} gone; {'?' if slots is None else slots} slot(s), "
+        f"{consumers['busy']} busy"
     )
+    if consumers["list"]:
+        workers = _table("workers", "worker", "status", "slots", "busy", "version", "seen")
+        for row in consumers["list"]:
+            seen = row.get("lastSeenMs") or row.get("lastHeartbeatMs")
+            ago = None if seen is None else max(0, data["at"] - int(seen)) / 1000
+            workers.add_row(escape(str(row["worker"])), row["status"],
+                            "?" if row["slots"] is None else str(row["slots"]), str(row["busy"]),
+                            escape(str(row.get("version") or "?")), _age(ago))  # fmt: skip
+        views.console.print(workers)
     if data["truncated"]:
         views.console.print("[yellow]some reads were cut short: counts are lower bounds[/yellow]")
 

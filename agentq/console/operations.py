@@ -3,10 +3,12 @@
 Nothing here receives from a queue: a receive, even with visibility 0, counts toward
 the message's `maxReceiveCount` and could dead-letter it. Depths come from queue
 attributes, the oldest waiting task from the status index (its first PENDING entry),
-workers from the PROCESSING tasks' STATE items (owner and last lease heartbeat), and
+workers from the roster (agentq.store.workers) and the PROCESSING tasks' STATE items
+(owner and last lease heartbeat), and
 rates from the byType event index over the last few minutes, and each queue's oldest
 message age from SQS's CloudWatch metric. A refresh costs a fixed number of requests:
-2 queue reads, 2 metric reads, 4 + 4 + 4 status-index queries, 4 event queries.
+a queue read and a metric read per tier queue and the DLQ, 4 + 4 + 4 status-index
+queries, 4 event queries and one roster query.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from botocore.exceptions import ClientError
 from agentq.client import AgentqClient
 from agentq.events import now_ms
 from agentq.states import TaskState
+from agentq.store.workers import WorkerEntry, WorkerRoster
 
 RATE_MINUTES: Final = 5
 RATE_TYPES: Final = ("Task Processing Started", "Task Completed", "Task Failed", "Task Timeout")
@@ -34,7 +37,12 @@ class Operations:
     def snapshot(self) -> dict[str, Any]:
         settings = self._client.settings
         now = now_ms()
-        queues = [self._queue("tasks", settings.queue_url)]
+        # One row per tier queue (tiers sharing a queue share its row), then the DLQ.
+        by_url: dict[str, list[str]] = {}
+        tiers_urls = settings.tier_queue_urls() or {"tasks": settings.required("queue_url")}
+        for tier, url in tiers_urls.items():
+            by_url.setdefault(url, []).append(tier)
+        queues = [self._queue(" + ".join(tiers), url) for url, tiers in by_url.items()]
         if settings.dlq_url:
             queues.append(self._queue("dead letters", settings.dlq_url))
         tasks = self._client.tasks
@@ -47,7 +55,7 @@ class Operations:
             "at": now,
             "queues": queues,
             "oldestWaitingMs": oldest,
-            "workers": _workers(processing, now),
+            "workers": _workers(processing, self._roster(), now),
             "rates": self._rates(now),
         }
 
@@ -93,6 +101,13 @@ class Operations:
         latest = max(points, key=lambda p: p["Timestamp"]) if points else None
         return float(latest["Maximum"]) if latest else None
 
+    def _roster(self) -> list[WorkerEntry]:
+        try:
+            return WorkerRoster(self._client.dynamodb, self._client.settings.required(
+                "table_name")).entries()  # fmt: skip
+        except ClientError:
+            return []  # without read access to it, the workers the tasks name remain
+
     def _rates(self, now: int) -> list[dict[str, Any]]:
         # Whole clock minutes, the last one still filling.
         since = (now // _MINUTE_MS - (RATE_MINUTES - 1)) * _MINUTE_MS
@@ -106,17 +121,32 @@ class Operations:
         return minutes
 
 
-def _workers(processing: list[Any], now: int) -> list[dict[str, Any]]:
+def _workers(processing: list[Any], roster: list[WorkerEntry], now: int) -> list[dict[str, Any]]:
+    """Every worker of the roster (busy, idle, gone; a cleanly stopped one only while it
+    still names a task) with its slots, version and last announcement, and the tasks the
+    PROCESSING items say it runs."""
     workers: dict[str, dict[str, Any]] = {}
+
+    def row(name: str) -> dict[str, Any]:
+        return workers.setdefault(name, {"worker": name, "busy": 0, "tasks": [],
+                                         "lastHeartbeatMs": None, "stale": 0, "slots": None,
+                                         "version": None, "lastSeenMs": None,
+                                         "status": "busy"})  # fmt: skip
+
+    for entry in roster:
+        status = entry.status(now)
+        if status != "stopped":
+            row(entry.worker).update(slots=entry.slots, version=entry.version,
+                                     lastSeenMs=entry.seen_ms, status=status)  # fmt: skip
     for record in processing:
-        owner = record.owner or "?"
-        entry = workers.setdefault(owner, {"worker": owner, "busy": 0, "tasks": [],
-                                           "lastHeartbeatMs": None, "stale": 0})  # fmt: skip
-        entry["busy"] += 1
-        entry["tasks"].append({"requestId": record.request_id, "tenant": record.tenant})
+        worker = row(record.owner or "?")
+        if worker["status"] == "idle":
+            worker["status"] = "busy"  # the roster is up to half a minute behind
+        worker["busy"] += 1
+        worker["tasks"].append({"requestId": record.request_id, "tenant": record.tenant})
         beat = record.raw.get("lastHeartbeatAt")
-        if isinstance(beat, int) and (entry["lastHeartbeatMs"] or 0) < beat:
-            entry["lastHeartbeatMs"] = beat
+        if isinstance(beat, int) and (worker["lastHeartbeatMs"] or 0) < beat:
+            worker["lastHeartbeatMs"] = beat
         if not record.lease_live(now):
-            entry["stale"] += 1
+            worker["stale"] += 1
     return sorted(workers.values(), key=lambda w: str(w["worker"]))

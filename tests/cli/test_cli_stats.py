@@ -138,8 +138,8 @@ def test_stats_counts_each_tier_and_tenant_and_the_worker_emits_them(
         assert row["ageSource"] == "status-index" and row["oldestAgeS"] is None
     assert data["dlq"]["depth"] == 0
     assert data["consumers"]["workers"] == 1 and data["consumers"]["slots"] == 2
-    # Three tier queues and the DLQ, five event types, four status shards twice.
-    assert data["requests"] == 17
+    # Three tier queues and the DLQ, five event types, four status shards twice, the roster.
+    assert data["requests"] == 18
 
     # The count the command reports is the count of requests made.
     counter = CallCounter()
@@ -149,7 +149,7 @@ def test_stats_counts_each_tier_and_tenant_and_the_worker_emits_them(
         dynamodb=counter.attach(stack.aws_clients().dynamodb),
     )
     again = reader.read(900)
-    assert counter.total() == again["requests"] == 17
+    assert counter.total() == again["requests"] == 18
     assert again["tiers"][0]["claims"] == tiers["high"]["claims"]
 
     # The worker's own EMF lines: one set per tier, tenant-a by name, tenant-b as (other).
@@ -195,7 +195,7 @@ def test_stats_draws_its_tables_for_a_stage_with_nothing_done_yet(stack: Stack) 
     for tier in ("high", "normal", "low"):
         assert f"│ {tier} " in ran.stdout, tier
     assert "dead letters: 0 waiting, 0 in flight, oldest —" in ran.stdout
-    assert "consumers: 0 worker(s) seen, 0 slot(s), 0 busy" in ran.stdout
+    assert "workers: 0 running (0 busy, 0 idle), 0 gone; 0 slot(s), 0 busy" in ran.stdout
     # In a terminal of 80 columns every header reads whole.
     narrow = agentq({**os.environ, **stack.env(), "COLUMNS": "80"}, "stats", "--window", "5m")
     for header in ("in flight", "delayed", "claimed", "retried", "timeouts", "p95 ms"):

@@ -13,10 +13,13 @@ from console_support import Http, define, running_console
 from support import EventLog
 
 from agentq.client import AgentqClient
+from agentq.config import Settings
 from agentq.console import ConsoleServer
 from agentq.envelope import TaskEnvelope
+from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store.keys import attempt_prefix
+from agentq.store.workers import RosterAnnouncer, WorkerRoster
 
 
 @pytest.fixture
@@ -254,12 +257,25 @@ def test_the_queues_page_shows_depths_and_the_oldest_message_age_from_cloudwatch
         "Dimensions": [{"Name": "QueueName", "Value": queue}]}])  # fmt: skip
     http = Http(readonly)
     http.sign_in()
+    roster = WorkerRoster(inproc_stack.dynamodb, inproc_stack.resources.table_name)
+    RosterAnnouncer(roster, worker="w-idle", slots=3, busy=lambda: 0, version="9.9",
+                    clock_ms=now_ms).tick()  # fmt: skip
     snapshot = http.request("GET", "/api/queues").json()
-    tasks, dlq = snapshot["queues"]
+    # Every tier queue (as `agentq stats` lists them), then the DLQ.
+    rows = {row["name"]: row for row in snapshot["queues"]}
+    assert list(rows) == [*Settings.from_env().tier_queue_urls(), "dead letters"]
+    tasks = next(r for r in snapshot["queues"] if r["url"] == inproc_stack.resources.queue_url)
     assert (tasks["depth"], tasks["inFlight"], tasks["oldestAgeS"]) == (1, 0, 42.0)
+    dlq = rows["dead letters"]
     assert dlq["depth"] == 0 and dlq["oldestAgeS"] is None
     assert snapshot["oldestWaitingMs"]["PENDING"] >= 0
-    assert snapshot["workers"] == []
+    (idle,) = snapshot["workers"]  # no task names it: the roster does
+    assert (idle["worker"], idle["status"], idle["slots"], idle["version"]) == (
+        "w-idle",
+        "idle",
+        3,
+        "9.9",
+    )
     assert len(snapshot["rates"]) == 5
 
 

@@ -14,6 +14,7 @@ from agentq.config import Settings
 from agentq.events import task_event
 from agentq.stats import StatsReader
 from agentq.store import EventStore
+from agentq.store.workers import ANNOUNCE_EVERY_MS, GONE_AFTER_MS, RosterAnnouncer, WorkerRoster
 
 
 def _queue_name(url: str) -> str:
@@ -55,7 +56,7 @@ def test_on_aws_the_oldest_ages_come_from_one_get_metric_data(
     assert data["dlq"]["oldestAgeS"] is None
     snapshot = counter.snapshot()
     assert snapshot["cloudwatch:GetMetricData"] == 1
-    assert counter.total() - before == data["requests"] == 18
+    assert counter.total() - before == data["requests"] == 19  # and the roster query
 
 
 def test_a_long_read_stops_at_its_page_cap_and_says_so(
@@ -75,9 +76,54 @@ def test_a_long_read_stops_at_its_page_cap_and_says_so(
     high = data["tiers"][0]
     assert data["truncated"] is True
     assert high["completions"] == 6, "two pages of three: a lower bound, not the 9 stored"
-    # 4 queue reads, 2 pages of completions, 4 other event types and 8 status shards once.
-    assert counter.total() == data["requests"] == 4 + 2 + 4 + 8
+    # 4 queue reads, 2 pages of completions, 4 other event types, 8 status shards once, the
+    # roster.
+    assert counter.total() == data["requests"] == 4 + 2 + 4 + 8 + 1
     whole = StatsReader(settings, sqs=inproc_stack.sqs, dynamodb=inproc_stack.dynamodb,
                         page_size=100).read(900)  # fmt: skip
     assert whole["truncated"] is False and whole["tiers"][0]["completions"] == 9
     assert whole["tiers"][0]["processingMs"] == {"count": 9, "p50": 40, "p95": 80}
+
+
+def test_idle_and_gone_workers_are_seen_through_the_roster(inproc_stack: Stack) -> None:
+    settings = Settings.from_env(inproc_stack.env())
+    roster = WorkerRoster(inproc_stack.dynamodb, inproc_stack.resources.table_name)
+    now = 10_000_000
+    clock = {"ms": now}
+    idle = RosterAnnouncer(roster, worker="w-idle", slots=4, busy=lambda: 0, version="1.2.3",
+                           clock_ms=lambda: clock["ms"])  # fmt: skip
+    idle.tick()
+    clock["ms"] = now - GONE_AFTER_MS - 1_000
+    gone = RosterAnnouncer(roster, worker="w-gone", slots=2, busy=lambda: 1, version="1.2.3",
+                           clock_ms=lambda: clock["ms"])  # fmt: skip
+    gone.tick()
+    done = RosterAnnouncer(roster, worker="w-done", slots=2, busy=lambda: 0, version="1.2.3",
+                           clock_ms=lambda: now)  # fmt: skip
+    done.stopped()
+    data = StatsReader(settings, sqs=inproc_stack.sqs, dynamodb=inproc_stack.dynamodb).read(
+        900, at_ms=now
+    )
+    consumers = data["consumers"]
+    by_name = {w["worker"]: w for w in consumers["list"]}
+    assert set(by_name) == {"w-idle", "w-gone"}, "a cleanly stopped worker with no task is left out"
+    assert (by_name["w-idle"]["status"], by_name["w-idle"]["slots"]) == ("idle", 4)
+    assert by_name["w-idle"]["version"] == "1.2.3"
+    assert by_name["w-gone"]["status"] == "gone"
+    assert (consumers["workers"], consumers["idle"], consumers["gone"], consumers["slots"]) == (
+        1,
+        1,
+        1,
+        4,
+    )
+
+
+def test_the_announcer_writes_at_most_every_interval(inproc_stack: Stack) -> None:
+    counter = CallCounter()
+    roster = WorkerRoster(counter.attach(inproc_stack.dynamodb), inproc_stack.resources.table_name)
+    clock = {"ms": 0}
+    announcer = RosterAnnouncer(roster, worker="w", slots=1, busy=lambda: 0, version="v",
+                                clock_ms=lambda: clock["ms"])  # fmt: skip
+    for step in range(0, ANNOUNCE_EVERY_MS * 3, 1_000):  # a tick a second for 90 s
+        clock["ms"] = step
+        announcer.tick()
+    assert counter.snapshot() == {"dynamodb:PutItem": 3}

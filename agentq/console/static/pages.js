@@ -152,8 +152,9 @@
     const queues = data.queues.map((q) => el("tr", {}, el("td", {}, q.name), el("td", { class: "num" }, AQ.num(q.depth)),
       el("td", { class: "num" }, AQ.num(q.inFlight)), el("td", { class: "num" }, AQ.num(q.delayed)),
       el("td", { class: "num" }, typeof q.oldestAgeS === "number" ? AQ.span(q.oldestAgeS * 1000) : "—")));
-    const workers = data.workers.map((w) => el("tr", { "data-worker": w.worker }, el("td", {}, w.worker), el("td", { class: "num" }, String(w.busy)),
-      el("td", {}, AQ.ago(w.lastHeartbeatMs)), el("td", { class: "num" }, String(w.stale)),
+    const workers = data.workers.map((w) => el("tr", { "data-worker": w.worker }, el("td", {}, w.worker), el("td", {}, badge(w.status.toUpperCase())),
+      el("td", { class: "num" }, w.slots === null ? "?" : String(w.slots)), el("td", { class: "num" }, String(w.busy)), el("td", {}, w.version || "?"),
+      el("td", {}, AQ.ago(w.lastSeenMs || w.lastHeartbeatMs)), el("td", { class: "num" }, String(w.stale)),
       el("td", {}, w.tasks.slice(0, 10).map((t) => el("a", { href: AQ.taskHref(t.requestId, t.tenant) }, `${t.requestId} `)))));
     const types = ["Task Processing Started", "Task Completed", "Task Failed", "Task Timeout"];
     const peak = Math.max(1, ...data.rates.flatMap((m) => types.map((t) => m[t])));
@@ -163,9 +164,9 @@
     return el("section", {}, el("h1", {}, "Queues and workers"),
       table(["queue", "visible#", "in flight#", "delayed#", "oldest message#"], queues, { id: "queues" }),
       AQ.kv([["oldest PENDING task", AQ.span(oldest.PENDING)], ["oldest RETRYING task", AQ.span(oldest.RETRYING)]]),
-      el("h2", {}, "Workers (busy slots, from their leases)"),
-      data.workers.length ? table(["worker", "busy slots#", "last heartbeat", "stale leases#", "running"], workers, { id: "workers" })
-        : el("p", { class: "muted" }, "no worker is running a task"),
+      el("h2", {}, "Workers"),
+      data.workers.length ? table(["worker", "status", "slots#", "busy slots#", "version", "last seen", "stale leases#", "running"], workers, { id: "workers" })
+        : el("p", { class: "muted" }, "no worker has been seen"),
       el("h2", {}, "Last minutes"), table(["minute", "started", "completed", "failed", "timed out"], rates, { id: "rates" }));
   };
 })();
