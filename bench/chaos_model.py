@@ -119,6 +119,7 @@ class ChaosReport:
     unreadable_copies: int = 0  # of finished tasks, sent to be rejected
     dispatched_unsent: int = 0  # job tasks the dispatcher moved to PENDING, never sent
     overlaps_beyond_budget: int = 0
+    ran_past_lease: int = 0  # executions whose code ended after a freeze past their lease
     # Dead-letter close-outs the harness staged (bench.chaos_closeout): how many, how many
     # were retried after their publish failed, how many lack their one stored Task Failed.
     closeouts: int = 0
@@ -153,6 +154,7 @@ class ChaosReport:
             "dead-lettered without running": self.dead_lettered_unrun,
             "terminal events lost": self.events_lost,
             "lease fences (worker / child watchdog)": f"{self.worker_fences} / {self.child_fences}",
+            "INV attempts that ran past their lease (frozen, then thawed)": self.ran_past_lease,
             "seconds": round(self.seconds, 1),
             "killing seconds": round(self.killing_seconds, 1),
             "tasks added for the strike quotas": self.top_ups,

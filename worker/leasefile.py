@@ -9,7 +9,10 @@ worker that holds it:
   (reason `lease_lost`: SIGTERM, SIGKILL after the grace) at `fence_at`;
 - a frozen worker (SIGSTOP, GC pause, CPU starvation) runs nothing: the child's
   watchdog ends its own process group at `term_at` (SIGTERM, so task code and the
-  Claude CLI record their end) and SIGKILLs what is left at `kill_at`.
+  Claude CLI record their end) and SIGKILLs what is left at `kill_at`;
+- a frozen child runs nothing either, but its lease's end is a kernel timer
+  (worker/leasetimer.py) that keeps counting: continued after `kill_at`, the child
+  SIGKILLs its whole group before its task code runs another instruction.
 
 `lease_times` places the three moments before `effectiveUntil`; the worker mirrors them
 into `TASK_DIR/lease.json` (temp file + rename) at every renewal. Worker and child read
