@@ -25,8 +25,11 @@ import pytest
 from support import wait_for
 
 from agentq.definitions import TaskDefinition
+from worker.child import READY_LINE
+from worker.forked import ForkServer
 from worker.leasefile import LeaseTimes, write_lease
 from worker.leasetimer import LEASE_SIGNAL, LeaseTimer
+from worker.proctree import ChildProcess
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -97,19 +100,41 @@ def _past(epoch_ms: int) -> bool:
 
 
 @contextlib.contextmanager
-def _child(task_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
-    child = subprocess.Popen([sys.executable, "-m", "worker.child", str(task_dir)],
-                             cwd=task_dir, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+def _child(task_dir: Path, start: str = "cold") -> Iterator[ChildProcess]:
+    """A child running the task: started for it (cold), or a warm spare (a spawned one,
+    or one the fork server forked) handed the task as the worker hands it over."""
+    server: ForkServer | None = None
+    child: ChildProcess
+    if start == "cold":
+        child = subprocess.Popen([sys.executable, "-m", "worker.child", str(task_dir)],
+                                 cwd=task_dir, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 start_new_session=True)  # fmt: skip
+    elif start == "spare":
+        child = subprocess.Popen([sys.executable, "-m", "worker.child", "--spare"],
+                                 cwd=task_dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    else:
+        server = ForkServer(env=dict(os.environ), cwd=task_dir, user=None)
+        child = server.fork()
     try:
+        if start != "cold":
+            assert child.stdin is not None and child.stdout is not None
+            assert child.stdout.readline() == READY_LINE
+            child.stdin.write(json.dumps({"task_dir": str(task_dir)}).encode() + b"\n")
+            child.stdin.flush()
         yield child
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGCONT)
             os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
-        if child.stderr is not None:
-            child.stderr.close()
+        child.wait(timeout=30)
+        for stream in (child.stdin, child.stdout, child.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        if server is not None:
+            server.close()
 
 
 def _freeze_past(pid: int, task_dir: Path, times: LeaseTimes, *, group: bool) -> None:
@@ -140,13 +165,14 @@ def test_lease_timer_fires_at_the_wall_clock_time_it_was_armed_for() -> None:
         signal.signal(LEASE_SIGNAL, previous)
 
 
+@pytest.mark.parametrize("start", ["cold", "spare", "forked"])
 def test_a_child_frozen_past_its_lease_is_ended_on_sigcont_before_its_task_runs_on(
-    tmp_path: Path,
+    tmp_path: Path, start: str
 ) -> None:
     task_dir = _task_dir(tmp_path)
     times = _lease(TERM_IN_S)
-    write_lease(task_dir, times)  # as the worker does before it starts the child
-    with _child(task_dir) as child:
+    write_lease(task_dir, times)  # as the worker does before it starts (or hands over)
+    with _child(task_dir, start) as child:
         wait_for((task_dir / "started").exists, timeout=30, message="the task started")
         assert not _past(times.term_at_ms), "the child took longer than its lease to start"
         _freeze_past(child.pid, task_dir, times, group=False)
