@@ -154,7 +154,6 @@ class ChaosReport:
             "dead-lettered without running": self.dead_lettered_unrun,
             "terminal events lost": self.events_lost,
             "lease fences (worker / child watchdog)": f"{self.worker_fences} / {self.child_fences}",
-            "INV attempts that ran past their lease (frozen, then thawed)": self.ran_past_lease,
             "seconds": round(self.seconds, 1),
             "killing seconds": round(self.killing_seconds, 1),
             "tasks added for the strike quotas": self.top_ups,
@@ -191,6 +190,9 @@ class ChaosReport:
             "INV overlaps beyond the skew budget": (
                 f"{self.overlaps_beyond_budget} (max {self.max_overlap_s:.2f}s, "
                 f"budget {self.skew_budget_s:g}s)"
+            ),
+            "INV attempts whose code ran past their lease (frozen, then thawed)": (
+                self.ran_past_lease
             ),
             "reconciler repairs": _tally(self.repairs),
             "faults injected": sum(self.faults.values()),
