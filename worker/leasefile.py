@@ -257,9 +257,10 @@ class Watchdog:
             with contextlib.suppress(OSError):
                 self._timer.disarm()
 
-    def _arm(self, times: LeaseTimes) -> None:
+    def _arm(self, times: LeaseTimes, *, again: bool = False) -> None:
+        """Move the timer to `times.term_at_ms` (`again`: it has fired, arm it anew)."""
         timer = self._timer
-        if timer is not None and self._armed_ms != times.term_at_ms:
+        if timer is not None and (again or self._armed_ms != times.term_at_ms):
             self._armed_ms = times.term_at_ms
             timer.arm_at(times.term_at_ms)
 
@@ -275,7 +276,8 @@ class Watchdog:
             return
         now = _now_ms()
         if now < times.term_at_ms:
-            self._arm(times)  # renewed since the timer was set: the lease is still held
+            # Renewed since the timer was set (or the clock was stepped back): still held.
+            self._arm(times, again=True)
             return
         if now >= times.kill_at_ms:
             self.end_now()  # thawed past the lease's end: not one more instruction
@@ -306,7 +308,8 @@ class Watchdog:
                 if now >= times.term_at_ms:
                     break
             wait_ms = CHECK_S * 1000 if times is None else times.term_at_ms - _now_ms()
-            self._woken.wait(max(0.0, min(CHECK_S, wait_ms / 1000)))
+            if self._woken.wait(max(0.0, min(CHECK_S, wait_ms / 1000))):
+                self._woken.clear()  # the file, read again above, decides
         self.fired.set()
         with contextlib.suppress(Exception):
             self._on_expiry()
