@@ -1,6 +1,7 @@
 """When each attempt of a task ran, for the chaos verdict: executions from the tasks'
 side log (bench.tasks), each one without an end line bounded by the earliest record of
-its child's end, and how long two of them overlapped outside the time spent frozen.
+its child's end, how long two of them overlapped outside the time spent frozen, and
+which ran on after a freeze that outlasted their lease.
 """
 
 from __future__ import annotations
@@ -98,3 +99,28 @@ def overlap_s(
         max(0.0, min(end, to) - max(after.start, since)) for since, to in frozen.get(before.pid, ())
     )
     return max(0.0, end - after.start - stopped)
+
+
+def ran_past_lease(
+    executions: Sequence[Execution], freezes: Sequence[Freeze], lease_s: float
+) -> list[tuple[Execution, Freeze]]:
+    """Executions whose own code recorded their end after a freeze that outlasted a whole
+    lease (so their lease ended while they were stopped): running when stopped (started
+    before, no end before) and ending by their own end line after. An execution ended by
+    a kill or seen gone has no end line of its own (outcome "killed") and never counts.
+    The children are stopped before `at` is taken, so an end stamped after `at` was
+    written after the thaw."""
+    found = []
+    for freeze in freezes:
+        if freeze.until - freeze.at <= lease_s:
+            continue
+        for execution in executions:
+            if (
+                execution.pid in freeze.pids
+                and execution.start < freeze.at
+                and execution.end is not None
+                and execution.end > freeze.at
+                and execution.outcome != "killed"
+            ):
+                found.append((execution, freeze))
+    return found

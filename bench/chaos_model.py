@@ -119,6 +119,7 @@ class ChaosReport:
     unreadable_copies: int = 0  # of finished tasks, sent to be rejected
     dispatched_unsent: int = 0  # job tasks the dispatcher moved to PENDING, never sent
     overlaps_beyond_budget: int = 0
+    ran_past_lease: int = 0  # executions whose code ended after a freeze past their lease
     # Dead-letter close-outs the harness staged (bench.chaos_closeout): how many, how many
     # were retried after their publish failed, how many lack their one stored Task Failed.
     closeouts: int = 0
@@ -189,6 +190,9 @@ class ChaosReport:
             "INV overlaps beyond the skew budget": (
                 f"{self.overlaps_beyond_budget} (max {self.max_overlap_s:.2f}s, "
                 f"budget {self.skew_budget_s:g}s)"
+            ),
+            "INV attempts whose code ran past their lease (frozen, then thawed)": (
+                self.ran_past_lease
             ),
             "reconciler repairs": _tally(self.repairs),
             "faults injected": sum(self.faults.values()),

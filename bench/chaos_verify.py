@@ -25,6 +25,7 @@ from bench.chaos_executions import (
     fenced_children,
     frozen_windows,
     overlap_s,
+    ran_past_lease,
 )
 from bench.chaos_model import (
     EXPECTED,
@@ -75,6 +76,7 @@ def verify(
         rid = item.envelope.request_id
         record = store.get(item.envelope.tenant, rid)
         executions = runs.get(rid, [])
+        _check_leases(rid, executions, freezes, lease_s, report)
         if record is None or not record.state.terminal:
             timeline = events.timeline(item.envelope.tenant, rid)
             seen = [(e.get("detailType"), e.get("workerId")) for e in timeline]
@@ -272,6 +274,23 @@ def _check_terminal_events(
         )
     elif TERMINAL_EVENTS[terminal[0]] is not record.state:
         violations.append(f"{rid}: event {terminal[0]} disagrees with state {record.state.value}")
+
+
+def _check_leases(
+    rid: str,
+    executions: Sequence[Execution],
+    freezes: Sequence[Freeze],
+    lease_s: float,
+    report: ChaosReport,
+) -> None:
+    """No attempt's code ran past its lease: one frozen past it never runs on when thawed."""
+    for execution, freeze in ran_past_lease(executions, freezes, lease_s):
+        report.ran_past_lease += 1
+        report.violations.append(
+            f"{rid}: attempt {execution.attempt} (pid {execution.pid}) ran on past its lease: "
+            f"frozen {freeze.until - freeze.at:.1f}s (lease {lease_s:g}s), its code ended "
+            f"{execution.end:.3f} ({execution.outcome}) after the thaw"
+        )
 
 
 def _check_executions(

@@ -115,6 +115,9 @@ def run(task_dir: Path) -> int:
                 (task_dir / TRACEBACK_LOG).write_text(text)
         _write_json(error_file, failure.to_record())
         return 1
+    finally:
+        # Its files are written: a lease lapsing now has no task code left to stop.
+        watchdog.close()
 
 
 def _located(failure: ErrorInfo, exc: BaseException) -> ErrorInfo:
@@ -136,6 +139,8 @@ def _warm_up(*, agent: bool) -> None:
     The agent kind (the SDK, ~2 s of CPU) only when asked: a worker running python tasks
     would otherwise pay for it once per task.
     """
+    import ctypes  # noqa: F401 - the lease timer's (worker/leasetimer.py), armed at hand-off
+
     import worker.kinds.python
 
     if not agent:

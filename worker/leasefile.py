@@ -9,7 +9,10 @@ worker that holds it:
   (reason `lease_lost`: SIGTERM, SIGKILL after the grace) at `fence_at`;
 - a frozen worker (SIGSTOP, GC pause, CPU starvation) runs nothing: the child's
   watchdog ends its own process group at `term_at` (SIGTERM, so task code and the
-  Claude CLI record their end) and SIGKILLs what is left at `kill_at`.
+  Claude CLI record their end) and SIGKILLs what is left at `kill_at`;
+- a frozen child runs nothing either, but its lease's end is a kernel timer
+  (worker/leasetimer.py) that keeps counting: continued after `kill_at`, the child
+  SIGKILLs its whole group before its task code runs another instruction.
 
 `lease_times` places the three moments before `effectiveUntil`; the worker mirrors them
 into `TASK_DIR/lease.json` (temp file + rename) at every renewal. Worker and child read
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import threading
 import time
@@ -28,6 +32,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
+
+from worker.leasetimer import LEASE_SIGNAL, LeaseTimer
 
 if TYPE_CHECKING:  # the task child runs the watchdog and must not import the model
     from agentq.config import Settings
@@ -207,31 +213,112 @@ def end_group(times: LeaseTimes) -> None:
 
 
 class Watchdog:
-    """The child's lease watchdog: a daemon thread, started once per attempt."""
+    """The child's lease watchdog: a kernel timer at `term_at`, and a thread that re-arms it.
+
+    The thread reads each renewal from the lease file and moves the timer (`LeaseTimer`)
+    to the new `term_at`; it also ends the attempt itself where no timer could be made.
+    The timer's signal runs `_on_timer` in the main thread before any further task
+    code: a child frozen past its lease's `kill_at` ends its group at once, SIGKILL,
+    when it is continued (`end_now`); one that still has time left is stopped as at
+    `term_at`, by the thread (`end_group`). The times come only from the worker's
+    file, whose every lease was granted by a renewal conditional on the lease token:
+    nothing here extends a lease, and a stale write carries times already past.
+    """
 
     def __init__(self, task_dir: Path, *, on_expiry: Callable[[], None]) -> None:
         self._task_dir = task_dir
         self._on_expiry = on_expiry
         self.fired = threading.Event()
+        self._woken = threading.Event()
+        self._closed = False
+        self._times: LeaseTimes | None = None
+        self._timer: LeaseTimer | None = None
+        self._armed_ms: int | None = None
         self._thread = threading.Thread(target=self._watch, name="lease-watchdog", daemon=True)
 
     def start(self) -> Watchdog:
+        # Handlers can only be installed from the main thread (where the task runs).
+        if threading.current_thread() is threading.main_thread():
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(LEASE_SIGNAL, self._on_timer)
+                # Armed before the task's first instruction (the worker writes the file
+                # before it starts the child), a spare's at its hand-off.
+                self._timer = LeaseTimer.create(LEASE_SIGNAL)
+        times = self._current()
+        if times is not None:
+            self._arm(times)
         self._thread.start()
         return self
 
-    def _watch(self) -> None:
-        times: LeaseTimes | None = None
-        while True:
-            # The file may appear only at the first renewal, and the worker may remove the
-            # task dir at the end: keep the last lease read.
-            times = read_lease(self._task_dir) or times
-            if times is not None and _now_ms() >= times.term_at_ms:
-                break
-            wait_ms = CHECK_S * 1000 if times is None else times.term_at_ms - _now_ms()
-            time.sleep(max(0.0, min(CHECK_S, wait_ms / 1000)))
+    def close(self) -> None:
+        """The task is over (its result or error is written): no more stopping."""
+        self._closed = True
+        if self._timer is not None:
+            with contextlib.suppress(OSError):
+                self._timer.disarm()
+
+    def _arm(self, times: LeaseTimes, *, again: bool = False) -> None:
+        """Move the timer to `times.term_at_ms` (`again`: it has fired, arm it anew)."""
+        timer = self._timer
+        if timer is not None and (again or self._armed_ms != times.term_at_ms):
+            self._armed_ms = times.term_at_ms
+            timer.arm_at(times.term_at_ms)
+
+    def _current(self) -> LeaseTimes | None:
+        # The file may appear only at the first renewal, and the worker may remove the
+        # task dir at the end: keep the last lease read.
+        self._times = read_lease(self._task_dir) or self._times
+        return self._times
+
+    def _on_timer(self, signum: int, frame: object) -> None:
+        times = self._current()
+        if self._closed or times is None:
+            return
+        now = _now_ms()
+        if now < times.term_at_ms:
+            # Renewed since the timer was set (or the clock was stepped back): still held.
+            self._arm(times, again=True)
+            return
+        if now >= times.kill_at_ms:
+            self.end_now()  # thawed past the lease's end: not one more instruction
+        self._woken.set()  # time is left: the thread stops the group as at term_at
+
+    def end_now(self) -> None:
+        """Record the end and SIGKILL the whole group, this process with it, at once."""
         self.fired.set()
         with contextlib.suppress(Exception):  # the record is a courtesy; the stop is not
             self._on_expiry()
-        with contextlib.suppress(OSError):
-            os.write(2, WATCHDOG_LINE.encode() + b"\n")
+        _announce()
+        me, pgid = os.getpid(), os.getpgrp()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if pgid == me:
+                os.killpg(pgid, signal.SIGKILL)
+            os.kill(me, signal.SIGKILL)
+
+    def _watch(self) -> None:
+        while True:
+            times = self._current()
+            if self._closed:
+                return
+            if times is not None:
+                self._arm(times)
+                now = _now_ms()
+                if now >= times.kill_at_ms:
+                    self.end_now()
+                if now >= times.term_at_ms:
+                    break
+            wait_ms = CHECK_S * 1000 if times is None else times.term_at_ms - _now_ms()
+            if self._woken.wait(max(0.0, min(CHECK_S, wait_ms / 1000))):
+                self._woken.clear()  # the file, read again above, decides
+        self.fired.set()
+        with contextlib.suppress(Exception):
+            self._on_expiry()
+        _announce()
         end_group(times)
+
+
+def _announce() -> None:
+    """The watchdog's line on stderr, unless the pipe is full (its reader may be frozen)."""
+    with contextlib.suppress(OSError, ValueError):
+        if select.select([], [2], [], 0)[1]:  # writable: PIPE_BUF bytes free, no blocking
+            os.write(2, WATCHDOG_LINE.encode() + b"\n")

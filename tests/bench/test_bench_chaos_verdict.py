@@ -4,16 +4,23 @@ killer's strike quotas."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from agentq.states import TaskState
 from agentq.store.records import TaskRecord
-from bench.chaos_executions import Execution, frozen_windows, overlap_s
+from bench.chaos_executions import (
+    Execution,
+    executions_of,
+    frozen_windows,
+    overlap_s,
+    ran_past_lease,
+)
 from bench.chaos_killer import Killer, Strikes
-from bench.chaos_model import Freeze, Kill
-from bench.chaos_verify import _struck_while_held
+from bench.chaos_model import ChaosReport, Freeze, Kill
+from bench.chaos_verify import _check_leases, _struck_while_held
 
 times = st.floats(min_value=0, max_value=100, allow_nan=False)
 
@@ -121,3 +128,51 @@ def test_a_drain_excuses_an_unrun_attempt_only_for_the_tasks_its_log_names() -> 
     # A freeze (request_ids None) strikes whatever its worker held, within the lease.
     assert _struck_while_held(record, [], [_drained(104.0, None)], lease_s=6.0)
     assert not _struck_while_held(record, [], [_drained(120.0, None)], lease_s=6.0)
+
+
+def _frozen(at: float, until: float, pids: tuple[int, ...], **extra: Any) -> Freeze:
+    return Freeze(at=at, until=until, worker="w0", worker_id="w0.1", pids=pids, **extra)
+
+
+def _started(pid: int, t: float, attempt: int = 1) -> dict[str, Any]:
+    return {"requestId": "r", "attempt": attempt, "pid": pid, "event": "start", "t": t}
+
+
+def _ended(pid: int, t: float, outcome: str, attempt: int = 1) -> dict[str, Any]:
+    return {"requestId": "r", "attempt": attempt, "pid": pid, "event": "end", "t": t,
+            "outcome": outcome}  # fmt: skip
+
+
+def test_an_attempt_that_ran_on_after_a_freeze_past_its_lease_is_a_violation() -> None:
+    # pid 7 frozen at 10 for 9 s (lease 6 s) and its code recorded its end after the thaw:
+    # the stale attempt ran past its lease.
+    freeze = _frozen(10.0, 19.0, (7, 8))
+    side_log = [_started(7, 5.0), _ended(7, 19.01, "ok"), _started(9, 17.0, attempt=2)]
+    runs = executions_of(side_log, [], {}, [freeze])
+    report = ChaosReport()
+    _check_leases("r", runs["r"], [freeze], 6.0, report)
+    assert report.ran_past_lease == 1
+    assert report.violations and "ran on past its lease" in report.violations[0]
+    # Its SIGTERM handler running after the thaw is its code running too.
+    side_log[1] = _ended(7, 19.2, "terminated")
+    assert ran_past_lease(executions_of(side_log, [], {}, [freeze])["r"], [freeze], 6.0)
+
+
+def test_an_attempt_ended_while_frozen_or_at_the_thaw_is_no_violation() -> None:
+    # Seen gone at the thaw (the child's lease timer SIGKILLed its group): no end line.
+    gone = _frozen(10.0, 19.0, (7,), ended=((7, 19.0),))
+    runs = executions_of([_started(7, 5.0)], [], {}, [gone])
+    assert ran_past_lease(runs["r"], [gone], 6.0) == []
+    # Ended before the freeze; started after it; a freeze shorter than the lease; a
+    # freeze of another process.
+    cases = [
+        ([_started(7, 5.0), _ended(7, 9.9, "ok")], _frozen(10.0, 19.0, (7,))),
+        ([_started(7, 19.5), _ended(7, 21.0, "ok")], _frozen(10.0, 19.0, (7,))),
+        ([_started(7, 5.0), _ended(7, 14.0, "ok")], _frozen(10.0, 13.0, (7,))),
+        ([_started(7, 5.0), _ended(7, 20.0, "ok")], _frozen(10.0, 19.0, (8,))),
+    ]
+    for side_log, freeze in cases:
+        runs = executions_of(side_log, [], {}, [freeze])
+        report = ChaosReport()
+        _check_leases("r", runs["r"], [freeze], 6.0, report)
+        assert (report.ran_past_lease, report.violations) == (0, []), (side_log, freeze)
