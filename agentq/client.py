@@ -15,13 +15,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentq.aws import AwsClients
+from agentq.client_base import rejected_record
 from agentq.client_control import TaskControl, WaitTimeout
 from agentq.client_jobs import JobCreation
 from agentq.config import Settings
 from agentq.definitions import DefinitionRegistry
 from agentq.envelope import TaskEnvelope, validate_request_id
 from agentq.errors import InvalidInput
-from agentq.events import now_ms
+from agentq.events import now_ms, standalone_request_id
 from agentq.jobs import JobRecord, request_id_for, task_request_id
 from agentq.priority import check_priority, resolve_priority
 from agentq.prompts import check_prompt_inputs
@@ -108,18 +109,25 @@ class AgentqClient(JobCreation, TaskControl):
     def recent_tasks(
         self, *, since_ms: int, tenant: str | None = None, limit: int = 20
     ) -> list[TaskRecord]:
-        """Tasks submitted on their own (not in a job) since `since_ms`, newest first.
+        """Tasks on their own (not in a job) with events since `since_ms`, newest first,
+        from every producer path (agentq's, the bus, raw SQS messages).
 
-        Found through the tenant's stored `Task Pending` events (the byTenant index), then
-        read from their STATE items, which hold the state.
+        Found through the tenant's stored task events (the byTenant index), then read
+        from their STATE items, which hold the state; a message the worker rejected has
+        none, and its `Task Failed` stands for it.
         """
         tenant = tenant or self.settings.tenant_id
-        found: dict[str, None] = {}
+        found: dict[str, dict[str, Any]] = {}
         for event in reversed(self.event_store.tenant_events(tenant, since_ms=since_ms)):
-            if event.get("detailType") == "Task Pending" and not event.get("jobId"):
-                found.setdefault(str(event.get("requestId")))
-        records = (self.tasks.get(tenant, request_id) for request_id in list(found)[:limit])
-        return [record for record in records if record is not None]
+            request_id = standalone_request_id(event)
+            if request_id is not None:
+                found.setdefault(request_id, event)
+        records = []
+        for request_id, event in list(found.items())[:limit]:
+            record = self.tasks.get(tenant, request_id) or rejected_record([event])
+            if record is not None:
+                records.append(record)
+        return records
 
     def events(self, request_id: str, *, tenant: str | None = None) -> list[dict[str, Any]]:
         """A task's stored events, oldest first."""

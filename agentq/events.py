@@ -43,6 +43,17 @@ DetailType = Literal[
 ]
 DETAIL_TYPES: Final[tuple[DetailType, ...]] = get_args(DetailType)
 
+
+def standalone_request_id(event: Mapping[str, Any]) -> str | None:
+    """The request id of a task on its own (not in a job) that a stored task event names,
+    whatever the producer path: agentq's producers store `Task Pending`, a task sent on
+    the bus `Task Requested`, and a raw SQS message's first event is its worker's."""
+    if event.get("jobId") or not str(event.get("detailType") or "").startswith("Task "):
+        return None
+    request_id = event.get("requestId")
+    return request_id if isinstance(request_id, str) and request_id else None
+
+
 # The state a task is in once the event has happened (None: not a task state change).
 STATE_AFTER: Final[dict[DetailType, TaskState | None]] = {
     "Task Requested": None,

@@ -137,7 +137,11 @@ def test_stats_counts_each_tier_and_tenant_and_the_worker_emits_them(
         assert (row["depth"], row["inFlight"], row["delayed"]) == (0, 0, 0)
         assert row["ageSource"] == "status-index" and row["oldestAgeS"] is None
     assert data["dlq"]["depth"] == 0
-    assert data["consumers"]["workers"] == 1 and data["consumers"]["slots"] == 2
+    # The worker stopped (SIGTERM above): no consumer now, and the list says it stopped.
+    consumers = data["consumers"]
+    assert (consumers["workers"], consumers["slots"], consumers["gone"]) == (0, 0, 0)
+    (seen,) = consumers["list"]
+    assert (seen["status"], seen["slots"]) == ("stopped", 2)
     # Three tier queues and the DLQ, five event types, four status shards twice, the roster.
     assert data["requests"] == 18
 
