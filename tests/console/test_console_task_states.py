@@ -17,18 +17,20 @@ from playwright.sync_api import Browser
 from agentq.client import AgentqClient
 from agentq.console import ConsoleServer
 from agentq.envelope import TaskEnvelope
+from agentq.states import TaskState
+from agentq.store.leases import Lease
 from agentq.store.tenants import TenantLimitStore
 
 __all__ = ["browser"]
 
 
 def _hold(client: AgentqClient, request_id: str, *, tenant: str | None = None,
-          limit: int = 0) -> None:  # fmt: skip
+          limit: int = 0) -> Lease:  # fmt: skip
     """Lock the task as a worker would (PROCESSING, attempt 1), through the real lock."""
     record = client.get_task(request_id, tenant=tenant)
     envelope = TaskEnvelope.from_dict(record.envelope or {}, default_tenant=record.tenant)
-    client.tasks.acquire(envelope, worker_id="w-test", lease_seconds=600, max_attempts=3,
-                         tenant_limit=limit)  # fmt: skip
+    return client.tasks.acquire(envelope, worker_id="w-test", lease_seconds=600,
+                                max_attempts=3, tenant_limit=limit)  # fmt: skip
 
 
 @pytest.fixture
@@ -45,6 +47,12 @@ def tasks(inproc_stack: Stack) -> dict[str, tuple[str, str]]:
     }
     client.cancel(found["cancelled"])
     _hold(client, found["processing"])
+    # Ended as the worker ends a task past its deadline, and as it ends a last attempt.
+    for name, state in (("timeout", TaskState.TIMEOUT), ("failed", TaskState.FAILED)):
+        found[name] = client.submit("noop", {"n": name}).request_id
+        error = {"category": "timeout" if name == "timeout" else "network", "retryable": True,
+                 "message": "killed after 20 ms", "exception_type": "TaskTimeout"}  # fmt: skip
+        client.tasks.finalize(_hold(client, found[name]), state, fields={"error": error})
     client.create_job({"tasks": {"first": {"definition": "noop"},
                                  "second": {"definition": "noop", "depends_on": ["first"]}}},
                       job_id="states")  # fmt: skip
@@ -73,6 +81,13 @@ EXPECTED = {
     "processing": ("PROCESSING", "running: attempt 1 on w-test, lease until "),
     "blocked": ("BLOCKED", "blocked: waiting for first"),
     "at-limit": ("PENDING", "queued: tenant busy is at its limit (1 of 1 running)"),
+    "timeout": ("TIMEOUT", None),
+    "failed": ("FAILED", None),
+}
+# What the page says of a retryable error the task did not retry.
+RETRY_NOTES = {
+    "timeout": "its deadline passed: a timeout ends the task, not retried",
+    "failed": "retryable, but no attempt was left",
 }
 
 
@@ -111,6 +126,8 @@ def test_chromium_shows_each_state_and_why_on_the_task_page(
             else:
                 assert page.inner_text("#waiting").startswith(why), name
             assert "Not found" not in page.inner_text("body"), name
+            if name in RETRY_NOTES:
+                assert RETRY_NOTES[name] in page.inner_text("#error"), name
 
 
 def _agentq(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:

@@ -71,11 +71,19 @@
         }));
       }
     }
+    // Whether a retryable error was retried, and why not when it was not.
+    function retryNote(state, error) {
+      if (state === "TIMEOUT") return " (its deadline passed: a timeout ends the task, not retried)";
+      if (!error.retryable) return " (not retryable)";
+      if (state === "RETRYING") return " (retryable: another attempt follows)";
+      if (state === "FAILED") return " (retryable, but no attempt was left)";
+      return " (retryable)";
+    }
     // A completed task may still carry the error of an earlier, retried attempt.
     const earlier = t.state === "COMPLETED";
     const error = data.error ? el("div", { id: "error" }, el("p", { class: earlier ? "muted" : "problem" },
       earlier ? "an earlier attempt failed: " : [badge(t.state), " "],
-      `${data.error.category || "?"}${data.error.retryable ? " (retryable)" : ""}: `, data.error.message || "",
+      `${data.error.category || "?"}${retryNote(t.state, data.error)}: `, data.error.message || "",
       data.error.exception_type ? ` [${data.error.exception_type}]` : "")) : null;
     const logs = (art.logs || []).map((l) => el("div", { class: "log" }, el("h3", {}, l.name, l.truncated ? " (last 256 KB)" : ""), el("pre", {}, l.text || "(empty)")));
     const objects = (art.objects || []).map((o) => el("li", {}, el("a", { href: objectHref(t.requestId, t.tenant, o.name) }, o.name), ` ${AQ.num(o.size)} bytes`));
