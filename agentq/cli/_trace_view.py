@@ -46,6 +46,13 @@ def print_trace(console: Console, trace: Mapping[str, Any], safe: Callable[[str]
         return duration(float(value)) if isinstance(value, int | float) else "—"
 
     cost = trace.get("cost_usd")
+    outcome, error = trace.get("outcome"), trace.get("error")
+    if outcome is not None:
+        # First: the CLI can answer "success" with an output agentq then refused.
+        said = f"[bold]outcome[/bold]: {text(outcome)}"
+        if isinstance(error, Mapping):
+            said += f" ({text(error.get('category'))}: {text(error.get('message'))})"
+        console.print(said)
     console.print(
         # The CLI's turn count includes the round that hands a tool's result back (one
         # structured answer is "2 turns"); the table lists the model's responses.
@@ -53,7 +60,7 @@ def print_trace(console: Console, trace: Mapping[str, Any], safe: Callable[[str]
         f"{number(trace.get('num_turns'))} turn(s) by the CLI's count, "
         f"{ms(trace.get('duration_ms'))}, "
         f"{money(float(cost)) if isinstance(cost, int | float) else '—'}; "
-        f"result {text(trace.get('result_subtype') or 'none')}, "
+        f"the CLI's result {text(trace.get('result_subtype') or 'none')}, "
         f"attempts {number(len(trace['attempts']) if isinstance(trace.get('attempts'), list) else None)}"
     )
     usage = trace["usage"]

@@ -77,7 +77,7 @@ def test_a_worker_trace_reads_as_totals_tokens_turns_tools_and_todos() -> None:
     shown = drawn(TRACE)
     assert (
         "agent trace: 1 model response(s), 2 turn(s) by the CLI's count, 3.2s, $0.0123; "
-        "result success, attempts 1" in shown
+        "the CLI's result success, attempts 1" in shown
     )
     assert "tokens: input 1,234, output 567, cache read 0, cache write 89" in shown
     assert "Read" in shown and "2,048" in shown and "12ms" in shown
@@ -85,6 +85,16 @@ def test_a_worker_trace_reads_as_totals_tokens_turns_tools_and_todos() -> None:
     # The model's strings are text: no markup applied, no escape sequence let through.
     assert "[bold red]Bash[/]" in shown
     assert not CONTROL.search(shown), repr(shown)
+
+
+def test_a_failed_attempt_says_its_outcome_before_the_clis_success() -> None:
+    # The CLI answered "success" with an output agentq refused: the outcome leads.
+    failed = {**TRACE, "outcome": "failed",
+              "error": {"category": "parse", "message": "output failed the schema"}}  # fmt: skip
+    shown = drawn(failed)
+    assert shown.index("outcome: failed (parse: output failed the schema)") < shown.index(
+        "the CLI's result success"
+    )
 
 
 def test_other_json_is_not_taken_for_a_worker_trace() -> None:

@@ -31,12 +31,16 @@
   function trace(t) {
     if (!t) return el("p", { class: "muted", id: "trace" }, "no agent trace (not an agent task, or not finished)");
     const usage = t.usage || {};
+    // The attempt's outcome first: the CLI can answer "success" with an output agentq
+    // then refused (it failed the schema), so its result alone would mislead.
+    const outcome = t.outcome ? (t.error ? `${t.outcome} (${t.error.category}: ${t.error.message || ""})` : t.outcome) : null;
     const totals = kv([
+      ["outcome", outcome],
       ["turns", AQ.num(t.num_turns)], ["cost", AQ.cost(t.cost_usd)], ["duration", AQ.span(t.duration_ms)],
       ["input tokens", AQ.num(usage.input_tokens)], ["output tokens", AQ.num(usage.output_tokens)],
       ["cache read", AQ.num(usage.cache_read_input_tokens)], ["cache written", AQ.num(usage.cache_creation_input_tokens)],
       ["cache efficiency", t.cache_efficiency_pct !== undefined ? `${t.cache_efficiency_pct}%` : null],
-      ["session", t.session_id], ["result", t.result_subtype]]);
+      ["session", t.session_id], ["the CLI's result", t.result_subtype]]);
     const turns = (t.turns || []).map((turn, i) => el("tr", {}, el("td", { class: "num" }, String(i + 1)), el("td", { class: "num" }, String(turn.attempt)),
       el("td", { class: "num" }, AQ.span(turn.at_ms)), el("td", { class: "num" }, AQ.num(turn.usage?.input_tokens)),
       el("td", { class: "num" }, AQ.num(turn.usage?.output_tokens)), el("td", { class: "num" }, AQ.num(turn.usage?.cache_read_input_tokens)),
