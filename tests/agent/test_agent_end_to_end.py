@@ -210,3 +210,16 @@ def test_agent_auth_parse_stall_and_step_timeout_end_the_task_for_good(stack: St
     assert "stopped by the worker" in stuck_files["logs/summary.log"]
     stuck_trace = json.loads(stuck_files["traces/session_trace.json"])
     assert stuck_trace["outcome"] == "stopped" and stuck_trace["error"]["category"] == "timeout"
+
+
+def test_a_structured_answer_the_cli_keeps_refusing_is_a_parse_failure(stack: Stack) -> None:
+    # The CLI refuses a StructuredOutput of the wrong shape and asks again; the model keeps
+    # answering wrongly until max_turns runs out. The cause is the schema, not max_turns.
+    definitions = [agent_definition("note", max_attempts=1, settings={"max_turns": 3})]
+    with agent_rig(stack, definitions) as rig:
+        bad = rig.send("note", {"text": 'Hello [[model: key typed; output {"title": 5}]]'})
+        failed = rig.events.wait(bad.request_id, "Task Failed", timeout=150)[0]
+    error = failed["payload"]["error"]
+    assert error["category"] == "parse", error
+    assert "did not match the output schema" in error["message"]
+    assert "refused before max_turns ran out" in error["message"]

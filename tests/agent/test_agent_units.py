@@ -234,6 +234,14 @@ def test_agent_error_results_map_into_the_taxonomy(result: ResultMessage, catego
     assert classify_result(result).category == category
 
 
+def test_max_turns_after_refused_structured_answers_is_a_parse_failure() -> None:
+    # The CLI refuses a StructuredOutput that breaks the schema and asks again; a model
+    # that keeps answering wrongly runs out of turns. That is the schema's failure.
+    refused = classify_result(_result("error_max_turns"), refused_outputs=3)
+    assert refused.category == "parse" and "3 answer(s) refused" in refused.message
+    assert classify_result(_result("error_max_turns"), refused_outputs=0).category == "validation"
+
+
 def test_agent_assistant_error_label_decides_when_no_status() -> None:
     assert classify_result(_result(), "authentication_failed").category == "auth"
     assert classify_result(_result(), "rate_limit").retryable

@@ -57,8 +57,18 @@ RESULT_SUBTYPES: Final[Mapping[str, tuple[ErrorCategory, str]]] = {
 }
 
 
-def classify_result(result: ResultMessage, assistant_error: str | None = None) -> ErrorInfo:
-    """Why an `is_error` result failed."""
+def classify_result(
+    result: ResultMessage, assistant_error: str | None = None, *, refused_outputs: int = 0
+) -> ErrorInfo:
+    """Why an `is_error` result failed. `refused_outputs`: structured answers the model
+    gave that the CLI refused; a run that then ran out of turns failed on the schema."""
+    if result.subtype == "error_max_turns" and refused_outputs > 0:
+        return info(
+            "parse",
+            f"the model's structured output did not match the output schema "
+            f"({refused_outputs} answer(s) refused before max_turns ran out)",
+            "ResultMessage",
+        )
     return _classify_payload(
         subtype=result.subtype,
         status=getattr(result, "api_error_status", None),

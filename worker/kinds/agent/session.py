@@ -6,7 +6,7 @@ import os
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from pathlib import Path
-from typing import cast
+from typing import Final, cast
 
 from claude_agent_sdk import ClaudeAgentOptions, Message, ResultMessage, query
 
@@ -47,6 +47,10 @@ def options(
     )
 
 
+# The tool the CLI offers the model for a structured answer (output_format json_schema).
+STRUCTURED_OUTPUT_TOOL: Final = "StructuredOutput"
+
+
 async def run_once(prompt: str, opts: ClaudeAgentOptions, recorder: TraceRecorder) -> ResultMessage:
     """Run the CLI to its result; an error result raises a classified `TaskError`."""
     result: ResultMessage | None = None
@@ -64,5 +68,10 @@ async def run_once(prompt: str, opts: ClaudeAgentOptions, recorder: TraceRecorde
     if result is None:
         raise TaskError("server", "the CLI ended without a result", retryable=True)
     if result.is_error:
-        raise classify_result(result, recorder.last_assistant_error).to_exception()
+        # A StructuredOutput call the CLI accepted would have ended the run with a result:
+        # calls made before an error result are outputs it refused (they broke the schema).
+        refused = recorder.calls_named(STRUCTURED_OUTPUT_TOOL)
+        raise classify_result(
+            result, recorder.last_assistant_error, refused_outputs=refused
+        ).to_exception()
     return result

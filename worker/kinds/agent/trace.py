@@ -201,6 +201,13 @@ class TraceRecorder:
         call.output_bytes = _size(output)
         call.status = status
 
+    def calls_named(self, name: str) -> int:
+        """How many times the current attempt's model asked for the tool `name` (its
+        tool_use blocks: a tool the CLI handles itself runs no hook)."""
+        return sum(
+            turn.tools.count(name) for turn in self.turns.values() if turn.attempt == self.attempt
+        )
+
     def _todo_update(self, todos: Any) -> None:
         if not isinstance(todos, list):
             return
