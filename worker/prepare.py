@@ -31,6 +31,7 @@ from agentq.errors import (
     TenantAtLimit,
 )
 from agentq.events import now_ms
+from agentq.priority import check_priority
 from agentq.states import TaskState
 from agentq.store.tasks import Lease, TaskStore
 from agentq.store.tenants import CachedTenantLimits, seat_start
@@ -110,8 +111,12 @@ class Preparer:
         return True
 
     def _parse(self, message: Mapping[str, Any]) -> TaskEnvelope:
-        return parse_message(message.get("Body", ""), message.get("MessageAttributes"),
-                             default_tenant=self._settings.tenant_id)  # fmt: skip
+        envelope = parse_message(message.get("Body", ""), message.get("MessageAttributes"),
+                                 default_tenant=self._settings.tenant_id)  # fmt: skip
+        # A tier this deployment lacks is refused like any bad input (validation, the
+        # message removed), never run on whichever queue it arrived on under its name.
+        check_priority(self._settings, envelope.priority, "priority")
+        return envelope
 
     def prepare(
         self, message: Mapping[str, Any], entry: InFlight, seats: SeatWaits | None = None
