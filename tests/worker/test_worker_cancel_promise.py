@@ -33,6 +33,13 @@ def _client(monkeypatch: pytest.MonkeyPatch) -> AgentqClient:
     return AgentqClient.from_env()
 
 
+def _requested(client: AgentqClient, request_id: str) -> bool:
+    """The caller is told its cancel is requested (an attempt holds the task)."""
+    [answer] = client.cancel(request_id, tenant="acme")
+    return (answer.request_id, answer.outcome, answer.state) == (
+        request_id, "requested", "PROCESSING")  # fmt: skip
+
+
 def _cancelled_once(events: EventLog, stack: Stack, envelope: TaskEnvelope) -> None:
     """CANCELLED for good: its `Task Cancelled` stored and sent, its message gone."""
     cancelled = events.wait(envelope.request_id, "Task Cancelled")[0]
@@ -54,7 +61,7 @@ def test_a_retryable_failure_after_a_cancel_request_ends_cancelled_not_retried(
     with running_worker(stack, VISIBILITY_EXTENSION_INTERVAL="30000",
                         VISIBILITY_EXTENSION_AMOUNT="60") as worker:  # fmt: skip
         events.wait(task.request_id, "Task Processing Started")
-        assert client.cancel(task.request_id, tenant="acme") == [task.request_id]
+        assert _requested(client, task.request_id)
         flagged = client.get_task(task.request_id, tenant="acme")
         assert flagged.state is TaskState.PROCESSING and flagged.raw["cancelRequested"] is True
         go.touch()  # the attempt now fails retryably, its cancel not yet seen
@@ -96,7 +103,7 @@ def test_a_prefetched_task_cancelled_then_given_back_at_drain_ends_cancelled(
         wait_for(lambda: (r := state(stack, waiting)) is not None
                  and r.state is TaskState.PROCESSING, timeout=20,
                  message="the other locked ahead of its slot")  # fmt: skip
-        assert client.cancel(waiting.request_id, tenant="acme") == [waiting.request_id]
+        assert _requested(client, waiting.request_id)
         assert client.get_task(waiting.request_id, tenant="acme").raw["cancelRequested"] is True
         worker.send(signal.SIGTERM)  # the drain gives the prefetched one back
         cancelled = events.wait(waiting.request_id, "Task Cancelled")[0]
@@ -142,7 +149,7 @@ def test_a_locked_task_cancelled_then_given_back_as_surplus_ends_cancelled(
     client, events = _client(monkeypatch), EventLog(stack)
     consumer, message, entry, prepared, envelope = _in_process_prepared(stack, monkeypatch)
     try:
-        assert client.cancel(envelope.request_id, tenant="acme") == [envelope.request_id]
+        assert _requested(client, envelope.request_id)
         done: Future[Any] = Future()
         done.set_result(prepared)
         held = (message, entry, done)
@@ -166,7 +173,7 @@ def test_a_prefetched_task_cancelled_before_its_slot_never_starts_its_child(
     client, events = _client(monkeypatch), EventLog(stack)
     consumer, message, entry, prepared, envelope = _in_process_prepared(stack, monkeypatch)
     try:
-        assert client.cancel(envelope.request_id, tenant="acme") == [envelope.request_id]
+        assert _requested(client, envelope.request_id)
         verdict = consumer._handler.handle(
             message, entry=entry, prepared=prepared, on_child_exit=lambda: None
         )
