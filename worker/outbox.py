@@ -131,7 +131,7 @@ class Outbox:
         """The attempt was to end retryable or be given back, but a cancel was
         requested meanwhile (`CancelRequested`): it ends CANCELLED and its message goes,
         so the caller told "cancel requested" never sees another attempt."""
-        timing = {"duration_ms": duration_ms} if duration_ms is not None else {}
+        timing: dict[str, Any] = {} if duration_ms is None else {"duration_ms": duration_ms}
         event = self.event("Task Cancelled", envelope=envelope, attempt=lease.attempt,
                            reason="cancel requested", task_key=envelope.task_key,
                            **timing)  # fmt: skip
