@@ -16,7 +16,7 @@ from typing import Any
 
 from agentq.aws import AwsClients
 from agentq.client_base import rejected_record
-from agentq.client_control import TaskControl, WaitTimeout
+from agentq.client_control import CancelAnswer, TaskControl, WaitTimeout
 from agentq.client_jobs import JobCreation
 from agentq.config import Settings
 from agentq.definitions import DefinitionRegistry
@@ -30,7 +30,7 @@ from agentq.schedule import resolve_not_before
 from agentq.states import TaskState
 from agentq.store import TaskRecord
 
-__all__ = ["AgentqClient", "WaitTimeout", "default_registry"]
+__all__ = ["AgentqClient", "CancelAnswer", "WaitTimeout", "default_registry"]
 
 
 class AgentqClient(JobCreation, TaskControl):

@@ -7,13 +7,32 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from agentq.client_base import ClientBase
 from agentq.errors import AgentqError, InvalidInput, NotCancellable
 from agentq.events import Event
 from agentq.jobs import JobRecord
 from agentq.store import TaskRecord
-from agentq.store.scheduling import NOT_STARTED, request_cancel
+from agentq.store.scheduling import NOT_STARTED, CancelOutcome, request_cancel
+
+
+@dataclass(frozen=True)
+class CancelAnswer:
+    """What a cancel did to one task.
+
+    `outcome`: "cancelled" (it had not started, or no attempt held it: CANCELLED now,
+    its `Task Cancelled` sent) or "requested" (an attempt runs it: that attempt is
+    stopped within one heartbeat and records `Task Cancelled`; no new attempt starts).
+    `state`: the task's state as the cancel left it (CANCELLED, or PROCESSING).
+    """
+
+    request_id: str
+    outcome: CancelOutcome
+    state: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"requestId": self.request_id, "outcome": self.outcome, "state": self.state}
 
 
 class WaitTimeout(AgentqError):
@@ -69,14 +88,17 @@ class TaskControl(ClientBase):
         job_id: str | None = None,
         tenant: str | None = None,
         reason: str = "cancelled by request",
-    ) -> list[str]:
+    ) -> list[CancelAnswer]:
         """Cancel a task, or every task of a job that has not started.
 
-        A task not started is CANCELLED at once; a running one is asked to stop (its
-        worker stops the child within one heartbeat and records `Task Cancelled`).
-        Returns the request ids cancelled or asked to stop now; cancelling one finished
-        task raises `NotCancellable`. A job task's cancellation applies the job's
-        failure policy, and a job whose tasks are all terminal is closed.
+        A task not started is CANCELLED at once (outcome "cancelled"); a running one is
+        asked to stop (outcome "requested": its worker stops the child within one
+        heartbeat and records `Task Cancelled`, and no new attempt of it starts).
+        Returns one `CancelAnswer` per task cancelled or asked to stop now. A task that
+        had already finished keeps its outcome: cancelling it raises `NotCancellable`,
+        whose `state` says how it ended (a job-wide cancel skips such tasks). A job
+        task's cancellation applies the job's failure policy, and a job whose tasks are
+        all terminal is closed.
         """
         if (request_id is None) == (job_id is None):
             raise InvalidInput("cancel", "give exactly one of request_id or job_id")
@@ -91,7 +113,7 @@ class TaskControl(ClientBase):
         else:
             assert request_id is not None
             targets = [self.get_task(request_id, tenant=tenant)]
-        done: list[str] = []
+        done: list[CancelAnswer] = []
         for record in targets:
             try:
                 result = request_cancel(self.tasks, self._ddb, self._table, record, reason)
@@ -99,7 +121,8 @@ class TaskControl(ClientBase):
                 if job_id is not None:
                     continue  # finished meanwhile: nothing to do for a job-wide cancel
                 raise
-            done.append(record.request_id)
+            done.append(CancelAnswer(record.request_id, result.outcome,
+                                     result.record.state.value))  # fmt: skip
             if result.outcome == "cancelled":
                 stored = result.record.raw.get("terminalEvent")
                 if isinstance(stored, Mapping):

@@ -180,10 +180,11 @@ class TaskNotReady(LockNotAcquired):
 
 
 class CancelPending(LockNotAcquired):
-    """A cancel was requested and the worker holding the task died: it ends CANCELLED."""
+    """A cancel was requested and no attempt holds the task any more (it ended
+    retryable, was given back, or its worker died): it ends CANCELLED, never runs again."""
 
     def __init__(self, request_id: str, state: str) -> None:
-        super().__init__(request_id, state, f"task {request_id}: cancel requested, holder gone")
+        super().__init__(request_id, state, f"task {request_id}: cancel requested, no holder")
 
 
 class AttemptsExhausted(LockNotAcquired):
@@ -206,7 +207,8 @@ class TenantAtLimit(LockNotAcquired):
 
 
 class CancelRequested(AgentqError):
-    """A lease renewal found the task's `cancelRequested` flag: its child must stop."""
+    """A lease renewal (or an attempt's retryable end) found the task's
+    `cancelRequested` flag: its child must stop, and the attempt ends CANCELLED."""
 
     def __init__(self, request_id: str) -> None:
         self.request_id = request_id

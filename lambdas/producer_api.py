@@ -227,10 +227,10 @@ def cancel_task(
 ) -> tuple[dict[str, Any], int]:
     client = _client()
     reason = (body or CancelIn()).reason
-    client.cancel(request_id, tenant=_tenant(), reason=reason)
+    [answer] = client.cancel(request_id, tenant=_tenant(), reason=reason)
     record = client.get_task(request_id, tenant=_tenant())
     # 202 when the running task was only asked to stop: its worker ends it.
-    return _task_dict(record), 200 if record.state.terminal else 202
+    return _task_dict(record), 200 if answer.outcome == "cancelled" else 202
 
 
 # -- task definitions ----------------------------------------------------------------------

@@ -26,15 +26,12 @@ from typing import Any, Final, Literal
 
 from agentq.envelope import TENANT_PATTERN
 from worker.batchloop import BatchLoop, run_after
+from worker.copies import copied_from, marked_copy, send_attributes
 from worker.queues import QueueRoutes
 
 MAX_BATCH: Final = 10
 MAX_VISIBILITY_S: Final = 43_200
 MAX_DELAY_S: Final = 900  # SendMessage DelaySeconds limit
-MAX_ATTRIBUTES: Final = 10  # message attributes SendMessage takes
-# A requeued copy names the message it replaces (its MessageId) in this attribute: the
-# lineage of a task's messages, which the worker logs at each receive.
-REQUEUED_FROM: Final = "requeuedFrom"
 
 Op = Literal["send", "delete", "visibility"]
 # SendMessageBatch takes at most this much in all (bodies and attributes): 256 KiB, the
@@ -93,7 +90,7 @@ class SqsBatcher(BatchLoop[_Item]):
     def forward(self, message: Mapping[str, Any], queue_url: str) -> threading.Event:
         """Move `message` to another queue (its priority tier's): send a copy, delete it."""
         self._sqs.send_message(QueueUrl=queue_url, MessageBody=message.get("Body", ""),
-                               MessageAttributes=_attributes(message),
+                               MessageAttributes=send_attributes(message),
                                **_group(message))  # fmt: skip
         return self.delete(message["ReceiptHandle"])
 
@@ -137,9 +134,10 @@ class SqsBatcher(BatchLoop[_Item]):
         `at_once`: its batch goes without the window for companions (another worker may
         be waiting for it now).
         """
+        body, attributes = marked_copy(message)
         copy = {
-            "MessageBody": message.get("Body", ""),
-            "MessageAttributes": _attributes(message, requeued=True),
+            "MessageBody": body,
+            "MessageAttributes": attributes,
             **_group(message),
             "DelaySeconds": max(0, min(MAX_DELAY_S, int(seconds + 0.999))),
         }
@@ -266,23 +264,9 @@ def _copy_size(copy: Mapping[str, Any]) -> int:
     return size
 
 
-def _attributes(message: Mapping[str, Any], *, requeued: bool = False) -> dict[str, Any]:
-    """A received message's attributes in the shape SendMessage takes; a requeued copy's
-    name the message it replaces."""
-    attributes = {
-        name: {k: v for k, v in value.items() if k in ("DataType", "StringValue", "BinaryValue")}
-        for name, value in (message.get("MessageAttributes") or {}).items()
-    }
-    # SQS takes at most 10 attributes: a foreign sender's full set keeps its own.
-    room = REQUEUED_FROM in attributes or len(attributes) < MAX_ATTRIBUTES
-    if requeued and message.get("MessageId") and room:
-        attributes[REQUEUED_FROM] = {"DataType": "String", "StringValue": str(message["MessageId"])}
-    return attributes
-
-
 def is_copy(message: Mapping[str, Any]) -> bool:
-    """A requeued copy of an earlier message (it names that message)."""
-    return REQUEUED_FROM in (message.get("MessageAttributes") or {})
+    """A requeued copy of an earlier message (it names that message, worker.copies)."""
+    return copied_from(message) is not None
 
 
 def _group(message: Mapping[str, Any]) -> dict[str, str]:
@@ -306,9 +290,12 @@ def message_log(message: Mapping[str, Any]) -> dict[str, Any]:
         text = value.get("StringValue") if isinstance(value, Mapping) else None
         return text[:MAX_LOGGED_ATTRIBUTE] if isinstance(text, str) else None
 
+    def _bounded(text: str | None) -> str | None:
+        return text[:MAX_LOGGED_ATTRIBUTE] if text is not None else None
+
     return {
         "messageId": message.get("MessageId"),
         "requestId": attribute("requestId"),
         "receiveCount": (message.get("Attributes") or {}).get("ApproximateReceiveCount"),
-        "requeuedFrom": attribute(REQUEUED_FROM),
+        "requeuedFrom": _bounded(copied_from(message)),
     }

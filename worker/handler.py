@@ -14,6 +14,7 @@ worker.outbox (events, and deletes that wait for them); this module runs them in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -74,7 +75,9 @@ class MessageHandler:
         self._middleware = list(middleware)
         self._outbox = Outbox(publisher=publisher, store=store, batcher=batcher,
                               worker_id=worker_id)  # fmt: skip
+        self._store = store
         refusals = Refusals(settings=settings, store=store, batcher=batcher, outbox=self._outbox)
+        self._refusals = refusals
         self._preparer = Preparer(
             settings=settings, store=store, batcher=batcher, registry=registry,
             inflight=inflight, worker_id=worker_id, refusals=refusals,
@@ -120,6 +123,8 @@ class MessageHandler:
             ready = prepared if prepared is not None else self.prepare(message, entry)
             if isinstance(ready, str):
                 return ready
+            if self._cancelled_before_start(ready, waited=prepared is not None):
+                return self._cancel_unstarted(ready)
             return self._run(ready, on_child_exit or _nothing)
         finally:
             if not entry.awaiting_delete:
@@ -154,6 +159,44 @@ class MessageHandler:
         self._preparer.unprepare(prepared)
 
     # -- the attempt -----------------------------------------------------------------------
+    def _cancelled_before_start(self, ready: Prepared, *, waited: bool) -> bool:
+        """Whether a cancel was requested for this attempt before its child started.
+
+        A heartbeat that saw the flag has said so on the stop signal. A task locked
+        ahead of its slot (`waited`: prefetched or gated) may have been flagged since
+        the last beat: one strongly consistent read tells, so its task code never
+        begins. A task locked just now needs none: the lock refuses a flagged task.
+        """
+        if ready.entry.stop.reason == "cancelled":
+            return True
+        if not waited or ready.entry.stop.is_set():
+            return False
+        lease = ready.entry.lease or ready.lease
+        try:
+            record = self._store.get(lease.tenant, lease.request_id)
+        except Exception:
+            # Unreadable now: start it; a cancel is still seen by the next heartbeat.
+            logger.warning("reading the task before its start failed",
+                           extra={"requestId": lease.request_id}, exc_info=True)  # fmt: skip
+            return False
+        return (
+            record is not None
+            and record.lease_token == lease.token
+            and bool(record.raw.get("cancelRequested"))
+        )
+
+    def _cancel_unstarted(self, ready: Prepared) -> str:
+        """End a locked attempt whose cancel came before its child started: CANCELLED,
+        no `Task Processing Started`, no child, the message deleted."""
+        entry = ready.entry
+        lease = entry.lease or ready.lease
+        entry.lease = None  # nothing renews it any more
+        entry.stop.set("cancelled")
+        forget = functools.partial(self._inflight.remove, entry)
+        if self._refusals.cancel_held(entry, ready.envelope, lease, forget):
+            return "cancelled"
+        return "lease_lost"  # its lease lapses; the next lock meets the flag and ends it
+
     def _run(self, ready: Prepared, on_child_exit: Callable[[], object]) -> str:
         entry, envelope, definition = ready.entry, ready.envelope, ready.definition
         if entry.stop.reason == "lease_lost":

@@ -17,7 +17,8 @@ from typing import Any, Protocol
 from agentq.envelope import TaskEnvelope
 from agentq.errors import InvalidInput
 from agentq.events import DetailType, Event, task_event
-from agentq.store.tasks import TaskStore
+from agentq.states import TaskState
+from agentq.store.tasks import Lease, TaskStore
 from worker.batcher import SqsBatcher
 from worker.inflight import InFlight
 
@@ -90,6 +91,51 @@ class Outbox:
             logger.exception("event not published", extra={"detailType": event.detail_type})
             if otherwise is not None:
                 otherwise()
+
+    def finish(
+        self,
+        entry: InFlight,
+        lease: Lease,
+        state: TaskState,
+        event: Event,
+        *,
+        fields: Mapping[str, Any],
+        forget: Callable[[], object],
+    ) -> None:
+        """End the attempt in `state` with `event` stored on the STATE item (its one
+        final write, fenced by the lease token), then publish it and delete the message
+        once it is out. `forget` runs once the delete was sent, or the event was not.
+        A crash in between brings the message back as a duplicate, which sends the
+        same event (same id) again."""
+        self._store.end_attempt(lease, state, fields={**fields,
+                                                      "terminalEvent": event.to_detail()})  # fmt: skip
+        # The heartbeat keeps the message invisible until the delete is sent (the event
+        # and delete batches may take longer than one visibility extension).
+        entry.awaiting_delete = True
+        self.publish(
+            event,
+            then=lambda: self._batcher.delete(entry.receipt_handle, then=forget),
+            otherwise=forget,
+        )
+
+    def cancel_instead(
+        self,
+        entry: InFlight,
+        envelope: TaskEnvelope,
+        lease: Lease,
+        *,
+        forget: Callable[[], object],
+        fields: Mapping[str, Any] | None = None,
+        duration_ms: int | None = None,
+    ) -> None:
+        """The attempt was to end retryable or be given back, but a cancel was
+        requested meanwhile (`CancelRequested`): it ends CANCELLED and its message goes,
+        so the caller told "cancel requested" never sees another attempt."""
+        timing: dict[str, Any] = {} if duration_ms is None else {"duration_ms": duration_ms}
+        event = self.event("Task Cancelled", envelope=envelope, attempt=lease.attempt,
+                           reason="cancel requested", task_key=envelope.task_key,
+                           **timing)  # fmt: skip
+        self.finish(entry, lease, TaskState.CANCELLED, event, fields=fields or {}, forget=forget)
 
     def resend_terminal_event_then_delete(self, entry: InFlight, envelope: TaskEnvelope) -> None:
         """A finished task's message came back: make sure its terminal event went out.

@@ -6,6 +6,7 @@
 | killed by the worker's timeout             | TIMEOUT   | Task Timeout           | delete  |
 | stopped by a cancel request                | CANCELLED | Task Cancelled         | delete  |
 | failed, retryable, attempts left           | RETRYING  | Task Processing Failed | kept, visible after a jittered backoff |
+|   … but a cancel was requested meanwhile   | CANCELLED | Task Cancelled         | delete  |
 | failed, retryable, last attempt            | FAILED    | Task Failed            | delete  |
 | failed, not retryable (programming, auth…) | FAILED    | Task Failed            | delete  |
 | killed by a signal the worker did not send | as a retryable `server` failure (OOM kill, operator)  |

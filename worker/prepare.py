@@ -10,6 +10,7 @@ start here (a drain) gives its lock back.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -21,8 +22,16 @@ from botocore.exceptions import BotoCoreError, ClientError
 from agentq.config import Settings
 from agentq.definitions import DefinitionRegistry, TaskDefinition
 from agentq.envelope import TENANT_PATTERN, TaskEnvelope, parse_message
-from agentq.errors import InvalidInput, LeaseLost, LockNotAcquired, NotFound, TenantAtLimit
+from agentq.errors import (
+    CancelRequested,
+    InvalidInput,
+    LeaseLost,
+    LockNotAcquired,
+    NotFound,
+    TenantAtLimit,
+)
 from agentq.events import now_ms
+from agentq.priority import check_priority
 from agentq.states import TaskState
 from agentq.store.tasks import Lease, TaskStore
 from agentq.store.tenants import CachedTenantLimits, seat_start
@@ -102,8 +111,12 @@ class Preparer:
         return True
 
     def _parse(self, message: Mapping[str, Any]) -> TaskEnvelope:
-        return parse_message(message.get("Body", ""), message.get("MessageAttributes"),
-                             default_tenant=self._settings.tenant_id)  # fmt: skip
+        envelope = parse_message(message.get("Body", ""), message.get("MessageAttributes"),
+                                 default_tenant=self._settings.tenant_id)  # fmt: skip
+        # A tier this deployment lacks is refused like any bad input (validation, the
+        # message removed), never run on whichever queue it arrived on under its name.
+        check_priority(self._settings, envelope.priority, "priority")
+        return envelope
 
     def prepare(
         self, message: Mapping[str, Any], entry: InFlight, seats: SeatWaits | None = None
@@ -241,6 +254,11 @@ class Preparer:
                 fields={"attempt": max(0, prepared.lease.attempt - 1),
                         "releasedBy": self._worker_id},
             )  # fmt: skip
+        except CancelRequested:
+            # Cancelled while it waited here: it ends now, and its message goes.
+            forget = functools.partial(self._inflight.remove, entry)
+            if self._refusals.cancel_held(entry, prepared.envelope, prepared.lease, forget):
+                return
         except LeaseLost:
             pass
         except Exception:
@@ -248,7 +266,6 @@ class Preparer:
             # lapses and the next holder takes the task over (the attempt counts).
             logger.exception("giving back a prepared task failed",
                              extra={"requestId": prepared.lease.request_id})  # fmt: skip
-        finally:
-            # A fresh copy: this receive ran no attempt, so it must not count toward the DLQ.
-            self._batcher.give_back(entry.receipt_handle, entry.message)
-            self._inflight.remove(entry)
+        # A fresh copy: this receive ran no attempt, so it must not count toward the DLQ.
+        self._batcher.give_back(entry.receipt_handle, entry.message)
+        self._inflight.remove(entry)

@@ -32,7 +32,7 @@ from agentq.events import REJECTED_REASON, Event, now_ms
 from agentq.schedule import remaining_s
 from agentq.states import TaskState
 from agentq.store import scheduling
-from agentq.store.tasks import TaskRecord, TaskStore
+from agentq.store.tasks import Lease, TaskRecord, TaskStore
 from agentq.taxonomy import ErrorInfo, classify_exception, info
 from worker.batcher import SqsBatcher
 from worker.inflight import InFlight
@@ -180,9 +180,11 @@ class Refusals:
             return "duplicate"
         if isinstance(refusal, CancelPending):
             if scheduling.cancel_orphan(self._store, envelope.tenant, envelope.request_id):
-                logger.info("cancel requested before its worker died; cancelled", extra=log)
+                # No attempt holds it and a cancel was requested: it ends, never reruns.
+                logger.info("cancel requested and no attempt holds the task; cancelled",
+                            extra=log)  # fmt: skip
                 self._outbox.resend_terminal_event_then_delete(entry, envelope)
-                return "duplicate"
+                return "cancelled"
             self._back_off(entry, random.uniform(1, CONTENTION_BACKOFF_S), message)
             return "contended"
         if isinstance(refusal, TaskHeldElsewhere):
@@ -228,6 +230,22 @@ class Refusals:
             return "not_ready"
         self._back_off(entry, random.uniform(1, CONTENTION_BACKOFF_S), message)
         return "contended"
+
+    def cancel_held(
+        self, entry: InFlight, envelope: TaskEnvelope, lease: Lease, forget: Callable[[], object]
+    ) -> bool:
+        """A locked task whose cancel was requested before its child started (or while
+        it waited to be given back): end it CANCELLED and delete its message. False if
+        that failed (logged): its lease then lapses and the next lock ends it."""
+        try:
+            self._outbox.cancel_instead(entry, envelope, lease, forget=forget)
+        except Exception:
+            logger.exception("cancelling a held task failed",
+                             extra={"requestId": envelope.request_id})  # fmt: skip
+            return False
+        logger.info("cancel requested before the task started; cancelled",
+                    extra={"requestId": envelope.request_id})  # fmt: skip
+        return True
 
     def _back_off(
         self,

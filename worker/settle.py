@@ -121,17 +121,8 @@ class Settler:
             extra = {"result": payload["result"]} if "result" in payload else {}
             if error is not None:
                 extra["error"] = error
-            self._store.end_attempt(lease, state, fields={
-                **fields, **extra, "terminalEvent": event.to_detail()})  # fmt: skip
-            # The heartbeat keeps the message invisible until the delete is sent (the
-            # event and delete batches may take longer than one visibility extension).
-            entry.awaiting_delete = True
-            forget = functools.partial(self._inflight.remove, entry)
-            self._outbox.publish(
-                event,
-                then=lambda: self._batcher.delete(entry.receipt_handle, then=forget),
-                otherwise=forget,
-            )
+            self._outbox.finish(entry, lease, state, event, fields={**fields, **extra},
+                                forget=functools.partial(self._inflight.remove, entry))  # fmt: skip
 
         try:
             if outcome.verdict == "completed":
@@ -143,8 +134,17 @@ class Settler:
                 delay = backoff_s(lease.attempt, base_s=self._settings.retry_backoff_base_s,
                                   max_s=self._settings.retry_backoff_max_s)  # fmt: skip
                 retry_at = now_ms() + int(delay * 1000)
-                self._store.end_attempt(lease, TaskState.RETRYING, retry_at_ms=retry_at,
-                                     fields={**fields, "error": error})  # fmt: skip
+                try:
+                    self._store.end_attempt(lease, TaskState.RETRYING, retry_at_ms=retry_at,
+                                            fields={**fields, "error": error})  # fmt: skip
+                except CancelRequested:
+                    # Cancelled while it ran, before a heartbeat could stop it: no retry.
+                    self._outbox.cancel_instead(
+                        entry, envelope, lease, duration_ms=duration_ms,
+                        fields={**fields, "error": error},
+                        forget=functools.partial(self._inflight.remove, entry),
+                    )  # fmt: skip
+                    return "cancelled"
                 emit("Task Processing Failed", error=error, retryAt=retry_at)
                 self._batcher.change_visibility(entry.receipt_handle, delay)
                 return "retrying"
@@ -176,6 +176,18 @@ class Settler:
             error = info("timeout", "worker shut down before the task finished", "WorkerShutdown")
             self._outbox.emit("Task Processing Failed", envelope=envelope, attempt=lease.attempt,
                               error=error.to_record(), retryAt=now_ms())  # fmt: skip
+        except CancelRequested:
+            # Cancelled while it ran: it ends here, and its message goes (never back).
+            try:
+                self._outbox.cancel_instead(
+                    entry, envelope, lease,
+                    forget=functools.partial(self._inflight.remove, entry),
+                )  # fmt: skip
+                return "cancelled"
+            except Exception:
+                # Its lease lapses; the next lock meets the flag and ends it CANCELLED.
+                logger.exception("cancelling a stopped task failed",
+                                 extra={"requestId": lease.request_id})  # fmt: skip
         except LeaseLost:
             # A newer attempt owns the task. Giving the message back anyway is harmless:
             # if it was the holder's, the copy meets the holder's lease like a duplicate.

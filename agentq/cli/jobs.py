@@ -81,7 +81,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _cancel(args: argparse.Namespace) -> int:
     client = views.client()
-    cancelled = client.cancel(job_id=args.job_id, tenant=args.tenant)
+    cancelled = [a.request_id for a in client.cancel(job_id=args.job_id, tenant=args.tenant)]
     job = client.get_job(args.job_id, tenant=args.tenant)
     if args.json:
         emit_json({"cancelled": cancelled, "job": views.job_dict(job)})

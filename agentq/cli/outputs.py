@@ -14,8 +14,9 @@ from rich.markup import escape
 
 from agentq.cli import _views as views
 from agentq.cli._trace_view import is_worker_trace, print_trace
-from agentq.cli.common import EXIT_OK, emit_json
+from agentq.cli.common import EXIT_NOT_FOUND, EXIT_OK, EXIT_TASK_FAILED, emit_json, fail
 from agentq.errors import NoOutputYet
+from agentq.states import TaskState
 
 # Task output is untrusted: a log line must not move the cursor or retitle the terminal.
 _CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -39,7 +40,19 @@ def terminal_safe(text: str) -> str:
 
 
 def _result(args: argparse.Namespace) -> int:
-    output = views.client().result(args.request_id, tenant=args.tenant)
+    client = views.client()
+    record = client.get_task(args.request_id, tenant=args.tenant)
+    if record.state.terminal and record.state is not TaskState.COMPLETED:
+        # It ended without a result: exit 4, as `status` and `--wait` say of such a task
+        # (3 would send the operator looking for a wrong id or tenant).
+        return fail(f"task {args.request_id} ended {record.state.value}: no result",
+                    EXIT_TASK_FAILED, hint=f"`agentq status {args.request_id}` says why")  # fmt: skip
+    if not record.state.terminal:
+        return fail(f"task {args.request_id} is {record.state.value}: no result yet",
+                    EXIT_NOT_FOUND,
+                    hint=f"it has not finished; `agentq status {args.request_id}` shows where "
+                         "it is")  # fmt: skip
+    output = client.result(args.request_id, tenant=args.tenant)
     if args.json:
         emit_json(output)
     else:

@@ -136,12 +136,12 @@ def _cancel(args: argparse.Namespace) -> int:
 
     client = views.client()
     try:
-        client.cancel(args.request_id, tenant=args.tenant)
+        [answer] = client.cancel(args.request_id, tenant=args.tenant)
     except NotCancellable as exc:
         return fail(f"{exc.request_id} is already {exc.state}: nothing to cancel", EXIT_INVALID)
     record = client.get_task(args.request_id, tenant=args.tenant)
     # A running task is only asked to stop: it is CANCELLED once its worker has acted.
-    outcome = "cancelled" if record.state.terminal else "cancel requested"
+    outcome = "cancelled" if answer.outcome == "cancelled" else "cancel requested"
     if args.json:
         emit_json({"outcome": outcome, "task": views.task_dict(record)})
     else:

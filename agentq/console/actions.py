@@ -129,19 +129,21 @@ class Actions:
                           payload={"action": "cancel", "operator": operator})  # fmt: skip
             cancelled, sent = self._log.perform(
                 event,
-                lambda: self._client.cancel(job_id=job, tenant=tenant, reason=reason),
+                lambda: [a.request_id for a in
+                         self._client.cancel(job_id=job, tenant=tenant, reason=reason)],
                 lambda ids: {"cancelled": ids},
-            )
+            )  # fmt: skip
             return _answer({"cancelled": cancelled}, sent)
         rid = validate_request_id(request_id)
         record = self._client.get_task(rid, tenant=tenant)
-        cancelled, sent = self._log.perform(
+        answers, sent = self._log.perform(
             self._event(operator, "cancel", tenant=tenant, request_id=rid, job_id=record.job_id),
             lambda: self._client.cancel(rid, tenant=tenant, reason=reason),
-            lambda ids: {"outcome": "cancelled" if ids
-                         else f"not cancelled: {record.state.value}"},
+            lambda done: {"outcome": done[0].outcome if done
+                          else f"not cancelled: {record.state.value}"},
         )  # fmt: skip
-        return _answer({"cancelled": cancelled}, sent)
+        return _answer({"cancelled": [a.request_id for a in answers],
+                        "outcome": answers[0].outcome if answers else None}, sent)  # fmt: skip
 
     def resubmit(self, tenant: str, request_id: Any, nonce: Any) -> dict[str, Any]:
         """A new task with the same definition and input (the old one stays as it was),

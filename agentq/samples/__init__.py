@@ -72,8 +72,14 @@ def fail(payload: Mapping[str, Any], ctx: Any) -> Any:
     """Fails with `category` on the first `times` attempts (default: every attempt).
 
     The attempt number comes from the STATE item via task.json, so "fail once" means
-    once per task, whichever worker runs the retry.
+    once per task, whichever worker runs the retry. With `wait_file` it first waits
+    (at most `wait_s`, default 60) for that file to exist: a test decides when it ends.
     """
+    wait_file = payload.get("wait_file")
+    if wait_file:
+        deadline = time.monotonic() + float(payload.get("wait_s", 60))
+        while not Path(str(wait_file)).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
     category = str(payload.get("category", "server"))
     times = payload.get("times")
     if times is None or ctx.attempt <= int(times):

@@ -92,7 +92,7 @@ class LeaseRenewals:
         except ClientError as error:
             if condition_failed(error):
                 item: Any = error.response.get("Item")
-                if _cancel_requested(lease, item):
+                if cancel_flagged(lease, item):
                     raise CancelRequested(lease.request_id) from None
                 raise LeaseLost(lease.request_id, lease.token) from None
             raise
@@ -109,7 +109,7 @@ class LeaseRenewals:
                 transact.code(found, 1),
             ):
                 raise
-            if transact.code(found, 0) == transact.CONDITION and _cancel_requested(
+            if transact.code(found, 0) == transact.CONDITION and cancel_flagged(
                 lease, found[0].get("Item")
             ):
                 raise CancelRequested(lease.request_id) from None
@@ -168,7 +168,7 @@ class LeaseRenewals:
                     self._renew_one_by_one(pending, lease_seconds, out)
                     return
                 for index, item in failed.items():
-                    seen = _cancel_requested(pending[index], item)
+                    seen = cancel_flagged(pending[index], item)
                     (out.cancelled if seen else out.lost).append(pending[index])
                 pending = [lease for i, lease in enumerate(pending) if i not in failed]
                 continue
@@ -227,8 +227,9 @@ def _chunks(leases: list[Lease]) -> list[list[Lease]]:
     return [chunk for chunk in chunks if chunk]
 
 
-def _cancel_requested(lease: Lease, item: Mapping[str, Any] | None) -> bool:
-    """Whether a refused renewal was refused for a cancel of this very attempt."""
+def cancel_flagged(lease: Lease, item: Mapping[str, Any] | None) -> bool:
+    """Whether a refused renewal or retryable end (the item as it is, typed) was
+    refused for a cancel of this very attempt."""
     if not item:
         return False
     data = from_item(item)

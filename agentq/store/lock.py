@@ -26,11 +26,13 @@ from agentq.store.records import TaskRecord
 from agentq.store.seated import acquire_seated
 from agentq.store.tenants import TenantLimitStore, free_seats
 
-# Who may take a task: new, waiting, due, or held by a lapsed lease; attempts left.
+# Who may take a task: new, waiting, due, or held by a lapsed lease; attempts left; and
+# never a task whose cancel was requested, whatever its state: from the moment a caller
+# is told "cancel requested", no new attempt starts (the refusal ends it CANCELLED).
 LOCK_CONDITION: Final = (
-    "(attribute_not_exists(PK) OR #state IN (:pending, :retrying) "
+    "(attribute_not_exists(PK) OR ((#state IN (:pending, :retrying) "
     "OR (#state = :scheduled AND notBefore <= :now) "
-    "OR (#state = :processing AND effectiveUntil < :now "
+    "OR (#state = :processing AND effectiveUntil < :now)) "
     "AND attribute_not_exists(cancelRequested))) "
     "AND (attribute_not_exists(#attempt) OR #attempt < :max)"
 )
@@ -52,8 +54,8 @@ class TaskLock(LeaseRenewals):
     ) -> Lease:
         """Take the task's lock for one attempt.
 
-        Allowed when the task is new, PENDING or RETRYING, or PROCESSING with an expired
-        lease, and attempts remain. Raises a `LockNotAcquired` subclass otherwise. With a
+        Allowed when the task is new, PENDING or RETRYING, due SCHEDULED, or PROCESSING
+        with an expired lease, no cancel was requested, and attempts remain. Raises a `LockNotAcquired` subclass otherwise. With a
         `tenant_limit` (0: none) the lock also takes one of the tenant's seats, in the
         same transaction (agentq.store.seated); `TenantAtLimit` when none is free.
         `first_seat`: the seat to try first (one seen free), else one spread by request id.
@@ -177,15 +179,16 @@ class TaskLock(LeaseRenewals):
         record = TaskRecord.from_item(item)
         if record.state.terminal:
             return TaskAlreadyTerminal(envelope.request_id, record.state.value)
+        if record.raw.get("cancelRequested") and not record.lease_live(now):
+            # Flagged while an attempt ran, and that attempt is over (given back, ended
+            # retryable, or its worker died): the cancel ends the task, not a new attempt.
+            return CancelPending(envelope.request_id, record.state.value)
         if record.state is TaskState.BLOCKED:
             return TaskNotReady(envelope.request_id, record.state.value)
         if record.state is TaskState.SCHEDULED:
             return TaskNotReady(
                 envelope.request_id, record.state.value, int(record.raw.get("notBefore") or now)
             )
-        if record.raw.get("cancelRequested") and not record.lease_live(now):
-            # Its worker died after a cancel was requested: the cancel ends it, not a rerun.
-            return CancelPending(envelope.request_id, record.state.value)
         if record.lease_live(now):
             return TaskHeldElsewhere(
                 envelope.request_id, record.owner, int(record.effective_until_ms or 0)

@@ -25,7 +25,10 @@ from agentq.store.tasks import TaskRecord
 DLQ_RETURNS: Final = "dlqReturns"
 RETURNED_LETTER: Final = "dlqReturnOf"
 MAX_ATTEMPTS: Final = "maxAttempts"
-RETURNABLE_STATES: Final = (TaskState.PENDING, TaskState.RETRYING)
+# Waiting states: a SCHEDULED task's message is re-delayed receive after receive until
+# its time, so its dead letter goes back too (its notBefore kept, on the item and in the
+# body) rather than failing a task that never ran.
+RETURNABLE_STATES: Final = (TaskState.SCHEDULED, TaskState.PENDING, TaskState.RETRYING)
 
 
 def returns_of(record: TaskRecord) -> int:
@@ -71,7 +74,7 @@ def count_return(dynamodb: Any, table_name: str, record: TaskRecord, *, message_
         },
         UpdateExpression=f"SET {DLQ_RETURNS} = :next, {RETURNED_LETTER} = :mid, updatedAt = :now",
         ConditionExpression=(
-            "attribute_exists(PK) AND (#state IN (:pending, :retrying) "
+            "attribute_exists(PK) AND (#state IN (:scheduled, :pending, :retrying) "
             "OR (#state = :processing AND effectiveUntil < :now)) "
             f"AND ((attribute_not_exists({MAX_ATTEMPTS}) AND "
             "(attribute_not_exists(#attempt) OR #attempt = :zero)) "
@@ -79,6 +82,7 @@ def count_return(dynamodb: Any, table_name: str, record: TaskRecord, *, message_
         ),
         ExpressionAttributeNames={"#state": "state", "#attempt": "attempt"},
         ExpressionAttributeValues=values(
+            scheduled=TaskState.SCHEDULED.value,
             pending=TaskState.PENDING.value,
             retrying=TaskState.RETRYING.value,
             processing=TaskState.PROCESSING.value,

@@ -62,18 +62,22 @@ def cancelled_event_detail(record: TaskRecord, reason: str) -> dict[str, Any]:
 
 
 def cancel_orphan(store: TaskStore, tenant: str, request_id: str) -> bool:
-    """A cancel was requested, then its worker died: the cancel ends the task.
+    """A cancel was requested and no attempt holds the task any more (its worker died,
+    or the attempt ended retryable or was given back): the cancel ends the task.
 
-    True once the task is terminal (by this call or another).
+    True once the task is terminal (by this call or another). Idempotent: a retried
+    transition recognises its own write, and a second caller finds the task terminal.
     """
     record = store.get(tenant, request_id)
     if record is None or record.state.terminal:
         return record is not None
+    if not record.raw.get("cancelRequested"):
+        return False  # redriven meanwhile (which clears the flag): not ours to end
     reason = str(record.raw.get("cancelReason") or "cancelled by request")
     store.transition(
         record.tenant,
         record.request_id,
-        from_states=(TaskState.PROCESSING,),
+        from_states=NOT_STARTED | {TaskState.PROCESSING},
         to_state=TaskState.CANCELLED,
         fields={"terminalEvent": cancelled_event_detail(record, reason)},
         unless_lease_live=True,

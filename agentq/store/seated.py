@@ -114,14 +114,14 @@ def _expect_attempt(request: dict[str, Any], expected: int) -> None:
 
 def _lockable(record: TaskRecord, now: int, max_attempts: int) -> bool:
     """Whether the lock's condition (agentq.store.lock.LOCK_CONDITION) admits `record`."""
-    if record.attempt >= max_attempts:
+    if record.attempt >= max_attempts or record.raw.get("cancelRequested"):
         return False
     if record.state in (TaskState.PENDING, TaskState.RETRYING):
         return True
     if record.state is TaskState.SCHEDULED:
         return int(record.raw.get("notBefore") or 0) <= now
     if record.state is TaskState.PROCESSING:
-        return (record.effective_until_ms or 0) < now and not record.raw.get("cancelRequested")
+        return (record.effective_until_ms or 0) < now
     return False
 
 

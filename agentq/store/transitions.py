@@ -10,12 +10,12 @@ from typing import Any, Literal, overload
 
 from botocore.exceptions import ClientError
 
-from agentq.errors import LeaseLost
+from agentq.errors import CancelRequested, LeaseLost
 from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store import idempotent, keys, transact
 from agentq.store.codec import serialize, values
-from agentq.store.leases import Lease, LeaseRenewals
+from agentq.store.leases import Lease, LeaseRenewals, cancel_flagged
 from agentq.store.records import TaskRecord
 from agentq.store.tenants import TenantLimitStore
 
@@ -35,7 +35,9 @@ class TaskTransitions(LeaseRenewals):
         """End an attempt: a terminal state, or RETRYING (message kept for redelivery).
 
         Conditional on the lease token, so a stale worker cannot overwrite a newer
-        attempt; raises `LeaseLost` then. Returns the settled record.
+        attempt; raises `LeaseLost` then. RETRYING is refused once a cancel was
+        requested (`CancelRequested`: the caller ends the attempt CANCELLED instead, so a
+        cancel answered "requested" never meets a new attempt). Returns the settled record.
         """
         return self._end(lease, state, retry_at_ms, fields, read_back=True)
 
@@ -112,11 +114,15 @@ class TaskTransitions(LeaseRenewals):
             names[f"#f{index}"] = name
             attrs[f":f{index}"] = serialize(value)
             sets.append(f"#f{index} = :f{index}")
+        condition = "leaseToken = :token AND #state = :processing"
+        if state is TaskState.RETRYING:
+            # A cancel flagged while the attempt ran wins over its retry.
+            condition += " AND attribute_not_exists(cancelRequested)"
         request = {
             "TableName": self._table,
             "Key": self._key(lease.tenant, lease.request_id),
             "UpdateExpression": f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
-            "ConditionExpression": "leaseToken = :token AND #state = :processing",
+            "ConditionExpression": condition,
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": attrs,
         }
@@ -128,6 +134,8 @@ class TaskTransitions(LeaseRenewals):
             self._ddb, mark=("finalizedBy", lease.token), ReturnValues="ALL_NEW", **request
         )
         if not written.written or written.item is None:
+            if cancel_flagged(lease, written.item):
+                raise CancelRequested(lease.request_id)
             raise LeaseLost(lease.request_id, lease.token)
         return TaskRecord.from_item(written.item) if read_back else None
 
@@ -159,6 +167,8 @@ class TaskTransitions(LeaseRenewals):
                 # newer attempt's lease.
                 if idempotent.carries(item, ("finalizedBy", lease.token)) and item:
                     return True, TaskRecord.from_item(item)
+                if cancel_flagged(lease, item):
+                    raise CancelRequested(lease.request_id) from None
                 raise LeaseLost(lease.request_id, lease.token) from None
             if transact.code(found, 1) == transact.CONDITION:
                 return False, None
@@ -242,7 +252,9 @@ class TaskTransitions(LeaseRenewals):
         """Give a dead-lettered task a fresh attempt budget: back to PENDING, attempt 0.
 
         Refused (None) for a COMPLETED or CANCELLED task, or while a lease is live:
-        replaying must never re-run finished work or race a running attempt.
+        replaying must never re-run finished work or race a running attempt. A cancel
+        flag left by an attempt that ended otherwise (FAILED, say) is cleared: the
+        operator's redrive is a new request, which the lock would refuse with it.
         """
         now = now_ms()
         resettable = (TaskState.PENDING, TaskState.RETRYING, TaskState.PROCESSING,
@@ -270,7 +282,7 @@ class TaskTransitions(LeaseRenewals):
                 "SET #state = :pending, #attempt = :zero, updatedAt = :now, "
                 "redrivenAt = :now, statusPK = :spk, statusSK = :ssk, #wid = :wid "
                 "REMOVE effectiveUntil, leaseToken, finishedAt, retryAt, deadlineAt, "
-                "dlqReturns, dlqReturnOf"
+                "dlqReturns, dlqReturnOf, cancelRequested"
             ),
             ConditionExpression=(
                 f"attribute_exists(PK) AND #state IN ({', '.join(placeholders)}) "

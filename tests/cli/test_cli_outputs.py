@@ -150,3 +150,22 @@ def test_a_float_cost_prints_as_dollars(stack: Stack) -> None:
     )
     recent = agentq(shell, "watch", "--once")  # no stored events here: the hint, exit 0
     assert recent.code == 0
+
+
+def test_result_of_a_task_without_one_exits_as_the_exit_table_says(stack: Stack) -> None:
+    """Ended without a result (CANCELLED here): 4, as `status` and `--wait` say of such
+    a task; not finished yet: 3, nothing to find yet. Never 6: the id was valid."""
+    shell = fresh_shell(**stack.env(), TASK_DEFINITIONS_DIR=fast_env()["TASK_DEFINITIONS_DIR"])
+    waiting = agentq(shell, "submit", "sample-echo", "--input", "{}").stdout.strip()
+    not_yet = agentq(shell, "result", waiting, "--json")
+    assert not_yet.code == 3, not_yet
+    assert not_yet.json()["error"]["kind"] == "not_found"
+    assert f"task {waiting} is PENDING: no result yet" in one_line_error(not_yet)
+
+    cancel = agentq(shell, "cancel", waiting)
+    assert (cancel.code, cancel.stdout.strip()) == (0, f"cancelled: {waiting}"), cancel
+    ended = agentq(shell, "result", waiting, "--json")
+    assert ended.code == 4, ended
+    assert ended.json()["error"]["kind"] == "task_failed"
+    assert f"task {waiting} ended CANCELLED: no result" in one_line_error(ended)
+    assert agentq(shell, "status", waiting).code == 4  # the same answer

@@ -114,7 +114,9 @@ def test_a_scheduled_task_cancelled_before_it_starts_never_runs(
     events = EventLog(stack)
     record = client.submit("sample-echo", {"v": 3}, not_before=(now_ms() + 600_000) / 1000)
     assert record.state is TaskState.SCHEDULED
-    assert client.cancel(record.request_id) == [record.request_id]
+    [answer] = client.cancel(record.request_id)
+    assert (answer.request_id, answer.outcome, answer.state) == (
+        record.request_id, "cancelled", "CANCELLED")  # fmt: skip
     cancelled = client.get_task(record.request_id)
     assert cancelled.state is TaskState.CANCELLED
     assert cancelled.raw["terminalEvent"]["payload"]["reason"] == "cancelled by request"

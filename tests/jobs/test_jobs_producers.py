@@ -75,7 +75,10 @@ def test_jobs_client_submit_idempotency_and_joining_a_job(stack: Stack) -> None:
     assert client.submit("summarize", {}, job_id="joinable", idempotency_key="late") == joined
     assert [m["requestId"] for m in drain(stack)] == [joined.request_id]
     assert client.get_job("joinable").total == 2
-    assert client.cancel(job_id="joinable") == ["joinable-A", joined.request_id]
+    assert [a.request_id for a in client.cancel(job_id="joinable")] == [
+        "joinable-A",
+        joined.request_id,
+    ]
     assert client.get_job("joinable").state == "FAILED"
 
 

@@ -7,6 +7,7 @@ the processor returns such a task a bounded number of times instead of failing i
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from agentq.config import Settings
 from agentq.dlq import DLQ_REASON, DlqArchive
 from agentq.dlq_return import MAX_DLQ_RETURNS
 from agentq.envelope import TaskEnvelope
+from agentq.events import now_ms
 from agentq.local.lambda_host import LambdaHost, local_context
 from agentq.local.workers import WorkerProcess, fast_env
 from agentq.states import TaskState
@@ -86,6 +88,27 @@ def test_a_task_out_of_attempts_is_not_returned(stack: Stack) -> None:
         )
         == []
     )
+
+
+def test_a_dead_lettered_scheduled_task_is_returned_keeping_its_time(stack: Stack) -> None:
+    """A delayed task waits as SCHEDULED and its message is re-delayed receive after
+    receive: its dead letter has every attempt left and goes back, not to FAILED."""
+    not_before = now_ms() + 3_600_000
+    envelope = replace(envelope_of("r-ret-later"), not_before_ms=not_before)
+    tasks_of(stack).create(envelope, state=TaskState.SCHEDULED)
+    dead_letter(stack, envelope, crash=False, create=False)
+    _settle(stack, dlq_event(stack))
+
+    record = tasks_of(stack).require("acme", "r-ret-later")
+    assert (record.state, record.attempt, record.raw["dlqReturns"]) == (
+        TaskState.SCHEDULED, 0, 1)  # fmt: skip
+    assert record.raw["notBefore"] == not_before
+    (archived,) = DlqArchive(stack.s3, stack.resources.bucket).list()
+    assert archived.outcome == "returned"
+    (copy,) = stack.sqs.receive_message(
+        QueueUrl=stack.resources.queue_url, MessageAttributeNames=["All"], WaitTimeSeconds=2
+    )["Messages"]
+    assert json.loads(copy["Body"])["notBefore"] == not_before
 
 
 @pytest.mark.slow

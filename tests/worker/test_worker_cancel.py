@@ -46,7 +46,10 @@ def test_cancel_stops_a_running_child_and_its_group_within_a_heartbeat(
         events.wait(record.request_id, "Task Processing Started")
         grandchild = int(wait_for(lambda: pid_file.is_file() and pid_file.read_text().strip(),
                                   message="the grandchild's pid"))  # fmt: skip
-        assert client.cancel(record.request_id) == [record.request_id]
+        [answer] = client.cancel(record.request_id)
+        # Running: asked to stop, and the answer says so (not "cancelled").
+        assert (answer.request_id, answer.outcome, answer.state) == (
+            record.request_id, "requested", "PROCESSING")  # fmt: skip
         flagged = client.get_task(record.request_id)
         assert flagged.state is TaskState.PROCESSING and flagged.raw["cancelRequested"] is True
         # One heartbeat is 0.3 s here, the kill grace 0.5 s: the deadline only bounds a hang.
@@ -85,7 +88,8 @@ def test_a_cancelled_running_job_task_fails_its_job_by_policy(
         # The Lambda host consumes the events here: watch the STATE item instead.
         wait_for(lambda: client.get_task("cancelme-A").state is TaskState.PROCESSING,
                  timeout=60, message="A running")  # fmt: skip
-        assert client.cancel("cancelme-A") == ["cancelme-A"]
+        assert [(a.request_id, a.outcome) for a in client.cancel("cancelme-A")] == [
+            ("cancelme-A", "requested")]  # fmt: skip
         client.wait(job_id="cancelme", timeout_s=60, poll_s=0.2)
 
     job = client.get_job("cancelme")

@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 from conftest import Stack
 from support import EventLog, wait_for
-from worker_support import running_worker, send
+from worker_support import new_id, running_worker, send
 
 from agentq.config import Settings
+from agentq.envelope import TaskEnvelope, parse_message
 from agentq.local.workers import SAMPLE_DEFINITIONS
 from worker.app import build
-from worker.batcher import REQUEUED_FROM
+from worker.batcher import is_copy
+from worker.copies import MAX_ATTRIBUTES, REQUEUED_FROM, copied_from
 from worker.inflight import InFlight
 from worker.receiving import PassOn
 
@@ -88,6 +90,61 @@ def test_a_watched_message_that_finds_its_free_slot_taken_is_passed_on_at_once(
         assert json.loads(forwarded["Body"])["requestId"] == sent.request_id
         wait_for(lambda: _not_visible(inproc_stack) == 1, timeout=10,
                  message="the original deleted (only the copy in flight)")  # fmt: skip
+    finally:
+        consumer._batcher.close(timeout_s=1)
+        consumer._events.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("agentq_attributes", [True, False])
+def test_a_copy_of_a_message_with_ten_attributes_is_marked_and_never_passed_on_again(
+    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch, agentq_attributes: bool
+) -> None:
+    """SQS takes at most 10 message attributes. A sender that used them all still gets a
+    marked copy: agentq's `taskType` gives way to the mark, or, with none of agentq's
+    attributes to give, the body carries it. Either way the copy stays where it lands."""
+    monkeypatch.setenv("WARM_CHILDREN", "false")
+    monkeypatch.setenv("SQS_BATCH_WINDOW", "60000")
+    monkeypatch.setenv("TASK_DEFINITIONS_DIR", str(SAMPLE_DEFINITIONS))
+    consumer = build(Settings.from_env()).consumer
+    monkeypatch.setattr(consumer, "_prepare_ahead", lambda held: held)
+    for n in range(consumer.slots.size):
+        assert consumer.slots.offer(({}, InFlight(message_id=f"busy-{n}", receipt_handle=""), None))
+    envelope = TaskEnvelope(request_id=new_id("high"), tenant="acme", definition="sample-echo",
+                            input={"text": "hi"}, priority="high")  # fmt: skip
+    attributes: dict[str, Any] = (
+        envelope.message_attributes() if agentq_attributes
+        else {"requestId": {"DataType": "String", "StringValue": envelope.request_id}}
+    )  # fmt: skip
+    own = {f"sender{n}": {"DataType": "String", "StringValue": f"v{n}"}
+           for n in range(MAX_ATTRIBUTES - len(attributes))}  # fmt: skip
+    inproc_stack.sqs.send_message(
+        QueueUrl=inproc_stack.resources.tier_queues["high"], MessageBody=envelope.to_body(),
+        MessageAttributes={**attributes, **own},
+    )  # fmt: skip
+    message = receive_high(inproc_stack)
+    assert len(message["MessageAttributes"]) == MAX_ATTRIBUTES
+    consumer._batcher.routes.note(
+        message["ReceiptHandle"], inproc_stack.resources.tier_queues["high"]
+    )
+    try:
+        consumer._accept(message, "high", pass_on="if_full")
+        assert consumer.verdicts == {"passed_on": 1}
+        copy = receive_high(inproc_stack)
+        assert copy["MessageId"] != message["MessageId"]
+        assert is_copy(copy) and copied_from(copy) == message["MessageId"]
+        assert len(copy["MessageAttributes"]) <= MAX_ATTRIBUTES
+        for name, value in own.items():  # the sender's own attributes are all kept
+            assert copy["MessageAttributes"][name]["StringValue"] == value["StringValue"]
+        # The copy reads as the same task.
+        parsed = parse_message(copy["Body"], copy["MessageAttributes"], default_tenant="acme")
+        assert parsed.to_dict() == envelope.to_dict()
+        consumer._batcher.routes.note(
+            copy["ReceiptHandle"], inproc_stack.resources.tier_queues["high"]
+        )
+        consumer._accept(copy, "high", pass_on="if_full")
+        assert consumer.verdicts == {"passed_on": 1}, "a copy is not passed on again"
+        assert consumer.slots.buffered == 1, "it waits here for the next hand-over"
     finally:
         consumer._batcher.close(timeout_s=1)
         consumer._events.close()

@@ -15,6 +15,8 @@ from agentq.definitions import DefinitionRegistry, TaskDefinition
 from agentq.envelope import TaskEnvelope
 from agentq.errors import InvalidInput
 from agentq.events import now_ms
+from agentq.states import TaskState
+from agentq.store import TaskStore
 from worker.batcher import SqsBatcher
 
 
@@ -158,6 +160,45 @@ def test_a_message_on_the_wrong_tier_is_forwarded_to_its_own(stack: Stack) -> No
     assert stats is not None
     assert stats["verdicts"].get("forwarded") == 1
     assert stats["scheduler"]["forwarded"] == 1
+
+
+@pytest.mark.timeout(120)
+def test_an_unconfigured_tier_is_refused_at_receive_and_at_submit(stack: Stack) -> None:
+    """`urgent` is no tier here: a message naming it (a foreign sender, a `Task
+    Requested` event) is recorded failed as validation and removed, never run under
+    that name on the queue it arrived on; the client refuses it before sending."""
+    events = EventLog(stack)
+    tasks = TaskStore(stack.dynamodb, stack.resources.table_name)
+    plain, event_sent = (TaskEnvelope(request_id=new_id(), tenant="acme",
+                                      definition="sample-noop", priority="urgent")
+                         for _ in range(2))  # fmt: skip
+    tasks.create(plain)  # a producer that wrote its STATE item before sending
+    stack.sqs.send_message(QueueUrl=stack.resources.queue_url, MessageBody=plain.to_body(),
+                           MessageAttributes=plain.message_attributes())  # fmt: skip
+    body = {"detail-type": "Task Requested", "source": "billing",
+            "detail": event_sent.to_dict()}  # fmt: skip
+    stack.sqs.send_message(QueueUrl=stack.resources.queue_url, MessageBody=json.dumps(body))
+    with running_worker(stack) as worker:
+        failed = [events.wait(e.request_id, "Task Failed")[0] for e in (plain, event_sent)]
+        wait_for(lambda: queue_counts(stack) == (0, 0), timeout=20,
+                 message="both messages removed")  # fmt: skip
+        worker.stop()
+    for event in failed:
+        assert event["payload"]["error"]["category"] == "validation"
+        assert "unknown priority 'urgent'" in event["payload"]["error"]["message"]
+    record = tasks.require("acme", plain.request_id)
+    assert record.state is TaskState.FAILED and record.attempt == 0
+    for envelope in (plain, event_sent):
+        assert not events.of(envelope.request_id, "Task Processing Started")
+
+    settings = Settings.from_env(stack.env())
+    client = AgentqClient(settings=settings, sqs=stack.sqs, dynamodb=stack.dynamodb,
+                          events=stack.events, s3=stack.s3)  # fmt: skip
+    with pytest.raises(InvalidInput, match="unknown priority 'urgent'") as refused:
+        client.submit("sample-noop", priority="urgent")
+    assert refused.value.field == "priority"
+    assert [queue_counts(stack, url) for url in set(stack.resources.tier_queues.values())] == [
+        (0, 0)] * len(set(stack.resources.tier_queues.values()))  # fmt: skip
 
 
 def test_the_client_sends_each_task_to_its_tier_queue(stack: Stack) -> None:
