@@ -13,6 +13,7 @@ from infra_synth import SynthesizedStage
 
 from infra.rehearsal import (
     Finding,
+    Severity,
     alarms_reach_subscribers,
     custom_resource_timeouts,
     load_templates,
@@ -48,7 +49,7 @@ def test_rehearsal_passes_both_synthesized_stages(stage: SynthesizedStage) -> No
     prefix = stage.stacks.settings.names.prefix
     templates = {f"{prefix}-{name}": stage.json(name) for name in stage.templates}
     # dev may have no alarm subscriber (a synth warning); prod's test synth has two.
-    unsubscribed = "error" if stage.stacks.settings.is_production else "report"
+    unsubscribed: Severity = "error" if stage.stacks.settings.is_production else "report"
     findings = rehearse(templates, unsubscribed_alarms=unsubscribed)
     assert not _errors(findings), [str(f) for f in findings if f.severity == "error"]
 

@@ -16,7 +16,7 @@ import pytest
 from infra_synth import stage_context
 
 from infra.nag import ACKNOWLEDGED_METADATA
-from infra.rehearsal import load_templates, rehearse
+from infra.rehearsal import Severity, load_templates, rehearse
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -169,7 +169,7 @@ def test_infra_deploy_rehearsal_passes_both_stages_as_make_synth_writes_them(
 ) -> None:
     for stage, out in cloud_assemblies.items():
         # A dev stage may synthesize without alarm subscribers (a warning), prod may not.
-        unsubscribed = "report" if stage == "dev" else "error"
+        unsubscribed: Severity = "report" if stage == "dev" else "error"
         findings = rehearse(load_templates([out]), unsubscribed_alarms=unsubscribed)
         errors = [str(f) for f in findings if f.severity == "error"]
         assert not errors, (stage, errors)
