@@ -1,6 +1,9 @@
 # agentq worker image: `agentq worker` on CPython 3.13. claude-agent-sdk's wheel brings
 # the Claude Code CLI, so no Node.js or npm step is needed.
-FROM python:3.13-slim
+# The base is pinned by digest (Docker Hub's python:3.13-slim index, amd64 and arm64), so
+# a rebuild gets the same OS and interpreter; the tag stays for readers. Bump both together:
+#   docker buildx imagetools inspect python:3.13-slim --format '{{json .Manifest.Digest}}'
+FROM python:3.13-slim@sha256:7c61056e61ac89e852de05f3dc6fa51a6dd2181797bceed46aa725dd7cb2cd3b
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -18,8 +21,11 @@ RUN useradd --create-home --home-dir /home/agentq --uid 10001 agentq \
             --uid 10002 agentq-task
 
 WORKDIR /opt/agentq
-COPY requirements.txt ./
-RUN pip install -r requirements.txt
+# Every dependency, transitive ones too, at the version and hash the lock names
+# (`make image-lock` regenerates it from requirements.txt): a changed or substituted
+# package on the index fails the build instead of entering the image.
+COPY requirements-image.lock ./
+RUN pip install --require-hashes --no-deps -r requirements-image.lock
 
 COPY pyproject.toml README.md ./
 COPY agentq ./agentq

@@ -10,7 +10,7 @@ CDK_STAMP := node_modules/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install lint format test test-fast demo bench synth deploy clean browser
+.PHONY: install lint format test test-fast demo bench synth deploy clean browser image-lock
 
 $(STAMP): requirements.txt requirements-local.txt requirements-cdk.txt requirements-dev.txt requirements-lambdas.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -63,19 +63,47 @@ demo: $(DEMO_STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 
+# Alarm subscribers: ALARM_EMAILS="a@x b@y", ALARM_SLACK="WORKSPACE_ID/CHANNEL_ID". prod
+# refuses to synthesize without one; `make synth` checks it with an example address.
+ALARM_EMAILS ?=
+ALARM_SLACK ?=
+ALARM_CONTEXT = $(if $(strip $(ALARM_EMAILS)),-c alarm_emails="$(strip $(ALARM_EMAILS))") \
+	$(if $(strip $(ALARM_SLACK)),-c alarm_slack="$(strip $(ALARM_SLACK))")
+
+# Templates, cdk-nag, cfn-lint, then the deploy rehearsal (infra/rehearsal.py): the rules
+# CloudFormation and ECS enforce at deploy time that cfn-lint does not check.
 synth: $(STAMP) $(CDK_STAMP)
-	npx cdk synth --quiet -c stage=dev --output cdk.out/dev
-	npx cdk synth --quiet -c stage=prod --output cdk.out/prod
+	npx cdk synth --quiet -c stage=dev $(ALARM_CONTEXT) --output cdk.out/dev
+	npx cdk synth --quiet -c stage=prod -c alarm_emails="$(or $(strip $(ALARM_EMAILS)),alarms@example.com)" --output cdk.out/prod
 	$(VENV)/bin/cfn-lint cdk.out/dev/*.template.json cdk.out/prod/*.template.json
+	$(PY) -m infra.rehearsal --unsubscribed-alarms report cdk.out/dev
+	$(PY) -m infra.rehearsal cdk.out/prod
 
 # One stage, end to end: the stacks (which load the task definitions: the bundled
 # samples and DEFINITIONS="dir ...", validated at synth), then the stage's variables.
 # Rerunning is an upgrade. `agentq definitions sync` stays for quick updates.
 STAGE ?= dev
 DEFINITIONS ?=
+DEPLOY_CONTEXT = -c stage=$(STAGE) $(ALARM_CONTEXT) \
+	$(if $(strip $(DEFINITIONS)),-c definitions="$(strip $(DEFINITIONS))")
+# The secrets stack first; infra.secrets_ready stops here (naming the command that sets
+# it) until the Anthropic key is no longer the placeholder, so the worker never starts
+# on a placeholder and rolls the stage back (docs/deploy.md, "First deploy").
 deploy: $(STAMP) $(CDK_STAMP)
-	npx cdk deploy --all -c stage=$(STAGE) $(if $(strip $(DEFINITIONS)),-c definitions="$(strip $(DEFINITIONS))")
+	npx cdk deploy agentq-$(STAGE)-secrets $(DEPLOY_CONTEXT)
+	$(PY) -m infra.secrets_ready --stage $(STAGE)
+	npx cdk deploy --all $(DEPLOY_CONTEXT)
 	$(VENV)/bin/agentq env --stage $(STAGE) --output .agentq/$(STAGE).env
 
+# The worker image's hashed lock, from requirements.txt, with pip-tools in a venv of its
+# own (the project's environment does not need it). Keeps the lock's header comment.
+image-lock:
+	test -x .venv-lock/bin/pip-compile || { $(PYTHON) -m venv .venv-lock && .venv-lock/bin/pip install -q pip-tools; }
+	.venv-lock/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+		--no-emit-index-url --no-emit-find-links --no-header \
+		--output-file requirements-image.lock.new requirements.txt
+	{ grep '^# ' requirements-image.lock | sed -n '1,5p'; cat requirements-image.lock.new; } > requirements-image.lock.tmp
+	mv requirements-image.lock.tmp requirements-image.lock && rm requirements-image.lock.new
+
 clean:
-	rm -rf $(VENV) node_modules cdk.out .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-lock node_modules cdk.out .mypy_cache .ruff_cache .pytest_cache

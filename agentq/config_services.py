@@ -21,8 +21,10 @@ class Events(BaseSettings):
         "save-event", ge=0, le=36_500,
     )  # fmt: skip
     persist_heartbeats: Flag = var(
-        "PERSIST_HEARTBEATS", False, "Store `Task Heartbeat` events in the timeline.", "save-event"
-    )
+        "PERSIST_HEARTBEATS", False,
+        "Store `Task Heartbeat` events that reach save-event (its bus rule routes none).",
+        "save-event",
+    )  # fmt: skip
     dlq_batch_size: Int = var(
         "DLQ_BATCH_SIZE",
         10,

@@ -167,21 +167,30 @@ class RuleSpec:
     target: str  # "save-event" | "dispatcher" | "task-queue"
     description: str
     detail_types: tuple[str, ...] = ()
+    # Every detail type but these (EventBridge's anything-but); exclusive with detail_types.
+    excluded_detail_types: tuple[str, ...] = ()
     extra_detail: dict[str, Any] = field(default_factory=dict)
 
     def pattern(self, app_name: str) -> dict[str, Any]:
         pattern: dict[str, Any] = {"source": [app_name]}
         if self.detail_types:
             pattern["detail-type"] = list(self.detail_types)
+        elif self.excluded_detail_types:
+            pattern["detail-type"] = [{"anything-but": list(self.excluded_detail_types)}]
         if self.extra_detail:
             pattern["detail"] = dict(self.extra_detail)
         return pattern
 
 
+# What save-event would only drop never reaches it: a heartbeat every 20 s per running
+# task (the STATE item holds the last beat) and 'Task Requested' (its own rule queues
+# it). Every other type, including ones added later, is stored.
+SAVE_EVENT_SKIPPED_TYPES: Final = ("Task Heartbeat", "Task Requested")
 SAVE_EVENT_RULE: Final = RuleSpec(
     name="save-event",
     target="save-event",
-    description="every agentq event into the events table",
+    description="agentq events into the events table, but heartbeats and requests",
+    excluded_detail_types=SAVE_EVENT_SKIPPED_TYPES,
 )
 DISPATCHER_RULE: Final = RuleSpec(
     name="dispatcher",

@@ -1,7 +1,8 @@
 """Builds every stack of the stage named by the `stage` context value.
 
-`cdk synth -c stage=prod` (optionally `-c app_name=...`, and `-c definitions="DIR ..."`
-for definition directories to ship beyond the stage's own) selects the stage; its typed
+`cdk synth -c stage=prod` (optionally `-c app_name=...`, `-c definitions="DIR ..."` for
+definition directories to ship beyond the stage's own, and `-c alarm_emails=...` /
+`-c alarm_slack=TEAM/CHANNEL` for who the alarms reach) selects the stage; its typed
 settings live in infra/stages.py. cdk-nag's AwsSolutions checks run as a validation
 plugin on every synth, so a finding without an acknowledgment fails the build.
 """
@@ -24,6 +25,7 @@ from infra.stacks.health_check import HealthCheckStack
 from infra.stacks.infrastructure import InfrastructureStack
 from infra.stacks.monitoring import MonitoringStack
 from infra.stacks.producer_api import ProducerApiStack
+from infra.stacks.secrets import SecretsStack
 from infra.stacks.worker import WorkerStack
 from infra.stages import StageSettings, stage_settings
 
@@ -31,6 +33,7 @@ from infra.stages import StageSettings, stage_settings
 @dataclass(frozen=True)
 class StageStacks:
     settings: StageSettings
+    secrets: SecretsStack
     infrastructure: InfrastructureStack
     events: EventsStack
     health_check: HealthCheckStack
@@ -42,6 +45,7 @@ class StageStacks:
 
     def all(self) -> list[cdk.Stack]:
         return [
+            self.secrets,
             self.infrastructure,
             self.events,
             self.health_check,
@@ -53,8 +57,12 @@ class StageStacks:
 
 
 def build_stage(app: cdk.App, settings: StageSettings) -> StageStacks:
-    """The stacks of one stage."""
+    """The stacks of one stage; fails (StageError) for a production stage whose alarms
+    reach nobody."""
+    settings.check_alarm_subscribers()
     prefix = settings.names.prefix
+    # Deployed, and filled by the operator, before the worker stack (docs/deploy.md).
+    secrets = SecretsStack(app, f"{prefix}-secrets", settings=settings)
     core = InfrastructureStack(app, f"{prefix}-infrastructure", settings=settings)
     # Beside the table it fills: `cdk deploy` of the core stack loads the definitions
     # before any worker could ask for one.
@@ -75,7 +83,13 @@ def build_stage(app: cdk.App, settings: StageSettings) -> StageStacks:
     api = ProducerApiStack(
         app, f"{prefix}-producer-api", settings=settings, core=core, code=lambda_code()
     )
-    worker = WorkerStack(app, f"{prefix}-worker", settings=settings, core=core)
+    worker = WorkerStack(
+        app,
+        f"{prefix}-worker",
+        settings=settings,
+        core=core,
+        claude_secret=secrets.claude_secret,
+    )
     monitoring = MonitoringStack(
         app,
         f"{prefix}-monitoring",
@@ -98,12 +112,13 @@ def build_stage(app: cdk.App, settings: StageSettings) -> StageStacks:
         rules={
             **{rule.name: (f"{prefix}-{rule.name}", settings.names.event_bus) for rule in RULES},
             "health-check-schedule": (health.schedule.rule_name, None),
+            "reconciler-schedule": (health.reconciler.schedule.rule_name, None),
         },
         api=api.api,
         settings=settings,
     )
     stacks = StageStacks(
-        settings, core, events, health, dispatcher, api, worker, monitoring, definitions
+        settings, secrets, core, events, health, dispatcher, api, worker, monitoring, definitions
     )
     for stack in stacks.all():
         cdk.Tags.of(stack).add("app", settings.app_name)
@@ -120,12 +135,17 @@ FEATURE_FLAGS: Final = {
 }
 
 
-def definitions_context(value: object) -> list[Path]:
-    """`-c definitions="a b"` (the Makefile's DEFINITIONS): more directories to ship."""
+def list_context(value: object) -> list[str]:
+    """A context value naming several things, separated by spaces or commas."""
     if value is None:
         return []
     items = value if isinstance(value, list) else str(value).replace(",", " ").split()
-    return [Path(str(item)) for item in items if str(item).strip()]
+    return [str(item).strip() for item in items if str(item).strip()]
+
+
+def definitions_context(value: object) -> list[Path]:
+    """`-c definitions="a b"` (the Makefile's DEFINITIONS): more directories to ship."""
+    return [Path(item) for item in list_context(value)]
 
 
 def build_app(app: cdk.App, *, nag: bool = True) -> StageStacks:
@@ -139,6 +159,8 @@ def build_app(app: cdk.App, *, nag: bool = True) -> StageStacks:
         stage,
         app_name=str(app_name) if app_name else None,
         definitions=definitions_context(app.node.try_get_context("definitions")),
+        alarm_emails=list_context(app.node.try_get_context("alarm_emails")),
+        alarm_slack=list_context(app.node.try_get_context("alarm_slack")),
     )
     if nag:
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))

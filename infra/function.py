@@ -49,6 +49,7 @@ class AgentqFunction(Construct):
         statements: Sequence[iam.PolicyStatement] = (),
         timeout: Duration | None = None,
         event_driven: bool = False,
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self._settings = settings
@@ -95,6 +96,7 @@ class AgentqFunction(Construct):
             timeout=timeout or Duration.seconds(30),
             tracing=lambda_.Tracing.ACTIVE,
             dead_letter_queue=self.failed_events,
+            reserved_concurrent_executions=reserved_concurrency,
             environment={
                 env_name("app_name"): settings.app_name,
                 env_name("stage"): settings.name,

@@ -116,11 +116,31 @@ class ReconcilerSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SlackChannel:
+    """A Slack channel AWS Chatbot posts alarms to: the workspace (team) id, authorized
+    once in the AWS Chatbot console, and the channel id (Slack's channel details)."""
+
+    workspace_id: str
+    channel_id: str
+
+    @classmethod
+    def parse(cls, value: str) -> SlackChannel:
+        """`TEAM_ID/CHANNEL_ID`, as `-c alarm_slack=` takes it."""
+        workspace, _, channel = value.partition("/")
+        if not workspace.strip() or not channel.strip() or "/" in channel:
+            raise StageError(f"alarm_slack must be WORKSPACE_ID/CHANNEL_ID, got {value!r}")
+        return cls(workspace_id=workspace.strip(), channel_id=channel.strip())
+
+
+@dataclass(frozen=True, kw_only=True)
 class AlarmSettings:
     period_minutes: int = 5
     oldest_message_age_s: int = 1800
     dlq_messages: int = 1  # tasks dead-lettered in one period (DLQ processor's metrics)
-    dlq_oldest_age_s: int = 900  # a dead letter the DLQ processor has not settled
+    # A dead letter (received or not) still in the DLQ for this many periods: the DLQ
+    # processor keeps failing on it, or its task's lease stays live. Not the oldest
+    # message's age: SQS leaves a message received 3+ times out of that metric.
+    dlq_stuck_periods: int = 3
     lambda_errors: int = 1
     lambda_throttles: int = 1
     # Fewer worker tasks running than desired for this many periods (a deploy or a
@@ -129,7 +149,45 @@ class AlarmSettings:
     api_server_errors: int = 1
     task_failures: int = 5
     task_timeouts: int = 1
-    email: str | None = None  # subscribed to the alarm topic when set
+    dynamodb_throttles: int = 1  # throttled requests to a table or one of its indexes
+    # Who the alarm topic reaches: e-mail addresses (each confirms once) and Slack
+    # channels (AWS Chatbot). A production stage without any fails synth.
+    emails: tuple[str, ...] = ()
+    slack_channels: tuple[SlackChannel, ...] = ()
+
+    @property
+    def has_subscriber(self) -> bool:
+        return bool(self.emails or self.slack_channels)
+
+    def check(self) -> None:
+        for email in self.emails:
+            local, _, domain = email.partition("@")
+            if not local or "." not in domain or any(c.isspace() for c in email):
+                raise StageError(f"alarm e-mail {email!r} is not an address")
+        if self.dlq_stuck_periods < 1:
+            raise StageError("alarms dlq_stuck_periods must be at least 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LambdaConcurrency:
+    """Reserved concurrency per function (None: uncapped). A cap keeps a runaway (an
+    event storm, a retry loop) from taking the account's concurrency from the producer
+    API, and a scheduled sweep from overlapping itself. Reserving needs the account's
+    unreserved concurrency to stay at least 100: new accounts start lower (ask for a
+    quota increase, docs/deploy.md), so the dev stage reserves nothing."""
+
+    # Event-driven from the bus: throttled events are retried by EventBridge for a day.
+    save_event: int | None = None
+    dispatcher: int | None = None
+    # Scheduled sweeps: one at a time (a second sweep would repeat the first's repairs).
+    reconciler: int | None = None
+    health_check: int | None = None
+
+    def reserved(self, name: str) -> int | None:
+        value: int | None = getattr(self, name.replace("-", "_"))
+        if value is not None and value < 1:
+            raise StageError(f"lambda reserved concurrency for {name} must be >= 1 or None")
+        return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,6 +212,7 @@ class StageSettings:
     health_check: HealthCheckSettings = field(default_factory=HealthCheckSettings)
     reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings)
     alarms: AlarmSettings = field(default_factory=AlarmSettings)
+    lambda_concurrency: LambdaConcurrency = field(default_factory=LambdaConcurrency)
     # Definition directories the deployment loads into the definitions table (relative
     # paths are from the repository root, where cdk runs); see docs/deploy.md.
     definitions: tuple[Path, ...] = SAMPLE_DEFINITIONS
@@ -166,6 +225,17 @@ class StageSettings:
         self.worker.check()
         self.health_check.check()
         self.reconciler.check()
+        self.alarms.check()
+
+    def check_alarm_subscribers(self) -> None:
+        """A production stage's alarms must reach someone; a dev stage's may not."""
+        if self.is_production and not self.alarms.has_subscriber:
+            raise StageError(
+                f"stage {self.name}: no alarm subscriber; the alarm topic would reach "
+                "nobody. Pass -c alarm_emails=you@example.com (comma-separated) and/or "
+                "-c alarm_slack=WORKSPACE_ID/CHANNEL_ID (make deploy ALARM_EMAILS=... "
+                "ALARM_SLACK=...), or set them in infra/stages.py"
+            )
 
     @property
     def names(self) -> ResourceNames:
@@ -205,15 +275,24 @@ STAGES: Final[dict[str, StageSettings]] = {
             enabled=True, rate_minutes=5, alert_channel="#agentq-alerts"
         ),
         alarms=AlarmSettings(task_failures=5, oldest_message_age_s=1800),
+        lambda_concurrency=LambdaConcurrency(
+            save_event=50, dispatcher=20, reconciler=1, health_check=1
+        ),
     ),
 }
 
 
 def stage_settings(
-    name: str, *, app_name: str | None = None, definitions: Sequence[Path] = ()
+    name: str,
+    *,
+    app_name: str | None = None,
+    definitions: Sequence[Path] = (),
+    alarm_emails: Sequence[str] = (),
+    alarm_slack: Sequence[str] = (),
 ) -> StageSettings:
-    """The settings of a known stage; `app_name` renames every resource of it and
-    `definitions` ships more definition directories (`make deploy DEFINITIONS=...`)."""
+    """The settings of a known stage; `app_name` renames every resource of it,
+    `definitions` ships more definition directories (`make deploy DEFINITIONS=...`) and
+    `alarm_emails` / `alarm_slack` (WORKSPACE_ID/CHANNEL_ID) add alarm subscribers."""
     try:
         settings = STAGES[name]
     except KeyError:
@@ -221,5 +300,11 @@ def stage_settings(
         raise StageError(f"unknown stage {name!r}; known stages: {known}") from None
     if app_name:
         settings = replace(settings, app_name=app_name)
+    if alarm_emails or alarm_slack:
+        alarms = settings.alarms
+        emails = alarms.emails + tuple(e for e in alarm_emails if e not in alarms.emails)
+        slack = alarms.slack_channels + tuple(SlackChannel.parse(c) for c in alarm_slack)
+        alarms = replace(alarms, emails=emails, slack_channels=slack)
+        settings = replace(settings, alarms=alarms)
     extra = tuple(Path(d) for d in definitions if Path(d) not in settings.definitions)
     return replace(settings, definitions=settings.definitions + extra) if extra else settings

@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 
 from conftest import Stack
 
+from agentq.resources import SAVE_EVENT_SKIPPED_TYPES
+
 T = TypeVar("T")
 
 
@@ -36,28 +38,37 @@ def wait_for(
 
 
 class EventLog:
-    """Every event the bus got, read from the save-event rule's target queue."""
+    """Every event the bus got that the save-event rule routes, read from its target
+    queue. With `skipped_types`, also the types that rule leaves out (heartbeats,
+    requests), through a rule of the log's own on the stage's bus (from then on)."""
 
-    def __init__(self, stack: Stack) -> None:
+    def __init__(self, stack: Stack, *, skipped_types: bool = False) -> None:
         self._sqs = stack.sqs
-        self._url = stack.resources.target_queues["save-event"]
+        self._urls = [stack.resources.target_queues["save-event"]]
         self.events: list[dict[str, Any]] = []
         self.raw: list[str] = []  # the bodies as delivered, for secret scans
+        if skipped_types:
+            self._urls.append(_tap(stack, SAVE_EVENT_SKIPPED_TYPES))
 
     def poll(self) -> list[dict[str, Any]]:
+        for url in self._urls:
+            self._drain(url)
+        return self.events
+
+    def _drain(self, url: str) -> None:
         while True:
             response = self._sqs.receive_message(
-                QueueUrl=self._url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+                QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0
             )
             messages = response.get("Messages", [])
             if not messages:
-                return self.events
+                return
             for message in messages:
                 self.raw.append(message["Body"])
                 body = json.loads(message["Body"])
                 self.events.append({"detail-type": body["detail-type"], **body["detail"]})
             self._sqs.delete_message_batch(
-                QueueUrl=self._url,
+                QueueUrl=url,
                 Entries=[
                     {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
                     for i, m in enumerate(messages)
@@ -85,6 +96,20 @@ class EventLog:
             interval=0.1,
             message=f"{count}x {detail_type} for {request_id}",
         )
+
+
+def _tap(stack: Stack, detail_types: tuple[str, ...]) -> str:
+    """A queue that gets the stage's events of `detail_types` from now on (its own rule)."""
+    names = stack.resources.names
+    name = f"{names.prefix}-tap"
+    url: str = stack.sqs.create_queue(QueueName=name)["QueueUrl"]
+    arn = stack.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+    pattern = {"source": [names.app_name], "detail-type": list(detail_types)}
+    stack.events.put_rule(Name=name, EventBusName=names.event_bus,
+                          EventPattern=json.dumps(pattern))  # fmt: skip
+    stack.events.put_targets(Rule=name, EventBusName=names.event_bus,
+                             Targets=[{"Id": "tap", "Arn": arn["Attributes"]["QueueArn"]}])  # fmt: skip
+    return url
 
 
 class Forwarder:

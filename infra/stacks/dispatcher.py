@@ -42,6 +42,7 @@ class DispatcherStack(cdk.Stack):
             # It is an AgentqClient: reconciles the job, enqueues successors, publishes.
             statements=core.client_statements(),
             timeout=Duration.seconds(60),
+            reserved_concurrency=settings.lambda_concurrency.reserved("dispatcher"),
         )
         # Upstream results are passed on to successors; oversized events overflow to S3.
         grant_objects(self.handler.role, core.bucket, [ARTIFACTS_PREFIX], ["GetObject"])

@@ -43,7 +43,8 @@ class EventsStack(cdk.Stack):
             code=code,
             handler="lambdas.save_event.handler",
             event_driven=True,
-            description="Appends every agentq event to the events table (idempotent)",
+            reserved_concurrency=settings.lambda_concurrency.reserved("save-event"),
+            description="Appends agentq events to the events table (idempotent)",
             environment={
                 **core.runtime_environment("table_name", "bus_name", "bucket"),
                 env_name("event_ttl_days"): str(settings.event_ttl_days),
@@ -97,6 +98,9 @@ class EventsStack(cdk.Stack):
                 core.dead_letter_queue,
                 batch_size=settings.dlq_batch_size,
                 report_batch_item_failures=True,
+                # The event source's own cap (its minimum), not reserved concurrency:
+                # a throttled SQS invocation would return the batch and cost receives.
+                max_concurrency=2,
             )
         )
         self.functions = {

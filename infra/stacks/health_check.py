@@ -87,6 +87,7 @@ class HealthCheckStack(cdk.Stack):
                 ),
             ],
             timeout=Duration.seconds(120),
+            reserved_concurrency=settings.lambda_concurrency.reserved("health-check"),
         )
         self.slack_token.grant_read(self.handler.role)
         # The DLQ's oldest-message age exists only as a CloudWatch metric, and metric

@@ -42,10 +42,11 @@ DLQ_VISIBILITY_TIMEOUT_S: Final = 6 * DLQ_PROCESSOR_TIMEOUT_S
 def event_pattern(rule: RuleSpec, app_name: str) -> events.EventPattern:
     """The shared rule pattern as a CDK EventPattern (the local stack uses the same dict)."""
     pattern = rule.pattern(app_name)
+    detail_type = pattern.get("detail-type")
+    if rule.excluded_detail_types:
+        detail_type = events.Match.anything_but(*rule.excluded_detail_types)
     return events.EventPattern(
-        source=pattern["source"],
-        detail_type=pattern.get("detail-type"),
-        detail=pattern.get("detail"),
+        source=pattern["source"], detail_type=detail_type, detail=pattern.get("detail")
     )
 
 

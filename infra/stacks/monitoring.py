@@ -3,13 +3,16 @@
 Alarms (each described in docs/operations.md, "Alarms"): tasks dead-lettered (the DLQ
 processor's EMF metrics: the DLQ's visible count is useless, the processor empties it
 within seconds) and a dead letter not settled; the oldest task message; each Lambda's
-errors and throttles; events a Lambda failed on; 'Task Requested' events EventBridge
-could not deliver, and failed invocations of every rule; worker tasks running below
-the desired count; producer API 5xx; the worker's failed and timed-out tasks. Every
+errors and throttles; throttled requests to each table and each of its indexes; events
+a Lambda failed on; 'Task Requested' events EventBridge could not deliver, and failed
+invocations of every rule and schedule; worker tasks running below the desired count;
+producer API 5xx; the worker's failed and timed-out tasks. Every
 agentq metric carries the stage as a dimension, and every alarm selects its own
 stage's, so a dev stage sharing the account never trips prod's alarms. Every alarm
 notifies one SNS topic (KMS-encrypted with a key whose policy lets CloudWatch publish;
-the AWS-managed SNS key would not).
+the AWS-managed SNS key would not), which reaches the stage's e-mail and Slack
+subscribers; a production stage without any fails synth (infra/stages.py), a dev stage
+without any gets a synth warning.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import aws_cdk as cdk
 from aws_cdk import Duration
 from aws_cdk import aws_apigateway as apigateway
+from aws_cdk import aws_chatbot as chatbot
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_iam as iam
@@ -30,6 +34,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from agentq.resources import DEFINITIONS_TABLE, EVENTS_TABLE
 from infra.stacks.dashboard import build_dashboard
 from infra.stacks.infrastructure import InfrastructureStack
 from infra.stacks.metrics import (
@@ -80,8 +85,7 @@ class MonitoringStack(cdk.Stack):
         self.topic = sns.Topic(
             self, "Alarms", topic_name=f"{prefix}-alarms", master_key=key, enforce_ssl=True
         )
-        if limits.email:
-            self.topic.add_subscription(subscriptions.EmailSubscription(limits.email))
+        self._subscribe(settings)
         self._notify = actions.SnsAction(self.topic)
         self._prefix = prefix
         self.alarms: list[cloudwatch.Alarm] = []
@@ -95,12 +99,12 @@ class MonitoringStack(cdk.Stack):
         )
         self._alarm(
             "dlq-not-draining",
-            core.dead_letter_queue.metric_approximate_age_of_oldest_message(
-                period=period, statistic="Maximum"
-            ),
-            limits.dlq_oldest_age_s,
-            "A dead letter has waited in the DLQ: the DLQ processor fails on it, or its "
-            "task's lease is still live",
+            dead_letters_waiting(core.dead_letter_queue, period),
+            1,
+            "Dead letters have stayed in the DLQ (received or not) for "
+            f"{limits.dlq_stuck_periods} periods: the DLQ processor keeps failing on "
+            "them, or their task's lease is still live",
+            evaluation_periods=limits.dlq_stuck_periods,
         )
         for tier, tier_queue in core.tier_queues.items():
             self._alarm(
@@ -128,6 +132,20 @@ class MonitoringStack(cdk.Stack):
                 f"Invocations of the {name} Lambda were throttled (account or reserved "
                 "concurrency exhausted)",
             )
+        for label, table, spec in (
+            ("events-table", core.events_table, EVENTS_TABLE),
+            ("definitions-table", core.definitions_table, DEFINITIONS_TABLE),
+        ):
+            for index in (None, *(i.name for i in spec.indexes)):
+                self._alarm(
+                    f"{label}-throttles" if index is None else f"{label}-{index}-throttles",
+                    table_throttles(table.table_name, index, period),
+                    limits.dynamodb_throttles,
+                    f"DynamoDB throttled requests to the {label}"
+                    + (f"'s {index} index" if index else "")
+                    + " (on-demand tables throttle past their table or partition limits; "
+                    "the SDK retries, so sustained throttling means lost time or failures)",
+                )
         for name, queue in failed_events.items():
             self._alarm(
                 f"{name}-failed-events",
@@ -193,6 +211,26 @@ class MonitoringStack(cdk.Stack):
             alarms=self.alarms, period=period,
         )  # fmt: skip
 
+    def _subscribe(self, settings: StageSettings) -> None:
+        alarms = settings.alarms
+        for email in alarms.emails:
+            self.topic.add_subscription(subscriptions.EmailSubscription(email))
+        for channel in alarms.slack_channels:
+            chatbot.SlackChannelConfiguration(
+                self,
+                f"Slack-{channel.channel_id}",
+                slack_channel_configuration_name=f"{settings.names.prefix}-{channel.channel_id}",
+                slack_workspace_id=channel.workspace_id,
+                slack_channel_id=channel.channel_id,
+                notification_topics=[self.topic],
+            )
+        if not alarms.has_subscriber:
+            cdk.Annotations.of(self).add_warning_v2(
+                "agentq:alarms-unsubscribed",
+                f"stage {settings.name}: the alarm topic has no subscriber, so alarms reach "
+                "nobody (pass -c alarm_emails=... or -c alarm_slack=TEAM/CHANNEL)",
+            )
+
     def _alarm(
         self,
         construct_id: str,
@@ -231,6 +269,51 @@ def rule_failed_invocations(
         dimensions_map=dimensions,
         statistic="Sum",
         period=period,
+    )
+
+
+def dead_letters_waiting(queue: sqs.IQueue, period: Duration) -> cloudwatch.MathExpression:
+    """Every message in the DLQ, in flight or not: a message the processor keeps failing
+    is mostly in flight, and after three receives SQS drops it from the oldest-age metric."""
+    using = {
+        "visible": queue.metric_approximate_number_of_messages_visible(
+            period=period, statistic="Maximum"
+        ),
+        "inflight": queue.metric_approximate_number_of_messages_not_visible(
+            period=period, statistic="Maximum"
+        ),
+    }
+    return cloudwatch.MathExpression(
+        expression="FILL(visible, 0) + FILL(inflight, 0)",
+        using_metrics=using,
+        period=period,
+        label="dead letters in the DLQ",
+    )
+
+
+def table_throttles(
+    table_name: str, index: str | None, period: Duration
+) -> cloudwatch.MathExpression:
+    """Read and write throttle events of a table, or of one of its global indexes (an
+    index throttled on writes throttles the table's writes too)."""
+    dimensions = {"TableName": table_name}
+    if index is not None:
+        dimensions["GlobalSecondaryIndexName"] = index
+    using = {
+        key: cloudwatch.Metric(
+            namespace="AWS/DynamoDB",
+            metric_name=name,
+            dimensions_map=dimensions,
+            statistic="Sum",
+            period=period,
+        )
+        for key, name in (("reads", "ReadThrottleEvents"), ("writes", "WriteThrottleEvents"))
+    }
+    return cloudwatch.MathExpression(
+        expression="FILL(reads, 0) + FILL(writes, 0)",
+        using_metrics=using,
+        period=period,
+        label="throttled requests",
     )
 
 

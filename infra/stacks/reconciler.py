@@ -63,6 +63,7 @@ class Reconciler(Construct):
                 ),
             ],
             timeout=Duration.seconds(300),
+            reserved_concurrency=settings.lambda_concurrency.reserved("reconciler"),
         )
         # A job moved on gets its upstream results; an oversized event overflows to S3.
         grant_objects(self.handler.role, core.bucket, [ARTIFACTS_PREFIX], ["GetObject"])

@@ -32,11 +32,11 @@ from agentq.resources import (
     DEFINITIONS_TABLE,
     EVENT_OVERFLOW_PREFIX,
     EVENTS_TABLE,
-    SECRET_PLACEHOLDER,
 )
 from infra.assets import REPO_ROOT
 from infra.nag import acknowledge
 from infra.policies import grant_objects, table_statement
+from infra.stacks.ecs_ordering import AfterCapacityProviders
 from infra.stacks.infrastructure import InfrastructureStack
 from infra.stages import StageSettings, WorkerSettings
 
@@ -52,6 +52,7 @@ class WorkerStack(cdk.Stack):
         *,
         settings: StageSettings,
         core: InfrastructureStack,
+        claude_secret: secretsmanager.ISecret,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -91,29 +92,9 @@ class WorkerStack(cdk.Stack):
             enable_fargate_capacity_providers=True,
         )
 
-        # Operators put the Anthropic API key here (docs/operations.md); ECS injects it.
-        # It starts as the known placeholder, which the worker refuses at start-up
-        # (worker/secretcheck.py). CloudFormation names it: a fixed name would block a
-        # redeploy for the 30 days a deleted secret stays scheduled for deletion.
-        self.claude_secret = secretsmanager.Secret(
-            self,
-            "ClaudeApiKey",
-            description=f"{prefix}: Anthropic API key for the Claude Agent SDK in workers",
-            secret_string_value=cdk.SecretValue.unsafe_plain_text(SECRET_PLACEHOLDER),
-            removal_policy=settings.removal_policy,
-        )
-        cdk.CfnOutput(
-            self,
-            "ClaudeApiKeySecretArn",
-            value=self.claude_secret.secret_arn,
-            description="Put the Anthropic API key here before workers start",
-        )
-        acknowledge(
-            self.claude_secret,
-            "SMG4",
-            "The Anthropic API key is issued by Anthropic's console; no rotation Lambda "
-            "can mint a new one, so it is rotated by hand (docs/operations.md)",
-        )
+        # The Anthropic API key comes from the secrets stack, which the operator fills
+        # before this stack deploys (infra/stacks/secrets.py says why); ECS injects it.
+        self.claude_secret = claude_secret
 
         self.task_role = iam.Role(
             self,
@@ -193,13 +174,20 @@ class WorkerStack(cdk.Stack):
             service_name=f"{prefix}-worker",
             cluster=self.cluster,
             task_definition=self.task_definition,
-            desired_count=worker.min_tasks,
+            # No desired count: autoscaling owns it, and a count in the template would
+            # reset the scaled fleet on every stack update. On create ECS starts one task,
+            # which the filled secret lets start (docs/deploy.md).
             min_healthy_percent=100,
             max_healthy_percent=200,
             circuit_breaker=ecs.DeploymentCircuitBreaker(rollback=True),
             capacity_provider_strategies=self.capacity(worker),
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             assign_public_ip=False,
+        )
+        # ECS may reject a service whose capacity provider strategy names a provider the
+        # cluster is still being associated with (they are created in parallel otherwise).
+        cdk.Aspects.of(self.cluster).add(
+            AfterCapacityProviders(self.service), priority=cdk.AspectPriority.DEFAULT
         )
         self._autoscaling(settings, core)
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from conftest import Stack
 
-from agentq.events import task_event
+from agentq.events import DETAIL_TYPES, task_event
 from agentq.publisher import EventPublisher
-from agentq.resources import SAVE_EVENT_RULE
+from agentq.resources import SAVE_EVENT_RULE, SAVE_EVENT_SKIPPED_TYPES
 
 
 class _CountingEvents:
@@ -57,7 +57,7 @@ def _publisher(stack: Stack, events_client: Any) -> EventPublisher:
 
 def test_twenty_five_events_take_three_calls(stack: Stack) -> None:
     counting = _CountingEvents(stack.events)
-    events = [task_event("Task Heartbeat", request_id=f"r{i}", tenant="t") for i in range(25)]
+    events = [task_event("Task Pending", request_id=f"r{i}", tenant="t") for i in range(25)]
     _publisher(stack, counting).publish_all(events)
     assert counting.calls == [10, 10, 5]
     delivered = _drain(stack)
@@ -86,3 +86,19 @@ def test_partially_failed_entries_are_retried(stack: Stack) -> None:
     assert counting.calls == [8, 3]
     assert publisher.stats.retried == 3
     assert len(_drain(stack)) == 8
+
+
+def test_save_event_rule_routes_what_save_event_stores_and_not_what_it_skips(
+    stack: Stack,
+) -> None:
+    """Heartbeats (every 20 s per running task) and requests never reach save-event; every
+    type it stores does, on the local stack as the deployed rule (agentq.resources)."""
+    stored = [t for t in DETAIL_TYPES if t not in SAVE_EVENT_SKIPPED_TYPES]
+    events = [
+        task_event(t, request_id=f"k{i}", tenant="t", job_id="j1")
+        for i, t in enumerate(DETAIL_TYPES)
+    ]
+    _publisher(stack, stack.events).publish_all(events)
+    delivered = _drain(stack)
+    assert sorted(b["detail-type"] for b in delivered) == sorted(stored)
+    assert {"Task Heartbeat", "Task Requested"} == set(SAVE_EVENT_SKIPPED_TYPES)

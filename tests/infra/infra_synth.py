@@ -46,13 +46,26 @@ class SynthesizedStage:
         ]
 
 
+# A production stage refuses to synthesize without an alarm subscriber (infra/stages.py);
+# prod's test synth has both kinds, dev none (it only warns).
+ALARM_EMAIL = "alarms@example.com"
+ALARM_SLACK = "T0AGENTQ1/C0ALARMS1"
+
+
+def stage_context(stage: str) -> dict[str, str]:
+    """The `-c` values a test synth of `stage` passes."""
+    if stage == "prod":
+        return {"stage": stage, "alarm_emails": ALARM_EMAIL, "alarm_slack": ALARM_SLACK}
+    return {"stage": stage}
+
+
 @functools.cache
 def synthesized(stage: str) -> SynthesizedStage:
     outdir = tempfile.mkdtemp(prefix=f"agentq-infra-{stage}-")
     atexit.register(shutil.rmtree, outdir, ignore_errors=True)
     # The context cdk.json gives the CLI, so these templates are the ones `cdk synth` makes.
     context = json.loads((REPO / "cdk.json").read_text()).get("context", {})
-    app = cdk.App(outdir=outdir, context={**context, "stage": stage})
+    app = cdk.App(outdir=outdir, context={**context, **stage_context(stage)})
     stacks = build_app(app, nag=False)
     prefix = f"{stacks.settings.names.prefix}-"
     templates = {

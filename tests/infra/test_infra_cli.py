@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from infra_synth import stage_context
 
 from infra.nag import ACKNOWLEDGED_METADATA
+from infra.rehearsal import Severity, load_templates, rehearse
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -33,7 +35,18 @@ def cloud_assemblies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[
     # Both stages at once: each synth is mostly single-threaded node + python.
     running = {
         stage: subprocess.Popen(
-            [str(CDK), "synth", "--quiet", "-c", f"stage={stage}", "--output", str(out)],
+            [
+                str(CDK),
+                "synth",
+                "--quiet",
+                "--output",
+                str(out),
+                *(
+                    arg
+                    for key, value in stage_context(stage).items()
+                    for arg in ("-c", f"{key}={value}")
+                ),
+            ],
             cwd=REPO,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -68,6 +81,7 @@ def test_infra_cli_synthesizes_every_stack_of_both_stages(
         assert names == {
             f"agentq-{stage}-{unit}"
             for unit in (
+                "secrets",
                 "infrastructure",
                 "events",
                 "health-check",
@@ -148,3 +162,14 @@ def test_infra_worker_image_asset_holds_only_what_the_image_needs(
     assert 'ENTRYPOINT ["agentq"]' in dockerfile
     assert 'CMD ["worker"]' in dockerfile
     assert "USER agentq" in dockerfile
+
+
+def test_infra_deploy_rehearsal_passes_both_stages_as_make_synth_writes_them(
+    cloud_assemblies: dict[str, Path],
+) -> None:
+    for stage, out in cloud_assemblies.items():
+        # A dev stage may synthesize without alarm subscribers (a warning), prod may not.
+        unsubscribed: Severity = "report" if stage == "dev" else "error"
+        findings = rehearse(load_templates([out]), unsubscribed_alarms=unsubscribed)
+        errors = [str(f) for f in findings if f.severity == "error"]
+        assert not errors, (stage, errors)

@@ -170,7 +170,7 @@ def test_infra_secrets_start_as_the_placeholder_and_have_no_fixed_name(
         assert "Name" not in properties
         removal = "Retain" if stage.stacks.settings.is_production else "Delete"
         assert secret["DeletionPolicy"] == removal
-    stage.templates["worker"].has_output(
+    stage.templates["secrets"].has_output(
         "ClaudeApiKeySecretArn", {"Value": {"Ref": Match.any_value()}}
     )
     stage.templates["health-check"].has_output("SlackTokenSecretArn", Match.any_value())

@@ -249,9 +249,17 @@ def test_infra_alarms_cover_dlq_age_lambdas_and_worker_metrics(stage: Synthesize
         "AWS::CloudWatch::Alarm",
         {"MetricName": "ApproximateAgeOfOldestMessage", "Threshold": limits.oldest_message_age_s},
     )
+    # A dead letter still there (received or not) for some periods: not the oldest age,
+    # which SQS stops reporting for a message received three times or more.
     template.has_resource_properties(
         "AWS::CloudWatch::Alarm",
-        {"MetricName": "ApproximateAgeOfOldestMessage", "Threshold": limits.dlq_oldest_age_s},
+        {
+            "AlarmName": Match.string_like_regexp("dlq-not-draining$"),
+            "EvaluationPeriods": limits.dlq_stuck_periods,
+            "Metrics": Match.array_with(
+                [Match.object_like({"Expression": "FILL(visible, 0) + FILL(inflight, 0)"})]
+            ),
+        },
     )
     for metric in ("TasksFailed", "TasksTimedOut"):
         template.has_resource_properties(

@@ -1,0 +1,51 @@
+"""The stage's worker secret, in a stack of its own that is deployed and filled first.
+
+The worker refuses the placeholder a new secret starts with (worker/secretcheck.py), so
+a worker service created in the same deployment as its secret can only crash-loop
+until the ECS circuit breaker rolls the whole stack back. Here the secret exists, with
+its ARN as a stack output, before the worker stack does: the operator puts the key in
+through that output, and `python -m infra.secrets_ready` confirms it before the rest of
+the stage deploys (docs/deploy.md, "First deploy").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
+
+from agentq.resources import SECRET_PLACEHOLDER
+from infra.nag import acknowledge
+from infra.secrets_ready import ANTHROPIC_KEY_OUTPUT
+from infra.stages import StageSettings
+
+
+class SecretsStack(cdk.Stack):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, settings: StageSettings, **kwargs: Any
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        prefix = settings.names.prefix
+        # CloudFormation names it: a fixed name would block a redeploy for the 30 days a
+        # deleted secret stays scheduled for deletion.
+        self.claude_secret = secretsmanager.Secret(
+            self,
+            "ClaudeApiKey",
+            description=f"{prefix}: Anthropic API key for the Claude Agent SDK in workers",
+            secret_string_value=cdk.SecretValue.unsafe_plain_text(SECRET_PLACEHOLDER),
+            removal_policy=settings.removal_policy,
+        )
+        cdk.CfnOutput(
+            self,
+            ANTHROPIC_KEY_OUTPUT,
+            value=self.claude_secret.secret_arn,
+            description="Put the Anthropic API key here before the worker stack deploys",
+        )
+        acknowledge(
+            self.claude_secret,
+            "SMG4",
+            "The Anthropic API key is issued by Anthropic's console; no rotation Lambda "
+            "can mint a new one, so it is rotated by hand (docs/operations.md)",
+        )

@@ -1,0 +1,150 @@
+"""docs/deploy.md's runbook, executed as far as this machine can: every command that
+needs no account runs (`make synth`: slow), and agentq's own account commands run
+without credentials, where each must stop with one line that shows the region and
+says what to do. Every other command must be one that needs the account."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from infra_synth import synthesized
+
+from agentq.local.stack import format_env_file
+from agentq.resources import ResourceNames
+
+REPO = Path(__file__).resolve().parents[2]
+RUNBOOK = REPO / "docs" / "deploy.md"
+
+# Needs an AWS account (not run here): CloudFormation, the AWS CLI, what reads their output.
+ACCOUNT = re.compile(
+    r"^(npx cdk (bootstrap|deploy|destroy)|aws |make deploy|for |[A-Z_]+=\$\(aws |source )"
+)
+# agentq's own commands against the account: run here without credentials.
+OWN = re.compile(r"^(agentq (env|submit)|\.venv/bin/python -m infra\.secrets_ready)\b")
+LOCAL = re.compile(r"^(make synth|export [A-Z_]+=\S+)")
+
+
+def runbook_commands() -> list[str]:
+    """The commands of the `<!-- runbook -->` blocks, in order: continuations joined, a
+    `for` loop as one command, comments dropped."""
+    text = RUNBOOK.read_text()
+    blocks = re.findall(r"<!-- runbook -->\n```bash\n(.*?)```", text, re.S)
+    commands: list[str] = []
+    for block in blocks:
+        lines = re.sub(r"\\\n\s*", "", block).splitlines()
+        loop: list[str] = []
+        for raw in lines:
+            line = re.sub(r"\s+#.*$", "", raw).strip()
+            if not line:
+                continue
+            if loop or line.startswith("for "):
+                loop.append(line)
+                if line == "done":
+                    commands.append("; ".join(loop))
+                    loop = []
+                continue
+            commands.append(line)
+    return commands
+
+
+def test_every_runbook_command_is_local_agentqs_own_or_needs_the_account() -> None:
+    commands = runbook_commands()
+    assert len(commands) > 10
+    unknown = [c for c in commands if not (ACCOUNT.match(c) or OWN.match(c) or LOCAL.match(c))]
+    assert not unknown
+    # The secrets are set through stack outputs, never by a name nobody created.
+    assert not re.search(r"--secret-id agentq-", RUNBOOK.read_text())
+    assert any("ClaudeApiKeySecretArn" in c for c in commands)
+
+
+def test_the_outputs_the_runbook_reads_exist() -> None:
+    dev = synthesized("dev")
+    text = RUNBOOK.read_text()
+    for stack, output in re.findall(
+        r"--stack-name agentq-\$STAGE-([a-z-]+).*?OutputKey=='(\w+)'", text, re.S
+    ):
+        assert output in dev.json(stack).get("Outputs", {}), (stack, output)
+
+
+def _no_credentials(tmp_path: Path, region: str | None) -> dict[str, str]:
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "AWS_CONFIG_FILE": str(tmp_path / "no-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-credentials"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "STAGE": "dev",
+    }
+    if region:
+        env["AWS_REGION"] = region
+    return env
+
+
+@pytest.mark.parametrize("region", ["eu-west-1", None])
+def test_agentqs_account_commands_without_credentials_end_in_one_line_with_the_region(
+    tmp_path: Path, region: str | None
+) -> None:
+    env = _no_credentials(tmp_path, region)
+    # What `agentq env` would have written, so the commands after it have their stage.
+    names = ResourceNames(stage="dev")
+    queue = f"https://sqs.{region or 'eu-west-1'}.amazonaws.com/123456789012"
+    stage_env = {
+        "SQS_QUEUE_URL": f"{queue}/{names.task_queue}",
+        "SQS_DLQ_URL": f"{queue}/{names.dead_letter_queue}",
+        "DYNAMODB_EVENTS_TABLE_NAME": names.events_table,
+        "TASK_DEFINITIONS_TABLE": names.definitions_table,
+        "EVENTBRIDGE_BUS_NAME": names.event_bus,
+        "S3_BUCKET": "agentq-dev-artifacts-example",
+        "AGENTQ_STAGE": "dev",
+    }
+    (tmp_path / "dev.env").write_text(format_env_file(stage_env, header="# test\n"))
+    ran = 0
+    for command in runbook_commands():
+        if not OWN.match(command):
+            continue
+        script = command.replace(".venv/bin/python", str(REPO / ".venv/bin/python"))
+        if command.startswith("agentq submit"):
+            script = f"set -a; . {tmp_path / 'dev.env'}; set +a; {script}"
+        result = subprocess.run(
+            ["bash", "-c", script],
+            check=False,
+            cwd=tmp_path,
+            env={**env, "PATH": f"{REPO / '.venv/bin'}:{env['PATH']}"},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        ran += 1
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode != 0, command
+        assert len(lines) == 1, (command, result.stderr)
+        assert f"region {region or 'eu-west-1'}" in lines[0], (command, lines[0])
+        assert "region ?" not in lines[0]
+        assert re.search(r"configure|AWS_PROFILE", lines[0]), lines[0]  # what to do
+    assert ran == 3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_the_runbooks_local_commands_run(tmp_path: Path) -> None:
+    """`make synth` as the runbook says, with the install stamps taken as done (the test
+    environment is installed already)."""
+    for command in runbook_commands():
+        if not LOCAL.match(command) or command.startswith("export "):
+            continue
+        assert command == "make synth"
+        result = subprocess.run(
+            ["make", "-o", ".venv/.installed", "-o", "node_modules/.installed", "synth"],
+            check=False,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=2300,
+            env={**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"},
+        )
+        assert result.returncode == 0, result.stderr[-4000:]
+        assert "rehearsal: " in result.stdout and " 0 errors" in result.stdout
