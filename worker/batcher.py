@@ -26,10 +26,10 @@ from typing import Any, Final, Literal
 
 from agentq.envelope import TENANT_PATTERN
 from worker.batchloop import BatchLoop, run_after
+from worker.inflight import MAX_VISIBILITY_S
 from worker.queues import QueueRoutes
 
 MAX_BATCH: Final = 10
-MAX_VISIBILITY_S: Final = 43_200
 MAX_DELAY_S: Final = 900  # SendMessage DelaySeconds limit
 MAX_ATTRIBUTES: Final = 10  # message attributes SendMessage takes
 # A requeued copy names the message it replaces (its MessageId) in this attribute: the
