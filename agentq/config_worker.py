@@ -186,10 +186,11 @@ class Child(BaseSettings):
     task_timeout_ms: Int = var(
         "CLAUDE_TIMEOUT",
         200_000,
-        "Child process timeout (ms) when the definition sets none.",
+        "Child process timeout (ms) when the definition sets none; at most 11 hours, "
+        "as a definition's (SQS hides a running task's message 12 hours at most).",
         "worker",
         ge=100,
-        le=DAY_MS,
+        le=39_600_000,  # agentq.definitions.MAX_TIMEOUT_S
     )
     kill_grace_ms: Int = var(
         "CLAUDE_KILL_GRACE", 5_000, "SIGTERM → SIGKILL grace (ms).", "worker", ge=0, le=600_000
