@@ -33,7 +33,7 @@ from agentq.envelope import REQUEST_ID_PATTERN, check_storable
 from agentq.errors import InvalidInput, NotFound
 from agentq.jobs import refs
 from agentq.jobs.refs import Ref
-from agentq.schedule import parse_time_ms
+from agentq.schedule import check_within_a_year, parse_time_ms
 from agentq.spec_models import (
     FAILURE_POLICIES,
     MAX_FAN_OUT,
@@ -192,6 +192,14 @@ def check_definitions(tasks: Iterable[TaskSpec], lookup: Callable[[str], object]
                 f"tasks.{task.key}.definition", f"unknown task definition {task.definition!r}"
             ) from None
         seen[task.definition] = task.key
+
+
+def check_not_before(tasks: Iterable[TaskSpec], now_ms: int) -> None:
+    """Refuse a task due more than a year ahead, as a single task's submit does. Checked
+    where a job is created or extended, not in `parse_spec` (stored jobs read back)."""
+    for task in tasks:
+        if task.not_before_ms is not None:
+            check_within_a_year(task.not_before_ms, now_ms, f"tasks.{task.key}.not_before")
 
 
 def check_item_size(spec: JobSpec) -> None:
