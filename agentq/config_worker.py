@@ -144,7 +144,8 @@ class Receiving(BaseSettings):
     max_redelay_s: Int = var(
         "MAX_REDELAY", 43_200,
         "Longest visibility (s) a worker gives a message received before its task is "
-        "due; a longer wait is several re-delays. SQS allows at most 12 hours.",
+        "due; a longer wait is several re-delays. Each also ends at most 12 hours (less "
+        "5 minutes) after its receive, as SQS allows.",
         "worker", ge=1, le=43_200,
     )  # fmt: skip
     tenant_concurrency_limit: Int = var(
