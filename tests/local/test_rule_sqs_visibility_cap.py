@@ -68,7 +68,7 @@ def sqs(in_process_moto: None) -> Iterator[Any]:  # noqa: F811 (the fixture's na
 def receive(sqs: Any) -> dict[str, Any]:
     client, url = sqs
     [message] = client.receive_message(QueueUrl=url, MaxNumberOfMessages=1)["Messages"]
-    return message
+    return dict(message)
 
 
 def change(sqs: Any, message: dict[str, Any], seconds: int) -> None:

@@ -42,7 +42,9 @@ def _checked() -> tuple[Any, Any, Any, type[Exception], type[Exception]]:
     message, backend = getattr(models, "Message", None), getattr(models, "SQSBackend", None)
     invalid = getattr(models, "InvalidParameterValue", None)
     bad_handle = getattr(models, "ReceiptHandleIsInvalid", None)
-    if not all(isinstance(c, type) for c in (message, backend, invalid, bad_handle)):
+    if not (isinstance(message, type) and isinstance(backend, type)
+            and isinstance(invalid, type) and issubclass(invalid, Exception)
+            and isinstance(bad_handle, type) and issubclass(bad_handle, Exception)):  # fmt: skip
         raise refuse("moto", "moto.sqs.models lost Message, SQSBackend or its errors", PATCHER)
     change = getattr(backend, "change_message_visibility", None)
     batch = getattr(backend, "change_message_visibility_batch", None)
@@ -118,7 +120,7 @@ def install() -> None:
         return succeeded, failed
 
     for function in (change_message_visibility, change_message_visibility_batch, received):
-        function.agentq_rule = True  # type: ignore[attr-defined]
+        setattr(function, "agentq_rule", True)  # noqa: B010 (a mark on a function)
     message_type.mark_received = received
     backend.change_message_visibility = change_message_visibility
     backend.change_message_visibility_batch = change_message_visibility_batch
