@@ -9,8 +9,9 @@ from typing import Any
 from agentq.client_base import ClientBase
 from agentq.envelope import TaskEnvelope
 from agentq.errors import InvalidInput
+from agentq.events import now_ms
 from agentq.jobs import JobRecord, JobSpec, check_definitions, parse_spec, task_request_id
-from agentq.jobs.spec import check_item_size, validate_job_id
+from agentq.jobs.spec import check_item_size, check_not_before, validate_job_id
 from agentq.priority import check_spec_priorities, resolve_priority
 from agentq.states import TaskState
 
@@ -37,6 +38,7 @@ class JobCreation(ClientBase):
         raw.pop("job_id", None)
         parsed = parse_spec(raw)
         check_item_size(parsed)
+        check_not_before(parsed.tasks, now_ms())
         check_spec_priorities(self.settings, parsed)
         for task in parsed.tasks:
             task_request_id(job_id, task.key)
@@ -66,6 +68,7 @@ class JobCreation(ClientBase):
             extended = parse_spec({"tasks": tasks}, existing=job.spec)
             check_item_size(extended)  # the extended spec replaces the stored one
             added = [t for t in extended.tasks if t.key not in job.spec.keys]
+            check_not_before(added, now_ms())
             check_spec_priorities(self.settings, extended)
             for task in added:
                 task_request_id(job_id, task.key)

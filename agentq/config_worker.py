@@ -144,7 +144,8 @@ class Receiving(BaseSettings):
     max_redelay_s: Int = var(
         "MAX_REDELAY", 43_200,
         "Longest visibility (s) a worker gives a message received before its task is "
-        "due; a longer wait is several re-delays. SQS allows at most 12 hours.",
+        "due; a longer wait is several re-delays. Each also ends at most 12 hours (less "
+        "5 minutes) after its receive, as SQS allows.",
         "worker", ge=1, le=43_200,
     )  # fmt: skip
     tenant_concurrency_limit: Int = var(
@@ -186,10 +187,11 @@ class Child(BaseSettings):
     task_timeout_ms: Int = var(
         "CLAUDE_TIMEOUT",
         200_000,
-        "Child process timeout (ms) when the definition sets none.",
+        "Child process timeout (ms) when the definition sets none; at most 11 hours, "
+        "as a definition's (SQS hides a running task's message 12 hours at most).",
         "worker",
         ge=100,
-        le=DAY_MS,
+        le=39_600_000,  # agentq.definitions.MAX_TIMEOUT_S
     )
     kill_grace_ms: Int = var(
         "CLAUDE_KILL_GRACE", 5_000, "SIGTERM → SIGKILL grace (ms).", "worker", ge=0, le=600_000

@@ -11,7 +11,7 @@ A definition file::
     name: summarize
     kind: agent            # "python" | "agent"
     description: Summarize a document into a fixed schema
-    timeout_s: 300         # child process timeout (default CLAUDE_TIMEOUT)
+    timeout_s: 300         # child process timeout, at most 11 h (default CLAUDE_TIMEOUT)
     max_attempts: 3        # attempts before a terminal failure (default MAX_MESSAGE_RETRIES)
     priority: low          # tier when neither producer nor job names one (PRIORITIES)
     settings: {...}        # kind-specific: see worker.kinds.<kind>
@@ -38,7 +38,10 @@ if TYPE_CHECKING:  # the producer API's import does without the settings model
 
 TaskKind = Literal["python", "agent"]
 TASK_KINDS: Final[tuple[TaskKind, ...]] = get_args(TaskKind)
-MAX_TIMEOUT_S: Final = 24 * 3600
+# A running task's message stays hidden only while the heartbeat may extend it: at most
+# 12 hours from its receive (SQS's limit). 11 hours of child leave the last hour for the
+# wait for a slot, the kill grace and the settle before the message is deleted.
+MAX_TIMEOUT_S: Final = 11 * 3600
 # How often a name not found makes the directories be checked again, at most.
 MISS_RECHECK_S: Final = 0.5
 
@@ -48,6 +51,16 @@ _log = logging.getLogger(__name__)
 def _or_empty(value: object) -> object:
     # A blank `description:` or `settings:` line in YAML reads as null: it means none.
     return {} if value is None else value
+
+
+def _within_visibility(timeout_s: float | None) -> float | None:
+    if timeout_s is not None and timeout_s > MAX_TIMEOUT_S:
+        raise ValueError(
+            f"must be at most {MAX_TIMEOUT_S} s (11 hours), got {timeout_s:g}: SQS keeps a "
+            "running task's message hidden at most 12 hours from its receive, and the "
+            "last hour is kept for the wait for a slot and the settle"
+        )
+    return timeout_s
 
 
 def _storable(settings: dict[str, Any]) -> dict[str, Any]:
@@ -67,9 +80,10 @@ class DefinitionBody(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: TaskKind = Field(description="which task kind runs it")
     description: Annotated[str, BeforeValidator(lambda v: "" if v is None else str(v))] = ""
-    timeout_s: float | None = Field(
-        default=None, gt=0, le=MAX_TIMEOUT_S, description="child timeout; default CLAUDE_TIMEOUT"
-    )
+    timeout_s: Annotated[float | None, AfterValidator(_within_visibility)] = Field(
+        default=None, gt=0, description="child timeout (s, at most 11 hours); default CLAUDE_TIMEOUT",
+        json_schema_extra={"maximum": MAX_TIMEOUT_S},
+    )  # fmt: skip
     max_attempts: int | None = Field(
         default=None, ge=1, description="attempts before a terminal failure"
     )

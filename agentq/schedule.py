@@ -1,8 +1,8 @@
 """When a delayed task may run: parsing `delay` / `not_before` from producers.
 
 A producer gives at most one of:
-- `delay`: seconds from now (a number, 0 … one year);
-- `not_before`: an ISO 8601 time with a zone (`2026-11-26T12:00:00Z`), or an epoch
+- `delay`: seconds from now (a number, 0 … one year: MAX_DELAY_S, 366 days);
+- `not_before` (at most a year ahead as well): an ISO 8601 time with a zone (`2026-11-26T12:00:00Z`), or an epoch
   number: seconds, or milliseconds when it is ≥ 10^11 (no seconds value that large is a
   plausible date: it would be after the year 5000).
 
@@ -67,12 +67,18 @@ def resolve_not_before(
             raise InvalidInput("delay", f"must be between 0 and {MAX_DELAY_S} seconds")
         due = now_ms + int(delay_s * 1000)
     elif not_before is not None:
-        due = parse_time_ms(not_before)
-        if due > now_ms + MAX_DELAY_S * 1000:
-            raise InvalidInput("not_before", "is more than a year ahead")
+        due = check_within_a_year(parse_time_ms(not_before), now_ms)
     else:
         return None
     return due if due > now_ms else None
+
+
+def check_within_a_year(due_ms: int, now_ms: int, field: str = "not_before") -> int:
+    """`due_ms`, or `InvalidInput` when it is more than MAX_DELAY_S ahead: the longest
+    delay agentq promises to keep (docs/architecture.md, "Scheduling promises")."""
+    if due_ms > now_ms + MAX_DELAY_S * 1000:
+        raise InvalidInput(field, "is more than a year ahead")
+    return due_ms
 
 
 def remaining_s(not_before_ms: int | None, now_ms: int) -> float:

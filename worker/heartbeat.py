@@ -5,7 +5,9 @@ Per interval: one `ChangeMessageVisibilityBatch` per 10 held messages, one
 conditional on each lease token; a task of a limited tenant renews its seat with it), and one `PutEvents` for all `Task Heartbeat` events:
 three requests for ten tasks. A renewal that finds another lease token means a newer
 attempt owns the task: that child is stopped. After three consecutive failed extensions
-a message is no longer extended (it becomes visible again and the STATE item arbitrates).
+a message is no longer extended (it becomes visible again and the STATE item arbitrates);
+nor is a message past what SQS allows for its receive (12 hours from it, worker.inflight),
+nor one a back-off settled (it keeps the visibility the back-off gave it).
 A renewal refused because a cancel was requested stops that child (`cancelled`): the
 flag is seen in the refused item the transaction returns, so noticing costs no read.
 
@@ -112,13 +114,31 @@ class Heartbeat:
 
     def _extend_on(self, queue_url: str, entries: list[InFlight]) -> None:
         amount = self._settings.extension_amount_s
-        for start in range(0, len(entries), MAX_BATCH):
-            chunk = entries[start : start + MAX_BATCH]
+        # Read again after the renewals' round trip: a message a back-off settled since
+        # keeps that back-off. None past what SQS allows for its receive (12 hours from
+        # it): a rejected extension would let it lapse unnoticed. A message at that end
+        # is left to lapse; the STATE item arbitrates its next receive.
+        extensions: list[tuple[InFlight, int]] = []
+        for entry in entries:
+            seconds = int(entry.within_visibility_room(amount))
+            if not entry.extending:
+                continue
+            if seconds >= 1:
+                extensions.append((entry, seconds))
+                continue
+            entry.extending = False
+            logger.warning("visibility extension ended: SQS's 12 hours for this receive",
+                           extra={"requestId": entry.request_id,
+                                  "messageId": entry.message_id})  # fmt: skip
+        for start in range(0, len(extensions), MAX_BATCH):
+            sent = extensions[start : start + MAX_BATCH]
+            chunk = [entry for entry, _ in sent]
             try:
                 response = self._sqs.change_message_visibility_batch(
                     QueueUrl=queue_url,
                     Entries=[{"Id": str(n), "ReceiptHandle": e.receipt_handle,
-                              "VisibilityTimeout": amount} for n, e in enumerate(chunk)],
+                              "VisibilityTimeout": seconds}
+                             for n, (e, seconds) in enumerate(sent)],
                 )  # fmt: skip
                 failed = {int(f["Id"]) for f in response.get("Failed", [])}
             except Exception:

@@ -221,10 +221,14 @@ class Refusals:
                     self._outbox.resend_terminal_event_then_delete(entry, envelope)
                     return "duplicate"
                 # Delayed past what SQS DelaySeconds holds: wait out the rest invisible,
-                # with no attempt spent (the lock was never taken).
+                # with no attempt spent (the lock was never taken). As long as SQS allows
+                # for this receive (12 hours from it): a longer wait is several re-delays,
+                # one receive of the message and one of its fresh copy per 12 hours.
                 due = max(refusal.not_before_ms, int(record.raw.get("notBefore") or 0))
                 wait = remaining_s(due, now_ms())
-                delay = min(max(wait, 0.5), self._settings.max_redelay_s)
+                delay = entry.within_visibility_room(
+                    min(max(wait, 0.5), self._settings.max_redelay_s)
+                )
                 logger.info("task not due yet; re-delayed", extra={**log, "delay_s": delay})
             self._back_off(entry, delay, message)
             return "not_ready"
@@ -269,6 +273,12 @@ class Refusals:
         if fresh:
             logger.info("backing off: requeued as a fresh copy",
                         extra={"requestId": entry.request_id, "receives": receives})  # fmt: skip
+        # Settled here: the heartbeat must not extend it any more, or its next beat would
+        # replace this back-off with a short extension (a prepared-ahead message stays in
+        # the registry until a slot takes it). And no longer than SQS allows for this
+        # receive: a rejected change would leave it visible in a few seconds.
+        entry.extending = False
+        delay_s = entry.within_visibility_room(delay_s)
         self._batcher.give_back(entry.receipt_handle, message, delay_s, fresh=fresh)
 
     def _fail_without_lease(
@@ -292,6 +302,7 @@ class Refusals:
         )  # fmt: skip
         if record is None and self._store.get(envelope.tenant, envelope.request_id) is not None:
             # Someone else moved it first (it is live or terminal now): leave it to them.
+            entry.extending = False
             self._batcher.change_visibility(entry.receipt_handle, CONTENTION_BACKOFF_S)
             return
         self._outbox.publish(

@@ -146,7 +146,11 @@ class Settler:
                     )  # fmt: skip
                     return "cancelled"
                 emit("Task Processing Failed", error=error, retryAt=retry_at)
-                self._batcher.change_visibility(entry.receipt_handle, delay)
+                # In place, within SQS's 12 hours of this receive (else it is rejected and
+                # the message lapses at its last extension, earlier still).
+                self._batcher.change_visibility(
+                    entry.receipt_handle, entry.within_visibility_room(delay)
+                )
                 return "retrying"
             if outcome.verdict == "cancelled":
                 finish(TaskState.CANCELLED, "Task Cancelled", reason="cancel requested",

@@ -35,7 +35,7 @@ from agentq.errors import InvalidInput, NotFound
 from agentq.jobs import refs
 from agentq.jobs.refs import Ref
 from agentq.prompts import check_prompt_inputs
-from agentq.schedule import parse_time_ms
+from agentq.schedule import check_within_a_year, parse_time_ms
 from agentq.spec_models import (
     FAILURE_POLICIES,
     MAX_FAN_OUT,
@@ -205,6 +205,14 @@ def check_definitions(tasks: Iterable[TaskSpec], lookup: Callable[[str], object]
                 check_prompt_inputs(definition, task.input)
             except InvalidInput as missing:
                 raise InvalidInput(f"tasks.{task.key}.{missing.field}", missing.problem) from None
+
+
+def check_not_before(tasks: Iterable[TaskSpec], now_ms: int) -> None:
+    """Refuse a task due more than a year ahead, as a single task's submit does. Checked
+    where a job is created or extended, not in `parse_spec` (stored jobs read back)."""
+    for task in tasks:
+        if task.not_before_ms is not None:
+            check_within_a_year(task.not_before_ms, now_ms, f"tasks.{task.key}.not_before")
 
 
 def check_item_size(spec: JobSpec) -> None:

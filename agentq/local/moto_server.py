@@ -26,8 +26,8 @@ It also takes the cost out of moto's hot spots, none of which changes what moto 
 Each patch's target is checked before anything is patched (agentq/local/moto_guards.py):
 a moto that moved one refuses to start, naming its version, rather than run unpatched
 or wrongly patched; tests/local/test_moto_guards.py shows each patch answers as moto does.
-It enforces SQS limits moto lacks (agentq.local.moto_sqs_rules). With `--iam` it
-enforces IAM the way AWS does for agentq's calls (agentq.local.moto_iam).
+With `--iam` it enforces IAM the way AWS does for agentq's calls (agentq.local.moto_iam),
+and it always keeps the AWS rules of agentq.local.rules.
 
     python -m agentq.local.moto_server --host 127.0.0.1 --port 5000 [--iam]
 """
@@ -46,7 +46,7 @@ from typing import Any
 
 from agentq.local import moto_guards
 from agentq.local.moto_dynamodb import checked_dynamodb_patches
-from agentq.local.moto_sqs_rules import enforce_sqs_rules
+from agentq.local.rules import install_all as install_aws_rules
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     speed_up_moto()
-    enforce_sqs_rules()  # AWS's limits moto lacks (agentq.local.moto_sqs_rules)
+    install_aws_rules()  # AWS rules moto does not keep (agentq.local.rules)
     if args.iam:
         from agentq.local.aws import LOCAL_CREDENTIALS
         from agentq.local.moto_iam import enforce_iam

@@ -186,6 +186,10 @@ def test_infra_a_bad_definition_fails_synth_naming_the_file(tmp_path: Path) -> N
         _loader_template(tmp_path, mine)
     with pytest.raises(InvalidInput, match=r"no such directory"):
         _loader_template(tmp_path, tmp_path / "missing")
+    # Longer than SQS can keep a running task's message hidden: refused before deploy.
+    (mine / "broken.yaml").write_text("name: long-task\nkind: python\ntimeout_s: 86400\n")
+    with pytest.raises(InvalidInput, match=r"broken.yaml: timeout_s: must be at most 39600 s"):
+        _loader_template(tmp_path, mine)
 
 
 def test_infra_the_stage_ships_the_samples_plus_the_deploy_commands_directories() -> None:

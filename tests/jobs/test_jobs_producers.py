@@ -12,6 +12,9 @@ from jobs_support import client_for, drain
 
 from agentq.envelope import parse_message
 from agentq.errors import InvalidInput
+from agentq.events import now_ms
+from agentq.jobs import task_request_id
+from agentq.schedule import MAX_DELAY_S
 from agentq.states import TaskState
 
 pytestmark = pytest.mark.timeout(120)
@@ -91,6 +94,23 @@ def test_jobs_creating_a_job_again_resumes_it_and_changes_nothing(stack: Stack) 
     with pytest.raises(InvalidInput, match="already exists with a different spec"):
         client.create_job({"tasks": {"Z": {"definition": "noop"}}}, job_id="again")
     assert client.get_job("again").spec.keys == ["A", "B"]
+
+
+def test_jobs_a_task_due_more_than_a_year_ahead_is_refused_as_a_single_task_is(
+    stack: Stack,
+) -> None:
+    """The delay promise holds up to a year (agentq.schedule.MAX_DELAY_S): a job's task
+    may not ask for more than a submitted task may, at creation or when added."""
+    client = client_for(stack)
+    far = (now_ms() + (MAX_DELAY_S + 3600) * 1000) / 1000
+    near = (now_ms() + (MAX_DELAY_S - 3600) * 1000) / 1000
+    with pytest.raises(InvalidInput, match=r"^tasks.A.not_before: is more than a year ahead"):
+        client.create_job({"tasks": {"A": {"definition": "noop", "not_before": far}}})
+    job = client.create_job({"tasks": {"A": {"definition": "noop", "not_before": near}}})
+    assert client.get_task(task_request_id(job.job_id, "A")).state is TaskState.SCHEDULED
+    with pytest.raises(InvalidInput, match=r"^tasks.B.not_before: is more than a year ahead"):
+        client.add_tasks(job.job_id, {"B": {"definition": "noop", "not_before": far}})
+    assert client.get_job(job.job_id).spec.keys == ["A"]
 
 
 @pytest.mark.parametrize(

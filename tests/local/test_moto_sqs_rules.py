@@ -10,7 +10,8 @@ from botocore.exceptions import ClientError
 from conftest import Stack
 
 from agentq.errors import IncompatibleDependency
-from agentq.local.moto_sqs_rules import MAX_MESSAGE_ATTRIBUTES, enforce_sqs_rules
+from agentq.local.rules.sqs_message_attributes import MAX_MESSAGE_ATTRIBUTES
+from agentq.local.rules.sqs_message_attributes import install as enforce_sqs_rules
 
 
 def _attributes(count: int) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from agentq.config import Settings
 from agentq.definitions import TaskDefinition, load_file
-from agentq.errors import InvalidInput
+from agentq.errors import ConfigError, InvalidInput
 from agentq.jobs.spec import parse_spec
 from worker.kinds import schema as definition_schema
 from worker.kinds.agent.spec import AgentSpec
@@ -123,3 +123,22 @@ def test_a_job_spec_in_either_form_is_valid_or_an_invalid_input(tasks: Any, poli
     except InvalidInput:
         return
     assert parse_spec(spec.to_dict()) == spec
+
+
+def test_a_timeout_longer_than_sqs_can_hide_a_running_task_is_refused_clearly() -> None:
+    """SQS hides a received message at most 12 hours from its receive: a definition may
+    run its child 11 hours at most (the last hour: the wait for a slot, the settle)."""
+    longest = {"name": "x", "kind": "python", "timeout_s": 11 * 3600,
+               "settings": {"callable": "m:f"}}  # fmt: skip
+    assert TaskDefinition.from_dict(longest).timeout_ms(1) == 39_600_000
+    with pytest.raises(InvalidInput) as refused:
+        TaskDefinition.from_dict({**longest, "timeout_s": 11 * 3600 + 1})
+    assert str(refused.value).startswith("timeout_s: must be at most 39600 s (11 hours)")
+    assert "12 hours from its receive" in str(refused.value)
+    schema = jsonschema.Draft202012Validator(definition_schema.schema())
+    assert schema.is_valid(longest)
+    assert not schema.is_valid({**longest, "timeout_s": 11 * 3600 + 1})
+    with pytest.raises(
+        ConfigError, match="CLAUDE_TIMEOUT expected an integer from 100 to 39600000"
+    ):
+        Settings.from_env({"CLAUDE_TIMEOUT": str(11 * 3600 * 1000 + 1)})

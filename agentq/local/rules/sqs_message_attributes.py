@@ -1,9 +1,7 @@
-"""SQS rules AWS enforces and moto does not, enforced by the local moto server.
-
-- At most 10 message attributes per message (SendMessage, and each entry of
-  SendMessageBatch): AWS refuses more with `InvalidParameterValue`, moto stores them.
-  agentq marks its requeued copies within that limit (worker/copies.py); a local stack
-  that took an eleventh attribute would hide a copy SQS refuses.
+"""SQS takes at most 10 message attributes per message (SendMessage, and each entry of
+SendMessageBatch): AWS refuses more with `InvalidParameterValue`, moto stores them.
+agentq marks its requeued copies within that limit (worker/copies.py); a local stack
+that took an eleventh attribute would hide a copy SQS refuses.
 
 The patch wraps the attribute validator moto's SQS responses call for both operations,
 after checking it is still there with the shape it was written for (the launcher then
@@ -19,7 +17,7 @@ from typing import Any, Final
 from agentq.local.moto_guards import parameters, refuse, source_of
 
 MAX_MESSAGE_ATTRIBUTES: Final = 10
-RULES: Final = "agentq/local/moto_sqs_rules.py"
+RULES: Final = "agentq/local/rules/sqs_message_attributes.py"
 
 
 def _validator() -> tuple[Any, Callable[..., None], type[Exception]]:
@@ -44,7 +42,7 @@ def _validator() -> tuple[Any, Callable[..., None], type[Exception]]:
     return sqs_responses, validate, error
 
 
-def enforce_sqs_rules() -> None:
+def install() -> None:
     """Refuse a message with more than 10 attributes, as SQS does. Idempotent."""
     responses, validate, error = _validator()
     if getattr(validate, "limits_attribute_count", False):

@@ -1,0 +1,20 @@
+"""AWS rules the local stack enforces over moto, each in its own module.
+
+Every module here names one AWS rule moto does not keep and has an `install()` that
+applies it inside the moto server process (guarded: a moto whose internals moved is
+refused with `IncompatibleDependency`). The moto server launcher calls `install_all()`
+once at start, so `make test`, `agentq local up` and the chaos bench all run under them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Final
+
+RULES: Final[tuple[str, ...]] = ("sqs_visibility_cap", "sqs_message_attributes")
+
+
+def install_all() -> None:
+    """Install every rule of `RULES` (each is idempotent)."""
+    for rule in RULES:
+        importlib.import_module(f"{__name__}.{rule}").install()
