@@ -20,11 +20,9 @@ A definition file::
 from __future__ import annotations
 
 import json
-import logging
-import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, get_args
 
@@ -35,6 +33,7 @@ from agentq.errors import ConfigError, InvalidInput, NotFound
 
 if TYPE_CHECKING:  # the producer API's import does without the settings model
     from agentq.config import Settings
+    from agentq.definitions_watch import DirectoryDefinitions
 
 TaskKind = Literal["python", "agent"]
 TASK_KINDS: Final[tuple[TaskKind, ...]] = get_args(TaskKind)
@@ -42,10 +41,6 @@ TASK_KINDS: Final[tuple[TaskKind, ...]] = get_args(TaskKind)
 # 12 hours from its receive (SQS's limit). 11 hours of child leave the last hour for the
 # wait for a slot, the kill grace and the settle before the message is deleted.
 MAX_TIMEOUT_S: Final = 11 * 3600
-# How often a name not found makes the directories be checked again, at most.
-MISS_RECHECK_S: Final = 0.5
-
-_log = logging.getLogger(__name__)
 
 
 def _or_empty(value: object) -> object:
@@ -255,76 +250,6 @@ class DefinitionsTable:
             kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
 
-class DirectoryDefinitions:
-    """The definitions of some directories, read again when their files change: checked
-    at most every `recheck_s`, and at once (at most every `MISS_RECHECK_S`) for a name
-    not found, so a definition saved while workers run is found without a restart. A
-    change that does not load (a file half written, a typo) keeps the last good set."""
-
-    def __init__(
-        self,
-        directories: Iterable[Path],
-        *,
-        recheck_s: float = 2.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._directories = tuple(directories)
-        self._recheck_s = recheck_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._signature = self._files_signature()
-        self._definitions = self._load()  # a bad directory at start is an error, as ever
-        self._checked = clock()
-
-    def get(self, name: str) -> TaskDefinition | None:
-        self._refresh(self._recheck_s)
-        found = self._definitions.get(name)
-        if found is None and self._refresh(MISS_RECHECK_S):
-            found = self._definitions.get(name)
-        return found
-
-    def names(self) -> set[str]:
-        self._refresh(self._recheck_s)
-        return set(self._definitions)
-
-    def _refresh(self, interval_s: float) -> bool:
-        with self._lock:
-            now = self._clock()
-            if now - self._checked < interval_s:
-                return False
-            self._checked = now
-            signature = self._files_signature()
-            if signature == self._signature:
-                return False
-            self._signature = signature
-            try:
-                self._definitions = self._load()
-            except (InvalidInput, OSError) as bad:
-                _log.warning("task definitions not reloaded (the last good ones stay): %s", bad)
-                return False
-            return True
-
-    def _load(self) -> dict[str, TaskDefinition]:
-        found: dict[str, TaskDefinition] = {}
-        for directory in self._directories:
-            found.update(load_directory(directory))
-        return found
-
-    def _files_signature(self) -> tuple[tuple[str, int, int], ...]:
-        entries: list[tuple[str, int, int]] = []
-        for directory in self._directories:
-            try:
-                listed = list(os.scandir(directory))
-            except OSError:
-                entries.append((str(directory), -1, -1))
-                continue
-            for entry in listed:
-                if Path(entry.name).suffix in DEFINITION_SUFFIXES and entry.is_file():
-                    stat = entry.stat()
-                    entries.append((entry.path, stat.st_mtime_ns, stat.st_size))
-        return tuple(sorted(entries))
-
-
 class DefinitionRegistry:
     """Looks definitions up by name: table first (cached briefly), then directory."""
 
@@ -352,6 +277,8 @@ class DefinitionRegistry:
         table: DefinitionsTable | None = None,
         cache_seconds: float = 30.0,
     ) -> DefinitionRegistry:
+        from agentq.definitions_watch import DirectoryDefinitions
+
         return cls(
             directories=DirectoryDefinitions(directories), table=table, cache_seconds=cache_seconds
         )

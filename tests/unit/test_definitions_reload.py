@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agentq.definitions import MISS_RECHECK_S, DefinitionRegistry, DirectoryDefinitions
+from agentq.definitions import DefinitionRegistry
+from agentq.definitions_watch import MISS_RECHECK_S, DirectoryDefinitions
 from agentq.errors import InvalidInput
 
 

@@ -1,0 +1,90 @@
+"""Task definition directories, read again when their files change: a definition saved
+while workers run is found without a restart (`DefinitionRegistry.from_sources`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Final
+
+from agentq.definitions import DEFINITION_SUFFIXES, TaskDefinition, load_directory
+from agentq.errors import InvalidInput
+
+# How often a name not found makes the directories be checked again, at most.
+MISS_RECHECK_S: Final = 0.5
+
+_log = logging.getLogger(__name__)
+
+
+class DirectoryDefinitions:
+    """The definitions of some directories, read again when their files change: checked
+    at most every `recheck_s`, and at once (at most every `MISS_RECHECK_S`) for a name
+    not found, so a definition saved while workers run is found without a restart. A
+    change that does not load (a file half written, a typo) keeps the last good set."""
+
+    def __init__(
+        self,
+        directories: Iterable[Path],
+        *,
+        recheck_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._directories = tuple(directories)
+        self._recheck_s = recheck_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._signature = self._files_signature()
+        self._definitions = self._load()  # a bad directory at start is an error, as ever
+        self._checked = clock()
+
+    def get(self, name: str) -> TaskDefinition | None:
+        self._refresh(self._recheck_s)
+        found = self._definitions.get(name)
+        if found is None and self._refresh(MISS_RECHECK_S):
+            found = self._definitions.get(name)
+        return found
+
+    def names(self) -> set[str]:
+        self._refresh(self._recheck_s)
+        return set(self._definitions)
+
+    def _refresh(self, interval_s: float) -> bool:
+        with self._lock:
+            now = self._clock()
+            if now - self._checked < interval_s:
+                return False
+            self._checked = now
+            signature = self._files_signature()
+            if signature == self._signature:
+                return False
+            self._signature = signature
+            try:
+                self._definitions = self._load()
+            except (InvalidInput, OSError) as bad:
+                _log.warning("task definitions not reloaded (the last good ones stay): %s", bad)
+                return False
+            return True
+
+    def _load(self) -> dict[str, TaskDefinition]:
+        found: dict[str, TaskDefinition] = {}
+        for directory in self._directories:
+            found.update(load_directory(directory))
+        return found
+
+    def _files_signature(self) -> tuple[tuple[str, int, int], ...]:
+        entries: list[tuple[str, int, int]] = []
+        for directory in self._directories:
+            try:
+                listed = list(os.scandir(directory))
+            except OSError:
+                entries.append((str(directory), -1, -1))
+                continue
+            for entry in listed:
+                if Path(entry.name).suffix in DEFINITION_SUFFIXES and entry.is_file():
+                    stat = entry.stat()
+                    entries.append((entry.path, stat.st_mtime_ns, stat.st_size))
+        return tuple(sorted(entries))
