@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from agentq.definitions_watch import WatchedDirectories
 from agentq.envelope import DEFINITION_PATTERN, PRIORITY_PATTERN, check_storable
 from agentq.errors import ConfigError, InvalidInput, NotFound
 
 if TYPE_CHECKING:  # the producer API's import does without the settings model
     from agentq.config import Settings
-    from agentq.definitions_watch import DirectoryDefinitions
 
 TaskKind = Literal["python", "agent"]
 TASK_KINDS: Final[tuple[TaskKind, ...]] = get_args(TaskKind)
@@ -257,7 +257,7 @@ class DefinitionRegistry:
         self,
         *,
         directory_definitions: Mapping[str, TaskDefinition] | None = None,
-        directories: DirectoryDefinitions | None = None,
+        directories: WatchedDirectories[TaskDefinition] | None = None,
         table: DefinitionsTable | None = None,
         cache_seconds: float = 30.0,
     ) -> None:
@@ -277,11 +277,8 @@ class DefinitionRegistry:
         table: DefinitionsTable | None = None,
         cache_seconds: float = 30.0,
     ) -> DefinitionRegistry:
-        from agentq.definitions_watch import DirectoryDefinitions
-
-        return cls(
-            directories=DirectoryDefinitions(directories), table=table, cache_seconds=cache_seconds
-        )
+        watched = WatchedDirectories(directories, load_directory, DEFINITION_SUFFIXES)
+        return cls(directories=watched, table=table, cache_seconds=cache_seconds)
 
     @classmethod
     def from_settings(

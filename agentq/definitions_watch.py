@@ -1,5 +1,6 @@
-"""Task definition directories, read again when their files change: a definition saved
-while workers run is found without a restart (`DefinitionRegistry.from_sources`)."""
+"""Directories of files loaded again when their files change: how a worker finds a task
+definition saved while it runs, without a restart (`DefinitionRegistry.from_sources`
+gives it `agentq.definitions.load_directory`)."""
 
 from __future__ import annotations
 
@@ -7,50 +8,55 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
-from typing import Final
+from typing import Final, Generic, TypeVar
 
-from agentq.definitions import DEFINITION_SUFFIXES, TaskDefinition, load_directory
 from agentq.errors import InvalidInput
 
 # How often a name not found makes the directories be checked again, at most.
 MISS_RECHECK_S: Final = 0.5
 
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-class DirectoryDefinitions:
-    """The definitions of some directories, read again when their files change: checked
-    at most every `recheck_s`, and at once (at most every `MISS_RECHECK_S`) for a name
-    not found, so a definition saved while workers run is found without a restart. A
-    change that does not load (a file half written, a typo) keeps the last good set."""
+class WatchedDirectories(Generic[T]):
+    """What `load(directory)` makes of some directories (a later one wins on a name),
+    loaded again when their files (those ending in `suffixes`) change: checked at most
+    every `recheck_s`, and at once (at most every `MISS_RECHECK_S`) for a name not found.
+    A change that does not load (a file half written, a typo) keeps the last good set;
+    a directory that does not load at start is an error, as ever."""
 
     def __init__(
         self,
         directories: Iterable[Path],
+        load: Callable[[Path], Mapping[str, T]],
+        suffixes: Collection[str],
         *,
         recheck_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._directories = tuple(directories)
+        self._load_one = load
+        self._suffixes = suffixes
         self._recheck_s = recheck_s
         self._clock = clock
         self._lock = threading.Lock()
         self._signature = self._files_signature()
-        self._definitions = self._load()  # a bad directory at start is an error, as ever
+        self._found = self._load()
         self._checked = clock()
 
-    def get(self, name: str) -> TaskDefinition | None:
+    def get(self, name: str) -> T | None:
         self._refresh(self._recheck_s)
-        found = self._definitions.get(name)
+        found = self._found.get(name)
         if found is None and self._refresh(MISS_RECHECK_S):
-            found = self._definitions.get(name)
+            found = self._found.get(name)
         return found
 
     def names(self) -> set[str]:
         self._refresh(self._recheck_s)
-        return set(self._definitions)
+        return set(self._found)
 
     def _refresh(self, interval_s: float) -> bool:
         with self._lock:
@@ -63,16 +69,16 @@ class DirectoryDefinitions:
                 return False
             self._signature = signature
             try:
-                self._definitions = self._load()
+                self._found = self._load()
             except (InvalidInput, OSError) as bad:
-                _log.warning("task definitions not reloaded (the last good ones stay): %s", bad)
+                _log.warning("definitions not reloaded (the last good ones stay): %s", bad)
                 return False
             return True
 
-    def _load(self) -> dict[str, TaskDefinition]:
-        found: dict[str, TaskDefinition] = {}
+    def _load(self) -> dict[str, T]:
+        found: dict[str, T] = {}
         for directory in self._directories:
-            found.update(load_directory(directory))
+            found.update(self._load_one(directory))
         return found
 
     def _files_signature(self) -> tuple[tuple[str, int, int], ...]:
@@ -84,7 +90,7 @@ class DirectoryDefinitions:
                 entries.append((str(directory), -1, -1))
                 continue
             for entry in listed:
-                if Path(entry.name).suffix in DEFINITION_SUFFIXES and entry.is_file():
+                if Path(entry.name).suffix in self._suffixes and entry.is_file():
                     stat = entry.stat()
                     entries.append((entry.path, stat.st_mtime_ns, stat.st_size))
         return tuple(sorted(entries))

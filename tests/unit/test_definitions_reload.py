@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agentq.definitions import DefinitionRegistry
-from agentq.definitions_watch import MISS_RECHECK_S, DirectoryDefinitions
+from agentq.definitions import DEFINITION_SUFFIXES, DefinitionRegistry, load_directory
+from agentq.definitions_watch import MISS_RECHECK_S, WatchedDirectories
 from agentq.errors import InvalidInput
 
 
@@ -28,7 +28,9 @@ def _write(directory: Path, name: str, callable_: str = "agentq.samples:echo") -
 def test_a_definition_saved_later_is_found_on_its_first_miss(tmp_path: Path) -> None:
     clock = Clock()
     _write(tmp_path, "first")
-    watched = DirectoryDefinitions([tmp_path], recheck_s=60, clock=clock)
+    watched = WatchedDirectories(
+        [tmp_path], load_directory, DEFINITION_SUFFIXES, recheck_s=60, clock=clock
+    )
     assert watched.get("later") is None
     _write(tmp_path, "later")
     clock.now += MISS_RECHECK_S  # a miss looks again at once, within the miss bound
@@ -39,7 +41,9 @@ def test_a_definition_saved_later_is_found_on_its_first_miss(tmp_path: Path) -> 
 
 def test_misses_of_unknown_names_read_the_directory_at_most_every_bound(tmp_path: Path) -> None:
     clock = Clock()
-    watched = DirectoryDefinitions([tmp_path], recheck_s=60, clock=clock)
+    watched = WatchedDirectories(
+        [tmp_path], load_directory, DEFINITION_SUFFIXES, recheck_s=60, clock=clock
+    )
     _write(tmp_path, "later")
     assert watched.get("later") is None  # checked at start, the bound not yet passed
     clock.now += MISS_RECHECK_S
@@ -49,7 +53,9 @@ def test_misses_of_unknown_names_read_the_directory_at_most_every_bound(tmp_path
 def test_an_edited_definition_is_seen_after_the_recheck_interval(tmp_path: Path) -> None:
     clock = Clock()
     _write(tmp_path, "task", "agentq.samples:echo")
-    watched = DirectoryDefinitions([tmp_path], recheck_s=2, clock=clock)
+    watched = WatchedDirectories(
+        [tmp_path], load_directory, DEFINITION_SUFFIXES, recheck_s=2, clock=clock
+    )
     _write(tmp_path, "task", "agentq.samples:noop_with_a_longer_name")
     clock.now += 1
     assert watched.get("task").settings["callable"] == "agentq.samples:echo"  # type: ignore[union-attr]
@@ -61,7 +67,9 @@ def test_an_edited_definition_is_seen_after_the_recheck_interval(tmp_path: Path)
 def test_a_half_written_file_keeps_the_last_good_definitions(tmp_path: Path) -> None:
     clock = Clock()
     _write(tmp_path, "task")
-    watched = DirectoryDefinitions([tmp_path], recheck_s=2, clock=clock)
+    watched = WatchedDirectories(
+        [tmp_path], load_directory, DEFINITION_SUFFIXES, recheck_s=2, clock=clock
+    )
     (tmp_path / "task.yaml").write_text("name: task\nkind: pyth")
     clock.now += 2
     assert watched.get("task") is not None  # the last good one
