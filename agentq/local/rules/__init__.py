@@ -6,7 +6,10 @@ from __future__ import annotations
 import importlib
 from typing import Final
 
-RULES: Final[tuple[str, ...]] = ("fair_queues",)
+RULES: Final[tuple[str, ...]] = (
+    "fair_queues",
+    "eventbridge_sqs_groups",
+)
 
 
 def install_all() -> None:
