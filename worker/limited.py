@@ -3,8 +3,8 @@
 A limited tenant's message is locked before it takes a slot (worker.intake, "gated"),
 on a pool of its own: a flood of them must not queue other tenants' preparations
 behind it. Refused a seat, it is parked (worker.seatwait). A well-formed message of a
-tenant parked full here goes straight back to its queue (a malformed one is gated, and
-its preparation rejects it), and a receive that brought nothing else cools its tier
+tenant parked full here goes straight back to its queue (a malformed one or one not yet
+due is gated, and its preparation settles it), and a receive that brought nothing else cools its tier
 (worker.cooling). A task that ends here may free a seat: its tenant's next parked
 message tries for it, and if one was parked, every tier may be received again.
 """
@@ -34,10 +34,10 @@ class LimitedTenants:
         settings: Settings,
         batcher: SqsBatcher,
         *,
-        well_formed: Callable[[Mapping[str, Any]], bool],
+        waits_for_seat: Callable[[Mapping[str, Any]], bool],
     ) -> None:
         self._batcher = batcher
-        self._well_formed = well_formed
+        self._waits_for_seat = waits_for_seat
         self._backoff_s = settings.tenant_limit_backoff_ms / 1000
         self.seats = SeatWaits(
             slots=settings.max_concurrent,
@@ -54,10 +54,10 @@ class LimitedTenants:
 
     def parked_full(self, tenant: str, message: Mapping[str, Any]) -> bool:
         """Whether `message` goes straight back: its tenant has parked all it may here.
-        Only a well-formed one: a malformed message is gated like any, and its
-        preparation rejects it (recorded and deleted) instead of sending it round while
-        its tenant stays at its limit."""
-        return self.seats.full(tenant) and self._well_formed(message)
+        Only a well-formed one that is due: a malformed message is gated like any, and
+        its preparation rejects it (recorded and deleted) instead of sending it round
+        while its tenant stays at its limit; one not yet due is re-delayed until due."""
+        return self.seats.full(tenant) and self._waits_for_seat(message)
 
     def send_back(self, message: Mapping[str, Any], tenant: str) -> None:
         """Back to its queue unread, as a fresh copy after the back-off (no lock, no

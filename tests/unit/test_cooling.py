@@ -79,7 +79,7 @@ def test_remaining_rounds_up_to_the_first_tier_to_open() -> None:
 def test_only_the_end_of_a_parked_tenants_task_warms_the_tiers() -> None:
     settings = Settings.from_env({"MAX_CONCURRENT": "4", "TENANT_LIMIT_BACKOFF_MS": "600000",
                                   "TENANT_LIMIT_PARK_MS": "600000"})  # fmt: skip
-    limited = LimitedTenants(settings, cast(SqsBatcher, None), well_formed=lambda _: True)
+    limited = LimitedTenants(settings, cast(SqsBatcher, None), waits_for_seat=lambda _: True)
     try:
         limited.cool("low")
         parked = limited.lock(lambda *_: limited.seats.park("flood", time.monotonic()),
