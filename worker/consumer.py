@@ -91,8 +91,7 @@ class Consumer:
         self._signals = 0
         self._signalled = threading.Event()
         self._receiving = Receiving(
-            slots=self.slots, tiers=self.tiers, cooling=self._limited.cooling,
-            cool=self._limited.cool, note_route=batcher.routes.note,
+            slots=self.slots, tiers=self.tiers, note_route=batcher.routes.note,
             accept=lambda message, tier, starving, pass_on: self._accept(
                 message, tier, starving=starving, pass_on=pass_on
             ),
@@ -184,9 +183,8 @@ class Consumer:
         *,
         starving: bool = False,
         pass_on: PassOn = "never",
-    ) -> bool:
-        """Place a received message; True if it went straight back (its tenant parked
-        full here), which the receive loop counts to cool its tier (worker.cooling).
+    ) -> None:
+        """Place a received message.
 
         `pass_on` (worker.receiving): "if_full", a watcher's long poll asked for free slots
         only. If they filled before its message came, the message goes back to the fleet
@@ -200,7 +198,7 @@ class Consumer:
         logger.info("message received", extra=message_log(message))
         if self._stopping.is_set():
             self._gave_back(message)
-            return False
+            return
         with self._verdict_lock:
             self.received += 1
         destination = self.tiers.destination(message, tier)
@@ -212,20 +210,20 @@ class Consumer:
             except Exception:
                 logger.exception("forwarding to its tier failed; running it here")
             else:
-                return False
+                return
         entry = InFlight(message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"],
                          message=message, tier=tier, starving=starving)  # fmt: skip
         if self._inflight.add(entry) is not None:
             # Our own message, back after a lapse: the running slot now uses this handle.
             self._count("held_here")
-            return False
+            return
         tenant = self._handler.limited_tenant(message)
         if tenant is not None and self._limited.parked_full(tenant, message):
             # At its limit, its parked messages here first in line for the next seat.
             self._inflight.remove(entry)
             self._limited.send_back(message, tenant)
             self._count("tenant_limit")
-            return True
+            return
         if tenant is not None:
             # Its tenant has a limit: the lock (and seat) first, a slot only if it holds.
             # On its tier's starvation turn too: a turn brings a slot's worth, and a tenant
@@ -233,7 +231,7 @@ class Consumer:
             held = (message, entry, self._limited.lock(self._handler.prepare, message, entry))
             self.slots.gate(held)
             held[2].add_done_callback(lambda _: self._gate_decided(held))
-            return False
+            return
         if (
             pass_on != "never"
             and not is_copy(message)
@@ -243,10 +241,9 @@ class Consumer:
             logger.info("message passed on", extra=message_log(message))
             self._batcher.requeue(message, 0, at_once=True)
             self._count("passed_on")
-            return False
+            return
         if self.slots.offer((message, entry, None), prepare=self._prepare_ahead):
             self._pool.submit(self._slot, message, entry, None)
-        return False
 
     def _gate_decided(self, held: Held) -> None:
         """A gated message's lock is decided: start it, leave it buffered, or settle

@@ -80,8 +80,7 @@ def test_a_message_of_a_tenant_parked_full_goes_straight_back_unlocked(
     inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its tenant's parked messages here take the next seat first: this one goes back to
-    the queue as a delayed fresh copy, without a lock, a slot or a buffer place, and
-    `_accept` says so (a receive of nothing else cools its tier)."""
+    the queue as a delayed fresh copy, without a lock, a slot or a buffer place."""
     monkeypatch.setenv("WARM_CHILDREN", "false")
     monkeypatch.setenv("SQS_BATCH_WINDOW", "0")
     monkeypatch.setenv("TENANT_CONCURRENCY_LIMIT", "2")
@@ -93,7 +92,7 @@ def test_a_message_of_a_tenant_parked_full_goes_straight_back_unlocked(
     send(inproc_stack, "sample-echo")
     [message] = receive_all(inproc_stack, 1)
     try:
-        assert consumer._accept(message, Settings.from_env().default_priority) is True
+        consumer._accept(message, Settings.from_env().default_priority)
         assert locks == [] and consumer.slots.buffered == 0 and consumer.slots.busy == 0
         assert consumer.verdicts == {"tenant_limit": 1}
         assert len(consumer._inflight) == 0
@@ -134,7 +133,7 @@ def test_a_task_not_yet_due_of_a_tenant_at_its_limit_waits_until_due_not_round(
     )  # fmt: skip
     [message] = receive_all(inproc_stack, 1)
     try:
-        assert consumer._accept(message, Settings.from_env().default_priority) is False
+        consumer._accept(message, Settings.from_env().default_priority)
         wait_for(lambda: consumer.verdicts.get("not_ready") == 1, timeout=30,
                  message=f"the task re-delayed until due ({consumer.verdicts})")  # fmt: skip
         assert "tenant_limit" not in consumer.verdicts
@@ -148,7 +147,8 @@ def test_a_task_not_yet_due_of_a_tenant_at_its_limit_waits_until_due_not_round(
         assert attributes == {"ApproximateNumberOfMessagesDelayed": "0",
                               "ApproximateNumberOfMessagesNotVisible": "1"}  # fmt: skip
         record = TaskStore(inproc_stack.dynamodb, inproc_stack.resources.table_name).get(
-            "acme", "r-later")
+            "acme", "r-later"
+        )
         assert record is not None and record.state is TaskState.SCHEDULED
     finally:
         consumer._limited.shutdown()
@@ -180,7 +180,7 @@ def test_a_malformed_message_of_a_tenant_parked_full_is_rejected_not_sent_round(
     )  # fmt: skip
     [message] = receive_all(inproc_stack, 1)
     try:
-        assert consumer._accept(message, Settings.from_env().default_priority) is False
+        consumer._accept(message, Settings.from_env().default_priority)
         wait_for(lambda: consumer.verdicts.get("rejected") == 1, timeout=30,
                  message=f"the message rejected ({consumer.verdicts})")  # fmt: skip
         assert "tenant_limit" not in consumer.verdicts
