@@ -183,8 +183,9 @@ class Consumer:
         *,
         starving: bool = False,
         pass_on: PassOn = "never",
-    ) -> None:
-        """Place a received message.
+    ) -> bool:
+        """Place a received message; True if it went straight back (its tenant parked
+        full here), which tells the receive loop a flood is passing (worker.receiving).
 
         `pass_on` (worker.receiving): "if_full", a watcher's long poll asked for free slots
         only. If they filled before its message came, the message goes back to the fleet
@@ -198,7 +199,7 @@ class Consumer:
         logger.info("message received", extra=message_log(message))
         if self._stopping.is_set():
             self._gave_back(message)
-            return
+            return False
         with self._verdict_lock:
             self.received += 1
         destination = self.tiers.destination(message, tier)
@@ -210,20 +211,20 @@ class Consumer:
             except Exception:
                 logger.exception("forwarding to its tier failed; running it here")
             else:
-                return
+                return False
         entry = InFlight(message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"],
                          message=message, tier=tier, starving=starving)  # fmt: skip
         if self._inflight.add(entry) is not None:
             # Our own message, back after a lapse: the running slot now uses this handle.
             self._count("held_here")
-            return
+            return False
         tenant = self._handler.limited_tenant(message)
         if tenant is not None and self._limited.parked_full(tenant, message):
             # At its limit, its parked messages here first in line for the next seat.
             self._inflight.remove(entry)
             self._limited.send_back(message, tenant)
             self._count("tenant_limit")
-            return
+            return True
         if tenant is not None:
             # Its tenant has a limit: the lock (and seat) first, a slot only if it holds.
             # On its tier's starvation turn too: a turn brings a slot's worth, and a tenant
@@ -231,7 +232,7 @@ class Consumer:
             held = (message, entry, self._limited.lock(self._handler.prepare, message, entry))
             self.slots.gate(held)
             held[2].add_done_callback(lambda _: self._gate_decided(held))
-            return
+            return False
         if (
             pass_on != "never"
             and not is_copy(message)
@@ -241,9 +242,10 @@ class Consumer:
             logger.info("message passed on", extra=message_log(message))
             self._batcher.requeue(message, 0, at_once=True)
             self._count("passed_on")
-            return
+            return False
         if self.slots.offer((message, entry, None), prepare=self._prepare_ahead):
             self._pool.submit(self._slot, message, entry, None)
+        return False
 
     def _gate_decided(self, held: Held) -> None:
         """A gated message's lock is decided: start it, leave it buffered, or settle

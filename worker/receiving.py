@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
-from worker.intake import Intake
+from worker.intake import MAX_RECEIVE, Intake
 from worker.tiers import TierReceiver
 
 logger = logging.getLogger(__name__)
@@ -37,8 +37,9 @@ WATCH_PAUSE_S: Final = 0.2
 # When a received message that cannot start here at once goes back to the fleet (module
 # doc): "if_full" every slot is busy, "if_surplus" the prefetch is held too, or "never".
 PassOn = Literal["never", "if_full", "if_surplus"]
-# (message, tier, starving, pass_on): the consumer places it.
-Accept = Callable[[dict[str, Any], str, bool, PassOn], None]
+# (message, tier, starving, pass_on) -> whether it went straight back (its tenant
+# parked full here).
+Accept = Callable[[dict[str, Any], str, bool, PassOn], bool]
 
 
 class Receiving:
@@ -77,18 +78,28 @@ class Receiving:
 
     def _received(
         self, messages: list[dict[str, Any]], tier: str, *, starving: bool, pass_on: PassOn
-    ) -> None:
+    ) -> bool:
+        """Hand `messages` on; whether every one went straight back (a flood of tenants
+        parked full here)."""
         for message in messages:
             self._note_route(message["ReceiptHandle"], self._tiers.urls[tier])
-        for message in messages:
-            self._accept(message, tier, starving, pass_on)
+        sent_back = [self._accept(message, tier, starving, pass_on) for message in messages]
+        return bool(messages) and all(sent_back)
 
     def _receive_loop(self) -> None:
+        flood = False  # the last receive all went straight back
         while not self._stopping.is_set():
             try:
                 wanted = self._slots.wait_wanted(timeout_s=0.5)
                 if wanted <= 0 or self._stopping.is_set():
                     continue
+                if flood:
+                    # Most likely more of the same flood: a pass through it at ten a
+                    # receive reaches the other tenants' messages behind it (a queue
+                    # without fair queues hands out the oldest first) sooner than at the
+                    # free slots' count. What comes beyond the free slots is buffered or
+                    # passed on like any receive's.
+                    wanted = MAX_RECEIVE
                 rooms = self._slots.rooms(wanted, self._tiers.tiers)
                 pick, messages = self._tiers.receive(rooms)
                 if pick is None:
@@ -99,8 +110,8 @@ class Receiving:
                     continue
                 try:
                     # A starvation turn's message must reach a slot here: it stays.
-                    self._received(messages, pick.tier, starving=pick.overdue,
-                                   pass_on="never" if pick.overdue else "if_surplus")  # fmt: skip
+                    flood = self._received(messages, pick.tier, starving=pick.overdue,
+                                           pass_on="never" if pick.overdue else "if_surplus")  # fmt: skip
                 finally:
                     if pick.overdue:
                         self._tiers.turn_taken()
