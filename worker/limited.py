@@ -9,11 +9,10 @@ ends here may free a seat: its tenant's next parked message tries for it.
 
 The receiver goes on receiving while a slot is free, even when a whole receive went
 back: another tenant's runnable message may wait behind the flood (a queue without fair
-queues hands messages out oldest first), and a tier left alone for the back-off after
-such a receive kept slots idle while it waited (issue 38: B's and C's p95 5-7 s beside a
-flood on one tier). What that costs is bounded: a message sent back is invisible for
-the back-off, so each waiting message of a tenant at its limit costs at most one
-receive, one send and one delete (each batched by ten) per back-off.
+queues hands messages out oldest first), and a free slot must not idle while it waits
+(docs/architecture.md, "Tenant limits"). What that costs is bounded: a message sent
+back is invisible for the back-off, so each waiting message of a tenant at its limit
+costs at most one receive, one send and one delete (each batched by ten) per back-off.
 """
 
 from __future__ import annotations
