@@ -37,6 +37,7 @@ from agentq.envelope import TaskEnvelope
 from agentq.local.aws import MotoServer
 from agentq.local.rules.fair_queues import SWITCH
 from bench.priority import Planned, run_mode
+from bench.priority import Sizes as PrioritySizes
 
 RUNS: Final = ("idle", "fair", "unfair")
 RESULTS: Final = Path(__file__).resolve().parent / "results" / "tenants.json"
@@ -94,7 +95,7 @@ def run(sizes: Sizes, runs: Sequence[str]) -> dict[str, Any]:
     for name in runs:
         with _server(fair=name != "unfair") as server:
             results[name] = run_mode(
-                server, "baseline", Sizes(), work_dir, label=name, flood=name != "idle",
+                server, "baseline", PrioritySizes(), work_dir, label=name, flood=name != "idle",
                 tenant_limits={"tenant-a": sizes.limit}, planner=partial(plan, sizes),
             )  # fmt: skip
     return {"sizes": sizes.__dict__, "runs": results}
