@@ -170,6 +170,9 @@ class RuleSpec:
     # Every detail type but these (EventBridge's anything-but); exclusive with detail_types.
     excluded_detail_types: tuple[str, ...] = ()
     extra_detail: dict[str, Any] = field(default_factory=dict)
+    # An SQS target's MessageGroupId, as an EventBridge dynamic path into the event (the
+    # whole value a JSON path): the tenant, so the task queue's fair queues see it.
+    message_group_path: str | None = None
 
     def pattern(self, app_name: str) -> dict[str, Any]:
         pattern: dict[str, Any] = {"source": [app_name]}
@@ -199,13 +202,28 @@ DISPATCHER_RULE: Final = RuleSpec(
     detail_types=TERMINAL_TASK_EVENTS,
     extra_detail={"jobId": [{"exists": True}]},
 )
+# 'Task Requested' events from any producer go straight onto the task queue, in two
+# rules that match apart: one naming its tenant carries it as MessageGroupId (as every
+# agentq send does, for SQS fair queues); one without (the worker's TENANT_ID runs it)
+# has nothing a dynamic path could read, and goes without a group (a fair queue takes
+# each such message for a tenant of its own).
 TASK_REQUESTED_RULE: Final = RuleSpec(
     name="task-requested",
     target="task-queue",
-    description="'Task Requested' events from any producer go straight onto the task queue",
+    description="'Task Requested' events naming a tenant onto the task queue, grouped by it",
     detail_types=("Task Requested",),
+    extra_detail={"tenant": [{"exists": True}]},
+    message_group_path="$.detail.tenant",
 )
-RULES: Final = (SAVE_EVENT_RULE, DISPATCHER_RULE, TASK_REQUESTED_RULE)
+TASK_REQUESTED_DEFAULT_TENANT_RULE: Final = RuleSpec(
+    name="task-requested-default-tenant",
+    target="task-queue",
+    description="'Task Requested' events naming no tenant onto the task queue",
+    detail_types=("Task Requested",),
+    extra_detail={"tenant": [{"exists": False}]},
+)
+RULES: Final = (SAVE_EVENT_RULE, DISPATCHER_RULE, TASK_REQUESTED_RULE,
+                TASK_REQUESTED_DEFAULT_TENANT_RULE)  # fmt: skip
 
 # What a deployed secret holds until an operator sets it (docs/operations.md, "Secrets"):
 # a value nobody could mistake for a key, which the worker refuses at start-up.

@@ -74,7 +74,7 @@ class Consumer:
         self._events = events
         self._inflight = inflight
         self._on_tick = list(on_tick)
-        self._limited = LimitedTenants(settings, batcher, well_formed=handler.well_formed)
+        self._limited = LimitedTenants(settings, batcher, waits_for_seat=handler.waits_for_seat)
         self.slots = Intake(
             settings.max_concurrent,
             parked=lambda: self._limited.seats.parked,
@@ -91,8 +91,7 @@ class Consumer:
         self._signals = 0
         self._signalled = threading.Event()
         self._receiving = Receiving(
-            slots=self.slots, tiers=self.tiers, cooling=self._limited.cooling,
-            cool=self._limited.cool, note_route=batcher.routes.note,
+            slots=self.slots, tiers=self.tiers, note_route=batcher.routes.note,
             accept=lambda message, tier, starving, pass_on: self._accept(
                 message, tier, starving=starving, pass_on=pass_on
             ),
@@ -186,7 +185,7 @@ class Consumer:
         pass_on: PassOn = "never",
     ) -> bool:
         """Place a received message; True if it went straight back (its tenant parked
-        full here), which the receive loop counts to cool its tier (worker.cooling).
+        full here), which tells the receive loop a flood is passing (worker.receiving).
 
         `pass_on` (worker.receiving): "if_full", a watcher's long poll asked for free slots
         only. If they filled before its message came, the message goes back to the fleet

@@ -135,9 +135,9 @@ class MessageHandler:
         slot (worker.intake)."""
         return self._preparer.limited_tenant(message)
 
-    def well_formed(self, message: Mapping[str, Any]) -> bool:
-        """Whether `message` is a task of a definition this worker knows (no request)."""
-        return self._preparer.well_formed(message)
+    def waits_for_seat(self, message: Mapping[str, Any]) -> bool:
+        """Whether `message` is a task this worker knows, due now (no request)."""
+        return self._preparer.waits_for_seat(message)
 
     def prepare(
         self, message: Mapping[str, Any], entry: InFlight, seats: SeatWaits | None = None

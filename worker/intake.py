@@ -77,7 +77,7 @@ class Intake:
     ) -> None:
         self.size = size
         # Gated messages parked for a seat (worker.seatwait): buffered, but they hold no
-        # room of the receiver's (worker.cooling keeps it from fetching more of them).
+        # room of the receiver's (a tenant parked full sends its next ones straight back).
         self._parked = parked
         self._ranks = dict(ranks or {})  # priority tier → rank (0 highest)
         # Weighted and round-robin modes: a lower-tier message buffered this long goes

@@ -3,10 +3,16 @@
 A limited tenant's message is locked before it takes a slot (worker.intake, "gated"),
 on a pool of its own: a flood of them must not queue other tenants' preparations
 behind it. Refused a seat, it is parked (worker.seatwait). A well-formed message of a
-tenant parked full here goes straight back to its queue (a malformed one is gated, and
-its preparation rejects it), and a receive that brought nothing else cools its tier
-(worker.cooling). A task that ends here may free a seat: its tenant's next parked
-message tries for it, and if one was parked, every tier may be received again.
+tenant parked full here goes straight back to its queue, delayed by the back-off (a
+malformed one or one not yet due is gated, and its preparation settles it). A task that
+ends here may free a seat: its tenant's next parked message tries for it.
+
+The receiver goes on receiving while a slot is free, even when a whole receive went
+back: another tenant's runnable message may wait behind the flood (a queue without fair
+queues hands messages out oldest first), and a free slot must not idle while it waits
+(docs/architecture.md, "Tenant limits"). What that costs is bounded: a message sent
+back is invisible for the back-off, so each waiting message of a tenant at its limit
+costs at most one receive, one send and one delete (each batched by ten) per back-off.
 """
 
 from __future__ import annotations
@@ -19,7 +25,6 @@ from typing import Any
 
 from agentq.config import Settings
 from worker.batcher import SqsBatcher, message_log
-from worker.cooling import TierCooling
 from worker.inflight import InFlight
 from worker.seatwait import SeatWaits
 
@@ -34,17 +39,16 @@ class LimitedTenants:
         settings: Settings,
         batcher: SqsBatcher,
         *,
-        well_formed: Callable[[Mapping[str, Any]], bool],
+        waits_for_seat: Callable[[Mapping[str, Any]], bool],
     ) -> None:
         self._batcher = batcher
-        self._well_formed = well_formed
+        self._waits_for_seat = waits_for_seat
         self._backoff_s = settings.tenant_limit_backoff_ms / 1000
         self.seats = SeatWaits(
             slots=settings.max_concurrent,
             retry_s=self._backoff_s,
             park_s=settings.tenant_limit_park_ms / 1000,
         )
-        self.cooling = TierCooling()
         # One thread a slot for locks, one more a slot for parked messages waiting.
         self._locks = ThreadPoolExecutor(2 * settings.max_concurrent, thread_name_prefix="gate")
 
@@ -54,10 +58,10 @@ class LimitedTenants:
 
     def parked_full(self, tenant: str, message: Mapping[str, Any]) -> bool:
         """Whether `message` goes straight back: its tenant has parked all it may here.
-        Only a well-formed one: a malformed message is gated like any, and its
-        preparation rejects it (recorded and deleted) instead of sending it round while
-        its tenant stays at its limit."""
-        return self.seats.full(tenant) and self._well_formed(message)
+        Only a well-formed one that is due: a malformed message is gated like any, and
+        its preparation rejects it (recorded and deleted) instead of sending it round
+        while its tenant stays at its limit; one not yet due is re-delayed until due."""
+        return self.seats.full(tenant) and self._waits_for_seat(message)
 
     def send_back(self, message: Mapping[str, Any], tenant: str) -> None:
         """Back to its queue unread, as a fresh copy after the back-off (no lock, no
@@ -67,17 +71,10 @@ class LimitedTenants:
                     extra={**message_log(message), "tenant": tenant, "delay_s": delay})  # fmt: skip
         self._batcher.give_back(message["ReceiptHandle"], message, delay, fresh=True)
 
-    def cool(self, tier: str) -> None:
-        """A receive from `tier` was all sent back: leave it alone for the back-off."""
-        self.cooling.cool(tier, self._backoff_s)
-
     def task_ended(self, tenant: str, seat: int | None = None) -> None:
-        """A task of `tenant` ended here, holding `seat` (its index) if it held one.
-        Tiers cool only for tenants parked full here, so only the end of one of theirs
-        warms them: another tenant's end changes nothing for them, and warming then
-        brought one more receive of the limited flood, all of it sent back."""
-        if self.seats.freed(tenant, seat):
-            self.cooling.warm()
+        """A task of `tenant` ended here, holding `seat` (its index) if it held one: a
+        parked message of its tenant takes that seat."""
+        self.seats.freed(tenant, seat)
 
     def close(self) -> None:
         """The worker drains: parked messages stop waiting (and go back)."""

@@ -100,15 +100,16 @@ class Preparer:
         limit = self._limits.guess(tenant)
         return tenant if limit is None or limit > 0 else None
 
-    def well_formed(self, message: Mapping[str, Any]) -> bool:
-        """Whether `message` is a task of a definition this worker knows: what `prepare`
-        checks before its first request, and nothing more."""
+    def waits_for_seat(self, message: Mapping[str, Any]) -> bool:
+        """Whether `message` would only wait for its tenant's seat: a task of a definition
+        this worker knows (what `prepare` checks before its first request), due now. A
+        task not yet due is re-delayed until due, whatever its tenant's seats."""
         try:
             envelope = self._parse(message)
             self._registry.get(envelope.definition)
         except (InvalidInput, NotFound):
             return False
-        return True
+        return envelope.not_before_ms is None or envelope.not_before_ms <= now_ms()
 
     def _parse(self, message: Mapping[str, Any]) -> TaskEnvelope:
         envelope = parse_message(message.get("Body", ""), message.get("MessageAttributes"),
@@ -158,7 +159,10 @@ class Preparer:
     ) -> tuple[Lease, int]:
         """The lease, and how long the write that took it lasted (ms)."""
         tenant = envelope.tenant
-        limit = self._limits.limit(tenant)
+        # Not yet due: no seat, no parking; the lock refuses it and it is re-delayed
+        # until due (worker.refusals), not sent round at its tenant's back-off.
+        due = envelope.not_before_ms is None or envelope.not_before_ms <= now_ms()
+        limit = self._limits.limit(tenant) if due else 0
         if seats is not None and limit > 0 and seats.full(tenant):
             # Its tenant's parked messages here were refused within the back-off and
             # take the next seat freed here: a transaction would only be refused too.

@@ -4,8 +4,7 @@ slots' wants and, with priority tiers, a watcher per watched tier.
 The receive loop asks the scheduler (worker.tiers) which tier to receive from for what
 the free slots and the prefetch want (worker.intake); each watched tier keeps a long
 poll of its own outstanding for the places the tiers below it may not take. Both hand
-every message to `accept` (the consumer places it) and cool a tier whose whole receive
-went straight back (worker.cooling). Neither runs anything.
+every message to `accept` (the consumer places it). Neither runs anything.
 
 A watcher's long poll that asked for free slots only may outlive them: another receive
 fills them before its message comes. Such a message is marked `pass_on="if_full"`, and
@@ -13,8 +12,8 @@ the consumer passes it to the fleet rather than hold it for a hand-over here; th
 receive loop's messages are `"if_surplus"` (passed on only if the buffer already holds
 the prefetch too), and a reserve place's or a starvation turn's are `"never"`. Nor
 does the receive loop long-poll a watched tier beside its watcher (worker.scheduler):
-it takes only a backlog already waiting there, and while only watched tiers are open to
-it (the lowest cools) and none is believed to have work, it waits instead of receiving.
+it takes only a backlog already waiting there, and when none is believed to have work
+and nothing else is open to it, it waits instead of receiving.
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
-from worker.cooling import TierCooling
-from worker.intake import Intake
+from worker.intake import MAX_RECEIVE, Intake
 from worker.tiers import TierReceiver
 
 logger = logging.getLogger(__name__)
@@ -40,7 +38,7 @@ WATCH_PAUSE_S: Final = 0.2
 # doc): "if_full" every slot is busy, "if_surplus" the prefetch is held too, or "never".
 PassOn = Literal["never", "if_full", "if_surplus"]
 # (message, tier, starving, pass_on) -> whether it went straight back (its tenant
-# parked full).
+# parked full here).
 Accept = Callable[[dict[str, Any], str, bool, PassOn], bool]
 
 
@@ -50,16 +48,12 @@ class Receiving:
         *,
         slots: Intake,
         tiers: TierReceiver,
-        cooling: TierCooling,
-        cool: Callable[[str], None],
         note_route: Callable[[str, str], None],
         accept: Accept,
         stopping: threading.Event,
     ) -> None:
         self._slots = slots
         self._tiers = tiers
-        self._cooling = cooling
-        self._cool = cool
         self._note_route = note_route
         self._accept = accept
         self._stopping = stopping
@@ -84,38 +78,40 @@ class Receiving:
 
     def _received(
         self, messages: list[dict[str, Any]], tier: str, *, starving: bool, pass_on: PassOn
-    ) -> None:
+    ) -> bool:
+        """Hand `messages` on; whether every one went straight back (a flood of tenants
+        parked full here)."""
         for message in messages:
             self._note_route(message["ReceiptHandle"], self._tiers.urls[tier])
         sent_back = [self._accept(message, tier, starving, pass_on) for message in messages]
-        if messages and all(sent_back):
-            self._cool(tier)
+        return bool(messages) and all(sent_back)
 
     def _receive_loop(self) -> None:
+        flood = False  # the last receive all went straight back
         while not self._stopping.is_set():
             try:
                 wanted = self._slots.wait_wanted(timeout_s=0.5)
                 if wanted <= 0 or self._stopping.is_set():
                     continue
-                rooms = self._cooling.open(self._slots.rooms(wanted, self._tiers.tiers))
-                if not any(rooms.values()):
-                    self._cooling.wait(timeout_s=0.5)
-                    continue
-                pick, messages = self._tiers.receive(rooms, max_wait_s=self._cooling.remaining_s())
+                if flood:
+                    # Most likely more of the same flood: a pass through it at ten a
+                    # receive reaches the other tenants' messages behind it (a queue
+                    # without fair queues hands out the oldest first) sooner than at the
+                    # free slots' count. What comes beyond the free slots is buffered or
+                    # passed on like any receive's.
+                    wanted = MAX_RECEIVE
+                rooms = self._slots.rooms(wanted, self._tiers.tiers)
+                pick, messages = self._tiers.receive(rooms)
                 if pick is None:
-                    # Only watched tiers are open (the lowest cools) and none is believed
-                    # to have work: the watchers' polls take what comes. Until the cooled
-                    # tier opens, or a watcher's receive finds a backlog (bounded, so a
-                    # receive's estimate is looked at again within WATCH_PAUSE_S).
-                    if self._cooling.remaining_s() is None:
-                        self._stopping.wait(WATCH_PAUSE_S)
-                    else:
-                        self._cooling.wait(timeout_s=WATCH_PAUSE_S)
+                    # Only watched tiers have room and none is believed to have work: the
+                    # watchers' polls take what comes (looked at again within
+                    # WATCH_PAUSE_S, when a watcher's receive may have found a backlog).
+                    self._stopping.wait(WATCH_PAUSE_S)
                     continue
                 try:
                     # A starvation turn's message must reach a slot here: it stays.
-                    self._received(messages, pick.tier, starving=pick.overdue,
-                                   pass_on="never" if pick.overdue else "if_surplus")  # fmt: skip
+                    flood = self._received(messages, pick.tier, starving=pick.overdue,
+                                           pass_on="never" if pick.overdue else "if_surplus")  # fmt: skip
                 finally:
                     if pick.overdue:
                         self._tiers.turn_taken()
@@ -132,9 +128,6 @@ class Receiving:
                 if not self._tiers.may_watch(tier):
                     # Another tier's starvation turn: its message must reach a slot first.
                     self._stopping.wait(WATCH_PAUSE_S)
-                    continue
-                if not self._cooling.open({tier: asked})[tier]:
-                    self._cooling.wait(timeout_s=0.5)
                     continue
                 self._received(self._tiers.watch(tier, asked), tier, starving=False,
                                pass_on="if_full" if reserved == 0 else "never")  # fmt: skip

@@ -22,8 +22,8 @@ them: what arrives there is for the watchers, which ask for free slots only. The
 receiver asks for its prefetch too, and a message its long poll caught on a busy worker
 would wait there for a hand-over while another worker's watcher, with a free slot, was
 waiting for it (docs/scheduling.md). So a watched tier's known backlog is a short poll
-(what already waits), and when only watched tiers are open (the lowest cools) and none
-is believed to have work, there is nothing to pick.
+(what already waits), and when only watched tiers have room and none is believed to
+have work, there is nothing to pick.
 
 Modes:
 - ``strict``: the highest tier that has (or may have) work, always.

@@ -95,11 +95,8 @@ class TierReceiver:
         """The tiers with a long poll of their own (highest first)."""
         return tuple(t for t in self.tiers if t in self.scheduler.watched)
 
-    def receive(
-        self, rooms: Mapping[str, int], *, max_wait_s: int | None = None
-    ) -> tuple[Pick | None, list[dict[str, Any]]]:
+    def receive(self, rooms: Mapping[str, int]) -> tuple[Pick | None, list[dict[str, Any]]]:
         """One receive from the tier the scheduler picks; (None, []) if none has room.
-        `max_wait_s` caps its long poll (a tier closed for a while opens again then).
 
         After a pick that is a starvation turn (`Pick.overdue`) the watchers wait until
         the caller has placed what it brought and called `turn_taken`."""
@@ -111,8 +108,7 @@ class TierReceiver:
         if pick is None:
             return None, []
         try:
-            wait_s = pick.wait_s if max_wait_s is None else min(pick.wait_s, max_wait_s)
-            messages = self._receive(pick.tier, self._asked(pick, rooms), wait_s)
+            messages = self._receive(pick.tier, self._asked(pick, rooms), pick.wait_s)
         except Exception:
             self.turn_taken()
             raise

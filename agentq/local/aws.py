@@ -239,10 +239,11 @@ def provision(
             EventPattern=json.dumps(rule.pattern(names.app_name)),
             Description=rule.description,
         )
+        target: dict[str, Any] = {"Id": rule.target, "Arn": target_arn}
+        if rule.message_group_path:
+            target["SqsParameters"] = {"MessageGroupId": rule.message_group_path}
         events.put_targets(
-            Rule=f"{names.prefix}-{rule.name}",
-            EventBusName=names.event_bus,
-            Targets=[{"Id": rule.target, "Arn": target_arn}],
+            Rule=f"{names.prefix}-{rule.name}", EventBusName=names.event_bus, Targets=[target]
         )
 
     bucket = names.local_bucket

@@ -122,6 +122,7 @@ class InfrastructureStack(cdk.Stack):
                             dead_letter_queue=self.rule_dead_letters,
                             retry_attempts=185,
                             max_event_age=Duration.hours(24),
+                            message_group_id=rule.message_group_path,
                         )
                     ],
                 )

@@ -233,7 +233,7 @@ def test_a_refresh_asks_only_the_unwatched_tiers_that_no_receive_renewed() -> No
     assert scheduler("weighted").stale(0.0, 10.0) == list(TIERS)
 
 
-# -- starvation turns, and a cooling lowest tier ------------------------------------------
+# -- starvation turns, and a lowest tier with no room---------------------------------------
 @given(mode=st.sampled_from(MODES), waited=st.floats(min_value=0, max_value=100))
 def test_only_weighted_mode_has_overdue_tiers_and_a_turn_ends_it(mode: str, waited: float) -> None:
     chooser = scheduler(mode, starvation_s=30.0, watched=WATCHED)
@@ -257,11 +257,11 @@ def test_only_weighted_mode_has_overdue_tiers_and_a_turn_ends_it(mode: str, wait
     mode=st.sampled_from(MODES),
     rooms=st.lists(st.integers(min_value=1, max_value=10), min_size=2, max_size=2),
 )
-def test_while_the_lowest_tier_cools_the_receiver_takes_only_a_known_watched_backlog(
+def test_with_no_room_on_the_lowest_tier_the_receiver_takes_only_a_known_watched_backlog(
     counts: list[int], mode: str, rooms: list[int]
 ) -> None:
-    """With the lowest tier cooling (worker.cooling), what the receiver could poll is
-    the watched tiers, whose arrivals are their watchers' (for free slots). So it picks
+    """With no room on the lowest tier, what the receiver could poll is the watched
+    tiers, whose arrivals are their watchers' (for free slots). So it picks
     one only for a backlog already known there, with a short poll; otherwise nothing."""
     chooser = scheduler(mode, watched=WATCHED, starvation_s=1e9)
     chooser.refreshed(dict(zip(TIERS, counts, strict=True)), now=0.0)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
-from _scheduler_tiers import TIERS
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -91,27 +89,6 @@ def test_the_watchers_wait_while_a_starvation_turn_is_being_received() -> None:
     assert not receiver.may_watch("high"), "until the turn's message is in the intake"
     receiver.turn_taken()
     assert receiver.may_watch("high")
-
-
-def test_a_capped_receive_never_long_polls_past_the_cap() -> None:
-    """While a tier cools (worker.cooling) the receiver may pick another; its long poll
-    must end by the time the cooled tier opens again, not after an idle 20 s."""
-    asked: list[int] = []
-
-    class Sqs:
-        def receive_message(self, **request: Any) -> dict[str, Any]:
-            asked.append(request["WaitTimeSeconds"])
-            return {}
-
-    settings_ = Settings(queue_url="https://q/normal",
-                         queue_urls="high=https://q/high,normal=https://q/normal,low=https://q/low")  # fmt: skip
-    receiver = TierReceiver(settings_, sqs=Sqs())
-    receiver.scheduler.refreshed(dict.fromkeys(TIERS, 0), now=time.monotonic())
-    rooms = {"high": 1, "normal": 0, "low": 1}  # normal cools
-    receiver.receive(rooms)
-    receiver.receive(rooms, max_wait_s=2)
-    assert asked[0] > 2, "uncapped, every open tier believed empty: a long idle poll"
-    assert asked[1] <= 2
 
 
 def test_a_starvation_turn_asks_for_a_message_per_slot_and_other_picks_for_their_room() -> None:

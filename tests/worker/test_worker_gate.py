@@ -11,7 +11,11 @@ from support import wait_for
 from worker_support import queue_counts, receive_all, send
 
 from agentq.config import Settings
+from agentq.envelope import TaskEnvelope
+from agentq.events import now_ms
 from agentq.local.workers import SAMPLE_DEFINITIONS
+from agentq.states import TaskState
+from agentq.store.tasks import TaskStore
 from agentq.store.tenants import TenantLimitStore
 from worker.app import build
 from worker.intake import Held
@@ -76,8 +80,7 @@ def test_a_message_of_a_tenant_parked_full_goes_straight_back_unlocked(
     inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its tenant's parked messages here take the next seat first: this one goes back to
-    the queue as a delayed fresh copy, without a lock, a slot or a buffer place, and
-    `_accept` says so (a receive of nothing else cools its tier)."""
+    the queue as a delayed fresh copy, without a lock, a slot or a buffer place."""
     monkeypatch.setenv("WARM_CHILDREN", "false")
     monkeypatch.setenv("SQS_BATCH_WINDOW", "0")
     monkeypatch.setenv("TENANT_CONCURRENCY_LIMIT", "2")
@@ -89,7 +92,7 @@ def test_a_message_of_a_tenant_parked_full_goes_straight_back_unlocked(
     send(inproc_stack, "sample-echo")
     [message] = receive_all(inproc_stack, 1)
     try:
-        assert consumer._accept(message, Settings.from_env().default_priority) is True
+        consumer._accept(message, Settings.from_env().default_priority)
         assert locks == [] and consumer.slots.buffered == 0 and consumer.slots.busy == 0
         assert consumer.verdicts == {"tenant_limit": 1}
         assert len(consumer._inflight) == 0
@@ -102,6 +105,51 @@ def test_a_message_of_a_tenant_parked_full_goes_straight_back_unlocked(
         # The received message deleted, a fresh copy waiting out the back-off.
         assert attributes == {"ApproximateNumberOfMessagesDelayed": "1",
                               "ApproximateNumberOfMessagesNotVisible": "0"}  # fmt: skip
+    finally:
+        consumer._limited.shutdown()
+        consumer._batcher.close()
+        consumer._events.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_task_not_yet_due_of_a_tenant_at_its_limit_waits_until_due_not_round(
+    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its not-before is checked before its tenant's seats: sent back at the tenant's
+    back-off (or parked), a delayed task went round every few seconds, each turn a
+    receive, a send and a delete, and took park places that due tasks could use. It is
+    re-delayed in place until due instead, with no seat asked for."""
+    monkeypatch.setenv("WARM_CHILDREN", "false")
+    monkeypatch.setenv("SQS_BATCH_WINDOW", "0")
+    monkeypatch.setenv("TENANT_CONCURRENCY_LIMIT", "2")
+    monkeypatch.setenv("TASK_DEFINITIONS_DIR", str(SAMPLE_DEFINITIONS))
+    consumer = build(Settings.from_env()).consumer
+    monkeypatch.setattr(consumer._limited.seats, "full", lambda tenant: True)  # parked full
+    envelope = TaskEnvelope(request_id="r-later", tenant="acme", definition="sample-echo",
+                            input={}, not_before_ms=now_ms() + 600_000)  # fmt: skip
+    inproc_stack.sqs.send_message(
+        QueueUrl=inproc_stack.resources.queue_url, MessageBody=envelope.to_body(),
+        MessageAttributes=envelope.message_attributes(),
+    )  # fmt: skip
+    [message] = receive_all(inproc_stack, 1)
+    try:
+        consumer._accept(message, Settings.from_env().default_priority)
+        wait_for(lambda: consumer.verdicts.get("not_ready") == 1, timeout=30,
+                 message=f"the task re-delayed until due ({consumer.verdicts})")  # fmt: skip
+        assert "tenant_limit" not in consumer.verdicts
+        assert consumer._batcher.flush()
+        attributes = inproc_stack.sqs.get_queue_attributes(
+            QueueUrl=inproc_stack.resources.queue_url,
+            AttributeNames=["ApproximateNumberOfMessagesDelayed",
+                            "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]  # fmt: skip
+        # The same message, invisible until due: no fresh copy after a back-off.
+        assert attributes == {"ApproximateNumberOfMessagesDelayed": "0",
+                              "ApproximateNumberOfMessagesNotVisible": "1"}  # fmt: skip
+        record = TaskStore(inproc_stack.dynamodb, inproc_stack.resources.table_name).get(
+            "acme", "r-later"
+        )
+        assert record is not None and record.state is TaskState.SCHEDULED
     finally:
         consumer._limited.shutdown()
         consumer._batcher.close()
@@ -132,7 +180,7 @@ def test_a_malformed_message_of_a_tenant_parked_full_is_rejected_not_sent_round(
     )  # fmt: skip
     [message] = receive_all(inproc_stack, 1)
     try:
-        assert consumer._accept(message, Settings.from_env().default_priority) is False
+        consumer._accept(message, Settings.from_env().default_priority)
         wait_for(lambda: consumer.verdicts.get("rejected") == 1, timeout=30,
                  message=f"the message rejected ({consumer.verdicts})")  # fmt: skip
         assert "tenant_limit" not in consumer.verdicts

@@ -3,8 +3,8 @@
 Timing every step of the tenant-limit benchmark's slow B and C tasks showed them caught
 by the *receive loop* of a worker whose slots were all busy (its long poll asks for the
 prefetch too) while the other worker's watcher, with free slots, waited for the same
-message; it then waited there for a hand-over. That loop long-polled a watched tier when
-the lowest tier cooled (a limited tenant parked full) and after any watcher's full batch.
+message; it then waited there for a hand-over. That loop long-polled a watched tier after
+any watcher's full batch.
 """
 
 from __future__ import annotations
@@ -18,13 +18,9 @@ from typing import Any
 
 import pytest
 from conftest import Stack
-from support import wait_for
 from worker_support import send
 
 from agentq.config import Settings
-from worker.cooling import TierCooling
-from worker.intake import Intake
-from worker.receiving import PassOn, Receiving
 from worker.tiers import TierReceiver
 
 
@@ -42,61 +38,6 @@ def receives_sent(stack: Stack, tiers: TierReceiver) -> Iterator[list[tuple[str,
         yield sent
     finally:
         stack.sqs.meta.events.unregister("provide-client-params.sqs.ReceiveMessage", record)
-
-
-class CountedCooling(TierCooling):
-    """The real cooling, counting the receive loop's waits on it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.receiver_waits = 0
-
-    def wait(self, timeout_s: float) -> None:
-        if threading.current_thread().name == "receiver":
-            self.receiver_waits += 1
-        super().wait(timeout_s)
-
-
-@pytest.mark.timeout(60)
-def test_while_the_lowest_tier_cools_only_the_watchers_poll_the_watched_tiers(
-    stack: Stack, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("WAIT_TIME_SECONDS", "1")  # the watchers' polls end soon after the stop
-    settings = Settings.from_env()
-    tiers = TierReceiver(settings, sqs=stack.sqs)
-    tiers.scheduler.refreshed(dict.fromkeys(tiers.tiers, 0), now=time.monotonic())
-    cooling = CountedCooling()
-    cooling.cool("low", 600.0)  # a limited tenant's flood, parked full here
-    accepted: list[tuple[str, str]] = []
-
-    def accept(message: dict[str, Any], tier: str, starving: bool, pass_on: PassOn) -> bool:
-        accepted.append((tier, threading.current_thread().name))
-        return False  # placed, not sent straight back
-
-    stopping = threading.Event()
-    receiving = Receiving(
-        slots=Intake(settings.max_concurrent, horizon_s=0.0), tiers=tiers, cooling=cooling,
-        cool=lambda tier: None, note_route=lambda handle, url: None,
-        accept=accept, stopping=stopping,
-    )  # fmt: skip
-    with receives_sent(stack, tiers) as polls:
-        receiving.start()
-        try:
-            send(stack, "sample-echo", {"text": "urgent"}, priority="high")
-            wait_for(lambda: accepted, timeout=20, message="the high task received")
-            assert accepted == [("high", "watch-high")], "a watcher's, for a free slot"
-            wait_for(lambda: cooling.receiver_waits >= 5, timeout=20,
-                     message="the receive loop waiting on the cooled tier")  # fmt: skip
-            assert not [p for p in polls if p[0] == "receiver"], (
-                "nothing to pick while only watched tiers are open and believed empty"
-            )
-            cooling.warm()  # a task of the parked tenant ended: the lowest tier opens
-            wait_for(lambda: ("receiver", "low") in {(p[0], p[1]) for p in polls}, timeout=20,
-                     message="the receive loop back on the lowest tier")  # fmt: skip
-            assert all(p[1] == "low" for p in polls if p[0] == "receiver")
-        finally:
-            stopping.set()
-            receiving.join(by=time.monotonic() + 10)
 
 
 @pytest.mark.timeout(60)
