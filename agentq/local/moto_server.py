@@ -26,7 +26,8 @@ It also takes the cost out of moto's hot spots, none of which changes what moto 
 Each patch's target is checked before anything is patched (agentq/local/moto_guards.py):
 a moto that moved one refuses to start, naming its version, rather than run unpatched
 or wrongly patched; tests/local/test_moto_guards.py shows each patch answers as moto does.
-With `--iam` it enforces IAM the way AWS does for agentq's calls (agentq.local.moto_iam).
+It enforces the AWS rules of agentq.local.rules. With `--iam` it enforces IAM the way
+AWS does for agentq's calls (agentq.local.moto_iam).
 
     python -m agentq.local.moto_server --host 127.0.0.1 --port 5000 [--iam]
 """
@@ -45,6 +46,8 @@ from typing import Any
 
 from agentq.local import moto_guards
 from agentq.local.moto_dynamodb import checked_dynamodb_patches
+from agentq.local.rules import _dynamodb as dynamodb_rules
+from agentq.local.rules import install_all as install_rules
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -60,7 +63,9 @@ class SerializedDynamoDB:
         if str(environ.get("HTTP_X_AMZ_TARGET", "")).startswith("DynamoDB"):
             with self._lock:
                 # Drain the body inside the lock: the write happens while it is produced.
-                return list(self._app(environ, start_response))
+                answer = list(self._app(environ, start_response))
+            dynamodb_rules.run_deferred()  # a transaction in flight ends here (agentq.local.rules)
+            return answer
         return self._app(environ, start_response)
 
 
@@ -145,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     speed_up_moto()
+    install_rules()
     if args.iam:
         from agentq.local.aws import LOCAL_CREDENTIALS
         from agentq.local.moto_iam import enforce_iam
