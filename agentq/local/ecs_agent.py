@@ -141,7 +141,7 @@ def _handler_for(agent: EcsAgentStandIn) -> type[BaseHTTPRequestHandler]:
             task_id, rest = parts[2], "/" + parts[3]
             body = self._body()
             if method == "POST" and rest == FAIL_PATH and isinstance(body, dict):
-                kind = "error" if body.get("kind") == "error" else "failure"
+                kind: FailureKind = "error" if body.get("kind") == "error" else "failure"
                 agent.fail_next(task_id, int(body.get("count", 1)), kind)
                 return self._reply(200, {})
             if rest != PROTECTION_PATH or method == "POST":

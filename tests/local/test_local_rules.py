@@ -13,13 +13,16 @@ from botocore.exceptions import ClientError
 from conftest import Stack
 from support import wait_for
 
+from agentq.config import Settings
+from agentq.envelope import TaskEnvelope
 from agentq.faults.config import parse_spec
 from agentq.faults.injector import FaultInjector, install
+from agentq.health import HealthChecker
 from agentq.local.aws import LocalResources, provision_on
 from agentq.local.moto_process import MotoServer
 from agentq.local.rules import dynamodb_index_lag, dynamodb_transaction_conflict
 from agentq.resources import ResourceNames
-from agentq.store import idempotent, transact
+from agentq.store import EventStore, TaskStore, idempotent, transact
 
 pytestmark = pytest.mark.timeout(120)
 HOLD_MS = 1_500
@@ -195,6 +198,44 @@ def test_an_index_shows_a_write_only_after_its_lag(
     assert len(_by_job(clients, table, job)) == 1, "a deleted item lingers in the index"
     wait_for(lambda: not _by_job(clients, table, job), timeout=30, interval=0.1,
              message="the delete reached the index")  # fmt: skip
+
+
+def test_the_health_check_judges_what_the_index_names_on_the_state_item(
+    slow_stack: tuple[dict[str, Any], LocalResources], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease renewed (or a task taken) a moment ago still looks lapsed (or waiting) in
+    the lagging status index: no alert for it."""
+    clients, resources = slow_stack
+    for key, value in resources.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PENDING_ALERT_AFTER", "0")
+    ddb, table = clients["dynamodb"], resources.table_name
+    tasks = TaskStore(ddb, table)
+    lapsing = TaskEnvelope(request_id=f"r-{uuid.uuid4().hex[:8]}", tenant="acme",
+                           definition="echo")  # fmt: skip
+    waiting = TaskEnvelope(request_id=f"r-{uuid.uuid4().hex[:8]}", tenant="acme",
+                           definition="echo")  # fmt: skip
+    tasks.create(lapsing)
+    tasks.create(waiting)
+    lease = tasks.acquire(lapsing, worker_id="w-slow", lease_seconds=0.05, max_attempts=5)
+    health = HealthChecker(tasks=tasks, events=EventStore(ddb, table, app_name="agentq"),
+                           sqs=clients["sqs"], settings=Settings.from_env())  # fmt: skip
+
+    def in_index(finding: tuple[str, str]) -> bool:
+        found = {(f.condition, f.subject) for f in health.check().findings}
+        return finding in found
+
+    wait_for(lambda: in_index(("stuck", lapsing.request_id)), timeout=30, interval=0.1,
+             message="the lapsed lease in the index")  # fmt: skip
+    wait_for(lambda: in_index(("starving", waiting.request_id)), timeout=30, interval=0.1,
+             message="the waiting task in the index")  # fmt: skip
+    tasks.renew(lease, lease_seconds=60)  # the heartbeat came, just in time
+    tasks.acquire(waiting, worker_id="w-fast", lease_seconds=60, max_attempts=5)
+
+    findings = {(f.condition, f.subject) for f in health.check().findings}
+
+    assert ("stuck", lapsing.request_id) not in findings
+    assert ("starving", waiting.request_id) not in findings
 
 
 # -- guards ------------------------------------------------------------------------------
