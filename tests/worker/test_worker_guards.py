@@ -10,8 +10,11 @@ from conftest import Stack
 from support import EventLog, wait_for
 from worker_support import queue_counts, running_worker, send, state, store
 
+from agentq.client import AgentqClient
 from agentq.events import now_ms
 from agentq.local.ecs_agent import EcsAgentStandIn
+from agentq.local.stack import LocalStack, LocalStackOptions
+from agentq.local.workers import SAMPLE_DEFINITIONS, fast_env
 from agentq.states import TaskState
 
 pytestmark = pytest.mark.timeout(120)
@@ -145,3 +148,18 @@ def test_worker_fails_a_task_whose_attempts_are_used_up(stack: Stack) -> None:
     assert not events.of(task.request_id, "Task Processing Started")
     record = state(stack, task)
     assert record is not None and record.state is TaskState.FAILED and record.attempt == 3
+
+
+def test_local_stack_workers_protect_themselves_on_its_ecs_agent(tmp_path: Path) -> None:
+    """`agentq local up` gives each worker an ECS_AGENT_URI on the stand-in."""
+    options = LocalStackOptions(stage="protect", workers=1, definitions_dirs=(SAMPLE_DEFINITIONS,),
+                                health_interval_s=0, worker_env=fast_env(), work_dir=tmp_path)  # fmt: skip
+    with LocalStack(options) as local:
+        agent = local.ecs_agent
+        assert agent is not None
+        client = AgentqClient.from_env()
+        record = client.submit("sample-sleep", {"seconds": 3})
+        wait_for(lambda: agent.protected("worker-1"), timeout=60, message="protected while busy")
+        done = client.wait(request_id=record.request_id, timeout_s=60, poll_s=0.2)
+        assert done.state is TaskState.COMPLETED
+        wait_for(lambda: not agent.protected("worker-1"), timeout=30, message="off when idle")
