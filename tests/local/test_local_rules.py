@@ -137,6 +137,12 @@ def test_a_write_to_an_item_in_a_transaction_in_flight_is_refused(
                     ExpressionAttributeValues={":t": {"N": "2"}})  # fmt: skip
 
 
+def _wait_out(conflicts: list[str], name: str, holder: threading.Thread) -> None:
+    """The back-off: noted, and as long as the transaction in flight lasts."""
+    conflicts.append(name)
+    holder.join(timeout=30)
+
+
 def test_agentq_writes_send_again_after_a_transaction_conflict(
     slow_stack: tuple[dict[str, Any], LocalResources],
 ) -> None:
@@ -151,7 +157,7 @@ def test_agentq_writes_send_again_after_a_transaction_conflict(
         lambda: ddb.update_item(TableName=table, Key=_key("held-2"),
                                 UpdateExpression="SET n = :t",
                                 ExpressionAttributeValues={":t": {"N": "2"}}),
-        sleep=lambda _s: (conflicts.append("single"), holder.join(timeout=30)),
+        sleep=lambda _s: _wait_out(conflicts, "single", holder),
     )  # fmt: skip
     assert written is not None and conflicts == ["single"]
 
@@ -159,7 +165,7 @@ def test_agentq_writes_send_again_after_a_transaction_conflict(
     check = {"ConditionCheck": {"TableName": table, "Key": _key("held-3"),
                                 "ConditionExpression": "attribute_exists(PK)"}}  # fmt: skip
     transact.write(ddb, [_create(table, "free-3"), check],
-                   sleep=lambda _s: (conflicts.append("transaction"), holder.join(timeout=30)))  # fmt: skip
+                   sleep=lambda _s: _wait_out(conflicts, "transaction", holder))  # fmt: skip
     assert conflicts == ["single", "transaction"]
     assert ddb.get_item(TableName=table, Key=_key("free-3"))["Item"]
 

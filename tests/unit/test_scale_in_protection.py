@@ -42,7 +42,7 @@ def test_the_agent_answer_is_read() -> None:
 
 
 def test_a_refused_change_is_retried_with_backoff_until_it_takes(agent: EcsAgentStandIn) -> None:
-    clock, retired = Clock(), []
+    clock, retired = Clock(), list[bool]()
     protection = _protection(agent, clock, retired)
     agent.fail_next("t1", 2, "error")
     protection.before_process(None)  # type: ignore[arg-type]
@@ -63,7 +63,7 @@ def test_a_refused_change_is_retried_with_backoff_until_it_takes(agent: EcsAgent
 def test_protection_held_past_its_maximum_retires_the_worker_once(
     agent: EcsAgentStandIn,
 ) -> None:
-    clock, retired = Clock(), []
+    clock, retired = Clock(), list[bool]()
     protection = _protection(agent, clock, retired)
     protection.before_process(None)  # type: ignore[arg-type]
     clock.now += 599
@@ -79,7 +79,7 @@ def test_protection_held_past_its_maximum_retires_the_worker_once(
 
 
 def test_a_break_in_protection_starts_the_count_again(agent: EcsAgentStandIn) -> None:
-    clock, retired = Clock(), []
+    clock, retired = Clock(), list[bool]()
     protection = _protection(agent, clock, retired)
     protection.before_process(None)  # type: ignore[arg-type]
     clock.now += 500
@@ -91,7 +91,7 @@ def test_a_break_in_protection_starts_the_count_again(agent: EcsAgentStandIn) ->
 
 
 def test_protection_is_renewed_at_half_its_expiry(agent: EcsAgentStandIn) -> None:
-    clock, retired = Clock(), []
+    clock, retired = Clock(), list[bool]()
     protection = _protection(agent, clock, retired)
     protection.before_process(None)  # type: ignore[arg-type]
     clock.now += 30 * 60 + 1
