@@ -175,6 +175,13 @@ class Receiving(BaseSettings):
         ge=0,
         le=DAY_MS,
     )
+    protection_max_ms: Int = var(
+        "PROTECTION_MAX_AGE", 3_600_000,
+        "With ECS_AGENT_URI: how long (ms) scale-in protection may stay on without a "
+        "break before the worker retires (starts nothing new, lets its running tasks "
+        "finish, exits), so a deploy or scale-in waits at most this plus the longest task.",
+        "worker", ge=1_000, le=DAY_MS,
+    )  # fmt: skip
     worker_id: str | None = var(
         "WORKER_ID", None, "Worker identity in leases and events (default host:pid).", "worker",
         **NAME,

@@ -10,6 +10,11 @@ Every finding comes from the status index (`TaskStore.tasks_by_status`), never a
   events, through the byType index). A repair is a healthy outcome of an unhealthy
   event (a lost message, a missed dispatch), so any repair at all is worth a look.
 
+The index is eventually consistent (a write reaches it a moment later): each candidate
+it names is read again from its STATE item, strongly consistent, and judged on that,
+so a lease renewed or a task finished a moment ago raises nothing. Only candidates are
+read, so a healthy fleet costs no extra reads.
+
 `AlertLedger` deduplicates: a finding alerts once per (subject, condition, version),
 where the version changes when the situation changes (a new lease, attempt or depth).
 The marker is a conditional put, so two overlapping runs alert once.
@@ -160,8 +165,13 @@ class HealthChecker:
     # -- task conditions -----------------------------------------------------------
     def _stuck(self, processing: list[TaskRecord], now: int) -> list[Finding]:
         result = []
-        for record in processing:
-            if record.effective_until_ms is None or record.effective_until_ms >= now:
+        for candidate in processing:
+            if candidate.effective_until_ms is None or candidate.effective_until_ms >= now:
+                continue
+            record = self._current(candidate)
+            if record is None or record.effective_until_ms is None:
+                continue
+            if record.effective_until_ms >= now:
                 continue
             expired_at = record.effective_until_ms
             beat = record.raw.get("lastHeartbeatAt")
@@ -182,9 +192,12 @@ class HealthChecker:
     def _overtime(self, processing: list[TaskRecord], now: int) -> list[Finding]:
         grace_ms = self._settings.overtime_grace_s * 1000
         result = []
-        for record in processing:
-            deadline = record.raw.get("deadlineAt")
+        for candidate in processing:
+            deadline = candidate.raw.get("deadlineAt")
             if not isinstance(deadline, int) or deadline + grace_ms >= now:
+                continue
+            record = self._current(candidate)
+            if record is None or record.raw.get("deadlineAt") != deadline:
                 continue
             started = record.raw.get("startedAt")
             result.append(
@@ -207,8 +220,12 @@ class HealthChecker:
         for state in (TaskState.PENDING, TaskState.SCHEDULED, TaskState.RETRYING):
             # Due time is creation (PENDING), notBefore (SCHEDULED: not starving before
             # its time) or the retry time (RETRYING).
-            for record in self._tasks.tasks_by_status(state, due_before_ms=threshold):
-                since = _due_ms(record) or record.updated_at_ms or now
+            for candidate in self._tasks.tasks_by_status(state, due_before_ms=threshold):
+                record = self._current(candidate)
+                due = _due_ms(record) if record is not None else None
+                if record is None or (due is not None and due >= threshold):
+                    continue  # taken, or due again later, since the index saw it
+                since = due or record.updated_at_ms or now
                 result.append(
                     self._finding(
                         record,
@@ -219,6 +236,11 @@ class HealthChecker:
                     )
                 )
         return result
+
+    def _current(self, candidate: TaskRecord) -> TaskRecord | None:
+        """The candidate as its STATE item says now, None if it left the index's state."""
+        record = self._tasks.get(candidate.tenant, candidate.request_id)
+        return record if record is not None and record.state is candidate.state else None
 
     def _finding(
         self, record: TaskRecord, condition: Condition, *, age_s: float, version: str, summary: str

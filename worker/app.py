@@ -139,7 +139,11 @@ def build(settings: Settings, *, clients: AwsClients | None = None) -> Worker:
     )
     ticks = [metrics.tick, roster.tick]
     if settings.ecs_agent_uri:
-        protection = ScaleInProtection(settings.ecs_agent_uri)
+        protection = ScaleInProtection(
+            settings.ecs_agent_uri,
+            max_protected_s=settings.protection_max_ms / 1000,
+            on_retire=lambda: busy[0].retire() if busy else None,
+        )
         middleware.append(protection)
         ticks.append(protection.refresh)
     events = EventBatcher(publisher, delay_s=settings.event_batch_window_ms / 1000)

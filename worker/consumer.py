@@ -89,6 +89,7 @@ class Consumer:
         self._preparer = ThreadPoolExecutor(2, thread_name_prefix="prepare")
         self._stopping = threading.Event()
         self._signals = 0
+        self._retiring = False
         self._signalled = threading.Event()
         self._receiving = Receiving(
             slots=self.slots, tiers=self.tiers, note_route=batcher.routes.note,
@@ -133,6 +134,22 @@ class Consumer:
         self._stopping.set()
         self._signalled.set()
 
+    def retire(self) -> None:
+        """Drain for a fresh worker (scale-in protection held for its maximum): nothing
+        new starts and running tasks finish however long they run; a signal brings back
+        the drain's deadline."""
+        self._retiring = True
+        self.stop()
+
+    def _wait_retiring(self, deadline: float) -> float:
+        while not self.slots.wait_idle(1.0):
+            if self._signals:
+                return time.monotonic() + self._settings.drain_timeout_ms / 1000
+            for tick in self._on_tick:  # protection is renewed while tasks still run
+                with contextlib.suppress(Exception):
+                    tick()
+        return deadline
+
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
         if self._signals > 1:
@@ -160,6 +177,8 @@ class Consumer:
         self._receiving.join(by=time.monotonic() + self._settings.wait_time_seconds + 10)
         self._give_back(self.slots.drop_buffered(), deadline=deadline)
         code = ExitCode.OK
+        if self._retiring:
+            deadline = self._wait_retiring(deadline)
         if not self.slots.wait_idle(max(0.0, deadline - time.monotonic())):
             code = ExitCode.DRAIN_TIMEOUT
             running = self._inflight.snapshot()

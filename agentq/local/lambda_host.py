@@ -8,7 +8,8 @@ schedule. The host stands in for the Lambda service:
   message body is the EventBridge envelope; the handler gets the envelope, one event
   per invocation, as for an EventBridge rule target;
 - one thread on the DLQ calling the dlq-processor with the Lambda SQS event shape
-  (lower-camel records, `eventSourceARN`), honouring `batchItemFailures`;
+  (lower-camel records, `eventSourceARN`), honouring `batchItemFailures` as an event
+  source mapping with `ReportBatchItemFailures` does (`batch_failures`);
 - a timer calling the health check every HEALTH_CHECK_INTERVAL seconds (0 = off);
 - a timer calling the reconciler every RECONCILE_INTERVAL seconds (0 = off).
 
@@ -315,8 +316,12 @@ class LambdaHost:
         except Exception:
             self._retry_later(poller, messages)
             return
-        failed = {item["itemIdentifier"]
-                  for item in (response or {}).get("batchItemFailures", [])}  # fmt: skip
+        failed = batch_failures(response, [str(m["MessageId"]) for m in messages])
+        if failed is None:
+            logger.error("lambda host: %s returned an invalid batch response; batch retried",
+                         poller.name)  # fmt: skip
+            self._retry_later(poller, messages)
+            return
         self._delete(poller, [m for m in messages if m["MessageId"] not in failed])
         self._retry_later(poller, [m for m in messages if m["MessageId"] in failed])
 
@@ -357,6 +362,31 @@ class LambdaHost:
             # A failure is logged by _invoke; the next tick tries again.
             with contextlib.suppress(Exception):
                 run()
+
+
+def batch_failures(response: Any, message_ids: Sequence[str]) -> set[str] | None:
+    """The message ids a partial batch response fails, None when it fails the whole batch.
+
+    As Lambda judges it: a null or empty response or `batchItemFailures` is complete
+    success; a response that is not an object, an identifier that is null, empty, under
+    another key or not a message of the batch fails every record.
+    """
+    if response is None:
+        return set()
+    if not isinstance(response, Mapping):
+        return None
+    items = response.get("batchItemFailures")
+    if items is None:
+        return set()
+    if not isinstance(items, list):
+        return None
+    failed: set[str] = set()
+    for item in items:
+        identifier = item.get("itemIdentifier") if isinstance(item, Mapping) else None
+        if not isinstance(identifier, str) or identifier not in message_ids:
+            return None
+        failed.add(identifier)
+    return failed
 
 
 def _arn(resources: LocalResources, url: str) -> str:

@@ -46,6 +46,7 @@ from typing import Any
 
 from agentq.local import moto_guards
 from agentq.local.moto_dynamodb import checked_dynamodb_patches
+from agentq.local.rules import _dynamodb as dynamodb_rules
 from agentq.local.rules import install_all as install_aws_rules
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -62,7 +63,9 @@ class SerializedDynamoDB:
         if str(environ.get("HTTP_X_AMZ_TARGET", "")).startswith("DynamoDB"):
             with self._lock:
                 # Drain the body inside the lock: the write happens while it is produced.
-                return list(self._app(environ, start_response))
+                answer = list(self._app(environ, start_response))
+            dynamodb_rules.run_deferred()  # a transaction in flight ends here (agentq.local.rules)
+            return answer
         return self._app(environ, start_response)
 
 

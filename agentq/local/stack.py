@@ -70,6 +70,7 @@ class LocalStack:
         self.resources: LocalResources | None = None
         self.model_server: Any = None
         self.lambda_host: Any = None
+        self.ecs_agent: Any = None  # agentq.local.ecs_agent: each worker's ECS_AGENT_URI
         self.workers: list[Any] = []
         self._clients: dict[str, Any] | None = None
         self._own_work_dir = self.options.work_dir is None
@@ -94,6 +95,9 @@ class LocalStack:
             self._start_model()
             self._apply_environment()
             self._start_lambda_host()
+            from agentq.local.ecs_agent import EcsAgentStandIn
+
+            self.ecs_agent = EcsAgentStandIn().start()
             for index in range(self.options.workers):
                 self.add_worker(f"worker-{index + 1}")
         except BaseException:
@@ -169,7 +173,8 @@ class LocalStack:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         worker = WorkerProcess(name, log_dir=self.log_dir)
         own = self.credentials["worker"].env() if self.iam else {}
-        worker.start({**self.env(), "WORKER_ID": name, **own, **extra_env})
+        agent = {"ECS_AGENT_URI": self.ecs_agent.uri_for(name)} if self.ecs_agent else {}
+        worker.start({**self.env(), "WORKER_ID": name, **agent, **own, **extra_env})
         self.workers.append(worker)
         return worker
 
@@ -192,6 +197,9 @@ class LocalStack:
             with contextlib.suppress(Exception):
                 self.lambda_host.stop()
             self.lambda_host = None
+        if self.ecs_agent is not None:
+            self.ecs_agent.stop()
+            self.ecs_agent = None
         if self.model_server is not None:
             with contextlib.suppress(Exception):
                 self.model_server.stop()

@@ -7,15 +7,18 @@ caller; `TransactionConflict` (another transaction held the item for a moment) i
 again with jittered backoff, like `TransactionConflictException` on a single write.
 
 A transaction whose answer was lost is retried by botocore with the same
-`ClientRequestToken` (botocore fills it in once per call): DynamoDB answers such a retry
-within 10 minutes with success and applies nothing again. moto ignores the token, so the
-callers also recognise their own applied write by its mark, as single writes do.
+`ClientRequestToken` (set here once per send; botocore's retries of that send reuse
+it): DynamoDB answers such a retry within 10 minutes with success and applies nothing
+again, and so does the local stack (agentq.local.rules.dynamodb_idempotency). A send
+after a conflict gets a fresh token: the conflicted one applied nothing. The callers
+also recognise their own applied write by its mark, as single writes do.
 """
 
 from __future__ import annotations
 
 import random
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -50,7 +53,7 @@ def write(
     """Send one transaction, again after a conflict; a failed condition is raised."""
     for attempt in range(attempts):
         try:
-            ddb.transact_write_items(TransactItems=items)
+            ddb.transact_write_items(TransactItems=items, ClientRequestToken=uuid.uuid4().hex)
             return
         except ClientError as error:
             found = reasons(error)

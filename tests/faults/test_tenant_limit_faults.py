@@ -117,8 +117,9 @@ def test_a_seated_end_applied_then_retried_settles_once_and_frees_the_seat(
                           tenant_limit=1)  # fmt: skip
     returned = ending(lease, TaskState.COMPLETED, fields={"result": {"key": "k"}})
     assert attempts.counts["TransactWriteItems"] == 2  # applied, then botocore's retry
-    # The retry's refusal carries the stored item (its own mark): nothing to read.
-    assert attempts.counts["GetItem"] == 0
+    # The retry carries the first try's ClientRequestToken: answered with success and
+    # not applied again, as DynamoDB does, so the ending reads what it always reads.
+    assert attempts.counts["GetItem"] == reads
     record = clean.require(envelope.tenant, envelope.request_id)
     assert record.state is TaskState.COMPLETED and record.raw["result"] == {"key": "k"}
     if end == "finalize":
@@ -128,7 +129,7 @@ def test_a_seated_end_applied_then_retried_settles_once_and_frees_the_seat(
     lease = clean.acquire(_envelope(), worker_id="w1", lease_seconds=30, max_attempts=3,
                           tenant_limit=1)  # fmt: skip
     ending(lease, TaskState.FAILED)
-    assert (attempts.counts["TransactWriteItems"], attempts.counts["GetItem"]) == (3, reads)
+    assert (attempts.counts["TransactWriteItems"], attempts.counts["GetItem"]) == (3, 2 * reads)
 
 
 def test_a_seated_finalize_meeting_a_conflict_keeps_the_outcome(stack: Stack) -> None:

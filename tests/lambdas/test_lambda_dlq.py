@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
@@ -114,7 +115,9 @@ def test_a_finished_task_whose_event_was_lost_gets_it_from_the_dead_letter(
     assert not events.of(envelope.request_id, "Task Failed")
 
 
-def test_a_live_lease_is_left_to_its_holder_until_it_lapses(stack: Stack) -> None:
+def test_a_live_lease_is_left_to_its_holder_until_it_lapses(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The holder may die before it settles the task (a prefetched lock, a kill): the
     record is failed so SQS brings it back, and once the lease lapsed it is closed out."""
     envelope = _envelope("r-dlq-live")
@@ -125,10 +128,15 @@ def test_a_live_lease_is_left_to_its_holder_until_it_lapses(stack: Stack) -> Non
     lease = _tasks(stack).acquire(envelope, worker_id="w-live", lease_seconds=30, max_attempts=1)
     event = _dlq_event(stack)
 
-    # Every record of the batch failed: Powertools fails the invocation, so SQS retries
-    # the batch (with other records beside it, only this one would be reported).
-    with pytest.raises(BatchProcessingError, match="All records failed"):
-        dlq_processor.handler(event, local_context("dlq"))
+    # A wait is a per-record retry, not an error of the function, even when it is the
+    # whole batch: its Errors alarm must not fire on a normal wait.
+    (record,) = event["Records"]
+    assert dlq_processor.handler(event, local_context("dlq")) == {
+        "batchItemFailures": [{"itemIdentifier": record["messageId"]}]
+    }
+    waits = [m for m in _metric_lines(capsys.readouterr().out) if dlq_processor.WAIT_METRIC in m]
+    (waited,) = waits[0][dlq_processor.WAIT_METRIC]  # EMF lists a metric's values
+    assert len(waits) == 1 and waited >= 0
 
     assert _tasks(stack).require("acme", "r-dlq-live").state is TaskState.PROCESSING
     (archived,) = DlqArchive(stack.s3, stack.resources.bucket).list()
@@ -138,6 +146,32 @@ def test_a_live_lease_is_left_to_its_holder_until_it_lapses(stack: Stack) -> Non
     wait_for(lambda: now_ms() > lease.effective_until_ms, timeout=10, message="lease lapse")
     assert dlq_processor.handler(event, local_context("dlq")) == {"batchItemFailures": []}
     assert _tasks(stack).require("acme", "r-dlq-live").state is TaskState.FAILED
+
+
+def _metric_lines(out: str) -> list[dict[str, Any]]:
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return [line for line in lines if "_aws" in line]
+
+
+def test_a_batch_of_waits_and_real_failures_fails_the_invocation(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Waits do not hide a real failure: with no record done, the function errs."""
+    held = _envelope("r-dlq-held")
+    _dead_letter(stack, held, crash=False)
+    _tasks(stack).acquire(held, worker_id="w-live", lease_seconds=60, max_attempts=1)
+    event = _dlq_event(stack)
+    assert dlq_processor.handler(event, local_context("dlq"))["batchItemFailures"]
+    monkeypatch.setenv("S3_BUCKET", "no-such-bucket")  # archiving now fails for real
+
+    with pytest.raises(BatchProcessingError):
+        dlq_processor.handler(event, local_context("dlq"))
+
+
+def test_waited_seconds_reads_the_first_send_time() -> None:
+    record = {"attributes": {"SentTimestamp": "1000000"}}
+    assert dlq_processor.waited_seconds(record, now_s=1060.5) == 60.5
+    assert dlq_processor.waited_seconds({"attributes": {}}, now_s=1.0) == 0.0
 
 
 def test_malformed_dead_letter_is_archived_and_not_retried(stack: Stack) -> None:

@@ -7,13 +7,15 @@ import threading
 
 import pytest
 from conftest import Stack
+from dlq_support import dead_letter, envelope_of, tasks_of
 from support import wait_for
 
 from agentq.config import Settings
 from agentq.errors import ConfigError
 from agentq.events import task_event
-from agentq.local.lambda_host import LambdaHost
+from agentq.local.lambda_host import LambdaHost, batch_failures
 from agentq.publisher import EventPublisher
+from agentq.states import TaskState
 from agentq.store import EventStore
 
 pytestmark = pytest.mark.timeout(120)
@@ -63,3 +65,39 @@ def test_the_host_refuses_an_environment_pointing_elsewhere(
     monkeypatch.setenv("DYNAMODB_EVENTS_TABLE_NAME", "some-other-table")
     with pytest.raises(ConfigError, match="DYNAMODB_EVENTS_TABLE_NAME"):
         LambdaHost(stack.resources, Settings.from_env(), sqs=stack.sqs).start()
+
+
+@pytest.mark.parametrize(
+    ("response", "failed"),
+    [
+        (None, set()),
+        ({}, set()),
+        ({"batchItemFailures": []}, set()),
+        ({"batchItemFailures": None}, set()),
+        ({"batchItemFailures": [{"itemIdentifier": "m-2"}]}, {"m-2"}),
+        ({"batchItemFailures": [{"itemIdentifier": "m-9"}]}, None),  # not of this batch
+        ({"batchItemFailures": [{"itemIdentifier": ""}]}, None),
+        ({"batchItemFailures": [{"itemIdentifier": None}]}, None),
+        ({"batchItemFailures": [{"id": "m-1"}]}, None),  # a bad key name
+        ("not an object", None),
+    ],
+)
+def test_a_partial_batch_response_is_judged_as_lambda_judges_it(
+    response: object, failed: set[str] | None
+) -> None:
+    assert batch_failures(response, ["m-1", "m-2"]) == failed
+
+
+def test_a_dead_letter_waiting_on_a_live_lease_is_no_function_error(stack: Stack) -> None:
+    """The waiting record comes back for another look; the invocation did not fail."""
+    envelope = envelope_of("r-host-held")
+    dead_letter(stack, envelope, crash=False)
+    tasks_of(stack).acquire(envelope, worker_id="w-live", lease_seconds=120, max_attempts=1)
+
+    with LambdaHost(stack.resources, Settings.from_env(), sqs=stack.sqs, health_interval_s=0,
+                    only="dlq-processor") as host:  # fmt: skip
+        wait_for(lambda: host.invocations["dlq-processor"] >= 2, timeout=60,
+                 message="the waiting record looked at again")  # fmt: skip
+
+    assert host.errors["dlq-processor"] == 0
+    assert tasks_of(stack).require("acme", "r-host-held").state is TaskState.PROCESSING

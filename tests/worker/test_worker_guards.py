@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import Stack
 from support import EventLog, wait_for
 from worker_support import queue_counts, running_worker, send, state, store
 
+from agentq.client import AgentqClient
 from agentq.events import now_ms
+from agentq.local.ecs_agent import EcsAgentStandIn
+from agentq.local.stack import LocalStack, LocalStackOptions
+from agentq.local.workers import SAMPLE_DEFINITIONS, fast_env
 from agentq.states import TaskState
 
 pytestmark = pytest.mark.timeout(120)
@@ -67,49 +67,66 @@ def test_worker_ends_a_task_received_more_often_than_allowed(stack: Stack) -> No
     assert record is not None and record.state is TaskState.FAILED
 
 
-class _Agent(BaseHTTPRequestHandler):
-    calls: list[dict[str, Any]]
-
-    def do_PUT(self) -> None:
-        length = int(self.headers.get("Content-Length", 0))
-        self.calls.append({"path": self.path, "body": json.loads(self.rfile.read(length))})
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(b'{"protection": {}}')
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
-def ecs_agent() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    calls: list[dict[str, Any]] = []
-    handler = type("Agent", (_Agent,), {"calls": calls})
-    server = HTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", calls
-    finally:
-        server.shutdown()
-        server.server_close()
+def ecs_agent() -> Iterator[EcsAgentStandIn]:
+    with EcsAgentStandIn() as agent:
+        yield agent
 
 
-def test_worker_protects_its_ecs_task_while_busy(
-    stack: Stack, ecs_agent: tuple[str, list[dict[str, Any]]]
-) -> None:
-    uri, calls = ecs_agent
+def test_worker_protects_its_ecs_task_while_busy(stack: Stack, ecs_agent: EcsAgentStandIn) -> None:
     events = EventLog(stack)
-    with running_worker(stack, ECS_AGENT_URI=uri) as worker:
+    with running_worker(stack, ECS_AGENT_URI=ecs_agent.uri_for("w1")) as worker:
         task = send(stack, "sample-sleep", {"seconds": 1})
         events.wait(task.request_id, "Task Completed")
-        wait_for(lambda: len(calls) >= 2, message="protection on and off")
+        wait_for(lambda: len(ecs_agent.puts("w1")) >= 2, message="protection on and off")
         worker.stop()
-    assert [c["path"] for c in calls] == ["/task-protection/v1/state"] * 2
-    assert calls[0]["body"]["ProtectionEnabled"] is True
-    assert calls[0]["body"]["ExpiresInMinutes"] > 0
-    assert calls[1]["body"] == {"ProtectionEnabled": False}
+    calls = ecs_agent.puts("w1")
+    assert calls[0]["ProtectionEnabled"] is True
+    assert calls[0]["ExpiresInMinutes"] > 0
+    assert calls[1] == {"ProtectionEnabled": False}
+    assert not ecs_agent.protected("w1")
+
+
+def test_worker_retries_a_protection_change_the_agent_refused(
+    stack: Stack, ecs_agent: EcsAgentStandIn
+) -> None:
+    """The agent's `failure` reply is read: the change is tried again until it takes."""
+    events = EventLog(stack)
+    ecs_agent.fail_next("w1", 2, "failure")
+    with running_worker(stack, ECS_AGENT_URI=ecs_agent.uri_for("w1")) as worker:
+        task = send(stack, "sample-sleep", {"seconds": 6})
+        events.wait(task.request_id, "Task Processing Started")
+        wait_for(lambda: ecs_agent.protected("w1"), timeout=20, message="protection took")
+        events.wait(task.request_id, "Task Completed")
+        wait_for(lambda: not ecs_agent.protected("w1"), message="protection off when idle")
+        worker.stop()
+    enabling = [c for c in ecs_agent.puts("w1") if c["ProtectionEnabled"]]
+    assert len(enabling) >= 3, "two refusals, then the change that took"
+    refusals = [
+        r for r in worker.log_records() if "protection update refused" in str(r.get("message"))
+    ]
+    assert len(refusals) == 1, "one warning per outage, not one per retry"
+    assert "TASK_NOT_VALID" in refusals[0]["detail"]
+
+
+def test_a_worker_protected_past_its_maximum_retires_without_killing_its_task(
+    stack: Stack, ecs_agent: EcsAgentStandIn
+) -> None:
+    """Under steady load protection would never drop and a deploy would wait forever:
+    past PROTECTION_MAX_AGE the worker starts nothing new, finishes what runs, exits."""
+    events = EventLog(stack)
+    with running_worker(
+        stack, ECS_AGENT_URI=ecs_agent.uri_for("w1"), PROTECTION_MAX_AGE="2000"
+    ) as worker:
+        task = send(stack, "sample-sleep", {"seconds": 6})
+        events.wait(task.request_id, "Task Processing Started")
+        worker.wait_for_output("retiring", timeout=30)
+        later = send(stack, "sample-echo")
+        assert worker.wait(timeout=60) == 0
+    assert events.of(task.request_id, "Task Completed"), "the running task finished"
+    assert not events.of(later.request_id, "Task Processing Started")
+    assert not ecs_agent.protected("w1"), "protection dropped before the worker left"
+    assert sum(queue_counts(stack)) == 1, "the later task waits for another worker"
 
 
 def test_worker_fails_a_task_whose_attempts_are_used_up(stack: Stack) -> None:
@@ -131,3 +148,18 @@ def test_worker_fails_a_task_whose_attempts_are_used_up(stack: Stack) -> None:
     assert not events.of(task.request_id, "Task Processing Started")
     record = state(stack, task)
     assert record is not None and record.state is TaskState.FAILED and record.attempt == 3
+
+
+def test_local_stack_workers_protect_themselves_on_its_ecs_agent(tmp_path: Path) -> None:
+    """`agentq local up` gives each worker an ECS_AGENT_URI on the stand-in."""
+    options = LocalStackOptions(stage="protect", workers=1, definitions_dirs=(SAMPLE_DEFINITIONS,),
+                                health_interval_s=0, worker_env=fast_env(), work_dir=tmp_path)  # fmt: skip
+    with LocalStack(options) as local:
+        agent = local.ecs_agent
+        assert agent is not None
+        client = AgentqClient.from_env()
+        record = client.submit("sample-sleep", {"seconds": 3})
+        wait_for(lambda: agent.protected("worker-1"), timeout=60, message="protected while busy")
+        done = client.wait(request_id=record.request_id, timeout_s=60, poll_s=0.2)
+        assert done.state is TaskState.COMPLETED
+        wait_for(lambda: not agent.protected("worker-1"), timeout=30, message="off when idle")

@@ -4,7 +4,8 @@ Every module here names one AWS rule moto does not keep and has an `install()` t
 applies it inside the moto server process (guarded: a moto whose internals moved is
 refused with `IncompatibleDependency`). The moto server launcher calls `install_all()`
 once at start, so `make test`, `agentq local up` and the chaos bench all run under them
-(docs/aws-fidelity.md lists each with its test).
+(docs/aws-fidelity.md lists each with its test). `_dynamodb` holds what the DynamoDB
+rules share.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ RULES: Final[tuple[str, ...]] = (
     "sqs_message_attributes",
     "fair_queues",
     "eventbridge_sqs_groups",
+    "dynamodb_idempotency",
+    "dynamodb_transaction_conflict",
+    "dynamodb_index_lag",
 )
 
 
