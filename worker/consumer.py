@@ -74,7 +74,9 @@ class Consumer:
         self._events = events
         self._inflight = inflight
         self._on_tick = list(on_tick)
-        self._limited = LimitedTenants(settings, batcher, well_formed=handler.well_formed)
+        self._limited = LimitedTenants(
+            settings, batcher, well_formed=handler.well_formed, waiting=handler.waiting
+        )
         self.slots = Intake(
             settings.max_concurrent,
             parked=lambda: self._limited.seats.parked,

@@ -75,6 +75,7 @@ class MessageHandler:
         self._outbox = Outbox(publisher=publisher, store=store, batcher=batcher,
                               worker_id=worker_id)  # fmt: skip
         refusals = Refusals(settings=settings, store=store, batcher=batcher, outbox=self._outbox)
+        self._refusals = refusals
         self._preparer = Preparer(
             settings=settings, store=store, batcher=batcher, registry=registry,
             inflight=inflight, worker_id=worker_id, refusals=refusals,
@@ -129,6 +130,11 @@ class MessageHandler:
         """Its tenant, if that has a concurrency limit: it is locked before it takes a
         slot (worker.intake)."""
         return self._preparer.limited_tenant(message)
+
+    def waiting(self, message: Mapping[str, Any]) -> None:
+        """`message` goes back to its queue unlocked, its tenant at its limit: its task
+        is marked waiting (agentq.store.waiting)."""
+        self._refusals.waiting(message)
 
     def well_formed(self, message: Mapping[str, Any]) -> bool:
         """Whether `message` is a task of a definition this worker knows (no request)."""

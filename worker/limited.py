@@ -35,9 +35,11 @@ class LimitedTenants:
         batcher: SqsBatcher,
         *,
         well_formed: Callable[[Mapping[str, Any]], bool],
+        waiting: Callable[[Mapping[str, Any]], None] = lambda _: None,
     ) -> None:
         self._batcher = batcher
         self._well_formed = well_formed
+        self._waiting = waiting
         self._backoff_s = settings.tenant_limit_backoff_ms / 1000
         self.seats = SeatWaits(
             slots=settings.max_concurrent,
@@ -66,6 +68,8 @@ class LimitedTenants:
         logger.info("tenant at its concurrency limit; sent back (parked full here)",
                     extra={**message_log(message), "tenant": tenant, "delay_s": delay})  # fmt: skip
         self._batcher.give_back(message["ReceiptHandle"], message, delay, fresh=True)
+        # Its message lives on: the reconciler must not count the task lost.
+        self._waiting(message)
 
     def cool(self, tier: str) -> None:
         """A receive from `tier` was all sent back: leave it alone for the back-off."""
