@@ -88,7 +88,8 @@ class Reconciler(BaseSettings):
     reconcile_lost_after_s: Int = var(
         "RECONCILE_LOST_AFTER", 1800,
         "A PENDING/RETRYING task due, or a PROCESSING lease lapsed, longer than this (s) "
-        "has lost its message and is sent again. Keep it above the queue's visibility "
+        "has lost its message and is sent again, unless a worker saw its message wait "
+        "for its tenant's seat within it too. Keep it above the queue's visibility "
         "timeout and the retry backoff cap, or healthy backlogs get duplicate messages.",
         "reconciler", ge=1, le=604_800,
     )  # fmt: skip

@@ -144,6 +144,8 @@ def run(
                 update={"reconcile_lost_after_s": LOST_AFTER_S, "reconcile_page_size": page}
             )
             client = AgentqClient.from_env(settings)
+            # The stalled-job pass reads through the client's own DynamoDB client.
+            items.attach(calls.attach(client.tasks.tenant_limits().client))
             reconciler = Reconciler(settings=settings, tasks=client.tasks, jobs=client.jobs,
                                     dispatcher=client.dispatcher, publisher=client.publisher,
                                     dynamodb=ddb, sqs=clients["sqs"])  # fmt: skip

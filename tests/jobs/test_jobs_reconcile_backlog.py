@@ -223,3 +223,38 @@ def test_a_run_that_dies_mid_page_leaves_the_page_to_the_next_without_duplicates
     assert again.repairs == [] and not again.errors  # its repair claimed, not repeated
     assert cursor_of(stack, partition) is not None  # and this time the cursor moved on
     assert [body["requestId"] for body in drain(stack)] == [lost.request_id]
+
+
+def _refuse_inverted_between(params: dict[str, Any], **_: Any) -> None:
+    """DynamoDB refuses `BETWEEN :a AND :b` with a > b (ValidationException); moto
+    answers it with nothing, so the rule is checked on every request sent here."""
+    condition = params.get("KeyConditionExpression", "")
+    if "BETWEEN :after AND :bound" in condition:
+        attrs = params["ExpressionAttributeValues"]
+        assert attrs[":after"]["S"] <= attrs[":bound"]["S"], "AWS refuses this BETWEEN"
+
+
+def test_a_cursor_past_a_bound_that_moved_back_starts_over(inproc_stack: Stack) -> None:
+    """RECONCILE_LOST_AFTER raised (or a run as of an earlier moment): the cursor lies
+    past the new bound, and the run starts from the oldest instead of asking DynamoDB
+    for an inverted range."""
+    stack = inproc_stack
+    client = client_for(stack)
+    backlog = older_waiting(400)
+    lost = BacklogTask("lost-long-ago", AT - 7_200_000 - 1)
+    write_backlog(stack.dynamodb, stack.resources.table_name, [*backlog, lost])
+    stack.dynamodb.meta.events.register(
+        "before-parameter-build.dynamodb.Query", _refuse_inverted_between
+    )
+    reconciler = sweeper(client, stack.dynamodb, stack.sqs)
+    assert [r.subject for r in reconciler.run(at_ms=AT).repairs] == [lost.request_id]
+    partition = keys.status_partition(TaskState.PENDING.value, status_shard(lost.request_id))
+    assert cursor_of(stack, partition) is not None
+    drain(stack)
+
+    # As of 1 h 50 min earlier the bound lies before every cursor: nothing is lost
+    # yet (every task is younger than the bound), and each cursor goes back to the start.
+    earlier = reconciler.run(at_ms=AT - 6_600_000)
+
+    assert earlier.repairs == [] and not earlier.errors
+    assert cursor_of(stack, partition) is None
