@@ -199,7 +199,8 @@ def test_overlapping_runs_repair_once_and_never_move_the_cursor_back(
     assert ahead is None and two_pages_on is not None
     assert repaired == [lost.request_id] and report.repairs == [] and not report.errors
     assert other.run(at_ms=AT).repairs == []
-    assert cursor_of(stack, partition) is None or cursor_of(stack, partition) > two_pages_on
+    after_next = cursor_of(stack, partition)
+    assert after_next is None or after_next > two_pages_on  # on, or round to the start
     assert [body["requestId"] for body in drain(stack)] == [lost.request_id]
     assert client.tasks.require("default", lost.request_id).raw["repairs"] == 1
 
