@@ -208,6 +208,19 @@ def render(figures: Mapping[str, Any]) -> str:
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
+def table(figures: Mapping[str, Any]) -> Any:
+    """The figures as `python -m bench` prints every benchmark's (a rich Table)."""
+    from rich.table import Table
+
+    out = Table(title="reconciler at a large backlog", title_justify="left")
+    out.add_column("figure", justify="left")
+    out.add_column("value", justify="right")
+    for line in render(figures).splitlines():
+        name, _, value = line.rpartition("  ")
+        out.add_row(name.strip(), value.strip())
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.reconcile", description=__doc__)
     parser.add_argument(
