@@ -68,8 +68,9 @@ class LimitedTenants:
         logger.info("tenant at its concurrency limit; sent back (parked full here)",
                     extra={**message_log(message), "tenant": tenant, "delay_s": delay})  # fmt: skip
         self._batcher.give_back(message["ReceiptHandle"], message, delay, fresh=True)
-        # Its message lives on: the reconciler must not count the task lost.
-        self._waiting(message)
+        # Its message lives on, so the reconciler must not count the task lost: marked
+        # on the gate pool, off the receive loop that called this.
+        self._locks.submit(self._waiting, message)
 
     def cool(self, tier: str) -> None:
         """A receive from `tier` was all sent back: leave it alone for the back-off."""

@@ -119,6 +119,7 @@ def test_a_message_of_a_tenant_parked_full_is_marked_as_it_goes_back(stack: Stac
     before = now_ms()
 
     limited.send_back(message, "acme")  # type: ignore[arg-type]
+    limited.shutdown()  # the mark is written on the gate pool: wait for it
 
     seen = parts.store.require("acme", envelope.request_id).raw.get(WAIT_SEEN_AT)
     assert isinstance(seen, int) and seen >= before
