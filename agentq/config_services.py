@@ -90,9 +90,18 @@ class Reconciler(BaseSettings):
     reconcile_lost_after_s: Int = var(
         "RECONCILE_LOST_AFTER", 1800,
         "A PENDING/RETRYING task due, or a PROCESSING lease lapsed, longer than this (s) "
-        "has lost its message and is sent again. Keep it above the queue's visibility "
+        "has lost its message and is sent again, unless a worker saw its message wait "
+        "for its tenant's seat within it too. Keep it above the queue's visibility "
         "timeout and the retry backoff cap, or healthy backlogs get duplicate messages.",
         "reconciler", ge=1, le=604_800,
+    )  # fmt: skip
+    reconcile_page_size: Int = var(
+        "RECONCILE_PAGE_SIZE", 250,
+        "Tasks the reconciler reads per run from each partition of a watched state in the "
+        "status index (4 per state), resuming where its last run stopped and starting "
+        "over at the end: a run's cost is bounded by it, and a backlog of N tasks per "
+        "partition is passed in about N / this runs.",
+        "reconciler", ge=1, le=10_000,
     )  # fmt: skip
     reconcile_stall_after_s: Int = var(
         "RECONCILE_STALL_AFTER", 300,

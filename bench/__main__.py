@@ -29,6 +29,7 @@ from bench import (
     latency,
     memory,
     priority,
+    reconcile,
     report,
     requests_per_task,
     saturation,
@@ -48,6 +49,7 @@ NAMES: Final = (
     "lambda_import",
     "agent",
     "console",
+    "reconcile",
     "chaos",
 )
 
@@ -94,6 +96,13 @@ def run_all(names: tuple[str, ...], quick: bool, console: Console) -> dict[str, 
             "lambda_import": lambda: lambda_import.run(quick=quick),
             "agent": lambda: _agent(quick),
             "console": lambda: console_bench.run(server, quick=quick),
+            # moto in-process; at full size moto takes minutes a run (its index query
+            # sorts the table), so two runs give the cost, --quick the reach.
+            "reconcile": lambda: (
+                reconcile.run(tasks=2_000, page=100)
+                if quick
+                else reconcile.run(tasks=reconcile.DEFAULT_TASKS, max_runs=2)
+            ),
             "chaos": lambda: _chaos(quick),
         }
         for name in names:

@@ -145,6 +145,13 @@ def _priority(d: Data) -> Table:
     return table(d)
 
 
+def _reconcile(d: Data) -> Table:
+    from bench.reconcile import table  # its own renderer, beside its figures
+
+    result: Table = table(d)
+    return result
+
+
 RENDERERS: dict[str, Callable[[Data], Table]] = {
     "requests_per_task": _requests,
     "saturation": _saturation,
@@ -156,6 +163,7 @@ RENDERERS: dict[str, Callable[[Data], Table]] = {
     "agent": _agent,
     "chaos": _chaos,
     "console": _console,
+    "reconcile": _reconcile,
 }
 
 

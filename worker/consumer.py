@@ -74,7 +74,9 @@ class Consumer:
         self._events = events
         self._inflight = inflight
         self._on_tick = list(on_tick)
-        self._limited = LimitedTenants(settings, batcher, waits_for_seat=handler.waits_for_seat)
+        self._limited = LimitedTenants(
+            settings, batcher, waits_for_seat=handler.waits_for_seat, waiting=handler.waiting
+        )
         self.slots = Intake(
             settings.max_concurrent,
             parked=lambda: self._limited.seats.parked,

@@ -139,6 +139,11 @@ class MessageHandler:
         """Whether `message` is a task this worker knows, due now (no request)."""
         return self._preparer.waits_for_seat(message)
 
+    def waiting(self, message: Mapping[str, Any]) -> None:
+        """`message` goes back to its queue unlocked, its tenant at its limit: its task
+        is marked waiting (agentq.store.waiting)."""
+        self._refusals.waiting(message)
+
     def prepare(
         self, message: Mapping[str, Any], entry: InFlight, seats: SeatWaits | None = None
     ) -> Prepared | str:

@@ -40,9 +40,11 @@ class LimitedTenants:
         batcher: SqsBatcher,
         *,
         waits_for_seat: Callable[[Mapping[str, Any]], bool],
+        waiting: Callable[[Mapping[str, Any]], None] = lambda _: None,
     ) -> None:
         self._batcher = batcher
         self._waits_for_seat = waits_for_seat
+        self._waiting = waiting
         self._backoff_s = settings.tenant_limit_backoff_ms / 1000
         self.seats = SeatWaits(
             slots=settings.max_concurrent,
@@ -70,6 +72,9 @@ class LimitedTenants:
         logger.info("tenant at its concurrency limit; sent back (parked full here)",
                     extra={**message_log(message), "tenant": tenant, "delay_s": delay})  # fmt: skip
         self._batcher.give_back(message["ReceiptHandle"], message, delay, fresh=True)
+        # Its message lives on, so the reconciler must not count the task lost: marked
+        # on the gate pool, off the receive loop that called this.
+        self._locks.submit(self._waiting, message)
 
     def task_ended(self, tenant: str, seat: int | None = None) -> None:
         """A task of `tenant` ended here, holding `seat` (its index) if it held one: a

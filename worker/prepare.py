@@ -222,9 +222,8 @@ class Preparer:
                            extra={"tenant": tenant}, exc_info=True)  # fmt: skip
             return None
 
-    @staticmethod
     def _park(
-        envelope: TaskEnvelope, seats: SeatWaits, limit: int, *, tried: bool
+        self, envelope: TaskEnvelope, seats: SeatWaits, limit: int, *, tried: bool
     ) -> tuple[float, Wake]:
         """Park a message of a tenant at its limit until a seat may be free: its park
         time (monotonic) and why it woke; `TenantAtLimit` if it may not park or its park
@@ -232,10 +231,12 @@ class Preparer:
         if not seats.room(envelope.tenant):
             raise TenantAtLimit(envelope.request_id, envelope.tenant, limit)
         parked_at = time.monotonic()
+        # Its message lives here now: the reconciler must not count the task lost.
+        self._refusals.waits.mark(envelope.tenant, envelope.request_id)
         logger.info("tenant at its concurrency limit; parked",
                     extra={"requestId": envelope.request_id, "tenant": envelope.tenant,
                            "tried": tried})  # fmt: skip
-        return parked_at, Preparer._park_on(envelope, seats, limit, parked_at)
+        return parked_at, self._park_on(envelope, seats, limit, parked_at)
 
     @staticmethod
     def _park_on(envelope: TaskEnvelope, seats: SeatWaits, limit: int, parked_at: float) -> Wake:

@@ -33,6 +33,7 @@ from agentq.schedule import remaining_s
 from agentq.states import TaskState
 from agentq.store import scheduling
 from agentq.store.tasks import Lease, TaskRecord, TaskStore
+from agentq.store.waiting import mark_every_s
 from agentq.taxonomy import ErrorInfo, classify_exception, info
 from worker.batcher import SqsBatcher
 from worker.inflight import InFlight
@@ -54,6 +55,15 @@ class Refusals:
         self._store = store
         self._batcher = batcher
         self._outbox = outbox
+        # A task sent back for its tenant's limit is marked waiting, so the reconciler
+        # does not count it lost while its message goes round (agentq.store.waiting).
+        self.waits = store.wait_marks(every_s=mark_every_s(settings.reconcile_lost_after_s))
+
+    def waiting(self, message: Mapping[str, Any]) -> None:
+        """`message` goes back to its queue to wait for its tenant's seat: mark its task."""
+        request_id, tenant = self._best_identity(message)
+        if request_id is not None:
+            self.waits.mark(tenant, request_id)
 
     def reject(
         self, message: Mapping[str, Any], exc: Exception, entry: InFlight | None = None
@@ -211,6 +221,7 @@ class Refusals:
                         extra={**log, "tenant": refusal.tenant, "limit": refusal.limit,
                                "delay_s": delay})  # fmt: skip
             self._back_off(entry, delay, message, always_fresh=True)
+            self.waits.mark(envelope.tenant, envelope.request_id)
             return "tenant_limit"
         if isinstance(refusal, TaskNotReady):
             delay = backoff_s(3, base_s=self._settings.retry_backoff_base_s,

@@ -2,7 +2,8 @@
 
 `Reconciler.run()` is one sweep; the reconciler Lambda runs it on a schedule and the
 local Lambda host on a timer. Everything it reads comes from the status index, never a
-scan; every repair is claimed or conditional, so overlapping or repeated runs repair a
+scan, and lost messages are looked for through cursors that move, a bounded page per
+run (agentq.reconcile.cursor); every repair is claimed or conditional, so overlapping or repeated runs repair a
 situation once; every repair is published as a `Task Repaired` / `Job Repaired` event.
 """
 
@@ -60,6 +61,7 @@ class Reconciler:
             queue_url=settings.required("queue_url"),
             publisher=publisher,
             lost_after_s=settings.reconcile_lost_after_s,
+            page_size=settings.reconcile_page_size,
         )
         self.jobs = StalledJobs(
             jobs=jobs,

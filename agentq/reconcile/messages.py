@@ -16,10 +16,19 @@ The repair sends a fresh copy of the stored envelope. That is always safe: the l
 runs a task once however many messages name it, and a copy that finds the task
 finished is deleted. The bound only trades duplicate messages against recovery time.
 
-Each repair is claimed first with one conditional write on the STATE item (`repairedAt`
-and a `repairToken`, valid only if the task is still in the state and at the due time
-that was read, and was not repaired within the bound), so overlapping runs repair a
-task once, and a run repeated within the bound repairs nothing.
+A task waiting behind its tenant's concurrency limit keeps its due time while its
+message goes round; the worker that sends it back marks it (`waitSeenAt`,
+agentq.store.waiting), and it counts as lost only once that mark is older than the
+bound too.
+
+Each run reads each watched state's partitions of the status index through a cursor
+that moves (agentq.reconcile.cursor): at most `page_size` items a partition, resuming
+where the last run stopped, so a task lost behind any backlog is reached within a
+bounded number of runs. Each repair is claimed first with one conditional write on the
+STATE item (`repairedAt` and a `repairToken`, valid only if the task is still in the
+state and at the due time that was read, was not repaired within the bound and was not
+marked waiting since), so overlapping runs repair a task once, and a run repeated
+within the bound repairs nothing.
 """
 
 from __future__ import annotations
@@ -35,11 +44,14 @@ from agentq.envelope import TaskEnvelope
 from agentq.errors import AgentqError
 from agentq.events import task_event
 from agentq.publisher import EventPublisher
+from agentq.reconcile.cursor import Cursors
 from agentq.reconcile.model import Repair, RepairKind
+from agentq.resources import STATUS_SHARDS
 from agentq.states import TaskState
 from agentq.store import TaskRecord, TaskStore, keys
 from agentq.store._dynamo import condition_failed
 from agentq.store.codec import values
+from agentq.store.waiting import WAIT_SEEN_AT, seen_waiting_since
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +64,11 @@ _WATCHED: Final[Sequence[tuple[TaskState, RepairKind]]] = (
     (TaskState.PROCESSING, "lease_lapsed"),
 )
 AWS_ERRORS: Final = (ClientError, BotoCoreError)
-# Oldest first, per state and run: a backlog that outgrew the bound (workers down for
-# an hour) is re-sent over several runs instead of in one that outlives its timeout.
-MAX_PER_STATE: Final = 1000
+# Items read per partition and run (RECONCILE_PAGE_SIZE's default): four partitions a
+# state, so a run re-sends at most 1,000 tasks of a state, and a backlog that outgrew
+# the bound (workers down for an hour) is re-sent over several runs instead of in one
+# that outlives its timeout.
+DEFAULT_PAGE_SIZE: Final = 250
 
 
 class LostMessages:
@@ -70,6 +84,7 @@ class LostMessages:
         queue_url: str,
         publisher: EventPublisher,
         lost_after_s: int,
+        page_size: int = DEFAULT_PAGE_SIZE,
     ) -> None:
         self._tasks = tasks
         self._ddb = dynamodb
@@ -78,25 +93,69 @@ class LostMessages:
         self._queue_url = queue_url
         self._publisher = publisher
         self._lost_after_ms = lost_after_s * 1000
+        self._page_size = page_size
+        self.cursors = Cursors(dynamodb, table_name)
 
     def run(self, now: int, repairs: list[Repair], errors: list[str]) -> None:
         bound = now - self._lost_after_ms
-        for state, kind in _WATCHED:
-            try:
-                found = self._tasks.tasks_by_status(state, due_before_ms=bound, limit=MAX_PER_STATE)
-            except AWS_ERRORS as error:
-                errors.append(f"{state.value}: status index unreadable: {error}")
+        watched = [
+            (keys.status_partition(state.value, shard), kind)
+            for state, kind in _WATCHED
+            for shard in range(STATUS_SHARDS)
+        ]
+        try:
+            resume = self.cursors.read([partition for partition, _ in watched])
+        except AWS_ERRORS as error:
+            errors.append(f"reconciler cursors unreadable: {error}")
+            return
+        for partition, kind in watched:
+            if partition not in resume:
+                errors.append(f"{partition}: cursor unread (throttled)")
                 continue
-            for record in found:
-                if _repaired_since(record, bound):
-                    continue  # repaired within the bound: give that copy its chance
-                try:
-                    repair = self._repair(record, kind, now, bound)
-                except (AgentqError, *AWS_ERRORS) as error:
-                    errors.append(f"{record.request_id}: {error}")
-                    continue
-                if repair is not None:
-                    repairs.append(repair)
+            after = resume[partition]
+            try:
+                page = self.cursors.page(
+                    partition, after=after, bound=keys.due_bound(bound), limit=self._page_size
+                )
+            except AWS_ERRORS as error:
+                errors.append(f"{partition}: status index unreadable: {error}")
+                continue
+            for item in page.items:
+                self._check(item, kind, now, bound, repairs, errors)
+            try:
+                self.cursors.move(partition, read=after, to=page.resume_after, at_ms=now)
+            except AWS_ERRORS as error:
+                # The next run reads this page again; what was repaired is skipped.
+                errors.append(f"{partition}: cursor not moved: {error}")
+
+    def _check(
+        self,
+        item: dict[str, Any],
+        kind: RepairKind,
+        now: int,
+        bound: int,
+        repairs: list[Repair],
+        errors: list[str],
+    ) -> None:
+        try:
+            record = TaskRecord.from_item(item)
+        except (KeyError, TypeError, ValueError) as error:
+            # Another writer's malformed item: reported, and passed by like any other.
+            errors.append(f"unreadable STATE item in the status index: {error!r}")
+            return
+        if _repaired_since(record, bound):
+            return  # repaired within the bound: give that copy its chance
+        if seen_waiting_since(record.raw, bound):
+            return  # its message went round lately: it waits, it is not lost
+        try:
+            repair = self._repair(record, kind, now, bound)
+        except (AgentqError, *AWS_ERRORS) as error:
+            # Tried again when the cursor next passes it (the next run, if the
+            # partition's backlog fits one page).
+            errors.append(f"{record.request_id}: {error}")
+            return
+        if repair is not None:
+            repairs.append(repair)
 
     def _repair(self, record: TaskRecord, kind: RepairKind, now: int, bound: int) -> Repair | None:
         if record.envelope is None:
@@ -142,10 +201,12 @@ class LostMessages:
                 Key=key,
                 UpdateExpression="SET repairedAt = :now, repairToken = :token ADD repairs :one",
                 # Still where it was read: same state, same due time (a new lease or
-                # retry moves statusSK), and not repaired within the bound.
+                # retry moves statusSK), not repaired within the bound, and its message
+                # not seen waiting since (the index read lags the worker's mark).
                 ConditionExpression=(
                     "#state = :state AND statusSK = :ssk "
-                    "AND (attribute_not_exists(repairedAt) OR repairedAt < :bound)"
+                    "AND (attribute_not_exists(repairedAt) OR repairedAt < :bound) "
+                    f"AND (attribute_not_exists({WAIT_SEEN_AT}) OR {WAIT_SEEN_AT} < :bound)"
                 ),
                 ExpressionAttributeNames={"#state": "state"},
                 ExpressionAttributeValues=values(

@@ -29,6 +29,7 @@ from agentq.store.lock import TaskLock
 from agentq.store.queries import TaskQueries
 from agentq.store.records import TaskRecord
 from agentq.store.transitions import TaskTransitions
+from agentq.store.waiting import WaitMarks
 
 __all__ = ["Lease", "Renewals", "TaskRecord", "TaskStore"]
 
@@ -39,6 +40,10 @@ class TaskStore(TaskLock, TaskTransitions, TaskQueries):
     def __init__(self, dynamodb: Any, table_name: str) -> None:
         self._ddb = dynamodb
         self._table = table_name
+
+    def wait_marks(self, *, every_s: float) -> WaitMarks:
+        """Marks of tasks waiting with a live message (agentq.store.waiting)."""
+        return WaitMarks(self._ddb, self._table, every_s=every_s)
 
     # -- reading -------------------------------------------------------------------
     def get(self, tenant: str, request_id: str) -> TaskRecord | None:
