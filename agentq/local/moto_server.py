@@ -45,6 +45,7 @@ from typing import Any
 
 from agentq.local import moto_guards
 from agentq.local.moto_dynamodb import checked_dynamodb_patches
+from agentq.local.rules import install_all
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     speed_up_moto()
+    install_all()  # the AWS rules layer (agentq.local.rules)
     if args.iam:
         from agentq.local.aws import LOCAL_CREDENTIALS
         from agentq.local.moto_iam import enforce_iam
