@@ -12,7 +12,7 @@ AWS checks it:
 - DynamoDB calls against the table's ARN, or the index's when the call names one;
   `TransactWriteItems`/`TransactGetItems` item by item as the item's own action on
   its table; `BatchGetItem`/`BatchWriteItem` on each table they touch;
-- `events:PutEvents` against each entry's bus;
+- `events:PutEvents` against each entry's bus, `events:DescribeEventBus` against its bus;
 - CloudWatch calls as `cloudwatch:<action>` (moto names them by the signing name,
   `monitoring`); S3's HeadBucket as `s3:ListBucket`, the permission AWS checks for it;
 - with the request's condition keys (`s3:prefix` of a listing, `dynamodb:LeadingKeys`
@@ -186,6 +186,8 @@ def authorizations(
         return _dynamodb_checks(name, parsed, region, account, hash_key_of) or [
             (action, resource, {})
         ]
+    if name == "DescribeEventBus":
+        return [(action, _bus_arn(region, account, str(parsed.get("Name") or "default")), {})]
     if name == "PutEvents":
         buses = {str(entry.get("EventBusName") or "default") for entry in parsed.get("Entries", [])}
         return [(action, _bus_arn(region, account, bus), {}) for bus in sorted(buses)] or [

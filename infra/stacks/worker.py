@@ -219,7 +219,6 @@ class WorkerStack(cdk.Stack):
                 # to its tier's queue (SendMessage) when it arrived on another.
                 resources=core.tier_queue_arns,
             ),
-            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=core.tier_queue_arns),
             # The conditional lock, lease renewals and finalization are all on STATE items.
             table_statement(
                 core.events_table,
@@ -229,6 +228,14 @@ class WorkerStack(cdk.Stack):
             ),
             table_statement(core.definitions_table, DEFINITIONS_TABLE, ["GetItem", "Scan"]),
             iam.PolicyStatement(actions=["events:PutEvents"], resources=[core.bus.event_bus_arn]),
+            # Start-up checks (worker/preflight.py): the bus and the bucket exist and are
+            # the stage's. Metadata reads only; HeadBucket would need s3:ListBucket.
+            iam.PolicyStatement(
+                actions=["events:DescribeEventBus"], resources=[core.bus.event_bus_arn]
+            ),
+            iam.PolicyStatement(
+                actions=["s3:GetBucketLocation"], resources=[core.bucket.bucket_arn]
+            ),
         ]
 
     @staticmethod
