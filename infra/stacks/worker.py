@@ -36,7 +36,7 @@ from agentq.resources import (
 )
 from infra.assets import REPO_ROOT
 from infra.nag import acknowledge
-from infra.policies import grant_objects, table_statement
+from infra.policies import grant_objects, start_up_checks_statement, table_statement
 from infra.stacks.infrastructure import InfrastructureStack
 from infra.stages import StageSettings, WorkerSettings
 
@@ -228,14 +228,8 @@ class WorkerStack(cdk.Stack):
             ),
             table_statement(core.definitions_table, DEFINITIONS_TABLE, ["GetItem", "Scan"]),
             iam.PolicyStatement(actions=["events:PutEvents"], resources=[core.bus.event_bus_arn]),
-            # Start-up checks (worker/preflight.py): the bus and the bucket exist and are
-            # the stage's. Metadata reads only; HeadBucket would need s3:ListBucket.
-            iam.PolicyStatement(
-                actions=["events:DescribeEventBus"], resources=[core.bus.event_bus_arn]
-            ),
-            iam.PolicyStatement(
-                actions=["s3:GetBucketLocation"], resources=[core.bucket.bucket_arn]
-            ),
+            # The start-up checks (worker/preflight.py).
+            start_up_checks_statement(core.bus, core.bucket),
         ]
 
     @staticmethod
