@@ -130,7 +130,9 @@ def _dynamodb_checks(
             if isinstance(requests, dict):  # BatchGetItem: {"Keys": [key, ...]}
                 item_requests = [{"Key": key} for key in requests.get("Keys", [])]
             else:  # BatchWriteItem: [{"PutRequest": {"Item"}} | {"DeleteRequest": {"Key"}}]
-                item_requests = [e.get("PutRequest") or e.get("DeleteRequest") or {} for e in requests]
+                item_requests = [
+                    e.get("PutRequest") or e.get("DeleteRequest") or {} for e in requests
+                ]
             for request in item_requests:
                 found = _leading_keys(request, str(table), hash_key_of)
                 keys += found.get("dynamodb:LeadingKeys", [])
