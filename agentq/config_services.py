@@ -127,6 +127,14 @@ class ProducerApi(BaseSettings):
         "every request): a changed or removed mapping takes effect within this bound.",
         "producer-api", ge=0, le=300,
     )  # fmt: skip
+    api_definition_admins_list: str | None = var(
+        "API_DEFINITION_ADMINS", None,
+        "Producer API: the IAM roles and users (ARNs, comma-separated) that may create, "
+        "replace and delete task definitions; every other caller may only read them "
+        "(403). Unset: no caller may change them through the API (the definitions "
+        "loader's deploys still do).",
+        "producer-api", min_length=1, max_length=20_000,
+    )  # fmt: skip
 
 
 class Runtime(BaseSettings):

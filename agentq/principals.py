@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from agentq.envelope import TENANT_PATTERN
-from agentq.errors import InvalidInput, PrincipalNotMapped, shown
+from agentq.errors import ConfigError, InvalidInput, PrincipalNotMapped, shown
 from agentq.events import now_ms
 from agentq.resources import INDEX_BY_TYPE
 from agentq.store._dynamo import query_all
@@ -263,3 +263,26 @@ class TenantResolver:
             del self._cache[key]
         while len(self._cache) >= self._max:  # all live: the oldest entry goes
             del self._cache[next(iter(self._cache))]
+
+
+def operator_keys(admins: str | None) -> frozenset[str]:
+    """The canonical ARNs of API_DEFINITION_ADMINS (roles and users, not sessions); a
+    session of an admin role is the role, as it is for a tenant mapping."""
+    keys = set()
+    for arn in (admins or "").split(","):
+        if arn.strip():
+            try:
+                keys.add(mappable_principal(arn.strip()).key)
+            except InvalidInput as error:
+                raise ConfigError("API_DEFINITION_ADMINS", str(error)) from None
+    return frozenset(keys)
+
+
+def is_operator(caller_arn: object, admins: frozenset[str]) -> bool:
+    """Whether API Gateway's `userArn` for a caller names one of the admins."""
+    if not admins or caller_arn is None:
+        return False
+    try:
+        return parse_principal(caller_arn).key in admins
+    except InvalidInput:
+        return False

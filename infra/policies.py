@@ -11,6 +11,7 @@ from typing import cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -28,6 +29,16 @@ def table_statement(
         resources += [f"{table.table_arn}/index/{index.name}" for index in spec.indexes]
     return iam.PolicyStatement(
         actions=[f"dynamodb:{action}" for action in actions], resources=resources
+    )
+
+
+def start_up_checks_statement(bus: events.IEventBus, bucket: s3.IBucket) -> iam.PolicyStatement:
+    """The worker's start-up checks (worker/preflight.py): metadata reads of its own bus
+    and bucket. HeadBucket would need s3:ListBucket, a listing of every tenant's objects;
+    GetBucketLocation tells as well whether the bucket is there."""
+    return iam.PolicyStatement(
+        actions=["events:DescribeEventBus", "s3:GetBucketLocation"],
+        resources=[bus.event_bus_arn, bucket.bucket_arn],
     )
 
 

@@ -205,6 +205,9 @@ class StageSettings:
     # The producer API's tenancy (API_ACCOUNT_TENANT, API_TENANT_CACHE_SECONDS).
     api_account_tenant: bool = False
     api_tenant_cache_s: int = 30
+    # IAM role/user ARNs that may change task definitions through the producer API
+    # (API_DEFINITION_ADMINS); none: definitions change only with deploys.
+    api_definition_admins: tuple[str, ...] = ()
     lambda_memory_mib: int = 512
     # Stateful resources (tables, queues) go with the stack in dev; prod keeps them.
     removal_policy: RemovalPolicy = RemovalPolicy.DESTROY

@@ -20,6 +20,10 @@ refused with 403 unless API_ACCOUNT_TENANT lets its account id stand in). Every 
 and write is keyed by that tenant, so another tenant's job or task is simply not found
 (404). Bad input is 400 (spec problems) or 422 (shape problems), each with a message
 that names the field.
+
+Task definitions are operator-owned (a python definition names code the worker
+imports): every tenant may read them, only the IAM roles and users listed in
+API_DEFINITION_ADMINS may put or delete them (403 otherwise; unset, nobody may).
 """
 
 from __future__ import annotations
@@ -167,6 +171,21 @@ def _tenant() -> str:
     return tenant_of(app.current_event.raw_event)
 
 
+def _require_operator() -> None:
+    """Only a configured admin principal may change the shared definitions."""
+    from agentq.config import Settings  # the settings model: at the first call, not import
+    from agentq.principals import is_operator, operator_keys
+
+    identity = (app.current_event.raw_event.get("requestContext") or {}).get("identity") or {}
+    admins = operator_keys(Settings.from_env().api_definition_admins_list)
+    if not is_operator(identity.get("userArn"), admins):
+        logger.warning("definition change refused: not an operator")
+        raise ForbiddenError(
+            "task definitions are operator-owned: only the principals in "
+            "API_DEFINITION_ADMINS may change them"
+        )
+
+
 def _definitions() -> DefinitionsTable:
     client = _client()
     return DefinitionsTable(client.dynamodb, client.settings.required("definitions_table"))
@@ -251,7 +270,7 @@ def get_definition(name: str) -> dict[str, Any]:
 
 @app.put("/task-definitions/<name>", summary="Create or replace a task definition")
 def put_definition(name: str, body: DefinitionBody) -> dict[str, Any]:
-    _tenant()  # shared by all tenants, yet only callers acting for one
+    _require_operator()
     definition = TaskDefinition.from_dict({"name": name, **body.model_dump(exclude_none=True)})
     _definitions().put(definition)
     return definition.to_dict()
@@ -259,7 +278,7 @@ def put_definition(name: str, body: DefinitionBody) -> dict[str, Any]:
 
 @app.delete("/task-definitions/<name>", summary="Delete a task definition")
 def delete_definition(name: str) -> dict[str, Any]:
-    _tenant()  # shared by all tenants, yet only callers acting for one
+    _require_operator()
     if not _definitions().delete(name):
         raise NotFound("task definition", name)
     return {"deleted": name}

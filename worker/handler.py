@@ -260,8 +260,9 @@ class MessageHandler:
             outcome = decide(child, task_dir, attempt=lease.attempt, max_attempts=max_attempts)
             try:
                 result = self._settler.settle(
-                    entry, envelope, lease, task_dir, outcome, child.duration_ms
-                )
+                    entry, envelope, lease, task_dir, outcome, child.duration_ms,
+                    max_attempts=max_attempts,
+                )  # fmt: skip
             except Exception:
                 if not outcome.fenced:
                     raise

@@ -4,17 +4,16 @@ One cheap call each, before the first receive. Without them a worker pointed at 
 that does not exist logs an error every few seconds forever; with them it exits at once
 (exit code CONFIG) with one line naming the variable and what to do.
 
-The queue is probed with GetQueueAttributes and the table with a GetItem of a key no
-task has: the worker's role holds both for its work, so a denial there means a wrong
-name (another stage's queue, say) and stops the worker. The bus (DescribeEventBus) and
-the bucket (HeadBucket, s3:ListBucket) need permissions the worker needs for nothing
-else: a denial there is logged and start-up goes on (HeadBucket still tells a bucket
-that exists nowhere, 404, from one it may not list, 403).
+The queue is probed with GetQueueAttributes, the table with a GetItem of a key no task
+has, the bus with DescribeEventBus and the bucket with GetBucketLocation. The worker's
+role holds each on its stage's resource only (the last two for this check alone: both
+read metadata, where HeadBucket would need s3:ListBucket, which would let the worker
+list every tenant's objects), so a denial means a wrong name (another stage's bus,
+say) and stops the worker like a missing resource.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -29,7 +28,6 @@ _MISSING: Final = frozenset({
 _DENIED: Final = frozenset({"AccessDenied", "AccessDeniedException", "403", "Forbidden",
                             "UnrecognizedClientException", "InvalidClientTokenId"})  # fmt: skip
 _PROBE_KEY: Final = {"PK": {"S": "AGENTQ#PREFLIGHT"}, "SK": {"S": "PREFLIGHT"}}
-logger = logging.getLogger(__name__)
 
 
 def check(settings: Settings, clients: Any) -> None:
@@ -38,27 +36,23 @@ def check(settings: Settings, clients: Any) -> None:
     table = settings.required("table_name")
     bus = settings.required("bus_name")
     bucket = settings.required("bucket")
-    # (setting, its value, what it should name, the call, whether a denial is fatal)
-    probes: list[tuple[str, str, str, Callable[[], object], bool]] = [
+    # (setting, its value, what it should name, the call)
+    probes: list[tuple[str, str, str, Callable[[], object]]] = [
         ("queue_url", queue_url, "the URL of the stage's task queue",
          lambda: clients.sqs.get_queue_attributes(QueueUrl=queue_url,
-                                                  AttributeNames=["QueueArn"]), True),
+                                                  AttributeNames=["QueueArn"])),
         ("table_name", table, "the name of the stage's events table",
          lambda: clients.dynamodb.get_item(TableName=table, Key=_PROBE_KEY,
-                                           ProjectionExpression="PK"), True),
+                                           ProjectionExpression="PK")),
         ("bus_name", bus, "the name of the stage's event bus",
-         lambda: clients.events.describe_event_bus(Name=bus), False),
+         lambda: clients.events.describe_event_bus(Name=bus)),
         ("bucket", bucket, "the name of the stage's artifacts bucket",
-         lambda: clients.s3.head_bucket(Bucket=bucket), False),
+         lambda: clients.s3.get_bucket_location(Bucket=bucket)),
     ]  # fmt: skip
-    for attribute, value, meaning, probe, denial_is_fatal in probes:
+    for attribute, value, meaning, probe in probes:
         try:
             probe()
         except Exception as exc:  # boto3's errors are not importable without it loaded
-            if _error_code(exc) in _DENIED and not denial_is_fatal:
-                logger.warning("start-up check not allowed; going on",
-                               extra={"setting": env_name(attribute), "error": _error_code(exc)})  # fmt: skip
-                continue
             raise ConfigError(env_name(attribute), _problem(value, meaning, exc)) from None
 
 

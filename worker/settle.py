@@ -4,11 +4,13 @@ message, by lease token.
 Outputs go to S3 first, into the attempt's own folder
 (`task/{tenant}/{requestId}/attempt-{n}/`); then the STATE item's final write (fenced by
 the lease token) names those objects and carries the terminal event, which is published
-before the message is deleted (the outbox, worker.outbox). A stale holder can upload
-only into its own attempt's folder and its finalize is refused, so the STATE item never
-names a loser's objects. The lease is renewed by the heartbeat until that write: a slow
-upload does not invite a takeover. A retry is finalized `RETRYING` and its message made
-visible after the backoff; a lost lease touches neither the task nor its message. A
+before the message is deleted (the outbox, worker.outbox). A completed attempt whose
+outputs could not be stored is not COMPLETED (its pointer would name nothing): it is a
+retryable `server` failure of the attempt, FAILED on the last one. A stale holder can
+upload only into its own attempt's folder and its finalize is refused, so the STATE item
+never names a loser's objects. The lease is renewed by the heartbeat until that write: a
+slow upload does not invite a takeover. A retry is finalized `RETRYING` and its message
+made visible after the backoff; a lost lease touches neither the task nor its message. A
 shutdown's release gives the attempt back and requeues a fresh copy of the message, so
 the interrupted attempt spends none of the queue's receives either.
 """
@@ -68,6 +70,8 @@ class Settler:
         task_dir: Path,
         outcome: Outcome,
         duration_ms: int,
+        *,
+        max_attempts: int,
     ) -> Result:
         if outcome.verdict == "lease_lost":
             # A newer attempt owns the task and its message: touch neither.
@@ -96,6 +100,11 @@ class Settler:
             artifacts.upload_outputs(self._s3, self._bucket, prefix, task_dir)
         except Exception:
             logger.exception("artifact upload failed", extra={"requestId": lease.request_id})
+            if outcome.verdict == "completed":
+                # The result must be stored before COMPLETED names it.
+                stored = info("server", "the task's outputs could not be stored", "UploadFailed")
+                outcome = Outcome(verdict="retry" if lease.attempt < max_attempts else "failed",
+                                  error=stored, usage=outcome.usage)  # fmt: skip
         # Renewals end here, not at the child's exit: until now a slow upload kept the
         # lease, and from here the finalize ends it (a renewal after it would be refused).
         entry.lease = None

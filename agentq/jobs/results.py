@@ -26,6 +26,8 @@ RESULT_FILE: Final = "artifacts/task-result.json"
 # stay under the total. A whole result substituted must fit the 256 KiB envelope anyway.
 MAX_REFERENCED_RESULT_BYTES: Final = 1024 * 1024
 MAX_REFERENCED_BYTES: Final = 8 * 1024 * 1024
+# What S3 answers a GetObject of a missing key when the caller may not list the bucket.
+_MISSING_OR_DENIED: Final = frozenset({"AccessDenied", "403"})
 
 
 def result_key(tenant: str, request_id: str, attempt: int) -> str:
@@ -110,8 +112,15 @@ class ResultReader:
         try:
             response = self._s3.get_object(Bucket=bucket, Key=key)
         except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NoSuchBucket"):
+            code = error.response.get("Error", {}).get("Code")
+            if code in ("NoSuchKey", "404", "NoSuchBucket"):
                 raise NotFound("task result", f"s3://{bucket}/{key}") from None
+            if code in _MISSING_OR_DENIED:
+                # S3 answers a missing key with 403 to a reader without s3:ListBucket
+                # (the dispatcher and the reconciler have none): not there, for them.
+                raise NotFound(
+                    "task result", f"s3://{bucket}/{key} (missing, or not readable: {code})"
+                ) from None
             raise
         return response if whole else response["Body"]
 

@@ -54,8 +54,6 @@ class EventsStack(cdk.Stack):
                 table_statement(core.events_table, EVENTS_TABLE, ["PutItem", "UpdateItem"]),
             ],
         )
-        # Oversized events arrive as a pointer into the overflow prefix.
-        grant_objects(self.save_event.role, core.bucket, [EVENT_OVERFLOW_PREFIX], ["GetObject"])
         self.save_event.subscribe(self, "SaveEventRule", rule=SAVE_EVENT_RULE, bus=core.bus)
 
         self.dlq_processor = AgentqFunction(

@@ -89,7 +89,12 @@ class HealthCheckStack(cdk.Stack):
             timeout=Duration.seconds(120),
             reserved_concurrency=settings.lambda_concurrency.reserved("health-check"),
         )
-        self.slack_token.grant_read(self.handler.role)
+        # The token's value only (grant_read would add DescribeSecret, which nothing calls).
+        self.handler.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["secretsmanager:GetSecretValue"], resources=[self.slack_token.secret_arn]
+            )
+        )
         # The DLQ's oldest-message age exists only as a CloudWatch metric, and metric
         # reads support no resource-level permissions: a policy of its own, so this
         # acknowledgment covers nothing else.

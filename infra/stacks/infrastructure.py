@@ -193,6 +193,13 @@ class InfrastructureStack(cdk.Stack):
                     actions=["s3:PutObject"],
                     resources=[self.bucket.arn_for_objects(f"{EVENT_OVERFLOW_PREFIX}*")],
                 ),
+                # `agentq logs`/`trace` and AgentqClient.artifacts() list a task's attempt
+                # folder; listing is allowed under the task prefix only.
+                iam.PolicyStatement(
+                    actions=["s3:ListBucket"],
+                    resources=[self.bucket.bucket_arn],
+                    conditions={"StringLike": {"s3:prefix": [f"{ARTIFACTS_PREFIX}*"]}},
+                ),
             ],
         )
         logical_id = self.get_logical_id(self.bucket.node.default_child)  # type: ignore[arg-type]
@@ -281,7 +288,7 @@ class InfrastructureStack(cdk.Stack):
             table_statement(
                 self.events_table,
                 EVENTS_TABLE,
-                ["GetItem", "BatchGetItem", "PutItem", "UpdateItem", "Query", "ConditionCheckItem"],
+                ["GetItem", "BatchGetItem", "PutItem", "UpdateItem", "Query"],
                 indexes=True,
             ),
             table_statement(self.definitions_table, DEFINITIONS_TABLE, ["GetItem"]),

@@ -37,6 +37,7 @@ class ProducerApiStack(cdk.Stack):
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        admins = ",".join(settings.api_definition_admins)  # who may change definitions
         self.handler = AgentqFunction(
             self,
             "ProducerApi",
@@ -55,6 +56,7 @@ class ProducerApiStack(cdk.Stack):
                 ),
                 env_name("api_account_tenant"): str(settings.api_account_tenant).lower(),
                 env_name("api_tenant_cache_s"): str(settings.api_tenant_cache_s),
+                **({env_name("api_definition_admins_list"): admins} if admins else {}),
             },
             statements=[
                 *core.client_statements(),

@@ -35,7 +35,7 @@ from agentq.resources import (
 )
 from infra.assets import REPO_ROOT
 from infra.nag import acknowledge
-from infra.policies import grant_objects, table_statement
+from infra.policies import grant_objects, start_up_checks_statement, table_statement
 from infra.stacks.ecs_ordering import AfterCapacityProviders
 from infra.stacks.infrastructure import InfrastructureStack
 from infra.stages import StageSettings, WorkerSettings
@@ -207,7 +207,6 @@ class WorkerStack(cdk.Stack):
                 # to its tier's queue (SendMessage) when it arrived on another.
                 resources=core.tier_queue_arns,
             ),
-            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=core.tier_queue_arns),
             # The conditional lock, lease renewals and finalization are all on STATE items.
             table_statement(
                 core.events_table,
@@ -217,6 +216,8 @@ class WorkerStack(cdk.Stack):
             ),
             table_statement(core.definitions_table, DEFINITIONS_TABLE, ["GetItem", "Scan"]),
             iam.PolicyStatement(actions=["events:PutEvents"], resources=[core.bus.event_bus_arn]),
+            # The start-up checks (worker/preflight.py).
+            start_up_checks_statement(core.bus, core.bucket),
         ]
 
     @staticmethod

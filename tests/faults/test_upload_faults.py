@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 from conftest import Stack
 from fault_support import Attempts, faulty_client, injector, rule
+from worker_parts import send_and_receive, worker_parts
 
 from agentq import security
 from agentq.faults.config import Kind
+from agentq.states import TaskState
 from worker.artifacts import upload_outputs
 from worker.scrub import CHUNK_BYTES
 
@@ -49,3 +51,30 @@ def test_a_retried_upload_sends_the_whole_scrubbed_file(
     assert stored == security.redact_known_bytes(content)
     assert SECRET.encode() not in stored
     assert stored.startswith(head + security.REDACTED.encode())
+
+
+@pytest.mark.timeout(180)
+def test_a_finished_task_whose_outputs_cannot_be_stored_is_retried_not_completed(
+    stack: Stack,
+) -> None:
+    """Every PutObject fails (after botocore's retries): the child finished, but its
+    result is not in S3, so COMPLETED would name nothing. The attempt fails retryably;
+    the message stays for the retry."""
+    s3 = faulty_client(stack, "s3", injector(rule("s3:PutObject", Kind.SERVER_ERROR)))
+    parts = worker_parts(stack, s3=s3)
+    envelope, message, entry = send_and_receive(stack, "sample-echo")
+    parts.inflight.add(entry)
+
+    verdict = parts.handler.handle(message, entry=entry)
+    assert parts.batcher.flush()
+
+    assert verdict == "retrying"
+    record = parts.store.require("acme", envelope.request_id)
+    assert record.state is TaskState.RETRYING
+    assert "result" not in record.raw
+    assert record.raw["error"]["category"] == "server" and record.raw["error"]["retryable"]
+    assert parts.sink.of("Task Completed") == []
+    assert [e.detail_type for e in parts.sink.events][-1] == "Task Processing Failed"
+    listed = stack.s3.list_objects_v2(Bucket=stack.resources.bucket,
+                                      Prefix=f"task/acme/{envelope.request_id}/")  # fmt: skip
+    assert listed.get("KeyCount", 0) == 0

@@ -223,7 +223,7 @@ def test_a_shutdown_release_survives_its_final_write_failing(
     assert isinstance(prepared, Prepared)
 
     result = parts.handler._settler.settle(
-        entry, envelope, prepared.lease, tmp_path, Outcome(verdict="released"), 10
+        entry, envelope, prepared.lease, tmp_path, Outcome(verdict="released"), 10, max_attempts=3
     )
 
     assert result == "released"

@@ -61,8 +61,10 @@ class Parts:
     heartbeat: Heartbeat
 
 
-def worker_parts(stack: Stack, dynamodb: Any = None, worker_id: str = "w1") -> Parts:
-    """`dynamodb`: the client the worker's store uses (a faulty one, say)."""
+def worker_parts(
+    stack: Stack, dynamodb: Any = None, worker_id: str = "w1", *, s3: Any = None
+) -> Parts:
+    """`dynamodb`, `s3`: the clients the worker's store and uploads use (faulty ones, say)."""
     settings = Settings.from_env({**os.environ, **fast_env()})
     store = TaskStore(dynamodb or stack.dynamodb, stack.resources.table_name)
     batcher = SqsBatcher(stack.sqs, stack.resources.queue_url, delay_s=0.0)
@@ -74,7 +76,7 @@ def worker_parts(stack: Stack, dynamodb: Any = None, worker_id: str = "w1") -> P
         store=store,
         publisher=sink,
         batcher=batcher,
-        s3=stack.s3,
+        s3=s3 or stack.s3,
         registry=registry,
         inflight=inflight,
         worker_id=worker_id,

@@ -213,7 +213,45 @@ def test_infra_producer_policy_grants_what_a_client_does_and_nothing_else(
     assert "/task/*" in by_action["s3:GetObject"]
     assert "/events/overflow/*" in by_action["s3:PutObject"]
     assert "dynamodb:DeleteItem" not in by_action and "dynamodb:Scan" not in by_action
+    # No producer transaction checks an item on its own.
+    assert "dynamodb:ConditionCheckItem" not in by_action
+    # Listing (agentq logs / trace, AgentqClient.artifacts) only under the task prefix.
+    (listing,) = [s for s in policy["Properties"]["PolicyDocument"]["Statement"]
+                  if s["Action"] == "s3:ListBucket"]  # fmt: skip
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["task/*"]}}
+    assert "/" not in json.dumps(listing["Resource"])  # the bucket, not its objects
     stage.templates["infrastructure"].has_output("ProducerPolicyArn", Match.any_value())
+
+
+def _role_actions(stage: SynthesizedStage, stack: str, role: Any) -> dict[str, list[Any]]:
+    """Action -> the Resource of every statement granting it to the role."""
+    owner = getattr(stage.stacks, stack)
+    role_id = owner.get_logical_id(role.node.default_child)
+    template = owner.stack_name.removeprefix(f"{stage.stacks.settings.names.prefix}-")
+    found: dict[str, list[Any]] = {}
+    for policy in stage.resources(template, "AWS::IAM::Policy").values():
+        if {"Ref": role_id} not in policy["Properties"]["Roles"]:
+            continue
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"]
+            for action in actions if isinstance(actions, list) else [actions]:
+                found.setdefault(action, []).append(statement["Resource"])
+    return found
+
+
+def test_infra_roles_hold_no_grant_nothing_uses(stage: SynthesizedStage) -> None:
+    stacks = stage.stacks
+    save_event = _role_actions(stage, "events", stacks.events.save_event.role)
+    assert not [a for a in save_event if a.startswith("s3:")]  # it stores the pointer as is
+    health = _role_actions(stage, "health_check", stacks.health_check.handler.role)
+    assert "secretsmanager:GetSecretValue" in health
+    assert "secretsmanager:DescribeSecret" not in health
+    worker = _role_actions(stage, "worker", stacks.worker.task_role)
+    assert len(worker["sqs:SendMessage"]) == 1  # one statement, every tier's queue
+    # The start-up checks are granted, each on the stage's own resource only.
+    for action in ("events:DescribeEventBus", "s3:GetBucketLocation"):
+        (resources,) = worker[action]
+        assert "*" not in json.dumps(resources), (action, resources)
 
 
 def test_infra_workers_run_on_spot_where_the_stage_says(stage: SynthesizedStage) -> None:

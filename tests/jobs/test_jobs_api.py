@@ -158,16 +158,19 @@ def test_jobs_api_rejects_bad_input_with_clear_4xx(stack: Stack) -> None:
     assert call("GET", "/nowhere")[0] == 404
 
 
-def test_jobs_api_task_definitions_crud(stack: Stack) -> None:
+def test_jobs_api_task_definitions_crud(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An operator (API_DEFINITION_ADMINS) changes definitions; a tenant reads them.
+    monkeypatch.setenv("API_DEFINITION_ADMINS", "arn:aws:iam::123456789012:user/alice")
+    admin: dict[str, Any] = {"tenant": None, "account": "123456789012"}
     status, stored = call("PUT", "/task-definitions/summarize",
-                          {"kind": "agent", "timeout_s": 60, "description": "sum"})  # fmt: skip
+                          {"kind": "agent", "timeout_s": 60, "description": "sum"}, **admin)  # fmt: skip
     assert status == 200 and stored["name"] == "summarize"
     assert call("GET", "/task-definitions/summarize")[1]["timeout_s"] == 60
     assert [d["name"] for d in call("GET", "/task-definitions")[1]["definitions"]] == ["summarize"]
-    assert call("PUT", "/task-definitions/bad", {"kind": "shell"})[0] == 422
-    assert call("DELETE", "/task-definitions/summarize")[0] == 200
+    assert call("PUT", "/task-definitions/bad", {"kind": "shell"}, **admin)[0] == 422
+    assert call("DELETE", "/task-definitions/summarize", **admin)[0] == 200
     assert call("GET", "/task-definitions/summarize")[0] == 404
-    assert call("DELETE", "/task-definitions/summarize")[0] == 404
+    assert call("DELETE", "/task-definitions/summarize", **admin)[0] == 404
 
 
 def test_jobs_api_serves_its_openapi_document(stack: Stack) -> None:

@@ -118,11 +118,13 @@ def test_an_unmapped_principal_is_refused_with_403(inproc_stack: Stack) -> None:
     mapped(inproc_stack)
     for caller in (OTHER_ROLE, session("not-mapped"), f"arn:aws:iam::{ACCOUNT}:root", "junk"):
         for method, path, body in (("POST", "/tasks", {"definition": "noop"}),
-                                   ("GET", "/jobs", None), ("GET", "/task-definitions", None),
-                                   ("PUT", "/task-definitions/noop", {"kind": "python"})):  # fmt: skip
+                                   ("GET", "/jobs", None), ("GET", "/task-definitions", None)):  # fmt: skip
             status, answer = api(method, path, caller, body)
             assert status == 403, (caller, path, answer)
             assert "agentq tenants map" in answer["message"]
+        # Changing a definition takes an operator, mapped or not.
+        status, answer = api("PUT", "/task-definitions/noop", caller, {"kind": "python"})
+        assert status == 403 and "operator-owned" in answer["message"], answer
     assert (
         "arn:aws:iam::123456789012:role/not-mapped is mapped to no tenant"
         in (api("GET", "/jobs", session("not-mapped"))[1]["message"])
@@ -242,3 +244,43 @@ def test_a_failed_tenant_lookup_answers_503(
     assert (status, answer["message"]) == (503, "the tenant lookup failed; try again")
     monkeypatch.setenv("DYNAMODB_EVENTS_TABLE_NAME", inproc_stack.resources.table_name)
     assert api("GET", "/jobs", USER)[0] == 200
+
+
+# -- task definitions: operator-owned ------------------------------------------------------
+ADMIN_ROLE: Final = f"arn:aws:iam::{ACCOUNT}:role/ops/agentq-operators"
+PYTHON_DEFINITION: Final = {"kind": "python", "settings": {"callable": "os:system"}}
+
+
+def test_a_mapped_tenant_reads_definitions_and_cannot_change_them(
+    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client_for(inproc_stack)
+    mapped(inproc_stack)
+    monkeypatch.setenv("API_DEFINITION_ADMINS", ADMIN_ROLE)
+    before = api("GET", "/task-definitions/noop", session("billing-runner"))
+    assert before[0] == 200
+    for caller in (session("billing-runner"), USER):
+        status, body = api("PUT", "/task-definitions/noop", caller, PYTHON_DEFINITION)
+        assert status == 403 and "operator-owned" in body["message"], body
+        assert api("PUT", "/task-definitions/new-one", caller, PYTHON_DEFINITION)[0] == 403
+        assert api("DELETE", "/task-definitions/noop", caller)[0] == 403
+    # Nothing changed: the shared definition is still the operator's.
+    assert api("GET", "/task-definitions/noop", USER) == before
+    assert api("GET", "/task-definitions/new-one", USER)[0] == 404
+
+
+def test_an_admin_principals_sessions_change_definitions_and_no_admin_means_nobody(
+    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client_for(inproc_stack)
+    mapped(inproc_stack)
+    admin_session = session("agentq-operators", "deploy-7")  # no tenant mapping needed
+    body = {"kind": "python", "settings": {"callable": "agentq.samples.echo:run"}, "timeout_s": 30}
+    monkeypatch.delenv("API_DEFINITION_ADMINS", raising=False)
+    assert api("PUT", "/task-definitions/ops-echo", admin_session, body)[0] == 403
+    monkeypatch.setenv("API_DEFINITION_ADMINS", f"{OTHER_ROLE},{ADMIN_ROLE}")
+    status, stored = api("PUT", "/task-definitions/ops-echo", admin_session, body)
+    assert status == 200 and stored["timeout_s"] == 30, stored
+    assert api("GET", "/task-definitions/ops-echo", USER)[1]["timeout_s"] == 30
+    assert api("DELETE", "/task-definitions/ops-echo", admin_session)[0] == 200
+    assert api("GET", "/task-definitions/ops-echo", USER)[0] == 404

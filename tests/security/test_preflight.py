@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from conftest import Stack
 from security_support import launched_worker
-from support import wait_for
 
 from worker.consumer import ExitCode
 
@@ -78,19 +77,15 @@ def denying_endpoint() -> Iterator[str]:
         server.server_close()
 
 
-def test_a_denied_bus_check_is_logged_and_the_worker_starts(
-    stack: Stack, denying_endpoint: str
-) -> None:
-    """The worker's role holds no events:DescribeEventBus (it needs only PutEvents)."""
+def test_a_denied_bus_check_stops_the_worker(stack: Stack, denying_endpoint: str) -> None:
+    """The worker's role holds events:DescribeEventBus on its own bus: a denial means
+    another stage's bus, not a start-up check the role may not make."""
     denied = {"AWS_ENDPOINT_URL_EVENTBRIDGE": denying_endpoint}
     with launched_worker(stack, "preflight-denied-bus", denied) as worker:
-        wait_for(lambda: "worker started" in worker.output() or not worker.alive(),
-                 timeout=60, message="the worker started")  # fmt: skip
-        assert worker.alive(), worker.output()
-    (warning,) = [r for r in worker.log_records()
-                  if r.get("message") == "start-up check not allowed; going on"]  # fmt: skip
-    assert warning["setting"] == "EVENTBRIDGE_BUS_NAME"
-    assert warning["error"] == "AccessDeniedException"
+        assert worker.wait(timeout=120) == ExitCode.CONFIG
+    (line,) = worker.output().strip().splitlines()
+    assert line.startswith("agentq worker: configuration: EVENTBRIDGE_BUS_NAME = ")
+    assert "is not allowed for these credentials (AccessDeniedException)" in line
 
 
 def test_a_denied_table_check_stops_the_worker(stack: Stack, denying_endpoint: str) -> None:

@@ -1,0 +1,102 @@
+"""The producer API's handler signing as the producer-api role's user, with IAM enforced:
+Powertools' resolver with API Gateway events carrying the caller's principal. A mapped
+tenant submits, reads and lists; an admin principal changes the shared definitions;
+a tenant's change is refused before any write."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+
+from agentq.definitions import DefinitionsTable
+from agentq.local.aws import local_session_clients
+from agentq.local.stack import LocalStack, LocalStackOptions
+from agentq.local.workers import SAMPLE_DEFINITIONS, fast_env
+from agentq.principals import PrincipalTenants
+from lambdas import producer_api
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+ACCOUNT: Final = "123456789012"
+TENANT_ROLE: Final = f"arn:aws:iam::{ACCOUNT}:role/billing-runner"
+ADMIN_ROLE: Final = f"arn:aws:iam::{ACCOUNT}:role/agentq-operators"
+
+
+def _session(role: str) -> str:
+    return f"arn:aws:sts::{ACCOUNT}:assumed-role/{role.rsplit('/', 1)[-1]}/run-1"
+
+
+def _api(method: str, path: str, caller: str, body: Any = None) -> tuple[int, Any]:
+    event = {
+        "resource": path, "path": path, "httpMethod": method,
+        "headers": {"Content-Type": "application/json"},
+        "multiValueHeaders": {"Content-Type": ["application/json"]},
+        "queryStringParameters": None, "multiValueQueryStringParameters": None,
+        "pathParameters": None, "stageVariables": None,
+        "requestContext": {
+            "accountId": ACCOUNT, "stage": "local", "requestId": str(uuid.uuid4()),
+            "httpMethod": method, "resourcePath": path, "path": f"/local{path}",
+            "identity": {"sourceIp": "127.0.0.1", "accountId": ACCOUNT, "userArn": caller},
+        },
+        "body": json.dumps(body) if body is not None else None,
+        "isBase64Encoded": False,
+    }  # fmt: skip
+    response = producer_api.handler(event, None)
+    return response["statusCode"], json.loads(response.get("body") or "null")
+
+
+@pytest.fixture
+def as_producer_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalStack]:
+    options = LocalStackOptions(stage="iamapi", workers=0, definitions_dirs=(SAMPLE_DEFINITIONS,),
+                                health_interval_s=0, worker_env=fast_env(), work_dir=tmp_path,
+                                iam=True)  # fmt: skip
+    with LocalStack(options) as stack:
+        assert stack.resources is not None and stack.moto is not None
+        operator = local_session_clients(stack.moto.url)
+        PrincipalTenants(operator["dynamodb"], stack.resources.table_name).map(
+            TENANT_ROLE, "billing"
+        )
+        # This process now runs the Lambda: its environment, the producer-api role's key.
+        for name, value in stack.credentials["producer-api"].env().items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("API_DEFINITION_ADMINS", ADMIN_ROLE)
+        monkeypatch.setenv("API_TENANT_CACHE_SECONDS", "0")
+        producer_api._client_for.cache_clear()
+        producer_api._resolver_for.cache_clear()
+        try:
+            yield stack
+        finally:
+            producer_api._client_for.cache_clear()
+            producer_api._resolver_for.cache_clear()
+
+
+def test_iam_enforced_producer_api_role_serves_tenants_and_operators(
+    as_producer_api: LocalStack,
+) -> None:
+    stack = as_producer_api
+    assert stack.resources is not None and stack.moto is not None
+    tenant, admin = _session(TENANT_ROLE), _session(ADMIN_ROLE)
+
+    status, task = _api("POST", "/tasks", tenant, {"definition": "sample-echo", "input": {"v": 1}})
+    assert status == 201 and task["tenant"] == "billing", task
+    status, read = _api("GET", f"/tasks/{task['requestId']}", tenant)
+    assert status == 200 and read["state"] == "PENDING", read
+    assert _api("GET", "/task-definitions", tenant)[0] == 200  # a Scan of the table
+
+    definition = {"kind": "python", "settings": {"callable": "agentq.samples.echo:run"}}
+    assert _api("PUT", "/task-definitions/ops-echo", tenant, definition)[0] == 403
+    status, stored = _api("PUT", "/task-definitions/ops-echo", admin, definition)
+    assert status == 200, stored
+    operator = local_session_clients(stack.moto.url)
+    table = DefinitionsTable(operator["dynamodb"], stack.resources.definitions_table)
+    assert table.get("ops-echo") is not None
+    listed = _api("GET", "/task-definitions", tenant)[1]["definitions"]
+    assert [d["name"] for d in listed] == ["ops-echo"]
+    assert _api("DELETE", "/task-definitions/ops-echo", tenant)[0] == 403
+    assert _api("DELETE", "/task-definitions/ops-echo", admin)[0] == 200
+    assert table.get("ops-echo") is None

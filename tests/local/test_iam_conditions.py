@@ -1,0 +1,192 @@
+"""IAM conditions on the enforced local stack: evaluated as AWS evaluates them, where
+moto alone grants a conditioned statement whatever the request; and S3's 403 for a
+missing key a caller may not list (agentq.local.rules.s3_missing_key)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentq.local.aws import (
+    LOCAL_CREDENTIALS,
+    LOCAL_REGION,
+    LocalResources,
+    MotoServer,
+    local_session_clients,
+    provision,
+)
+from agentq.local.iam import Credentials, create_component_users
+from agentq.local.iam_policy import Decision, condition_holds, decide
+from agentq.local.moto_iam import ACCOUNT_ID, authorizations
+from agentq.resources import ResourceNames
+
+TEXT = st.text(alphabet="abcdefghij/#-", max_size=12)
+
+
+# -- the operators (pure) ---------------------------------------------------------------
+@given(value=TEXT, other=TEXT)
+def test_iam_string_like_matches_its_wildcard_and_negation_is_its_complement(
+    value: str, other: str
+) -> None:
+    context = {"s3:prefix": [value + other]}
+    assert condition_holds("StringLike", "s3:prefix", f"{value}*", context)
+    assert not condition_holds("StringNotLike", "s3:prefix", f"{value}*", context)
+    assert condition_holds("StringEquals", "s3:prefix", value + other, context)
+
+
+def test_iam_a_missing_key_fails_a_condition_unless_negated_if_exists_or_for_all_values() -> None:
+    # AWS: a key not in the request context does not match; a negated operator holds.
+    assert not condition_holds("StringLike", "s3:prefix", "task/*", {})
+    assert not condition_holds("StringEquals", "s3:prefix", "task/", {})
+    assert condition_holds("StringNotLike", "s3:prefix", "task/*", {})
+    assert condition_holds("StringLikeIfExists", "s3:prefix", "task/*", {})
+    assert condition_holds("ForAllValues:StringEquals", "dynamodb:LeadingKeys", "a", {})
+    assert not condition_holds("ForAnyValue:StringEquals", "dynamodb:LeadingKeys", "a", {})
+    assert condition_holds("Null", "s3:prefix", "true", {})
+    assert not condition_holds("Null", "s3:prefix", "false", {})
+
+
+def test_iam_for_all_values_needs_every_value_inside_and_arn_like_keeps_arn_parts() -> None:
+    keys = {"dynamodb:LeadingKeys": ["TENANT#acme#1", "TENANT#other#2"]}
+    assert not condition_holds("ForAllValues:StringLike", "dynamodb:LeadingKeys",
+                               ["TENANT#acme#*"], keys)  # fmt: skip
+    assert condition_holds("ForAnyValue:StringLike", "dynamodb:LeadingKeys",
+                           ["TENANT#acme#*"], keys)  # fmt: skip
+    arn = {"aws:SourceArn": ["arn:aws:events:eu-west-1:123456789012:rule/agentq-x"]}
+    assert condition_holds("ArnLike", "aws:SourceArn", "arn:aws:events:*:*:rule/agentq-*", arn)
+    assert not condition_holds("ArnLike", "aws:SourceArn", "arn:aws:events:*:rule/agentq-*", arn)
+
+
+def test_iam_an_unknown_operator_grants_nothing_and_lifts_no_deny() -> None:
+    statement = {"Action": "s3:ListBucket", "Resource": "*",
+                 "Condition": {"NumericLessThan": {"s3:max-keys": "10"}}}  # fmt: skip
+    allow = {"Statement": [{**statement, "Effect": "Allow"}]}
+    deny = {"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"},
+                          {**statement, "Effect": "Deny"}]}  # fmt: skip
+    assert decide([allow], "s3:ListBucket", "arn:aws:s3:::b", {}) is Decision.NONE
+    assert decide([deny], "s3:ListBucket", "arn:aws:s3:::b", {}) is Decision.DENY
+
+
+def test_iam_request_condition_keys_are_read_from_the_request() -> None:
+    listing = authorizations("s3:ListBucket", "arn:aws:s3:::b", b"", region=LOCAL_REGION,
+                             account=ACCOUNT_ID, path="/b?list-type=2&prefix=task%2Fa%2F")  # fmt: skip
+    assert listing == [("s3:ListBucket", "arn:aws:s3:::b", {"s3:prefix": ["task/a/"]})]
+    # HeadBucket is authorized as s3:ListBucket, with no prefix.
+    assert authorizations("s3:HeadBucket", "arn:aws:s3:::b", b"", region=LOCAL_REGION,
+                          account=ACCOUNT_ID) == [("s3:ListBucket", "arn:aws:s3:::b", {})]  # fmt: skip
+    query = {"TableName": "t", "KeyConditionExpression": "#p = :p AND SK > :s",
+             "ExpressionAttributeNames": {"#p": "PK"},
+             "ExpressionAttributeValues": {":p": {"S": "TENANT#acme"}, ":s": {"S": "a"}}}  # fmt: skip
+    ((_, _, context),) = authorizations("dynamodb:Query", "*", json.dumps(query).encode(),
+                                        region=LOCAL_REGION, account=ACCOUNT_ID,
+                                        hash_key_of=lambda table: "PK")  # fmt: skip
+    assert context == {"dynamodb:LeadingKeys": ["TENANT#acme"]}
+
+
+# -- moto's server enforcing them --------------------------------------------------------
+@pytest.fixture(scope="module")
+def enforced() -> Iterator[tuple[MotoServer, LocalResources]]:
+    with MotoServer(iam=True) as server:
+        clients = local_session_clients(server.url)
+        yield server, provision(clients, ResourceNames(stage="iamc"), endpoint_url=server.url)
+
+
+def _user(server: MotoServer, resources: LocalResources, name: str,
+          statements: list[dict[str, Any]]) -> Credentials:  # fmt: skip
+    iam = boto3.client("iam", endpoint_url=server.url, region_name=LOCAL_REGION,
+                       aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                       aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+    (user,) = create_component_users(
+        iam, resources, {name: statements}, region=LOCAL_REGION, account=ACCOUNT_ID
+    ).values()
+    return user
+
+
+def _client(server: MotoServer, user: Credentials, service: str) -> Any:
+    return boto3.client(service, endpoint_url=server.url, region_name=LOCAL_REGION,
+                        aws_access_key_id=user.access_key_id,
+                        aws_secret_access_key=user.secret_access_key)  # fmt: skip
+
+
+def _denied(call: Any) -> bool:
+    try:
+        call()
+    except ClientError as error:
+        return "is not authorized to perform" in str(error)
+    return False
+
+
+def _status(call: Any) -> int:
+    try:
+        call()
+    except ClientError as error:
+        return int(error.response["ResponseMetadata"]["HTTPStatusCode"])
+    return 200
+
+
+BUCKET_ARN = "arn:aws:s3:::${agentq:bucket}"
+TABLE_ARN = "arn:aws:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${agentq:events_table}"
+
+
+def test_iam_enforced_a_listing_outside_its_prefix_condition_is_denied(
+    enforced: tuple[MotoServer, LocalResources],
+) -> None:
+    server, resources = enforced
+    user = _user(server, resources, "lister", [
+        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": BUCKET_ARN,
+         "Condition": {"StringLike": {"s3:prefix": ["task/*"]}}}])  # fmt: skip
+    s3 = _client(server, user, "s3")
+    bucket = resources.bucket
+    assert _status(lambda: s3.list_objects_v2(Bucket=bucket, Prefix="task/acme/")) == 200
+    assert _status(lambda: s3.list_objects_v2(Bucket=bucket, Prefix="dlq/archive/")) == 403
+    assert _status(lambda: s3.list_objects_v2(Bucket=bucket)) == 403  # no prefix: no match
+
+
+def test_iam_enforced_an_item_outside_its_leading_keys_condition_is_denied(
+    enforced: tuple[MotoServer, LocalResources],
+) -> None:
+    server, resources = enforced
+    user = _user(server, resources, "tenant-reader", [
+        {"Effect": "Allow", "Action": ["dynamodb:GetItem", "dynamodb:Query"],
+         "Resource": TABLE_ARN,
+         "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["TASK#acme#*"]}}}])  # fmt: skip
+    ddb = _client(server, user, "dynamodb")
+    table = resources.table_name
+    mine = {"PK": {"S": "TASK#acme#1"}, "SK": {"S": "STATE"}}
+    other = {"PK": {"S": "TASK#other#1"}, "SK": {"S": "STATE"}}
+    assert _status(lambda: ddb.get_item(TableName=table, Key=mine)) == 200
+    assert _denied(lambda: ddb.get_item(TableName=table, Key=other))
+
+    def query(pk: str) -> Any:
+        return ddb.query(TableName=table, KeyConditionExpression="PK = :p",
+                         ExpressionAttributeValues={":p": {"S": pk}})  # fmt: skip
+
+    assert _status(lambda: query("TASK#acme#1")) == 200
+    assert _denied(lambda: query("TASK#other#1"))
+
+
+def test_iam_enforced_a_missing_key_is_403_without_list_bucket_and_404_with_it(
+    enforced: tuple[MotoServer, LocalResources],
+) -> None:
+    server, resources = enforced
+    read = {"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"{BUCKET_ARN}/task/*"}
+    reader = _client(server, _user(server, resources, "reader", [read]), "s3")
+    lister = _client(server, _user(server, resources, "reader-lister", [
+        read, {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": BUCKET_ARN}]), "s3")  # fmt: skip
+    bucket, missing, present = resources.bucket, "task/acme/r/none.json", "task/acme/r/a.json"
+    local_session_clients(server.url)["s3"].put_object(Bucket=bucket, Key=present, Body=b"{}")
+    assert _status(lambda: reader.get_object(Bucket=bucket, Key=present)) == 200
+    assert _status(lambda: reader.get_object(Bucket=bucket, Key=missing)) == 403
+    assert _status(lambda: reader.head_object(Bucket=bucket, Key=missing)) == 403
+    assert _status(lambda: lister.get_object(Bucket=bucket, Key=missing)) == 404
+    assert _status(lambda: lister.head_object(Bucket=bucket, Key=missing)) == 404
+    # The operator may list: moto's own 404.
+    operator = local_session_clients(server.url)["s3"]
+    assert _status(lambda: operator.get_object(Bucket=bucket, Key=missing)) == 404
