@@ -9,10 +9,12 @@ makes a request last (a transaction in flight) waits there, while other requests
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from agentq.errors import ConfigError
 from agentq.local import moto_guards
 
 RULES_DIR: Final = "agentq/local/rules"
@@ -82,3 +84,16 @@ def run_deferred() -> None:
     _deferred.work = []
     for work in pending:
         work()
+
+
+def milliseconds_knob(variable: str) -> float:
+    """A rule's knob from the moto process's environment: whole ms, 0 (off) to 60000; in
+    seconds."""
+    raw = os.environ.get(variable, "0")
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(variable, f"{raw!r} is not a whole number of ms") from None
+    if not 0 <= value <= 60_000:
+        raise ConfigError(variable, "must be from 0 to 60000 ms")
+    return value / 1000

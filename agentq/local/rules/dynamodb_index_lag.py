@@ -18,13 +18,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-from agentq.errors import ConfigError
 from agentq.local import moto_guards
 from agentq.local.rules import _dynamodb
 
@@ -35,14 +33,7 @@ _history: dict[str, dict[tuple[Any, Any], list[tuple[float, Any]]]] = {}
 
 
 def lag_s() -> float:
-    raw = os.environ.get(VARIABLE, "0")
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(VARIABLE, f"{raw!r} is not a whole number of ms") from None
-    if not 0 <= value <= 60_000:
-        raise ConfigError(VARIABLE, "must be from 0 to 60000 ms")
-    return value / 1000
+    return _dynamodb.milliseconds_knob(VARIABLE)
 
 
 def install() -> None:

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from agentq.errors import ConfigError
 from agentq.local.rules import _dynamodb
 
 VARIABLE: Final = "AGENTQ_LOCAL_TRANSACTION_MS"
@@ -36,14 +34,7 @@ _ids = itertools.count(1)
 
 
 def hold_s() -> float:
-    raw = os.environ.get(VARIABLE, "0")
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(VARIABLE, f"{raw!r} is not a whole number of ms") from None
-    if not 0 <= value <= 60_000:
-        raise ConfigError(VARIABLE, "must be from 0 to 60000 ms")
-    return value / 1000
+    return _dynamodb.milliseconds_knob(VARIABLE)
 
 
 def install() -> None:
