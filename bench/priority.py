@@ -52,7 +52,6 @@ from bench.priority_report import (
     table,
     verdicts,
 )
-from bench.requests_per_task import heartbeat_events
 from bench.stack import (
     Stage,
     merge_calls,
@@ -174,6 +173,7 @@ def run_mode(
     per-tenant overrides, stored as `agentq tenants limit` stores them. `planner`: the
     run's tasks instead of `plan(sizes)` (the starving runs)."""
     stage = new_stage(server, prefix="p")
+    beats_url = stage.tap("Task Heartbeat")
     limits = TenantLimitStore(stage.clients["dynamodb"], stage.resources.table_name)
     for tenant, limit in (tenant_limits or {}).items():
         limits.set(tenant, limit)
@@ -227,7 +227,7 @@ def run_mode(
     for p in tasks:
         waits[p.tier].append(started[p.envelope.request_id] - sent[p.envelope.request_id])
     low_starts = sorted(started[p.envelope.request_id] for p in tasks if p.tier == "low")
-    heartbeats = heartbeat_events(stage, len(tasks))
+    heartbeats = sum(stage.queue_counts(beats_url))
     return {
         "high": _percentiles(waits["high"]),
         "normal": _percentiles(waits["normal"]),

@@ -30,7 +30,6 @@ from typing import Any, Final
 
 from agentq.local.aws import MotoServer
 from bench.stack import (
-    Stage,
     envelope,
     merge_calls,
     new_stage,
@@ -67,6 +66,7 @@ def _run(
     server: MotoServer, *, tasks: int, definition: str, payload: dict[str, Any], env: dict[str, str]
 ) -> Run:
     stage = new_stage(server, prefix="r")
+    beats_url = stage.tap("Task Heartbeat")
     stage.send([envelope(definition, payload) for _ in range(tasks)])
     log_dir = Path(tempfile.mkdtemp(prefix="agentq-bench-rpt-"))
     with workers(1, worker_env(stage, **env), log_dir=log_dir) as fleet:
@@ -80,16 +80,9 @@ def _run(
         for key, n in entry.get("scheduler", {}).items():
             if isinstance(n, int):
                 scheduler[key] = scheduler.get(key, 0) + n
-    return Run(tasks=tasks, heartbeats=heartbeat_events(stage, tasks), calls=merge_calls(stats),
+    return Run(tasks=tasks, heartbeats=sum(stage.queue_counts(beats_url)), calls=merge_calls(stats),
                scheduler=scheduler, beats=sum(int(e.get("heartbeats", 0)) for e in stats),
                heartbeat_calls=merge_calls(stats, "heartbeatCalls"))  # fmt: skip
-
-
-def heartbeat_events(stage: Stage, tasks: int) -> int:
-    """Every event reaches the save-event rule's queue; all but two per task are beats."""
-    url = stage.resources.target_queues["save-event"]
-    visible, in_flight = stage.queue_counts(url)
-    return max(0, visible + in_flight - EVENTS_PER_TASK * tasks)
 
 
 def heartbeat_cost(run: Run) -> dict[str, Any]:

@@ -49,6 +49,20 @@ class Stage:
             QueueUrl=self.queue_url, Attributes={"VisibilityTimeout": str(seconds)}
         )
 
+    def tap(self, *detail_types: str) -> str:
+        """A queue that gets the stage's events of `detail_types` from now on, through a
+        rule of its own (the save-event rule leaves heartbeats out)."""
+        names = self.resources.names
+        name = f"{names.prefix}-tap"
+        url: str = self.sqs.create_queue(QueueName=name)["QueueUrl"]
+        arn = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+        pattern = {"source": [names.app_name], "detail-type": list(detail_types)}
+        events = self.clients["events"]
+        events.put_rule(Name=name, EventBusName=names.event_bus, EventPattern=json.dumps(pattern))
+        events.put_targets(Rule=name, EventBusName=names.event_bus,
+                           Targets=[{"Id": "tap", "Arn": arn["Attributes"]["QueueArn"]}])  # fmt: skip
+        return url
+
     def queue_counts(self, url: str | None = None) -> tuple[int, int]:
         """(visible, in flight) messages of the task queue (or another queue)."""
         attributes = self.sqs.get_queue_attributes(

@@ -92,8 +92,17 @@ def test_make_deploy_ships_the_definitions_with_the_stacks_then_writes_the_varia
          "DEFINITIONS=my_definitions", f"VENV={tmp_path / 'venv'}"],
         cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout.splitlines()  # fmt: skip
-    steps = [line for line in planned if "cdk deploy" in line or "/bin/agentq " in line]
-    # The deployment's own custom resource loads the definitions: no sync step after it.
-    assert len(steps) == 2, steps
-    assert steps[0] == 'npx cdk deploy --all -c stage=prod -c definitions="my_definitions"'
-    assert steps[1].endswith("agentq env --stage prod --output .agentq/prod.env")
+    steps = [line for line in planned
+             if "cdk deploy" in line or "/bin/agentq " in line or "secrets_ready" in line]  # fmt: skip
+    # The secrets stack first, then a check that its key is set (the worker refuses the
+    # placeholder), then everything; the deployment's own custom resource loads the
+    # definitions: no sync step after it.
+    assert len(steps) == 4, steps
+    assert " ".join(steps[0].split()) == (
+        'npx cdk deploy agentq-prod-secrets -c stage=prod -c definitions="my_definitions"'
+    )
+    assert steps[1].endswith("-m infra.secrets_ready --stage prod")
+    assert " ".join(steps[2].split()) == (
+        'npx cdk deploy --all -c stage=prod -c definitions="my_definitions"'
+    )
+    assert steps[3].endswith("agentq env --stage prod --output .agentq/prod.env")

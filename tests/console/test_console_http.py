@@ -137,7 +137,7 @@ def test_actions_need_the_csrf_token_and_are_recorded_with_the_operator(
     done = http.act("cancel", {"requestId": task.request_id}, csrf=csrf,
                     origin=f"http://127.0.0.1:{acting.port}")  # fmt: skip
     assert done.status == 200, done.text
-    assert done.json() == {"cancelled": [task.request_id]}
+    assert done.json() == {"cancelled": [task.request_id], "outcome": "cancelled"}
     assert client.get_task(task.request_id).state is TaskState.CANCELLED
     recorded = EventLog(inproc_stack).of(task.request_id, "Operator Action")
     assert len(recorded) == 1
