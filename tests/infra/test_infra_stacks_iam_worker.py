@@ -96,6 +96,9 @@ def test_infra_worker_task_role_is_least_privilege(stage: SynthesizedStage) -> N
         # The ECS agent's task-protection endpoint acts with the task role.
         "ecs:UpdateTaskProtection",
         "ecs:GetTaskProtection",
+        # The start-up checks, on the stage's own bus and bucket (worker/preflight.py).
+        "events:DescribeEventBus",
+        "s3:GetBucketLocation",
     }
     protection = json.dumps(by_action["ecs:UpdateTaskProtection"])
     assert f":task/{stage.stacks.settings.names.prefix}/*" in protection
