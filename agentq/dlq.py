@@ -128,6 +128,11 @@ class DlqProcessor:
             returned = self._returner.give_back(before, letter)
             if returned is not None:
                 return "returned", returned
+        if not before.state.terminal and before.lease_live(now_ms()):
+            # Its holder may still settle it, or die and leave attempts to return it for:
+            # decide once the lease is over. Closing out now could meet a lease that
+            # lapsed since this read and fail a task the return above would have kept.
+            return "lease-live", f"left to its holder {before.owner}"
         error = {
             "category": _last_category(before),
             "retryable": False,

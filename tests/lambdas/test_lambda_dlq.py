@@ -148,6 +148,28 @@ def test_a_live_lease_is_left_to_its_holder_until_it_lapses(
     assert _tasks(stack).require("acme", "r-dlq-live").state is TaskState.FAILED
 
 
+def test_a_lease_that_lapses_after_the_read_leaves_the_task_to_be_returned(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read while its holder's lease is live (no return: not waiting yet), the lease then
+    lapses before the close-out's write: the task still has attempts, so it must not be
+    failed; it waits, and the next look returns it."""
+    envelope = _envelope("r-dlq-race")
+    _dead_letter(stack, envelope, crash=False)
+    lease = _tasks(stack).acquire(envelope, worker_id="w-race", lease_seconds=30, max_attempts=3)
+    event = _dlq_event(stack)
+    import agentq.store.transitions as transitions
+
+    # The close-out's conditional write runs after the lease's end, as on a loaded host.
+    later = lease.effective_until_ms + 1_000
+    monkeypatch.setattr(transitions, "now_ms", lambda: later)
+    (record,) = event["Records"]
+    assert dlq_processor.handler(event, local_context("dlq")) == {
+        "batchItemFailures": [{"itemIdentifier": record["messageId"]}]
+    }
+    assert _tasks(stack).require("acme", "r-dlq-race").state is TaskState.PROCESSING
+
+
 def _metric_lines(out: str) -> list[dict[str, Any]]:
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     return [line for line in lines if "_aws" in line]
