@@ -299,22 +299,11 @@ def table_throttles(
     dimensions = {"TableName": table_name}
     if index is not None:
         dimensions["GlobalSecondaryIndexName"] = index
-    using = {
-        key: cloudwatch.Metric(
-            namespace="AWS/DynamoDB",
-            metric_name=name,
-            dimensions_map=dimensions,
-            statistic="Sum",
-            period=period,
-        )
-        for key, name in (("reads", "ReadThrottleEvents"), ("writes", "WriteThrottleEvents"))
-    }
-    return cloudwatch.MathExpression(
-        expression="FILL(reads, 0) + FILL(writes, 0)",
-        using_metrics=using,
-        period=period,
-        label="throttled requests",
-    )
+    return _metric_sum(
+        "AWS/DynamoDB", dimensions, "Sum", period,
+        reads="ReadThrottleEvents", writes="WriteThrottleEvents",
+        expression="FILL(reads, 0) + FILL(writes, 0)", label="throttled requests",
+    )  # fmt: skip
 
 
 def workers_below_desired(worker: WorkerStack, period: Duration) -> cloudwatch.MathExpression:
@@ -322,19 +311,35 @@ def workers_below_desired(worker: WorkerStack, period: Duration) -> cloudwatch.M
         "ClusterName": worker.cluster.cluster_name,
         "ServiceName": worker.service.service_name,
     }
+    return _metric_sum(
+        "ECS/ContainerInsights", dimensions, "Average", period,
+        desired="DesiredTaskCount", running="RunningTaskCount",
+        expression="FILL(desired, 0) - FILL(running, 0)", label="worker tasks missing",
+    )  # fmt: skip
+
+
+def _metric_sum(
+    namespace: str,
+    dimensions: Mapping[str, str],
+    statistic: str,
+    period: Duration,
+    *,
+    expression: str,
+    label: str,
+    **metrics: str,
+) -> cloudwatch.MathExpression:
+    """`expression` over metrics of one namespace and dimensions (keyword: the metric's
+    id in the expression, value: its name)."""
     using = {
         key: cloudwatch.Metric(
-            namespace="ECS/ContainerInsights",
+            namespace=namespace,
             metric_name=name,
-            dimensions_map=dimensions,
-            statistic="Average",
+            dimensions_map=dict(dimensions),
+            statistic=statistic,
             period=period,
         )
-        for key, name in (("desired", "DesiredTaskCount"), ("running", "RunningTaskCount"))
+        for key, name in metrics.items()
     }
     return cloudwatch.MathExpression(
-        expression="FILL(desired, 0) - FILL(running, 0)",
-        using_metrics=using,
-        period=period,
-        label="worker tasks missing",
+        expression=expression, using_metrics=using, period=period, label=label
     )
