@@ -9,16 +9,16 @@ import aws_cdk as cdk
 from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from agentq.config import env_name
-from agentq.resources import EVENTS_TABLE, SECRET_PLACEHOLDER
+from agentq.resources import EVENTS_TABLE
 from infra.function import AgentqFunction
 from infra.nag import acknowledge
 from infra.policies import table_statement
 from infra.stacks.infrastructure import InfrastructureStack
 from infra.stacks.reconciler import Reconciler
+from infra.stacks.secrets import placeholder_secret
 from infra.stages import StageSettings
 
 
@@ -35,27 +35,15 @@ class HealthCheckStack(cdk.Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         health = settings.health_check
-        # Starts as the known placeholder; operators put the bot token in
-        # (docs/operations.md). No fixed name, so a redeploy is never blocked by the
-        # 30 days a deleted secret stays scheduled for deletion.
-        self.slack_token = secretsmanager.Secret(
+        # Operators put the bot token in (docs/operations.md).
+        self.slack_token = placeholder_secret(
             self,
             "SlackToken",
+            settings,
             description=f"{settings.names.prefix}: Slack bot token (xoxb-...) for alerts",
-            secret_string_value=cdk.SecretValue.unsafe_plain_text(SECRET_PLACEHOLDER),
-            removal_policy=settings.removal_policy,
-        )
-        cdk.CfnOutput(
-            self,
-            "SlackTokenSecretArn",
-            value=self.slack_token.secret_arn,
-            description="Put the Slack bot token here to get health-check alerts",
-        )
-        acknowledge(
-            self.slack_token,
-            "SMG4",
-            "A Slack bot token is issued by Slack, not AWS; no rotation Lambda can mint "
-            "a new one, so it is rotated by hand (docs/operations.md)",
+            output="SlackTokenSecretArn",
+            output_description="Put the Slack bot token here to get health-check alerts",
+            issued_by="A Slack bot token is issued by Slack, not AWS",
         )
         self.handler = AgentqFunction(
             self,

@@ -28,24 +28,43 @@ class SecretsStack(cdk.Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         prefix = settings.names.prefix
-        # CloudFormation names it: a fixed name would block a redeploy for the 30 days a
-        # deleted secret stays scheduled for deletion.
-        self.claude_secret = secretsmanager.Secret(
+        self.claude_secret = placeholder_secret(
             self,
             "ClaudeApiKey",
+            settings,
             description=f"{prefix}: Anthropic API key for the Claude Agent SDK in workers",
-            secret_string_value=cdk.SecretValue.unsafe_plain_text(SECRET_PLACEHOLDER),
-            removal_policy=settings.removal_policy,
+            output=ANTHROPIC_KEY_OUTPUT,
+            output_description="Put the Anthropic API key here before the worker stack deploys",
+            issued_by="The Anthropic API key is issued by Anthropic's console",
         )
-        cdk.CfnOutput(
-            self,
-            ANTHROPIC_KEY_OUTPUT,
-            value=self.claude_secret.secret_arn,
-            description="Put the Anthropic API key here before the worker stack deploys",
-        )
-        acknowledge(
-            self.claude_secret,
-            "SMG4",
-            "The Anthropic API key is issued by Anthropic's console; no rotation Lambda "
-            "can mint a new one, so it is rotated by hand (docs/operations.md)",
-        )
+
+
+def placeholder_secret(
+    scope: Construct,
+    construct_id: str,
+    settings: StageSettings,
+    *,
+    description: str,
+    output: str,
+    output_description: str,
+    issued_by: str,
+) -> secretsmanager.Secret:
+    """A secret that starts as the known placeholder (the worker and the health check
+    refuse it), its ARN a stack output to put the real value through. CloudFormation
+    names it: a fixed name would block a redeploy for the 30 days a deleted secret stays
+    scheduled for deletion."""
+    secret = secretsmanager.Secret(
+        scope,
+        construct_id,
+        description=description,
+        secret_string_value=cdk.SecretValue.unsafe_plain_text(SECRET_PLACEHOLDER),
+        removal_policy=settings.removal_policy,
+    )
+    cdk.CfnOutput(scope, output, value=secret.secret_arn, description=output_description)
+    acknowledge(
+        secret,
+        "SMG4",
+        f"{issued_by}; no rotation Lambda can mint a new one, so it is rotated by hand "
+        "(docs/operations.md)",
+    )
+    return secret
