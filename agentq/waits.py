@@ -12,6 +12,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from botocore.exceptions import BotoCoreError, ClientError
+
+from agentq.errors import AgentqError
 from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store.records import TaskRecord
@@ -76,8 +79,8 @@ def _blockers(client: ClientBase, record: TaskRecord) -> list[str] | None:
     key = record.raw.get("taskKey") or (record.envelope or {}).get("taskKey")
     try:
         job = client.get_job(str(record.job_id), tenant=record.tenant)
-    except Exception:  # the reason is a courtesy: the page shows the task without it
-        return None
+    except (AgentqError, ClientError, BotoCoreError):
+        return None  # a courtesy: the page shows the task without naming its blockers
     spec = next((t for t in job.spec.tasks if t.key == key), None)
     if spec is None or not spec.depends_on:
         return None
@@ -90,11 +93,14 @@ def _seats(client: ClientBase, record: TaskRecord) -> tuple[int, int] | None:
     from agentq.store.tenants import TenantLimitStore
 
     store = TenantLimitStore(client.dynamodb, client.settings.required("table_name"))
-    # The override, else the stage's default as this process's settings know it.
-    limit = store.get(record.tenant) or client.settings.tenant_concurrency_limit
-    if not limit:
-        return None
-    running = sum(1 for seat in store.seats(record.tenant) if seat.live(now_ms()))
+    try:
+        # The override, else the stage's default as this process's settings know it.
+        limit = store.get(record.tenant) or client.settings.tenant_concurrency_limit
+        if not limit:
+            return None
+        running = sum(1 for seat in store.seats(record.tenant) if seat.live(now_ms()))
+    except (ClientError, BotoCoreError):
+        return None  # a courtesy, as above: "queued" without the limit's figures
     return running, limit
 
 
