@@ -11,6 +11,7 @@ from conftest import Stack
 
 from agentq.aws import AwsClients
 from agentq.envelope import TaskEnvelope
+from agentq.events import now_ms
 from agentq.errors import (
     AttemptsExhausted,
     LeaseLost,
@@ -98,6 +99,29 @@ def test_expired_lease_is_taken_over_and_old_holder_is_fenced(stack: Stack) -> N
     assert record.state is TaskState.COMPLETED
     assert record.effective_until_ms is None  # terminal states never expire
     assert record.raw["result"] == {"ok": True}
+
+
+def test_a_lapsed_lease_is_lost_though_no_one_took_it_over(stack: Stack) -> None:
+    """A holder thawed after its lease lapsed cannot renew it, alone or in a heartbeat's
+    batch: its child may have ended itself already (worker/leasefile.py), so the next
+    attempt starts afresh instead."""
+    store = _store(stack)
+    leases = [
+        store.acquire(_envelope(f"lapsed-{n}"), worker_id="old", lease_seconds=30, max_attempts=3)
+        for n in range(2)
+    ]
+    leases = [store.renew(lease, lease_seconds=0.05) for lease in leases]
+    deadline = time.monotonic() + 5
+    while now_ms() <= max(lease.effective_until_ms for lease in leases):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    with pytest.raises(LeaseLost):
+        store.renew(leases[0], lease_seconds=30)
+    renewals = store.renew_leases([leases[1]], lease_seconds=30)
+    assert (renewals.renewed, renewals.lost) == ([], [leases[1]])
+    # Nothing else is lost: the task is taken again, by anyone, as its next attempt.
+    again = store.acquire(_envelope("lapsed-0"), worker_id="old", lease_seconds=30, max_attempts=3)
+    assert again.attempt == 2 and store.renew(again, lease_seconds=30).attempt == 2
 
 
 def test_terminal_task_cannot_be_locked_again(stack: Stack) -> None:
