@@ -46,14 +46,19 @@ browser:
 	@test -x /usr/bin/chromium || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
-# The whole suite: lint, types, unit, functional (moto), integration (local stack), infra (CDK).
+# The whole suite: lint, types, unit, functional (moto), integration (local stack), infra (CDK),
+# on TEST_WORKERS processes (most tests wait on workers, leases and moto, not on the CPU),
+# with the slowest tests listed at the end.
 # tmux draws `agentq watch` for the tests that read its screen (CI runs as root).
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist worksteal
 test: lint browser $(CDK_STAMP)
 	@command -v tmux >/dev/null || { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; }
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_PARALLEL) --durations=30
 
-test-fast: $(STAMP) browser
-	$(PY) -m pytest -m "not slow"
+# Unit and stack tests only (tests/conftest.py marks each test's kind): no process, no e2e.
+test-fast: $(STAMP)
+	$(PY) -m pytest $(PYTEST_PARALLEL) -m "unit or stack"
 
 # Offline (the local model server) unless DEMO_REAL_CLAUDE=1: then the real Anthropic
 # API with ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN, which costs money.

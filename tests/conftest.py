@@ -1,8 +1,11 @@
-"""Shared fixtures: moto's server (one per session) and a freshly provisioned stage per test."""
+"""Shared fixtures: moto's server (one per session, per xdist worker) and a freshly
+provisioned stage per test; and each test's kind as a marker (unit, stack, process, e2e)."""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +30,50 @@ from agentq.resources import ResourceNames
 for _name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
     os.environ.pop(_name, None)
 os.environ.update({**LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION": LOCAL_REGION})
+
+
+# What a test needs to run, slowest first: `make test-fast` runs unit and stack tests.
+KINDS = {
+    "e2e": "the whole system: the local stack, the demo, the tutorial, a benchmark run",
+    "process": "starts real processes (workers, children, the CLI, Chromium, tmux)",
+    "stack": "a provisioned stage on moto (in process or its server), no process of its own",
+    "unit": "none of the above",
+}
+_E2E_DIRS = ("integration", "bench")
+# Names a test module uses when it starts processes (its own or through a helper).
+_STARTS_PROCESSES = re.compile(
+    r"\b(subprocess|Popen|WorkerProcess|running_worker|worker_parts_process|playwright|"
+    r"chromium|tmux|os\.fork|multiprocessing|run_cli|agentq_cli|spawn)\b"
+)
+_STACK_FIXTURES = {"stack", "inproc_stack", "moto_server"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for kind, meaning in KINDS.items():
+        config.addinivalue_line("markers", f"{kind}: {meaning}")
+
+
+@functools.cache
+def _starts_processes(path: str) -> bool:
+    with open(path, encoding="utf-8") as source:
+        return bool(_STARTS_PROCESSES.search(source.read()))
+
+
+def _kind(item: pytest.Item) -> str:
+    if item.get_closest_marker("e2e") or item.path.parent.name in _E2E_DIRS:
+        return "e2e"
+    if item.get_closest_marker("process") or _starts_processes(str(item.path)):
+        return "process"
+    if _STACK_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return "stack"
+    return "unit"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        kind = _kind(item)
+        if not item.get_closest_marker(kind):
+            item.add_marker(kind)
 
 
 @dataclass

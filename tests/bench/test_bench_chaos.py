@@ -14,7 +14,7 @@ import pytest
 from agentq.local.aws import MotoServer
 from bench.chaos import ChaosConfig, run
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 
 def test_bench_chaos_small_run_keeps_the_exactly_once_promise(

@@ -11,7 +11,7 @@ import pytest
 from agentq.local.aws import MotoServer
 from bench import lambda_import, latency, memory, report, requests_per_task, saturation, throughput
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 
 def test_bench_smoke_requests_per_task_solves_both_costs(moto_server: MotoServer) -> None:

@@ -7,7 +7,7 @@ import pytest
 from agentq.local.aws import MotoServer
 from bench import console, report
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 
 def test_console_bench_counts_requests_per_refresh_within_the_bound(

@@ -30,7 +30,7 @@ from agentq.local.workers import SAMPLE_DEFINITIONS, WorkerProcess, fast_env
 from agentq.states import TaskState
 
 __all__ = ["browser"]
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 DEFINITIONS = os.pathsep.join([str(SAMPLE_DEFINITIONS), str(REPO_ROOT / "definitions" / "samples")])
 HOSTILE = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'

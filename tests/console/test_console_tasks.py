@@ -69,7 +69,7 @@ def test_the_tasks_page_lists_a_tenants_own_tasks_newest_first_and_no_jobs(
     assert http.request("GET", "/api/tasks?tenant=no%20such").status == 400
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_tasks_page_draws_untrusted_text_as_text(
     work: dict[str, str], browser: Browser
 ) -> None:

@@ -22,7 +22,7 @@ from worker.child import load_context
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_task_whose_lock_and_final_write_meet_faults_runs_once(
     stack: Stack, tmp_path: Path
 ) -> None:
@@ -97,7 +97,7 @@ def test_task_code_gets_the_attempt_and_lease_token_as_its_fencing_token(stack: 
     assert ctx.fencing_token == f"1:{lease.token}"
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_worker_under_a_five_percent_mix_ends_each_task_once(
     stack: Stack, tmp_path: Path
 ) -> None:

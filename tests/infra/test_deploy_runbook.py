@@ -128,7 +128,7 @@ def test_agentqs_account_commands_without_credentials_end_in_one_line_with_the_r
     assert ran == 3
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.timeout(2400)
 def test_the_runbooks_local_commands_run(tmp_path: Path) -> None:
     """`make synth` as the runbook says, with the install stamps taken as done (the test

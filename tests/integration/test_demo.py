@@ -27,7 +27,7 @@ def _marked(marker: str) -> list[psutil.Process]:
     return found
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.timeout(420)
 def test_make_demo_runs_the_job_as_designed_and_leaves_no_process() -> None:
     marker = uuid.uuid4().hex

@@ -20,7 +20,7 @@ from agentq.local.workers import SAMPLE_DEFINITIONS, fast_env
 from agentq.principals import PrincipalTenants
 from lambdas import producer_api
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 ACCOUNT: Final = "123456789012"
 TENANT_ROLE: Final = f"arn:aws:iam::{ACCOUNT}:role/billing-runner"

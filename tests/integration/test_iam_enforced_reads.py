@@ -27,7 +27,7 @@ from agentq.local.workers import SAMPLE_DEFINITIONS, fast_env
 from agentq.states import TaskState
 from agentq.store import TaskStore
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
 def _stack(tmp_path: Path, stage: str, *, workers: int) -> LocalStack:

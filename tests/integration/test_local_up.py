@@ -56,7 +56,7 @@ def _local_up(
     return LocalUp(process, marker, env_file)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.timeout(240)
 def test_local_up_serves_another_shell_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     relative = os.path.relpath(REPO / "definitions" / "testing", tmp_path)
@@ -115,7 +115,7 @@ def test_local_up_serves_another_shell_and_stops_cleanly_on_ctrl_c(tmp_path: Pat
     wait_for(lambda: not _marked(marker), timeout=30, message="no process left")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.timeout(240)
 def test_local_up_stops_and_says_so_when_its_moto_server_dies(tmp_path: Path) -> None:
     stack = _local_up(tmp_path, "--workers", "0")
@@ -154,7 +154,7 @@ def _log_times(log: Path, message: str) -> list[datetime]:
     return times
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.timeout(240)
 def test_local_up_drains_its_workers_together_and_a_second_ctrl_c_kills_them(
     tmp_path: Path,
@@ -197,7 +197,7 @@ def test_local_up_drains_its_workers_together_and_a_second_ctrl_c_kills_them(
     wait_for(lambda: not _marked(marker), timeout=30, message="no process left")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.timeout(240)
 def test_local_up_stops_everything_when_its_terminal_closes(tmp_path: Path) -> None:
     stack = _local_up(tmp_path, "--workers", "1", "--no-console")
@@ -217,7 +217,7 @@ def test_local_up_stops_everything_when_its_terminal_closes(tmp_path: Path) -> N
     wait_for(lambda: not _marked(marker), timeout=30, message="no process left")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.timeout(240)
 def test_local_up_waits_out_a_frozen_moto_and_keeps_its_data(tmp_path: Path) -> None:
     # One missed 2 s probe used to stop the whole stack and moto's data with it.
@@ -257,7 +257,7 @@ def test_local_up_waits_out_a_frozen_moto_and_keeps_its_data(tmp_path: Path) -> 
     wait_for(lambda: not _marked(stack.marker), timeout=30, message="no process left")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.timeout(240)
 def test_local_up_stops_when_moto_stays_silent_past_the_stall_limit(tmp_path: Path) -> None:
     errors = tmp_path / "stderr.txt"

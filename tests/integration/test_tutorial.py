@@ -100,7 +100,7 @@ def test_tutorial_block_not_run_here(block: Block) -> None:
     pytest.skip(f"{block.skip_reason}: {block.body.strip().splitlines()[0]}")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.timeout(420)
 def test_tutorial_runs_in_order_on_the_local_stack(tmp_path: Path) -> None:
     marker = uuid.uuid4().hex

@@ -13,7 +13,7 @@ from agentq.config import Settings
 from agentq.local.lambda_host import LambdaHost
 from agentq.local.workers import SAMPLE_DEFINITIONS, WorkerProcess, fast_env
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 
 def test_jobs_diamond_runs_end_to_end_on_a_worker(

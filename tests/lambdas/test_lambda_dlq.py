@@ -274,7 +274,7 @@ def test_redrive_never_reruns_a_completed_task(stack: Stack) -> None:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_redriven_task_runs_again_to_completion_on_a_worker(stack: Stack, tmp_path: Path) -> None:
     envelope = TaskEnvelope(request_id="r-dlq-rerun", tenant="acme", definition="sample-echo",
                             input={"text": "again"})  # fmt: skip

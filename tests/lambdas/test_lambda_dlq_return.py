@@ -111,7 +111,7 @@ def test_a_dead_lettered_scheduled_task_is_returned_keeping_its_time(stack: Stac
     assert json.loads(copy["Body"])["notBefore"] == not_before
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_returned_task_runs_to_completion_on_a_worker(stack: Stack, tmp_path: Path) -> None:
     envelope = TaskEnvelope(request_id="r-ret-run", tenant="acme", definition="sample-echo",
                             input={"text": "back"})  # fmt: skip
