@@ -10,7 +10,7 @@ CDK_STAMP := node_modules/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install lint format test test-fast demo bench synth deploy clean browser image-lock
+.PHONY: install lint format docs test test-fast demo bench synth deploy clean browser image-lock
 
 $(STAMP): requirements.txt requirements-local.txt requirements-cdk.txt requirements-dev.txt requirements-lambdas.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# The docs' generated parts: the settings table and the map of the code.
+docs: $(STAMP)
+	$(PY) -m agentq.config_doc
+	$(PY) -m tools.package_map
 
 # Debian's chromium (and its driver) for the console's browser tests and screenshots;
 # apt-get runs only when it is missing. Playwright drives it: never `playwright install`.

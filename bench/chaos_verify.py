@@ -258,7 +258,7 @@ def _check_terminal_events(
     rid = item.envelope.request_id
     if not terminal:
         # Known gap, not an exactly-once breach: the worker died between finalizing the
-        # STATE item and publishing the event (see docs/benchmarks.md). Counted apart.
+        # STATE item and publishing the event (see docs/benchmarks/chaos.md). Counted apart.
         seen = [(e.get("detailType"), e.get("workerId"), e.get("attempt")) for e in timeline]
         report.events_lost += 1
         report.findings.append(

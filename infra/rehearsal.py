@@ -2,20 +2,11 @@
 that cfn-lint does not check, applied to synthesized templates.
 
 `python -m infra.rehearsal cdk.out/prod` (run by `make synth` for each stage) reads every
-`*.template.json` in the directories and fails, naming the stack and resource, when:
-
-- a service uses a capacity provider without depending on the cluster's association of
-  it (ECS can reject a service created in parallel with that association);
-- an autoscaled service carries a DesiredCount (every update resets the scaled count);
-- a service's task reads a secret created in the same template (it starts with a
-  placeholder, so the first task fails and the circuit breaker rolls the stack back);
-- a custom resource has no ServiceTimeout, or one shorter than its handler's timeout;
-- an alarm notifies nothing, or a topic without any subscriber (only reported with
-  `--unsubscribed-alarms report`, which `make synth` gives the dev stage).
-
-Retained resources with a fixed name are reported, not failed: after a `cdk destroy`
-they stay, and the next deploy of the same stage collides on the name (docs/deploy.md,
-"Take a stage down", says what to do with each).
+`*.template.json` in the directories and fails, naming the stack and resource, on each
+rule of docs/deploy.md ("1. Check the templates"): capacity-provider ordering, an autoscaled
+DesiredCount, a secret read in the template that creates it, a custom resource's
+ServiceTimeout, an alarm that notifies nobody (`--unsubscribed-alarms report` for dev).
+Retained resources with a fixed name are reported, not failed.
 """
 
 from __future__ import annotations

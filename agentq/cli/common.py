@@ -1,22 +1,10 @@
 """Exit codes and output helpers shared by every `agentq` command.
 
-Exit codes scripts can rely on:
-
-| code | meaning |
-|---|---|
-| 0 | success (for `--wait`: the task or job completed) |
-| 1 | unexpected error (one line on stderr; `agentq --debug` shows the traceback) |
-| 2 | usage error (argparse) |
-| 3 | not found (task, job, definition, result) |
-| 4 | the task or job ended failed, timed out or cancelled |
-| 5 | configuration error (a required variable is missing or bad, no credentials) |
-| 6 | invalid input (bad spec, bad request id, cycle in a job) |
-| 7 | timed out waiting |
-| 8 | AWS unreachable, or the stage's resources are not there (local stack stopped?) |
-
-Every failure ends with one line on stderr saying what happened and what to do; a
-command run with `--json` also prints `{"error": {"code", "kind", "message", "hint"}}`
-on stdout (unless it already printed its own JSON document).
+The exit codes scripts rely on (0 success, 1 unexpected, 2 usage, 3 not found, 4 the
+task or job ended unsuccessfully, 5 configuration, 6 invalid input, 7 timed out waiting,
+8 AWS unreachable) are listed in docs/producers.md. Every failure ends with one line on
+stderr saying what to do; with `--json` also `{"error": {"code", "kind", "message",
+"hint"}}` on stdout, unless the command already printed its own JSON document.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """A job's tasks as its page draws them: a summary row per task, not whole records.
 
-A row needs a dozen attributes of the task's STATE item and never its envelope (the
-task's input, up to hundreds of KB) or its pointers, so the batch reads ask for those
-only (a ProjectionExpression), strongly consistent, so a refresh never shows a task
-going back. A task in a state with no way out (COMPLETED, CANCELLED; a FAILED or
-TIMEOUT task can still be redriven back to PENDING) keeps its row: later refreshes
-read only the others, and a finished job's refresh reads no task at all.
-
-Fault story: botocore retries a throttled or failed BatchGetItem; keys DynamoDB leaves
-unprocessed (throttling inside a successful call) are asked again with a growing
-pause, a bounded number of times, after which the page says AWS did not answer (502)
-and the next poll tries again. Reads change nothing, so any retry is harmless.
+Batch reads ask for a row's attributes only (a projection, never the task's input),
+strongly consistent so a refresh never shows a task going back; a task that can no
+longer change (COMPLETED, CANCELLED) keeps its row and is not read again. Unprocessed
+keys are asked again a bounded number of times with a growing pause, then the page
+answers 502 and the next poll tries again (docs/console.md, "What it reads").
 """
 
 from __future__ import annotations

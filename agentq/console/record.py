@@ -1,19 +1,9 @@
 """Every operator action on record before it is done, and its outcome after it.
 
-An action is first stored in the events table as an `Operator Action` with
-`phase: "requested"` (a conditional put keyed by the event's time and id, so a put
-that botocore retries after it was applied finds itself there), and only then done.
-Its outcome (`phase: "done"`, the same `actionId`) is stored the same way and then
-published to EventBridge; save-event stores that same event again, which is a
-duplicate of the row already there, not a second one. What each failure leaves:
-
-- the table cannot be written before acting (throttled past botocore's retries, an
-  outage): the action is not done, the answer is a 502;
-- the console dies after the `requested` row: the row stands for an action that may
-  have happened (the task's own state says whether it did);
-- the action itself fails: its outcome is recorded as `failed` with the error's code;
-- EventBridge refuses the outcome: it is in the table all the same, and the answer
-  says the event was not published (consumers of the bus missed it).
+An action is stored as an `Operator Action` with `phase: "requested"` (a conditional
+put keyed by the event's time and id, so a retried put finds itself), then done, then
+its outcome (`phase: "done"`, the same `actionId`) is stored and published. What each
+failure leaves is in docs/console.md ("Actions").
 """
 
 from __future__ import annotations

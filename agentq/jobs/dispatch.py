@@ -1,17 +1,11 @@
 """The job dispatcher: from a terminal task event to the job's next step.
 
-An event is only a trigger. Each call reconciles the job from what the table says —
-the job item and every task's STATE item, read strongly consistent — so duplicate,
-late or reordered events are harmless:
-
-1. failure policy: `fail_fast` cancels every task not started once one failed or
-   timed out; `continue` cancels only what (transitively) depends on a failure; a
-   cancelled task's dependents are cancelled under either policy;
-2. readiness: a BLOCKED task whose dependencies all COMPLETED gets its references
-   resolved (from S3) and moves BLOCKED → PENDING conditionally, recording the
-   trigger (`enqueuedBy`); only the caller whose transition succeeded sends it — or
-   the same trigger retried after a crash between transition and send;
-3. counting and closing: see agentq.jobs.store.
+An event is only a trigger: each call reconciles the job from the table (the job item
+and every task's STATE item, strongly consistent), so duplicate, late or reordered
+events are harmless. It applies the failure policy, moves each ready BLOCKED task to
+PENDING conditionally (recording the trigger, `enqueuedBy`) and sends it only when its
+own transition succeeded, then counts and closes (agentq.jobs.store). The steps and
+their fault stories are in docs/jobs.md ("What happens when").
 """
 
 from __future__ import annotations

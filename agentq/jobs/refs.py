@@ -1,19 +1,10 @@
-"""Result references inside a job task's input.
+"""Result references inside a job task's input: `${tasks.<key>.result[.<path>]}`,
+`${groups.<group>.results}`, `${item}`/`${index}` in a `for_each` task, `$${` for a
+literal `${` (docs/jobs.md, "References", has the syntax).
 
-Syntax (inside any string of a task's `input`, at any depth):
-
-| reference                          | becomes                                            |
-|------------------------------------|----------------------------------------------------|
-| `${tasks.<key>.result}`            | the upstream task's whole result (its JSON)        |
-| `${tasks.<key>.result.<a>.<0>}`    | a field / list index inside that result           |
-| `${groups.<group>.results}`        | list of the results of every task of a group       |
-| `${item}`, `${item.<a>}`, `${index}` | in a `for_each` task: the element and its index  |
-| `$${`                              | a literal `${`                                     |
-
-A string that is exactly one reference becomes the referenced JSON value (a dict stays
-a dict); a reference inside a longer string is spliced in as text (strings as they are,
-anything else as compact JSON). `${item}`/`${index}` are replaced when the spec is
-parsed; task and group references when the dispatcher enqueues the task.
+A string that is exactly one reference becomes the referenced JSON value; a reference
+inside a longer string is spliced in as text. `${item}`/`${index}` are replaced when the
+spec is parsed; task and group references when the dispatcher enqueues the task.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """Job specs: parse, expand fan-outs, validate (references, cycles, definitions).
 
-A spec (YAML or JSON; see docs/jobs.md)::
-
-    name: quarterly-report
-    failure_policy: fail_fast        # or: continue
-    tasks:
-      summarize:
-        definition: summarize
-        for_each: ["doc one", "doc two"]     # fan-out: summarize_0, summarize_1 (group "summarize")
-        input: {document: "${item}"}
-      report:
-        definition: write-report
-        input: {summaries: "${groups.summarize.results}"}
-
-A task depends on every task its input references plus those in `depends_on` (task
-keys or group names). Every problem is an `InvalidInput` naming the task, raised
-before anything is written.
+A spec (YAML or JSON; docs/jobs.md has the format) names tasks by key, each with its
+definition, input, optional `for_each` fan-out and `depends_on`. A task depends on
+every task its input references plus those in `depends_on` (task keys or group names).
+Every problem is an `InvalidInput` naming the task, raised before anything is written.
 """
 
 from __future__ import annotations

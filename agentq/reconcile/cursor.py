@@ -1,23 +1,11 @@
 """Where the reconciler resumes reading each status index partition: one cursor a partition.
 
-A run reads at most `page` items of a partition, from just after where the last run
-stopped up to the bound, and then moves the partition's cursor to the last item it
-read; a read that reaches the bound moves it back to the start. So a run's cost is
-bounded, and every item below the bound is read within ceil(N / page) + 1 runs (N: the
-partition's items below the bound), however many of them are skipped or repaired on
-the way: a repair does not move an item, the cursor does.
-
-Cursors are items of the events table (`RECONCILER#CURSORS` / the partition's key),
-read strongly consistent in one BatchGetItem per run and moved with one conditional
-UpdateItem that holds only if the cursor is still where this run read it:
-
-- runs that overlap read the same page; their repairs are claimed, so each task is
-  repaired once, and the later cursor move is refused instead of moving it back;
-- a run that dies mid-page has not moved its cursor: the next run reads that page
-  again, and a task repaired in it is skipped (repaired within the bound);
-- a move applied and then retried by botocore is refused by its own effect, which is
-  the move done; a move that fails leaves the cursor where it was, and the next run
-  repeats the page, its repairs skipped the same way.
+A run reads at most `page` items of a partition from just after its cursor up to the
+bound, then moves the cursor to the last item read (back to the start once it reached
+the bound), so every item below the bound is read within ceil(N / page) + 1 runs.
+Cursors are items of the events table (`RECONCILER#CURSORS`), read in one BatchGetItem
+and moved by a conditional UpdateItem that holds only if the cursor is where this run
+read it. Overlapping, dying and retried runs: docs/architecture.md, "Reconciler".
 """
 
 from __future__ import annotations

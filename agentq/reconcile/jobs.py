@@ -1,19 +1,11 @@
 """Stalled jobs: running jobs the dispatcher should have moved on, and did not.
 
-The dispatcher acts on terminal task events; if one never arrives (PutEvents failed
-after the state moved, the dispatcher's retries ran out, a rule was disabled for a
-while), the job waits forever. A running job is stalled when, for longer than the
-bound, one of these holds:
-
-- a terminal task is not counted on the job item;
-- every task is counted, yet the job is not closed;
-- a BLOCKED task's dependencies are all terminal (to enqueue, or to cancel by policy).
-
-Candidates come from the status index only: RUNNING job items (their own partitions,
-ordered by creation) and BLOCKED tasks. The repair is the dispatcher's own
-`reconcile`, which is idempotent by construction (conditional moves, counters that
-count a task once, a close that only one caller wins), so a repair that races the
-dispatcher, or another run, does each step once.
+A running job is stalled when, for longer than the bound, a terminal task is not
+counted, every task is counted yet the job is open, or a BLOCKED task's dependencies
+are all terminal. Candidates come from the status index only (RUNNING job items and
+BLOCKED tasks); the repair is the dispatcher's own idempotent `reconcile`, so a repair
+that races the dispatcher or another run does each step once (docs/operations.md,
+"The reconciler").
 """
 
 from __future__ import annotations

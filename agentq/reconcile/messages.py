@@ -1,34 +1,13 @@
 """Lost messages: live tasks that no message will ever bring to a worker again.
 
-SQS cannot be asked whether a message for a task exists, so "no message" is decided
-by time: a message that exists becomes visible within the queue's visibility timeout
-(or the retry backoff a worker set), and a worker that receives it moves the task. A
-task still due after `lost_after` longer than that has no message:
-
-- PENDING, created (or unblocked, or redriven) longer ago than the bound;
-- SCHEDULED, its `notBefore` longer ago than the bound (before that, its message is
-  rightly invisible: SQS DelaySeconds or a worker's re-delay);
-- RETRYING, its retry time longer ago than the bound;
-- PROCESSING, its lease lapsed longer ago than the bound (the holder died and its
-  message was lost or dead-lettered while the lease was live).
-
-The repair sends a fresh copy of the stored envelope. That is always safe: the lock
-runs a task once however many messages name it, and a copy that finds the task
-finished is deleted. The bound only trades duplicate messages against recovery time.
-
-A task waiting behind its tenant's concurrency limit keeps its due time while its
-message goes round; the worker that sends it back marks it (`waitSeenAt`,
-agentq.store.waiting), and it counts as lost only once that mark is older than the
-bound too.
-
-Each run reads each watched state's partitions of the status index through a cursor
-that moves (agentq.reconcile.cursor): at most `page_size` items a partition, resuming
-where the last run stopped, so a task lost behind any backlog is reached within a
-bounded number of runs. Each repair is claimed first with one conditional write on the
-STATE item (`repairedAt` and a `repairToken`, valid only if the task is still in the
-state and at the due time that was read, was not repaired within the bound and was not
-marked waiting since), so overlapping runs repair a task once, and a run repeated
-within the bound repairs nothing.
+A task still due (PENDING or SCHEDULED since its due time, RETRYING since its retry
+time, PROCESSING since its lease lapsed) for longer than `lost_after`, and not marked
+waiting by a worker (`waitSeenAt`, agentq.store.waiting) within it, has no message.
+Each run reads the watched partitions of the status index through cursors
+(agentq.reconcile.cursor); each repair is claimed by one conditional write on the STATE
+item (`repairedAt`, `repairToken`), then sends a fresh copy of the stored envelope,
+which the lock runs once however many copies exist. docs/architecture.md, "Reconciler",
+has the promise and its bounds.
 """
 
 from __future__ import annotations

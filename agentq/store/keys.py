@@ -1,16 +1,11 @@
-"""Key layout of the events table (one table, see ARCHITECTURE.md).
+"""Key layout of the events table and of a task's S3 objects.
 
-| item        | PK                            | SK                                |
-|-------------|-------------------------------|-----------------------------------|
-| task state  | TASK#{tenant}#{requestId}     | STATE                             |
-| task event  | TASK#{tenant}#{requestId}     | EVENT#{iso timestamp}#{eventId}   |
-| job         | JOB#{tenant}#{jobId}          | JOB                               |
-| job event   | JOB#{tenant}#{jobId}          | EVENT#{iso timestamp}#{eventId}   |
-
-The S3 objects of a task live beside it, keyed the same way (tenant, then request id)
-and by attempt: `task/{tenant}/{requestId}/attempt-{n}/` (`attempt_prefix`). The STATE
-item names the winning attempt's objects; readers follow that pointer, never a key they
-build themselves.
+Task STATE `TASK#{tenant}#{requestId}` / `STATE`, its events `EVENT#{iso}#{eventId}`
+under the same key, jobs `JOB#{tenant}#{jobId}` / `JOB`; the index keys beside them.
+A task's S3 objects are keyed the same way and by attempt
+(`task/{tenant}/{requestId}/attempt-{n}/`, `attempt_prefix`); readers follow the STATE
+item's pointer to the winning attempt, never a key they build. docs/architecture.md,
+"Table layout" and "S3 layout", has the tables.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """The lock of a task whose tenant has a concurrency limit: the STATE item and one of
 the tenant's seats (agentq.store.tenants) in one `TransactWriteItems`.
 
-Either both are taken or neither: a task refused by its own STATE item (held
-elsewhere, finished, not due) takes no seat, and a task whose tenant has no free seat
-spends no attempt. The first seat tried is spread by request id; when it is held, one
-strongly consistent query of the tenant's seats finds the free ones, and none free is
-`TenantAtLimit`.
-
-A transaction returns no attributes, so the attempt number cannot be read back the way
-the single-write lock reads it (`ALL_NEW`). The write is therefore conditional on the
-attempt it expects (0 first: most tasks run once), and a refusal whose item shows
-another attempt is tried again expecting that one: a retried task costs one more
-request, a first attempt none.
+Both are taken or neither: a task its STATE item refuses takes no seat, and a task
+with no free seat spends no attempt (`TenantAtLimit`). The first seat tried is spread
+by request id; one strongly consistent query finds the free ones. A transaction
+returns no attributes, so the write is conditional on the attempt it expects (0 first)
+and tried again with the attempt a refusal shows (docs/scheduling.md, "Seats").
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Per-tenant concurrency limits: the overrides, their cache, and the seats that hold them.
 
-A tenant's limit is `TENANT_CONCURRENCY_LIMIT` unless the events table holds an override
-for it (`TENANT#{tenant}` / `LIMITS`, attribute `concurrencyLimit`); 0 means unlimited.
-Workers read overrides through `CachedTenantLimits`, so a limit costs at most one read
-per tenant per worker per `LIMIT_CACHE_S`, never one per task; a tenant a worker has not
-read yet is guessed from one listing of every override, also once per `LIMIT_CACHE_S`,
-which no thread waits for (the last listing stands meanwhile).
-
-A tenant limited to N has N *seats* (`TENANT#{tenant}` / `SEAT#{i}`, i < N). A seat is
-held like a lease: `holder` (the task's lease token) and `leaseUntil` (the task lease's
-`effectiveUntil`). The lock takes a seat in the same `TransactWriteItems` as the task
-(agentq.store.lock), the heartbeat renews both in one transaction, and the write that
-ends the lease frees the seat (agentq.store.transitions). A seat whose `leaseUntil` has
-passed is free by the take's condition, so a worker that dies leaks its seats for at
-most one lease, like its tasks.
+A tenant's limit is `TENANT_CONCURRENCY_LIMIT` unless an override item
+(`TENANT#{tenant}` / `LIMITS`) says otherwise; 0 is unlimited. `CachedTenantLimits`
+reads an override at most once per tenant and worker per `LIMIT_CACHE_S`, and guesses
+an unread tenant from one listing of every override, which no thread waits for. A
+limit of N is N seats (`TENANT#{tenant}` / `SEAT#{i}`), each held like a lease by a
+task's lease token until its `leaseUntil` (docs/scheduling.md, "Seats").
 """
 
 from __future__ import annotations

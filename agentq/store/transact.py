@@ -1,17 +1,11 @@
 """`TransactWriteItems` for the lease transactions: the lock with a tenant seat, the
 heartbeat's renewals and the finalize that frees a seat.
 
-A cancelled transaction applied nothing. Its `CancellationReasons` say, per item, why:
-`ConditionalCheckFailed` (with the item as it is, when asked for) is an answer for the
-caller; `TransactionConflict` (another transaction held the item for a moment) is sent
-again with jittered backoff, like `TransactionConflictException` on a single write.
-
-A transaction whose answer was lost is retried by botocore with the same
-`ClientRequestToken` (set here once per send; botocore's retries of that send reuse
-it): DynamoDB answers such a retry within 10 minutes with success and applies nothing
-again, and so does the local stack (agentq.local.rules.dynamodb_idempotency). A send
-after a conflict gets a fresh token: the conflicted one applied nothing. The callers
-also recognise their own applied write by its mark, as single writes do.
+A cancelled transaction applied nothing: a `ConditionalCheckFailed` reason is the
+caller's answer, a `TransactionConflict` one is sent again with jittered backoff. Each
+send carries its own `ClientRequestToken`, which botocore's retries reuse, so a retry
+of a transaction whose answer was lost is answered without applying it again (AWS and
+the local stack alike: docs/aws-fidelity.md); a send after a conflict gets a new one.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """The mark a waiting task's live message leaves on its STATE item: `waitSeenAt`.
 
-A task whose tenant is at its concurrency limit stays PENDING (or RETRYING, or due
-SCHEDULED) while its message goes round: parked in a worker, sent back as a fresh copy
-after the back-off, received again. Nothing else about the task changes, so by its due
-time alone it looks like a task whose message was lost. Each time a worker sends such a
-message back it writes `waitSeenAt` (now), and the reconciler counts a task as lost only
-once that mark, too, is older than its bound (agentq.reconcile.messages): a task that
-merely waits never gets a duplicate message.
-
-The write is one conditional UpdateItem (the task must still exist and wait: it never
-creates an item nor touches a task that moved on), and setting a time is idempotent, so
-a retry botocore sent after the write was applied changes nothing. A worker writes the
-mark of one task at most once per `every_s` (`WaitMarks`): a tenant's flood going round
-costs one write per task per interval and worker, not one per turn. A mark that could
-not be written (throttled) is only logged: at worst the reconciler sends a copy the
-lock then runs once.
+A task whose tenant is at its limit keeps its due time while its message waits in a
+worker or goes round, so by time alone it looks lost. A worker that parks it or sends
+it back writes `waitSeenAt` (one conditional UpdateItem on a task that still waits;
+idempotent under retries; at most once per `every_s` per task, `WaitMarks`), and the
+reconciler counts it lost only once that mark is older than its bound too. A mark that
+cannot be written is only logged: at worst the lock runs the reconciler's copy once.
 """
 
 from __future__ import annotations

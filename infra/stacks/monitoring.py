@@ -1,18 +1,10 @@
 """Alarms and the stage's one dashboard.
 
-Alarms (each described in docs/operations.md, "Alarms"): tasks dead-lettered (the DLQ
-processor's EMF metrics: the DLQ's visible count is useless, the processor empties it
-within seconds) and a dead letter not settled; the oldest task message; each Lambda's
-errors and throttles; throttled requests to each table and each of its indexes; events
-a Lambda failed on; 'Task Requested' events EventBridge could not deliver, and failed
-invocations of every rule and schedule; worker tasks running below the desired count;
-producer API 5xx; the worker's failed and timed-out tasks. Every
-agentq metric carries the stage as a dimension, and every alarm selects its own
-stage's, so a dev stage sharing the account never trips prod's alarms. Every alarm
-notifies one SNS topic (KMS-encrypted with a key whose policy lets CloudWatch publish;
-the AWS-managed SNS key would not), which reaches the stage's e-mail and Slack
-subscribers; a production stage without any fails synth (infra/stages.py), a dev stage
-without any gets a synth warning.
+Each alarm is described in docs/operations.md ("CloudWatch alarms"); every one selects
+its own stage's metrics (every agentq metric carries the stage as a dimension) and
+notifies one SNS topic, KMS-encrypted with a key whose policy lets CloudWatch publish
+(the AWS-managed SNS key would not), which reaches the stage's e-mail and Slack
+subscribers. A production stage without a subscriber fails synth (infra/stages.py).
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def test_bench_chaos_with_aws_faults_holds_every_invariant(
     frozen past their lease, two tasks closed out by the DLQ whose first publish fails:
     every invariant of the --faults verdict holds.
 
-    Each defect of issue 14, put back, fails this run (docs/benchmarks.md lists which
+    Each defect of issue 14, put back, fails this run (docs/benchmarks/chaos.md lists which
     invariant catches which)."""
     config = ChaosConfig(tasks=36, workers=2, slots=3, kill_interval_s=(1.5, 3.0),
                          kill_until_done=0.95, timeout_s=200, faults=True,
