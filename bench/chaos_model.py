@@ -90,7 +90,7 @@ class ChaosReport:
     duplicates_suppressed: int = 0
     held_elsewhere: int = 0
     dead_lettered: int = 0
-    # Dead letters sent back to the task queue with attempts left (agentq/dlq_return.py).
+    # Dead letters sent back to the task queue with attempts left (agentq/dlq/returns.py).
     dlq_returned: int = 0
     failed_by_chaos: int = 0
     seconds: float = 0.0

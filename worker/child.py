@@ -8,7 +8,7 @@
 runs, in that directory.
 
 It runs once per task, so its imports are on every task's latency: it reads its
-settings without the settings model (agentq.config_light) and its definition without
+settings without the settings model (agentq.config.light) and its definition without
 pydantic (`ChildDefinition`); a python task's child never imports pydantic
 (tests/unit/test_child_imports.py).
 
@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Final
 
-from agentq.config_light import ChildSettings
+from agentq.config.light import ChildSettings
 from agentq.errors import TaskError
 from agentq.security import sanitize_error_message
 from agentq.taxonomy import ErrorInfo, classify_exception, info

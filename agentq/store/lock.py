@@ -147,7 +147,7 @@ class TaskLock(LeaseRenewals):
             "envelope = if_not_exists(envelope, :envelope)",
             "createdAt = if_not_exists(createdAt, :now)",
             # The budget, for the DLQ processor: a dead letter with attempts left is
-            # sent back rather than failed (agentq/dlq_return.py).
+            # sent back rather than failed (agentq/dlq/returns.py).
             "maxAttempts = :max",
         ]
         if timeout_ms:

@@ -11,7 +11,6 @@ from conftest import Stack
 
 from agentq.aws import AwsClients
 from agentq.envelope import TaskEnvelope
-from agentq.events import now_ms
 from agentq.errors import (
     AttemptsExhausted,
     LeaseLost,
@@ -20,6 +19,7 @@ from agentq.errors import (
     TaskHeldElsewhere,
     TaskNotReady,
 )
+from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store import Lease, TaskStore
 

@@ -8,7 +8,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic_settings import BaseSettings
 
-from agentq.config_fields import NAME, URL, Choice, Flag, var
+from agentq.config.fields import NAME, URL, Choice, Flag, var
 
 TIER: Final = r"[a-z][a-z0-9-]{0,31}"
 _URL_LIST_PATTERN: Final = rf"^{TIER}=\S+(,{TIER}=\S+)*$"

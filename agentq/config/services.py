@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic_settings import BaseSettings
 
-from agentq.config_fields import NAME, URL, Flag, Int, Level, var
+from agentq.config.fields import NAME, URL, Flag, Int, Level, var
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 

@@ -1,10 +1,10 @@
-"""Dead letters: close out and redrive messages from the task DLQ.
+"""The dead-letter processor: close out and redrive messages from the task DLQ.
 
 SQS moves a message to the DLQ after `maxReceiveCount` receives; no code runs then.
 `DlqProcessor.process` (called by the dlq-processor Lambda for each record) archives
-the original body and attributes to S3 first (agentq/dlq_archive.py), so nothing is
+the original body and attributes to S3 first (agentq/dlq/archive.py), so nothing is
 lost whatever happens next. A task that still has attempts left is sent back to the
-task queue, a bounded number of times (agentq/dlq_return.py); otherwise the task is
+task queue, a bounded number of times (agentq/dlq/returns.py); otherwise the task is
 marked FAILED unless it is terminal already or a live lease says a worker still runs
 it, and exactly one `Task Failed` is emitted (only when the transition happened).
 `redrive` replays an archived message onto the task queue with a fresh attempt budget.
@@ -16,17 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
-from agentq.dlq_archive import (
+from agentq.dlq.archive import (
     ArchivedMessage,
-    Attributes,
     DeadLetter,
     DlqArchive,
     DlqOutcome,
     archive_key,
-    peek,
 )
-from agentq.dlq_malformed import close_out_malformed
-from agentq.dlq_return import DlqReturner
+from agentq.dlq.malformed import close_out_malformed
+from agentq.dlq.returns import DlqReturner
 from agentq.envelope import TENANT_PATTERN, TaskEnvelope, parse_message
 from agentq.errors import InvalidInput
 from agentq.events import Event, now_ms, task_event
@@ -34,21 +32,7 @@ from agentq.publisher import EventPublisher
 from agentq.states import LIVE_STATES, TaskState
 from agentq.store import TaskRecord, TaskStore
 
-__all__ = [
-    "DLQ_REASON",
-    "ArchivedMessage",
-    "Attributes",
-    "DeadLetter",
-    "DlqArchive",
-    "DlqOutcome",
-    "DlqProcessor",
-    "DlqResult",
-    "DlqReturner",
-    "RedriveResult",
-    "Redriver",
-    "archive_key",
-    "peek",
-]
+__all__ = ["DLQ_REASON", "DlqProcessor", "DlqResult", "RedriveResult", "Redriver"]
 
 DLQ_REASON: Final = "max retries exhausted, moved to DLQ"
 UNPARSED_TENANT: Final = "_unparsed"

@@ -1,4 +1,4 @@
-"""Task definitions: what a message may ask a worker to run.
+"""The task-definition model, how definitions are read, and the registry a worker asks.
 
 A message names a registered definition (never code or an import path); the
 definition says which kind runs it and how. Definitions come from a directory of
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from agentq.definitions_watch import WatchedDirectories
+from agentq.definitions.watch import WatchedDirectories
 from agentq.envelope import DEFINITION_PATTERN, PRIORITY_PATTERN, check_storable
 from agentq.errors import ConfigError, InvalidInput, NotFound
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from agentq.dlq_archive import DeadLetter, send_attributes
+from agentq.dlq.archive import DeadLetter, send_attributes
 from agentq.store import TaskRecord
 from agentq.store.returns import attempts_left, count_return, returned_letter, returns_of
 

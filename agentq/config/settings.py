@@ -1,4 +1,4 @@
-"""agentq's configuration: every environment variable, read in one typed place.
+"""The settings model: every environment variable of agentq as one typed class.
 
 `Settings.from_env()` parses everything once; components then `require()` the AWS
 resource names they need, which raises `ConfigError` naming the variable when it is
@@ -7,18 +7,15 @@ real names and URLs into the environment like a deployment would.
 
 Each setting is a pydantic field: its type, its allowed range or choices, and the
 variable it is read from. A bad value fails with `ConfigError` naming the variable
-and what it allows. `python -m agentq.config_doc` writes the reference table of
+and what it allows. `python -m agentq.config.doc` writes the reference table of
 docs/configuration.md from these fields; `python -m agentq.config` prints it.
-
-The fields are declared by concern in agentq.config_places (where things are),
-agentq.config_worker (receiving, leases, the child) and agentq.config_services (events,
-health, reconciler, producer API, runtime); `Settings` joins them and checks them together.
+The fields are declared by concern in the package's `places`, `worker` and `services`;
+`Settings` joins them and checks them together.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Self
@@ -26,11 +23,11 @@ from typing import Self
 from pydantic import ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from agentq.config_fields import Environment, allowed, config_error
-from agentq.config_light import clock_offset_ms
-from agentq.config_places import Places
-from agentq.config_services import Events, Health, LogLevel, ProducerApi, Reconciler, Runtime
-from agentq.config_worker import Child, Receiving, SchedulerMode, WarmAgent
+from agentq.config.fields import Environment, allowed, config_error
+from agentq.config.light import clock_offset_ms
+from agentq.config.places import Places
+from agentq.config.services import Events, Health, LogLevel, ProducerApi, Reconciler, Runtime
+from agentq.config.worker import Child, Receiving, SchedulerMode, WarmAgent
 from agentq.errors import ConfigError
 
 __all__ = [
@@ -216,7 +213,3 @@ def reference_table() -> str:
             f"| {extra['readers']} | {field.description} |"
         )
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    sys.stdout.write(reference_table())

@@ -6,9 +6,9 @@ from typing import Annotated, Final, Literal
 
 from pydantic_settings import BaseSettings
 
-from agentq.config_fields import DAY_MS, NAME, Choice, Flag, Float, Int, var
-from agentq.config_light import DEFAULT_MODEL
-from agentq.config_places import TIER
+from agentq.config.fields import DAY_MS, NAME, Choice, Flag, Float, Int, var
+from agentq.config.light import DEFAULT_MODEL
+from agentq.config.places import TIER
 
 # Mid-priced and current: Opus costs 5/3 as much per token, and is one setting away.
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentq.definitions import DefinitionsTable, TaskDefinition, load_directory
+from agentq.definitions.registry import DefinitionsTable, TaskDefinition, load_directory
 from agentq.errors import InvalidInput, OutOfTime
 
 

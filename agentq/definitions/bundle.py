@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from agentq.definitions import DEFINITION_SUFFIXES, TaskDefinition
-from agentq.definitions_sync import DefinitionSource, load_sources
+from agentq.definitions.registry import DEFINITION_SUFFIXES, TaskDefinition
+from agentq.definitions.sync import DefinitionSource, load_sources
 from agentq.errors import InvalidInput
 
 MANIFEST: Final = "manifest.json"
