@@ -99,7 +99,7 @@ class ChaosReport:
     top_ups: int = 0
     events_lost: int = 0
     dead_lettered_unrun: int = 0
-    # Attempts ended because their lease was about to lapse unrenewed (worker/leasefile.py).
+    # Attempts ended because their lease was about to lapse unrenewed (worker/child/leasefile.py).
     worker_fences: int = 0
     child_fences: int = 0
     # -- --faults mode ------------------------------------------------------------------

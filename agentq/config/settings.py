@@ -160,7 +160,7 @@ class Settings(Runtime, ProducerApi, Reconciler, Health, Events, Child, Receivin
     def lease_seconds(self) -> float:
         """How long a lock or heartbeat keeps a task: 1.5x the extension, so a message that
         reappears after a crash still finds the lease live. The clock-skew budget is
-        worker/leasefile.py's `skew_budget` (2 s at the defaults), not this margin."""
+        worker/child/leasefile.py's `skew_budget` (2 s at the defaults), not this margin."""
         return self.extension_amount_s * 1.5
 
 

@@ -12,7 +12,7 @@ from agentq.config.places import TIER
 
 # Mid-priced and current: Opus costs 5/3 as much per token, and is one setting away.
 
-# When a worker's warm spares import the Claude SDK (see worker/spares.py).
+# When a worker's warm spares import the Claude SDK (see worker/child/spares.py).
 WarmAgent = Literal["recent", "always", "never"]
 # How the worker's receiver picks a priority tier (worker/scheduler.py).
 SchedulerMode = Literal["strict", "weighted", "round-robin"]

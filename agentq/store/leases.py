@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 MAX_TRANSACTION_ITEMS: Final = 100
 # A renewal fails once a cancel is requested: that is how the heartbeat learns of it.
 # A lapsed lease is lost even if no other worker took it yet: its holder's child may
-# already have ended itself (worker/leasefile.py), and a holder thawed after the lapse
+# already have ended itself (worker/child/leasefile.py), and a holder thawed after the lapse
 # must not win a race with its own child's fence by renewing first.
 RENEW_CONDITION: Final = (
     "leaseToken = :token AND #state = :processing AND effectiveUntil >= :now "

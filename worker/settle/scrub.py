@@ -27,8 +27,8 @@ from agentq.security import (
     redact_known,
     sanitize_error_message,
 )
-from worker.outbox import EventSink
-from worker.supervisor import MAX_LINE_BYTES
+from worker.child.supervisor import MAX_LINE_BYTES
+from worker.settle.outbox import EventSink
 
 CHUNK_BYTES: Final = 1024 * 1024
 _REDACTED_BYTES: Final = REDACTED.encode()

@@ -1,7 +1,7 @@
 """Child supervision: start the runner in its own session, stream its output, enforce
 the timeout, and make sure nothing of it survives.
 
-A warm spare (worker/spares.py), when one is ready, takes the task instead of a freshly
+A warm spare (worker/child/spares.py), when one is ready, takes the task instead of a freshly
 spawned child; it already leads its own session, so everything below applies unchanged.
 
 The whole process group gets SIGTERM, then SIGKILL after the grace period. A task may
@@ -10,7 +10,7 @@ session or descend from the child, so those are hunted with psutil as well.
 
 The attempt's lease (handed over on the `StopSignal`) is mirrored into the task dir for
 the child's watchdog, and a child whose lease is about to lapse unrenewed is stopped
-(`lease_lost`), SIGKILLed by the lease's `kill_at` at the latest (worker/leasefile.py).
+(`lease_lost`), SIGKILLed by the lease's `kill_at` at the latest (worker/child/leasefile.py).
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final, Literal
 
-from worker.isolation import ChildUser, popen_options
-from worker.leasefile import FENCE_MESSAGE, FENCED_MESSAGE, LeaseTimes, write_lease
-from worker.proctree import POLL_S, ChildProcess, descendants, reap_leftovers, terminate_tree
+from worker.child.isolation import ChildUser, popen_options
+from worker.child.leasefile import FENCE_MESSAGE, FENCED_MESSAGE, LeaseTimes, write_lease
+from worker.child.proctree import POLL_S, ChildProcess, descendants, reap_leftovers, terminate_tree
 
 if TYPE_CHECKING:
-    from worker.spares import SparePool
+    from worker.child.spares import SparePool
 
 StopReason = Literal["timeout", "lease_lost", "shutdown", "cancelled"]
 logger = logging.getLogger(__name__)
@@ -185,7 +185,7 @@ def run_child(
 
 
 class _Fence:
-    """The lease side of supervision (worker/leasefile.py).
+    """The lease side of supervision (worker/child/leasefile.py).
 
     Mirrors each renewed lease into the task dir for the child's watchdog, and stops
     the child (`lease_lost`) once renewals have stopped succeeding long enough that the

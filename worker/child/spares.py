@@ -18,7 +18,7 @@ ran dry, and an urgent task arriving then paid for a fresh interpreter on a busy
 machine (docs/benchmarks.md).
 
 Plain spares (the python kind only) are forked from the worker's fork server
-(worker/forkserver.py, `fork`; ~2 ms where a fresh interpreter costs ~0.1 s of CPU), and
+(worker/child/forkserver.py, `fork`; ~2 ms where a fresh interpreter costs ~0.1 s of CPU), and
 a python task that finds none ready has one forked for it at once. Agent spares, and
 every spare once the fork server has failed, are started afresh.
 
@@ -48,10 +48,10 @@ from typing import Final
 
 from agentq.config import WarmAgent
 from agentq.security import sanitize_error_message
-from worker.child import READY_LINE
-from worker.forked import ForkedProcess, ForkServer
-from worker.isolation import ChildUser, popen_options
-from worker.proctree import ChildProcess, terminate_tree
+from worker.child.forkclient import ForkedProcess, ForkServer
+from worker.child.isolation import ChildUser, popen_options
+from worker.child.proctree import ChildProcess, terminate_tree
+from worker.child.runner import READY_LINE
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The child-side runner: ``python -m worker.child TASK_DIR`` (see docs/child-protocol.md).
 
 ``python -m worker.child --spare [--agent]`` is the same runner started ahead of its task
-(a warm spare, see worker/spares.py; a forked spare, worker/forkserver.py, starts at
+(a warm spare, see worker/child/spares.py; a forked spare, worker/child/forkserver.py, starts at
 `serve_spare`): it imports the task kinds (the SDK with ``--agent``), prints
 `READY_LINE`, reads
 ``{"task_dir": ...}`` as one line from stdin and then runs exactly what the first form
@@ -33,8 +33,8 @@ from agentq.config.light import ChildSettings
 from agentq.errors import TaskError
 from agentq.security import sanitize_error_message
 from agentq.taxonomy import ErrorInfo, classify_exception, info
+from worker.child.leasefile import Watchdog
 from worker.kinds import ChildContext, ChildDefinition, load_kind
-from worker.leasefile import Watchdog
 
 TASK_FILE: Final = "task.json"
 RESULT_FILE: Final = "artifacts/task-result.json"
@@ -139,7 +139,7 @@ def _warm_up(*, agent: bool) -> None:
     The agent kind (the SDK, ~2 s of CPU) only when asked: a worker running python tasks
     would otherwise pay for it once per task.
     """
-    import ctypes  # noqa: F401 - the lease timer's (worker/leasetimer.py), armed at hand-off
+    import ctypes  # noqa: F401 - the lease timer's (worker/child/leasetimer.py), armed at hand-off
 
     import worker.kinds.python
 
@@ -195,12 +195,3 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("usage: python -m worker.child TASK_DIR | --spare [--agent]\n")
         return 2
     return run(Path(args[0]).resolve())
-
-
-if __name__ == "__main__":
-    code = main()
-    # Everything the worker reads is written and closed; skip the interpreter's slow
-    # teardown (~0.8 s with the SDK imported), which only delays the task's settlement.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

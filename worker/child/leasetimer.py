@@ -5,7 +5,7 @@ a cgroup freeze, a starved host) runs nothing, and once thawed its task code may
 the CPU first. A POSIX timer counts in the kernel whatever the process does, and a
 signal that came due while the process was stopped is delivered before the process
 returns to user space when it is continued, so its handler runs before the task's next
-instruction (worker/leasefile.py's `Watchdog` owns the handler).
+instruction (worker/child/leasefile.py's `Watchdog` owns the handler).
 
 The clock is CLOCK_REALTIME with an absolute expiry: the lease (`effectiveUntil`) is an
 epoch time that other hosts compare with their own wall clocks, so the timer must fire

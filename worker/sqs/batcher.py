@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from agentq.envelope import TENANT_PATTERN
-from worker.batchloop import BatchLoop, run_after
-from worker.copies import copied_from, marked_copy, send_attributes
 from worker.inflight import MAX_VISIBILITY_S
 from worker.queues import QueueRoutes
+from worker.sqs.batchloop import BatchLoop, run_after
+from worker.sqs.copies import copied_from, marked_copy, send_attributes
 
 MAX_BATCH: Final = 10
 MAX_DELAY_S: Final = 900  # SendMessage DelaySeconds limit
@@ -265,7 +265,7 @@ def _copy_size(copy: Mapping[str, Any]) -> int:
 
 
 def is_copy(message: Mapping[str, Any]) -> bool:
-    """A requeued copy of an earlier message (it names that message, worker.copies)."""
+    """A requeued copy of an earlier message (it names that message, worker.sqs.copies)."""
     return copied_from(message) is not None
 
 

@@ -11,7 +11,7 @@ worker that holds it:
   watchdog ends its own process group at `term_at` (SIGTERM, so task code and the
   Claude CLI record their end) and SIGKILLs what is left at `kill_at`;
 - a frozen child runs nothing either, but its lease's end is a kernel timer
-  (worker/leasetimer.py) that keeps counting: continued after `kill_at`, the child
+  (worker/child/leasetimer.py) that keeps counting: continued after `kill_at`, the child
   SIGKILLs its whole group before its task code runs another instruction.
 
 `lease_times` places the three moments before `effectiveUntil`; the worker mirrors them
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from worker.leasetimer import LEASE_SIGNAL, LeaseTimer
+from worker.child.leasetimer import LEASE_SIGNAL, LeaseTimer
 
 if TYPE_CHECKING:  # the task child runs the watchdog and must not import the model
     from agentq.config import Settings

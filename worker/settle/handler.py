@@ -6,9 +6,9 @@ attempt's own folder, lease still renewed) → finalize the STATE item by lease 
 Every path settles the message exactly one way: deleted, made visible later, or left
 to the live holder of the task's lease.
 
-The steps live beside it: worker.prepare (validate, lock), worker.refusals (what
-settles without running), worker.settle (what an attempt's outcome means) and
-worker.outbox (events, and deletes that wait for them); this module runs them in order.
+The steps live beside it: worker.settle.prepare (validate, lock), worker.settle.refusals (what
+settles without running), worker.settle.settler (what an attempt's outcome means) and
+worker.settle.outbox (events, and deletes that wait for them); this module runs them in order.
 """
 
 from __future__ import annotations
@@ -29,21 +29,21 @@ from agentq.definitions import DefinitionRegistry, TaskDefinition
 from agentq.envelope import TaskEnvelope
 from agentq.events import now_ms
 from agentq.store.tasks import Lease, TaskStore
-from worker import artifacts
-from worker.batcher import SqsBatcher
-from worker.child import TASK_FILE
-from worker.childenv import child_environment
+from worker.child.env import child_environment
+from worker.child.isolation import ChildUser
+from worker.child.runner import TASK_FILE
+from worker.child.spares import SparePool
+from worker.child.supervisor import run_child
 from worker.inflight import InFlight, InFlightRegistry
-from worker.isolation import ChildUser
-from worker.outbox import EventSink, Outbox
-from worker.outcome import decide
-from worker.prepare import Prepared, Preparer
-from worker.refusals import CONTENTION_BACKOFF_S, Refusals
-from worker.scrub import child_line
 from worker.seatwait import SeatWaits
-from worker.settle import Settler
-from worker.spares import SparePool
-from worker.supervisor import run_child
+from worker.settle import artifacts
+from worker.settle.outbox import EventSink, Outbox
+from worker.settle.outcome import decide
+from worker.settle.prepare import Prepared, Preparer
+from worker.settle.refusals import CONTENTION_BACKOFF_S, Refusals
+from worker.settle.scrub import child_line
+from worker.settle.settler import Settler
+from worker.sqs.batcher import SqsBatcher
 from worker.telemetry import Middleware, Result, TaskEnd, TaskStart
 from worker.tiers import tier_urls
 
@@ -314,7 +314,7 @@ def _safely(hook: Any, arg: Any) -> None:
 
 def _bulk_tiers(settings: Settings) -> frozenset[str]:
     """The tiers received from the lowest of several queues: their tasks leave warm
-    spares to the tiers above (worker.spares). None with one queue for every tier."""
+    spares to the tiers above (worker.child.spares). None with one queue for every tier."""
     distinct = list(tier_urls(settings).values())
     if len(distinct) < 2:
         return frozenset()

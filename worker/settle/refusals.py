@@ -2,7 +2,7 @@
 
 Bad input is reported (`Task Failed`) and deleted, never redelivered in a loop. A
 refused lock backs off or, for a task already finished or out of attempts, ends with
-the terminal event first and the delete after it (the outbox, worker.outbox). A task
+the terminal event first and the delete after it (the outbox, worker.settle.outbox). A task
 whose lease is live elsewhere is never deleted here: the message may be its holder's.
 """
 
@@ -35,10 +35,10 @@ from agentq.store import scheduling
 from agentq.store.tasks import Lease, TaskRecord, TaskStore
 from agentq.store.waiting import mark_every_s
 from agentq.taxonomy import ErrorInfo, classify_exception, info
-from worker.batcher import SqsBatcher
 from worker.inflight import InFlight
-from worker.outbox import Outbox
-from worker.outcome import backoff_s
+from worker.settle.outbox import Outbox
+from worker.settle.outcome import backoff_s
+from worker.sqs.batcher import SqsBatcher
 
 logger = logging.getLogger(__name__)
 

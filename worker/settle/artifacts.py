@@ -5,7 +5,7 @@ that lost its lease while frozen uploads only into its own attempt's folder, so 
 never replace the objects the STATE item names for the attempt that won.
 
 Each file is scrubbed of the worker's secrets into an unnamed temporary file beside the
-task directories (worker/scrub.py streams it: a large output costs a chunk of memory,
+task directories (worker/settle/scrub.py streams it: a large output costs a chunk of memory,
 not its size) and that file is the upload's body. botocore rewinds a file body when it
 retries, so a throttled or failed-after-applied PutObject sends the same bytes again to
 the same attempt-scoped key; a worker that dies mid-upload leaves nothing the STATE
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from agentq.store.keys import attempt_prefix
-from worker.scrub import scrub_file
+from worker.settle.scrub import scrub_file
 
 UPLOADED_DIRS: Final = ("artifacts", "logs", "traces")
 UPLOADED_FILES: Final = ("error.json", "usage.json")

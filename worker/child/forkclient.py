@@ -1,4 +1,4 @@
-"""The worker's side of the fork server (worker/forkserver.py): ask it for a spare, and
+"""The worker's side of the fork server (worker/child/forkserver.py): ask it for a spare, and
 learn from it when each spare ends.
 
 `ForkServer.fork` returns a `ForkedProcess`: the part of `subprocess.Popen` the spare
@@ -24,10 +24,10 @@ from typing import IO, Final
 
 import psutil
 
-from worker.forkserver import MAX_MESSAGE
-from worker.isolation import ChildUser, popen_options
+from worker.child.forkserver import MAX_MESSAGE
+from worker.child.isolation import ChildUser, popen_options
 
-FORK_SERVER_COMMAND: Final = (sys.executable, "-m", "worker.forkserver")
+FORK_SERVER_COMMAND: Final = (sys.executable, "-m", "worker.child.forkserver")
 # How long a fork may take to be answered (a fork is ~2 ms; a server just started is
 # still importing). The pool waits for it under its lock: keep it short.
 ANSWER_TIMEOUT_S: Final = 10.0

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentq.taxonomy import ErrorInfo, from_record, info
-from worker.child import ERROR_FILE, RESULT_FILE
-from worker.child_files import plain_file, read_json, read_usage
-from worker.supervisor import ChildExit
+from worker.child.files import plain_file, read_json, read_usage
+from worker.child.runner import ERROR_FILE, RESULT_FILE
+from worker.child.supervisor import ChildExit
 
 Verdict = Literal["completed", "timeout", "retry", "failed", "released", "lease_lost", "cancelled"]
 

@@ -19,7 +19,7 @@ from typing import Final
 
 from agentq.events import Event
 from agentq.publisher import MAX_ENTRIES_PER_CALL, EventPublisher, PublishError
-from worker.batchloop import BatchLoop, run_after
+from worker.sqs.batchloop import BatchLoop, run_after
 
 logger = logging.getLogger(__name__)
 # Long enough for neighbouring tasks to share a call, short against any interval.

@@ -19,8 +19,8 @@ from agentq.errors import InvalidInput
 from agentq.events import DetailType, Event, task_event
 from agentq.states import TaskState
 from agentq.store.tasks import Lease, TaskStore
-from worker.batcher import SqsBatcher
 from worker.inflight import InFlight
+from worker.sqs.batcher import SqsBatcher
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ The lock is a conditional update of the task's STATE item (`TaskStore.acquire`):
 holds for one worker at a time, and its lease token fences every later write. A tenant
 with a concurrency limit (TENANT_CONCURRENCY_LIMIT or its override, read through a
 cache) has the lock take one of its seats too, in the same transaction. What
-could not be prepared is settled by worker.refusals; what was prepared but will not
+could not be prepared is settled by worker.settle.refusals; what was prepared but will not
 start here (a drain) gives its lock back.
 """
 
@@ -35,11 +35,11 @@ from agentq.priority import check_priority
 from agentq.states import TaskState
 from agentq.store.tasks import Lease, TaskStore
 from agentq.store.tenants import CachedTenantLimits, seat_start
-from worker.batcher import SqsBatcher
+from worker.child.leasefile import lease_times
 from worker.inflight import InFlight, InFlightRegistry
-from worker.leasefile import lease_times
-from worker.refusals import Refusals
 from worker.seatwait import SeatWaits, Wake
+from worker.settle.refusals import Refusals
+from worker.sqs.batcher import SqsBatcher
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class Preparer:
         """The lease, and how long the write that took it lasted (ms)."""
         tenant = envelope.tenant
         # Not yet due: no seat, no parking; the lock refuses it and it is re-delayed
-        # until due (worker.refusals), not sent round at its tenant's back-off.
+        # until due (worker.settle.refusals), not sent round at its tenant's back-off.
         due = envelope.not_before_ms is None or envelope.not_before_ms <= now_ms()
         limit = self._limits.limit(tenant) if due else 0
         if seats is not None and limit > 0 and seats.full(tenant):

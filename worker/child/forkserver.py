@@ -5,9 +5,9 @@ benchmark machine 115 ms: the interpreter and the standard library the runner im
 the largest share of a busy local stack's CPU (docs/benchmarks.md). A fork of a process
 that has imported it all costs about 2 ms. So a worker keeps one of these, started like
 a spare (the same filtered environment, its own session, `CHILD_USER`), and asks it for
-each plain spare (worker/forked.py is the worker's side):
+each plain spare (worker/child/forkclient.py is the worker's side):
 
-    python -m worker.forkserver FD
+    python -m worker.child.forkserver FD
 
 FD is one end of a `SOCK_SEQPACKET` socket pair, one message a record:
 - worker → server: ``fork`` with three descriptors (SCM_RIGHTS), the new spare's stdin,
@@ -60,7 +60,7 @@ def _become_spare(fds: list[int]) -> None:
         for target, source in zip((0, 1, 2), fds, strict=True):
             os.dup2(source, target)
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
-        from worker.child import serve_spare
+        from worker.child.runner import serve_spare
 
         code = serve_spare()
     finally:
@@ -109,9 +109,9 @@ def _serve(sock: socket.socket) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or not args[0].isdigit():
-        sys.stderr.write("usage: python -m worker.forkserver FD\n")
+        sys.stderr.write("usage: python -m worker.child.forkserver FD\n")
         return 2
-    from worker.child import _warm_up
+    from worker.child.runner import _warm_up
 
     _warm_up(agent=False)
     return _serve(socket.socket(fileno=int(args[0])))

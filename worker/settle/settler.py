@@ -4,7 +4,7 @@ message, by lease token.
 Outputs go to S3 first, into the attempt's own folder
 (`task/{tenant}/{requestId}/attempt-{n}/`); then the STATE item's final write (fenced by
 the lease token) names those objects and carries the terminal event, which is published
-before the message is deleted (the outbox, worker.outbox). A completed attempt whose
+before the message is deleted (the outbox, worker.settle.outbox). A completed attempt whose
 outputs could not be stored is not COMPLETED (its pointer would name nothing): it is a
 retryable `server` failure of the attempt, FAILED on the last one. A stale holder can
 upload only into its own attempt's folder and its finalize is refused, so the STATE item
@@ -29,12 +29,12 @@ from agentq.events import DetailType, now_ms
 from agentq.states import TaskState
 from agentq.store.tasks import Lease, TaskStore
 from agentq.taxonomy import info
-from worker import artifacts
-from worker.batcher import SqsBatcher
-from worker.child import RESULT_FILE
+from worker.child.runner import RESULT_FILE
 from worker.inflight import InFlight, InFlightRegistry
-from worker.outbox import Outbox
-from worker.outcome import Outcome, backoff_s
+from worker.settle import artifacts
+from worker.settle.outbox import Outbox
+from worker.settle.outcome import Outcome, backoff_s
+from worker.sqs.batcher import SqsBatcher
 from worker.telemetry import Result
 
 logger = logging.getLogger(__name__)
