@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agentq.client_base import ClientBase
+from agentq.client.parts import ClientParts
 from agentq.errors import AgentqError, InvalidInput, NotCancellable
 from agentq.events import Event
 from agentq.jobs import JobRecord
@@ -45,8 +45,11 @@ class WaitTimeout(AgentqError):
         super().__init__(f"{what} still {state} after {timeout_s:g}s")
 
 
-class TaskControl(ClientBase):
-    """Waiting and cancelling for `AgentqClient` (a base of it, never built on its own)."""
+class TaskControl:
+    """Waiting and cancelling: the part of `AgentqClient` that follows and ends tasks."""
+
+    def __init__(self, parts: ClientParts) -> None:
+        self._parts = parts
 
     # -- waiting --------------------------------------------------------------------------
     def wait(
@@ -66,11 +69,11 @@ class TaskControl(ClientBase):
             current: TaskRecord | JobRecord
             state: str
             if job_id is not None:
-                current = self.get_job(job_id, tenant=tenant)
+                current = self._parts.get_job(job_id, tenant=tenant)
                 done, state = current.state != "RUNNING", current.state
             else:
                 assert request_id is not None
-                current = self.get_task(request_id, tenant=tenant)
+                current = self._parts.get_task(request_id, tenant=tenant)
                 done, state = current.state.terminal, current.state.value
             if done:
                 return current
@@ -102,21 +105,23 @@ class TaskControl(ClientBase):
         """
         if (request_id is None) == (job_id is None):
             raise InvalidInput("cancel", "give exactly one of request_id or job_id")
-        tenant = tenant or self.settings.tenant_id
+        tenant = tenant or self._parts.settings.tenant_id
         if job_id is not None:
-            job = self.get_job(job_id, tenant=tenant)
+            job = self._parts.get_job(job_id, tenant=tenant)
             targets = [
                 record
-                for record in self.job_tasks(job).values()
+                for record in self._parts.job_tasks(job).values()
                 if record is not None and record.state in NOT_STARTED
             ]
         else:
             assert request_id is not None
-            targets = [self.get_task(request_id, tenant=tenant)]
+            targets = [self._parts.get_task(request_id, tenant=tenant)]
         done: list[CancelAnswer] = []
         for record in targets:
             try:
-                result = request_cancel(self.tasks, self._ddb, self._table, record, reason)
+                result = request_cancel(
+                    self._parts.tasks, self._parts.dynamodb, self._parts.table_name, record, reason
+                )
             except NotCancellable:
                 if job_id is not None:
                     continue  # finished meanwhile: nothing to do for a job-wide cancel
@@ -126,7 +131,7 @@ class TaskControl(ClientBase):
             if result.outcome == "cancelled":
                 stored = result.record.raw.get("terminalEvent")
                 if isinstance(stored, Mapping):
-                    self.publisher.publish(Event.from_detail(stored))
+                    self._parts.publisher.publish(Event.from_detail(stored))
         for affected in {r.job_id for r in targets if r.job_id}:
-            self.dispatcher.reconcile(tenant, affected, trigger=f"cancel-{uuid.uuid4().hex}")
+            self._parts.dispatcher.reconcile(tenant, affected, trigger=f"cancel-{uuid.uuid4().hex}")
         return done

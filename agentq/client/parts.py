@@ -1,6 +1,5 @@
-"""The wiring of `AgentqClient`: its stores, the parts other components reuse
-(submitter, dispatcher), and reading one task or job back. The client's other parts
-(agentq.client_jobs, agentq.client_control) build on it.
+"""What every part of `AgentqClient` shares: its stores, the parts other components
+reuse (submitter, dispatcher), and reading one task or job back.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from agentq.store import EventStore, TaskRecord, TaskStore
 from agentq.task_outputs import TaskOutputs
 
 
-class ClientBase:
+class ClientParts:
     """What every part of the client uses; `AgentqClient` is the class to build."""
 
     def __init__(
@@ -50,9 +49,8 @@ class ClientBase:
         self.outputs = TaskOutputs(s3, self.results)
         self.definitions = definitions
         self.dynamodb = dynamodb
+        self.table_name = table
         self._sqs = sqs
-        self._ddb = dynamodb
-        self._table = table
 
     # -- parts other components reuse -----------------------------------------------
     @property
@@ -62,8 +60,8 @@ class ClientBase:
             publisher=self.publisher,
             sqs=self._sqs,
             queue_url=self.settings.required("queue_url"),
-            dynamodb=self._ddb,
-            table_name=self._table,
+            dynamodb=self.dynamodb,
+            table_name=self.table_name,
             max_message_delay_s=self.settings.max_message_delay_s,
             tier_urls=self.settings.tier_queue_urls(),
         )
@@ -76,8 +74,8 @@ class ClientBase:
             submitter=self.submitter,
             results=self.results,
             publisher=self.publisher,
-            dynamodb=self._ddb,
-            table_name=self._table,
+            dynamodb=self.dynamodb,
+            table_name=self.table_name,
         )
 
     # -- reading one task or job ------------------------------------------------------
@@ -105,7 +103,7 @@ class ClientBase:
         """Each task of the job by key, read strongly consistent (None: not created yet)."""
         return self.dispatcher.task_states(job.tenant, job.job_id, job.spec.keys)
 
-    def _check_definition(self, name: str, field: str) -> TaskDefinition | None:
+    def check_definition(self, name: str, field: str) -> TaskDefinition | None:
         if self.definitions is None:
             return None
         try:

@@ -15,28 +15,77 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentq.aws import AwsClients
-from agentq.client_base import rejected_record
-from agentq.client_control import CancelAnswer, TaskControl, WaitTimeout
-from agentq.client_jobs import JobCreation
+from agentq.client.control import TaskControl
+from agentq.client.jobs import JobCreation
+from agentq.client.parts import ClientParts, rejected_record
 from agentq.config import Settings
 from agentq.definitions import DefinitionRegistry
 from agentq.envelope import TaskEnvelope, validate_request_id
 from agentq.errors import InvalidInput
 from agentq.events import now_ms, standalone_request_id
-from agentq.jobs import JobRecord, request_id_for, task_request_id
+from agentq.jobs import (
+    JobDispatcher,
+    JobRecord,
+    TaskSubmitter,
+    request_id_for,
+    task_request_id,
+)
 from agentq.priority import check_priority, resolve_priority
 from agentq.prompts import check_prompt_inputs
 from agentq.schedule import resolve_not_before
 from agentq.states import TaskState
 from agentq.store import TaskRecord
 
-__all__ = ["AgentqClient", "CancelAnswer", "WaitTimeout", "default_registry"]
+__all__ = ["AgentqClient", "default_registry"]
 
 
-class AgentqClient(JobCreation, TaskControl):
-    """The producer client; its parts are agentq.client_base (wiring and reading one task
-    or job), agentq.client_jobs (creating jobs) and agentq.client_control (wait, cancel).
+class AgentqClient:
+    """The producer client, composed of its parts: `ClientParts` (stores, wiring and
+    reading one task or job), `JobCreation` (creating jobs) and `TaskControl` (wait,
+    cancel); submitting is its own.
     """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        sqs: Any,
+        dynamodb: Any,
+        events: Any,
+        s3: Any,
+        definitions: DefinitionRegistry | None = None,
+    ) -> None:
+        parts = ClientParts(
+            settings=settings, sqs=sqs, dynamodb=dynamodb, events=events, s3=s3,
+            definitions=definitions,
+        )  # fmt: skip
+        self._parts = parts
+        self.settings = parts.settings
+        self.tasks = parts.tasks
+        self.jobs = parts.jobs
+        self.event_store = parts.event_store
+        self.publisher = parts.publisher
+        self.results = parts.results
+        self.outputs = parts.outputs
+        self.definitions = parts.definitions
+        self.dynamodb = parts.dynamodb
+        self.get_task = parts.get_task
+        self.get_job = parts.get_job
+        self.job_tasks = parts.job_tasks
+        creation = JobCreation(parts)
+        self.create_job = creation.create_job
+        self.add_tasks = creation.add_tasks
+        control = TaskControl(parts)
+        self.wait = control.wait
+        self.cancel = control.cancel
+
+    @property
+    def submitter(self) -> TaskSubmitter:
+        return self._parts.submitter
+
+    @property
+    def dispatcher(self) -> JobDispatcher:
+        return self._parts.dispatcher
 
     @classmethod
     def from_env(
@@ -79,7 +128,7 @@ class AgentqClient(JobCreation, TaskControl):
         due = resolve_not_before(delay_s=delay, not_before=not_before, now_ms=submitted)
         if due is not None and job_id is not None:
             raise InvalidInput("delay", "a job task is delayed by its job spec's not_before")
-        found = self._check_definition(definition, "definition")
+        found = self._parts.check_definition(definition, "definition")
         if found is not None and job_id is None:
             check_prompt_inputs(found, input or {})
         if job_id is not None:
