@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, get_args
 
-from agentq.config_light import clock_offset_ms
+from agentq.config.light import clock_offset_ms
 from agentq.envelope import validate_request_id
 from agentq.errors import InvalidInput, UnknownEventType
 from agentq.states import TaskState

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from agentq.backoff import compute_backoff
 from agentq.errors import AgentqError
 from agentq.events import Event
 from agentq.resources import EVENT_OVERFLOW_PREFIX
@@ -130,7 +130,7 @@ class EventPublisher:
                 return [(event_id, code) for (event_id, _), code in retry]
             pending = [item for item, _ in retry]
             self.stats.retried += len(pending)
-            self._sleep(random.uniform(0, self._backoff * 2**attempt))
+            self._sleep(compute_backoff(attempt, base_s=self._backoff))
         return []
 
 

@@ -122,7 +122,7 @@ def redact_known(text: str) -> str:
 
 def known_secret_bytes() -> list[bytes]:
     """The remembered secret values as bytes, in the order `redact_known_bytes` removes
-    them (worker/scrub.py streams a file through the same replacements)."""
+    them (worker/settle/scrub.py streams a file through the same replacements)."""
     return [secret.encode("utf-8", "replace") for secret in _known]
 
 

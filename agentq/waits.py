@@ -20,7 +20,7 @@ from agentq.states import TaskState
 from agentq.store.records import TaskRecord
 
 if TYPE_CHECKING:
-    from agentq.client_base import ClientBase
+    from agentq.client.producer import AgentqClient
 
 # How many unfinished upstream tasks a BLOCKED task's reason names before "and N more".
 NAMED_BLOCKERS: Final = 5
@@ -66,7 +66,7 @@ def wait_reason(
     return None
 
 
-def explain_wait(client: ClientBase, record: TaskRecord) -> str | None:
+def explain_wait(client: AgentqClient, record: TaskRecord) -> str | None:
     """`wait_reason` with what it needs read from the stage (at most two requests)."""
     if record.state is TaskState.BLOCKED and record.job_id:
         return wait_reason(record, now=now_ms(), blockers=_blockers(client, record))
@@ -75,7 +75,7 @@ def explain_wait(client: ClientBase, record: TaskRecord) -> str | None:
     return wait_reason(record, now=now_ms())
 
 
-def _blockers(client: ClientBase, record: TaskRecord) -> list[str] | None:
+def _blockers(client: AgentqClient, record: TaskRecord) -> list[str] | None:
     key = record.raw.get("taskKey") or (record.envelope or {}).get("taskKey")
     try:
         job = client.get_job(str(record.job_id), tenant=record.tenant)
@@ -89,7 +89,7 @@ def _blockers(client: ClientBase, record: TaskRecord) -> list[str] | None:
             or s.state is not TaskState.COMPLETED]  # fmt: skip
 
 
-def _seats(client: ClientBase, record: TaskRecord) -> tuple[int, int] | None:
+def _seats(client: AgentqClient, record: TaskRecord) -> tuple[int, int] | None:
     from agentq.store.tenants import TenantLimitStore
 
     store = TenantLimitStore(client.dynamodb, client.settings.required("table_name"))

@@ -7,7 +7,7 @@ Against the offline model server, it times
 - the same task as agentq runs it: ``python -m worker.child TASK_DIR`` (interpreter
   start, imports, definition and prompt, the SDK run, validation, trace and files), and
 - the same task handed to a warm spare through the worker's own code path
-  (`worker.supervisor.run_child` with a `worker.spares.SparePool`, WARM_CHILDREN=true):
+  (`worker.child.supervisor.run_child` with a `worker.child.spares.SparePool`, WARM_CHILDREN=true):
   the clock starts at the hand-off; the spare warms while nothing else is measured.
 
 agentq's overhead is the difference; it is split into *child start → SDK first message*
@@ -201,7 +201,7 @@ def _task_dir(scratch: Path, name: str) -> Path:
 
 def _warm_child_run(env: dict[str, str], scratch: Path, index: int, pool: Any) -> dict[str, float]:
     """The task as the worker runs it with WARM_CHILDREN: handed to a warmed spare."""
-    from worker.supervisor import StopSignal, run_child
+    from worker.child.supervisor import StopSignal, run_child
 
     if not pool.wait_ready(180):
         raise RuntimeError("no warm spare got ready")
@@ -223,7 +223,7 @@ def _warm_child_run(env: dict[str, str], scratch: Path, index: int, pool: Any) -
 def _forked_child_run(env: dict[str, str], scratch: Path, index: int) -> dict[str, float]:
     """The child forked from a process that already imported everything (a zygote):
     what the worker's per-task cost would be with a fork server."""
-    from worker.child import run as child_run
+    from worker.child.runner import run as child_run
 
     task_dir = scratch / f"forked-{index}"
     task_dir.mkdir()
@@ -270,7 +270,7 @@ def run(runs: int = 3) -> dict[str, Any]:
         env = _claude_env(model.url, home)
         _bare_run(env, scratch)  # warm the CLI's config dir and the page cache
         import worker.kinds.agent.runner  # noqa: F401 - the zygote holds the imports
-        from worker.spares import SparePool
+        from worker.child.spares import SparePool
 
         child_env = {**env, "PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path.cwd())}
         pool = SparePool(env=child_env, size=1, cwd=home, warm_agent="always")

@@ -105,7 +105,7 @@ class ChaosConfig:
     freeze_share: float = 0.25  # of strikes, on a worker running tasks
     clock_offset_ms: int = 2_000  # w0 runs this far ahead, w1 as far behind
     # Overlap tolerated between two attempts: the offsets above, which equal the
-    # documented default skew budget (worker/leasefile.py; L/12 with these short leases).
+    # documented default skew budget (worker/child/leasefile.py; L/12 with these short leases).
     skew_budget_s: float = 2.0
     reconcile_interval_s: float = 3.0
     reconcile_lost_after_s: int = 20

@@ -1,6 +1,6 @@
 """Dead-letter close-outs in a --faults chaos run, with the event's publish failing.
 
-A close-out (agentq/dlq.py) needs a task whose every attempt *and* every receive were
+A close-out (agentq/dlq/processor.py) needs a task whose every attempt *and* every receive were
 spent: kills rarely line both up in a small run. So the harness does it on purpose, for
 a few tasks of its own: "phantom holders" take each task's lease through the real
 store and lock code (`TaskStore.acquire`, as a worker does), one attempt after another,

@@ -5,7 +5,7 @@ or prefetched: `message given back` in its log) and, once the drain timeout (200
 here) lapses, stops its running tasks and releases them (`message settled`, verdict
 `released`). Neither ran an attempt, so neither may spend one of the queue's receives:
 each message must come back as a fresh copy, which names the message it replaces
-(`requeuedFrom`, worker.batcher), not as the same message made visible again (which
+(`requeuedFrom`, worker.sqs.batcher), not as the same message made visible again (which
 counts one more receive toward the DLQ).
 
 A drain struck while the harness's quota of give-backs lags goes to a worker running a

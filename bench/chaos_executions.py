@@ -12,7 +12,7 @@ from typing import Any
 
 from agentq.local.workers import WorkerProcess
 from bench.chaos_model import Freeze, Kill
-from worker.leasefile import FENCED_MESSAGE
+from worker.child.leasefile import FENCED_MESSAGE
 
 
 @dataclass

@@ -90,7 +90,7 @@ class ChaosReport:
     duplicates_suppressed: int = 0
     held_elsewhere: int = 0
     dead_lettered: int = 0
-    # Dead letters sent back to the task queue with attempts left (agentq/dlq_return.py).
+    # Dead letters sent back to the task queue with attempts left (agentq/dlq/returns.py).
     dlq_returned: int = 0
     failed_by_chaos: int = 0
     seconds: float = 0.0
@@ -99,7 +99,7 @@ class ChaosReport:
     top_ups: int = 0
     events_lost: int = 0
     dead_lettered_unrun: int = 0
-    # Attempts ended because their lease was about to lapse unrenewed (worker/leasefile.py).
+    # Attempts ended because their lease was about to lapse unrenewed (worker/child/leasefile.py).
     worker_fences: int = 0
     child_fences: int = 0
     # -- --faults mode ------------------------------------------------------------------

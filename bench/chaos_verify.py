@@ -38,7 +38,7 @@ from bench.chaos_model import (
     Planned,
 )
 from bench.stack import Stage
-from worker.leasefile import FENCE_MESSAGE, WATCHDOG_LINE
+from worker.child.leasefile import FENCE_MESSAGE, WATCHDOG_LINE
 
 
 # -- verifying ---------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from bench.stack import (
     worker_env,
     workers,
 )
-from worker.childenv import child_environment
+from worker.child.env import child_environment
 
 SLOTS = 4
 

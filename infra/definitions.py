@@ -2,7 +2,7 @@
 
 The definition directories the stage names (`StageSettings.definitions`) are validated
 at synth (a bad file fails `cdk synth`/`cdk deploy` naming it, before anything is
-uploaded), staged as one bundle (agentq.definitions_bundle) and shipped as an S3 asset.
+uploaded), staged as one bundle (agentq.definitions.bundle) and shipped as an S3 asset.
 A custom resource whose properties carry the asset's location and hash runs
 lambdas/definitions_loader.py through CDK's provider framework: any change of a
 definition changes the hash, hence the resource, hence an Update that syncs the table.
@@ -31,8 +31,8 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from agentq.definitions import DEFINITION_SUFFIXES
-from agentq.definitions_bundle import stage_bundle
-from agentq.definitions_sync import DefinitionSource, load_sources
+from agentq.definitions.bundle import stage_bundle
+from agentq.definitions.sync import DefinitionSource, load_sources
 from agentq.resources import DEFINITIONS_TABLE
 from infra.assets import REPO_ROOT, build_cache_dir
 from infra.function import AgentqFunction

@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import boto3
 
-    from agentq.config import _fallback_region
+    from agentq.config.settings import _fallback_region
 
     region = os.environ.get("AWS_REGION") or _fallback_region(os.environ)
     session = boto3.session.Session(region_name=region)

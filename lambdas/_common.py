@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Final
 from aws_lambda_powertools import Logger, Metrics
 
 from agentq.aws import AwsClients
-from agentq.config_light import STAGE_VARIABLE
+from agentq.config.light import STAGE_VARIABLE
 
 if TYPE_CHECKING:
     from agentq.config import Settings

@@ -4,7 +4,7 @@ CloudFormation calls it (through CDK's provider framework, infra/definitions.py)
 every `cdk deploy` whose definitions bundle changed. Properties:
 
 - `TableName`: the stage's task-definitions table.
-- `BundleBucket`, `BundleKey`: the bundle asset (agentq.definitions_bundle).
+- `BundleBucket`, `BundleKey`: the bundle asset (agentq.definitions.bundle).
 - `BundleHash`: the asset's hash; it is here so any change of a definition is a change
   of the resource, hence an Update.
 - `Definitions`: the names the bundle holds. On Update, names the previous deployment
@@ -29,8 +29,8 @@ from typing import Any, Final
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from agentq.definitions import DefinitionsTable
-from agentq.definitions_bundle import MAX_BUNDLE_BYTES, read_bundle
-from agentq.definitions_sync import sync_definitions
+from agentq.definitions.bundle import MAX_BUNDLE_BYTES, read_bundle
+from agentq.definitions.sync import sync_definitions
 from agentq.errors import InvalidInput, shown
 from lambdas._common import powertools, runtime, warm_clients
 

@@ -2,10 +2,10 @@
 
 SQS event source on the DLQ with partial batch responses: each record is archived to
 S3; a task with attempts left is sent back to the task queue (a bounded number of
-times, agentq/dlq_return.py), any other marked FAILED (unless terminal, or a live lease
+times, agentq/dlq/returns.py), any other marked FAILED (unless terminal, or a live lease
 says a worker still has it) and one `Task Failed` emitted. A malformed message is archived and its record
 succeeds, so it never cycles; if its request id is readable, that task ends FAILED with
-the parse error (agentq/dlq_malformed.py). Infrastructure errors (S3, DynamoDB, EventBridge) fail a
+the parse error (agentq/dlq/malformed.py). Infrastructure errors (S3, DynamoDB, EventBridge) fail a
 record, and so does a live lease (the holder may die before it settles the task): the
 Lambda service then retries just that record, until the task ends or its lease lapses.
 

@@ -22,17 +22,19 @@ from agentq.events import now_ms
 from agentq.publisher import EventPublisher
 from agentq.store.tasks import TaskStore
 from agentq.store.workers import RosterAnnouncer, WorkerRoster
-from worker import isolation, preflight, scrub
-from worker.batcher import SqsBatcher
+from worker import preflight
+from worker.child import isolation
+from worker.child.isolation import ChildUser
+from worker.child.spares import SparePool
 from worker.consumer import Consumer, ExitCode
-from worker.eventbatch import EventBatcher
-from worker.handler import MessageHandler
 from worker.heartbeat import HEARTBEAT_THREAD, Heartbeat
 from worker.inflight import InFlightRegistry
-from worker.isolation import ChildUser
 from worker.protection import ScaleInProtection
 from worker.secretcheck import refuse_placeholder_secrets
-from worker.spares import SparePool
+from worker.settle import scrub
+from worker.settle.handler import MessageHandler
+from worker.sqs.batcher import SqsBatcher
+from worker.sqs.eventbatch import EventBatcher
 from worker.telemetry import MetricsMiddleware, Middleware, make_logger
 
 

@@ -3,14 +3,14 @@
 The receiving threads (worker.receiving) hand each message here to be placed. The
 receiver long-polls only when a free slot has nothing to start, for the free slots
 plus a prefetch sized to the recent start rate (worker.intake), so a slot is refilled
-the moment its child exits while the last task is still being settled (worker.handler).
+the moment its child exits while the last task is still being settled (worker.settle.handler).
 One heartbeat keeps every held message, prefetched or running, invisible and every lease
 alive.
 
 Shutdown (first SIGTERM/SIGINT): stop receiving; running tasks keep their heartbeats
 until DRAIN_TIMEOUT; then they are stopped and released (attempt given back). Every
 message given back without having run an attempt (prefetched, released, received while
-draining) is requeued as a fresh copy (worker.batcher `give_back`): only real attempts
+draining) is requeued as a fresh copy (worker.sqs.batcher `give_back`): only real attempts
 spend the queue's receives. A second signal exits at once. Exit codes: see `ExitCode`.
 """
 
@@ -29,14 +29,14 @@ from typing import Any, Final
 
 from agentq.config import Settings
 from agentq.signal_relay import SignalRelay
-from worker.batcher import SqsBatcher, is_copy, message_log
-from worker.eventbatch import EventBatcher
-from worker.handler import MessageHandler, Prepared
 from worker.heartbeat import Heartbeat
 from worker.inflight import InFlight, InFlightRegistry
 from worker.intake import BUFFER_AGE_FIRST_S, Held, Intake
 from worker.limited import LimitedTenants
 from worker.receiving import PassOn, Receiving
+from worker.settle.handler import MessageHandler, Prepared
+from worker.sqs.batcher import SqsBatcher, is_copy, message_log
+from worker.sqs.eventbatch import EventBatcher
 from worker.tiers import TierReceiver
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ flag is seen in the refused item the transaction returns, so noticing costs no r
 
 Every lease held is handed to its child's `StopSignal` (`hold`) before the beat's
 requests and again once renewed: the supervisor mirrors it into the task dir and stops
-a child whose lease is about to lapse unrenewed (worker/leasefile.py). A failed renewal
+a child whose lease is about to lapse unrenewed (worker/child/leasefile.py). A failed renewal
 is tried again sooner than the next interval, so one lost request does not cost a task.
 """
 
@@ -27,12 +27,12 @@ from typing import Any, Final
 from agentq.config import Settings
 from agentq.events import Event, task_event
 from agentq.store.tasks import Lease, TaskStore
-from worker.batcher import MAX_BATCH
-from worker.eventbatch import EventBatcher
+from worker.child.leasefile import lease_times
 from worker.inflight import InFlight, InFlightRegistry
-from worker.leasefile import lease_times
 from worker.liveness import touch
 from worker.queues import QueueRoutes
+from worker.sqs.batcher import MAX_BATCH
+from worker.sqs.eventbatch import EventBatcher
 
 HEARTBEAT_THREAD: Final = "heartbeat"  # the worker's stats count this thread's calls apart
 MAX_EXTENSION_FAILURES: Final = 3
@@ -89,7 +89,7 @@ class Heartbeat:
                 logger.warning("heartbeat slower than its interval", extra={"seconds": took})
             if self._renewal_failed:
                 # Waiting a whole interval after a failure can leave so little of the
-                # lease that the worker's fence stops the task (worker/leasefile.py).
+                # lease that the worker's fence stops the task (worker/child/leasefile.py).
                 due = min(due, time.monotonic() + max(RENEWAL_RETRY_S, interval / 4))
 
     def beat(self) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from agentq.envelope import TaskEnvelope
 from agentq.store.tasks import Lease
-from worker.supervisor import StopSignal
+from worker.child.supervisor import StopSignal
 
 # SQS: a message's visibility ends at most this long after the receive that returned it.
 MAX_VISIBILITY_S: Final = 43_200

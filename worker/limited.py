@@ -24,9 +24,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from agentq.config import Settings
-from worker.batcher import SqsBatcher, message_log
 from worker.inflight import InFlight
 from worker.seatwait import SeatWaits
+from worker.sqs.batcher import SqsBatcher, message_log
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from worker.outcome import backoff_s
+from worker.settle.outcome import backoff_s
 from worker.telemetry import Middleware, TaskEnd, TaskStart
 
 PATH: Final = "/task-protection/v1/state"

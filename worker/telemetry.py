@@ -82,7 +82,7 @@ class TaskStart:
     attempt: int
     queue_wait_ms: int | None
     tier: str | None = None  # the priority tier whose queue it came from
-    lock_ms: int | None = None  # the lock's write (worker.prepare)
+    lock_ms: int | None = None  # the lock's write (worker.settle.prepare)
 
 
 @dataclass(frozen=True, kw_only=True)

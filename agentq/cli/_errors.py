@@ -84,7 +84,7 @@ def endpoint_for(service: str | None = None) -> str:
         return base
     # The region the command's clients used (agentq.config falls back like boto3 does,
     # then to its default), never a guess: the user needs it to fix the call.
-    from agentq.config import _fallback_region
+    from agentq.config.settings import _fallback_region
 
     region = os.environ.get("AWS_REGION") or _fallback_region(os.environ)
     return f"AWS region {region}"

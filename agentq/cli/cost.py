@@ -12,7 +12,7 @@ from agentq.cli.common import EXIT_OK, emit_json
 
 
 def register(subparsers: Any) -> None:
-    from agentq.config_light import DEFAULT_MODEL
+    from agentq.config.light import DEFAULT_MODEL
     from agentq.cost import MODEL_PRICES, STAGES
 
     cost = subparsers.add_parser("cost", help="what agentq costs (docs/cost.md)")

@@ -105,9 +105,9 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _sync(args: argparse.Namespace) -> int:
-    """The same sync a deployment runs (agentq.definitions_sync): idempotent, so a rerun
+    """The same sync a deployment runs (agentq.definitions.sync): idempotent, so a rerun
     after a throttle, a retried call or a crash half-way converges on the same table."""
-    from agentq.definitions_sync import DefinitionSource, load_sources, sync_definitions
+    from agentq.definitions.sync import DefinitionSource, load_sources, sync_definitions
 
     wanted = load_sources(DefinitionSource(d, str(d)) for d in args.directories)
     report = sync_definitions(_table(), wanted, prune=args.prune).to_dict()

@@ -10,7 +10,6 @@ answers 502 and the next poll tries again (docs/console.md, "What it reads").
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
@@ -22,6 +21,7 @@ from agentq.jobs.store import JobRecord
 from agentq.jobs.summary import cost_of
 from agentq.states import TaskState
 from agentq.store import TaskRecord, keys
+from agentq.store.batchread import batch_get
 
 BATCH: Final = 100  # keys per BatchGetItem
 ATTEMPTS: Final = 6  # for keys left unprocessed
@@ -107,28 +107,15 @@ def read_states(
     """The STATE items of up to `BATCH` of a tenant's tasks, by request id (one
     strongly consistent BatchGetItem; keys DynamoDB leaves unprocessed are asked again
     with a back-off, then `TasksUnreadable`). A task with no item is left out."""
-    wanted = [{"PK": {"S": keys.task_pk(tenant, rid)}, "SK": {"S": keys.STATE_SK}}
-              for rid in dict.fromkeys(request_ids)]  # fmt: skip
-    pending: dict[str, Any] = {
-        table: {
-            "Keys": wanted,
-            "ConsistentRead": True,
-            "ProjectionExpression": _PROJECTION,
-            "ExpressionAttributeNames": _NAMES,
-        }
-    }
-    found: dict[str, TaskRecord] = {}
-    for attempt in range(ATTEMPTS):
-        if attempt:
-            time.sleep(min(1.0, 0.05 * 2**attempt))
-        response = dynamodb.batch_get_item(RequestItems=pending)
-        for item in response.get("Responses", {}).get(table, []):
-            record = TaskRecord.from_item(item)
-            found[record.request_id] = record
-        pending = response.get("UnprocessedKeys") or {}
-        if not pending:
-            return found
-    raise TasksUnreadable(whose, len(pending.get(table, {}).get("Keys", [])))
+    wanted = [keys.state_key(tenant, rid) for rid in dict.fromkeys(request_ids)]
+    items, unread = batch_get(
+        dynamodb, table, wanted, attempts=ATTEMPTS, base_s=0.05, cap_s=1.0,
+        options={"ProjectionExpression": _PROJECTION, "ExpressionAttributeNames": _NAMES},
+    )  # fmt: skip
+    if unread:
+        raise TasksUnreadable(whose, unread)
+    records = (TaskRecord.from_item(item) for item in items)
+    return {record.request_id: record for record in records}
 
 
 def task_row(spec: TaskSpec, record: TaskRecord | None) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from agentq.client import AgentqClient
-from agentq.client_base import rejected_record
+from agentq.client.parts import rejected_record
 from agentq.console.jobtasks import read_states, state_row
 from agentq.events import standalone_request_id
 

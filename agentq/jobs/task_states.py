@@ -6,12 +6,12 @@ it, and an index read could miss a transition that just happened.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from typing import Any, Final
 
 from agentq.jobs.spec import task_request_id
 from agentq.store import TaskRecord, keys
+from agentq.store.batchread import batch_get
 
 _BATCH_GET_LIMIT: Final = 100
 _BATCH_GET_ATTEMPTS: Final = 8
@@ -26,26 +26,16 @@ def read_task_states(
     found: dict[str, TaskRecord | None] = dict.fromkeys(ordered)
     request_ids = list(by_request)
     for start in range(0, len(request_ids), _BATCH_GET_LIMIT):
-        pending: dict[str, Any] = {
-            table: {
-                "Keys": [
-                    {"PK": {"S": keys.task_pk(tenant, rid)}, "SK": {"S": keys.STATE_SK}}
-                    for rid in request_ids[start : start + _BATCH_GET_LIMIT]
-                ],
-                "ConsistentRead": True,
-            }
-        }
+        chunk = [
+            keys.state_key(tenant, rid) for rid in request_ids[start : start + _BATCH_GET_LIMIT]
+        ]
         # Unprocessed keys (throttling) are asked for again with a growing pause.
-        for attempt in range(_BATCH_GET_ATTEMPTS):
-            if not pending:
-                break
-            if attempt:
-                time.sleep(min(2.0, 0.05 * 2**attempt))
-            response = dynamodb.batch_get_item(RequestItems=pending)
-            for item in response.get("Responses", {}).get(table, []):
-                record = TaskRecord.from_item(item)
-                found[by_request[record.request_id]] = record
-            pending = response.get("UnprocessedKeys") or {}
-        if pending:
+        items, unread = batch_get(
+            dynamodb, table, chunk, attempts=_BATCH_GET_ATTEMPTS, base_s=0.05, cap_s=2.0
+        )
+        for item in items:
+            record = TaskRecord.from_item(item)
+            found[by_request[record.request_id]] = record
+        if unread:
             raise RuntimeError(f"job {job_id}: task states unreadable (throttled)")
     return found

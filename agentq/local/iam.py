@@ -65,11 +65,8 @@ _HASHED: Final = (
     "agentq/local/iam.py",
     "infra/local_policies.py",
     "agentq/resources.py",
-    "agentq/config.py",
-    # The settings' fields, declared by concern (bases of agentq.config.Settings).
-    "agentq/config_places.py",
-    "agentq/config_worker.py",
-    "agentq/config_services.py",
+    # The settings model and its fields, declared by concern (the package's modules).
+    "agentq/config",
     "app.py",
     "cdk.json",
 )

@@ -14,7 +14,6 @@ Two faults turn a correct conditional write into a wrong answer:
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any, Final, TypeVar
 
 from botocore.exceptions import ClientError
 
+from agentq.backoff import retry
 from agentq.store._dynamo import condition_failed
 
 T = TypeVar("T")
@@ -48,14 +48,14 @@ def retry_conflicts(
     A transaction holds its items for milliseconds; eight tries spread over up to ~3 s
     outlast any heartbeat's. The last conflict is raised.
     """
-    for attempt in range(attempts):
-        try:
-            return call()
-        except ClientError as error:
-            if not transaction_conflict(error) or attempt == attempts - 1:
-                raise
-            sleep(random.uniform(0, min(CONFLICT_CAP_S, CONFLICT_BASE_S * 2**attempt)))
-    raise AssertionError("unreachable")  # pragma: no cover
+    return retry(
+        call,
+        retryable=lambda error: isinstance(error, ClientError) and transaction_conflict(error),
+        attempts=attempts,
+        base_s=CONFLICT_BASE_S,
+        cap_s=CONFLICT_CAP_S,
+        sleep=sleep,
+    )
 
 
 @dataclass(frozen=True)

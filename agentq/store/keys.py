@@ -10,7 +10,7 @@ item's pointer to the winning attempt, never a key they build. docs/architecture
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from agentq.resources import ARTIFACTS_PREFIX, status_shard
 
@@ -79,3 +79,8 @@ def task_prefix(tenant: str, request_id: str) -> str:
 def attempt_prefix(tenant: str, request_id: str, attempt: int) -> str:
     """The S3 objects one attempt wrote: a stale holder's land here, never in the winner's."""
     return f"{task_prefix(tenant, request_id)}attempt-{attempt}/"
+
+
+def state_key(tenant: str, request_id: str) -> dict[str, Any]:
+    """The DynamoDB key of a task's STATE item."""
+    return {"PK": {"S": task_pk(tenant, request_id)}, "SK": {"S": STATE_SK}}

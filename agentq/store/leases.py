@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 MAX_TRANSACTION_ITEMS: Final = 100
 # A renewal fails once a cancel is requested: that is how the heartbeat learns of it.
 # A lapsed lease is lost even if no other worker took it yet: its holder's child may
-# already have ended itself (worker/leasefile.py), and a holder thawed after the lapse
+# already have ended itself (worker/child/leasefile.py), and a holder thawed after the lapse
 # must not win a race with its own child's fence by renewing first.
 RENEW_CONDITION: Final = (
     "leaseToken = :token AND #state = :processing AND effectiveUntil >= :now "
@@ -65,17 +65,11 @@ class Renewals:
 
 
 class LeaseRenewals:
-    """The renewing half of `TaskStore` (a mixin: it uses the store's client and table)."""
+    """The lease-renewing part of `TaskStore`."""
 
-    _ddb: Any
-    _table: str
-
-    @staticmethod
-    def _key(tenant: str, request_id: str) -> dict[str, Any]:
-        return {
-            "PK": {"S": keys.task_pk(tenant, request_id)},
-            "SK": {"S": keys.STATE_SK},
-        }
+    def __init__(self, dynamodb: Any, table_name: str) -> None:
+        self._ddb = dynamodb
+        self._table = table_name
 
     @property
     def _tenants(self) -> TenantLimitStore:
@@ -202,7 +196,7 @@ class LeaseRenewals:
     def _renewal(self, lease: Lease, now: int, effective_until: int) -> dict[str, Any]:
         return {
             "TableName": self._table,
-            "Key": self._key(lease.tenant, lease.request_id),
+            "Key": keys.state_key(lease.tenant, lease.request_id),
             "UpdateExpression": "SET effectiveUntil = :eu, lastHeartbeatAt = :now, statusSK = :ssk",
             "ConditionExpression": RENEW_CONDITION,
             "ExpressionAttributeNames": {"#state": "state"},

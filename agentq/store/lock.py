@@ -21,7 +21,7 @@ from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store import idempotent, keys
 from agentq.store.codec import serialize, values
-from agentq.store.leases import Lease, LeaseRenewals
+from agentq.store.leases import Lease
 from agentq.store.records import TaskRecord
 from agentq.store.seated import acquire_seated
 from agentq.store.tenants import TenantLimitStore, free_seats
@@ -38,8 +38,12 @@ LOCK_CONDITION: Final = (
 )
 
 
-class TaskLock(LeaseRenewals):
-    """The locking part of `TaskStore` (a mixin: it uses the store's client and table)."""
+class TaskLock:
+    """The locking part of `TaskStore`."""
+
+    def __init__(self, dynamodb: Any, table_name: str) -> None:
+        self._ddb = dynamodb
+        self._table = table_name
 
     def acquire(
         self,
@@ -147,19 +151,19 @@ class TaskLock(LeaseRenewals):
             "envelope = if_not_exists(envelope, :envelope)",
             "createdAt = if_not_exists(createdAt, :now)",
             # The budget, for the DLQ processor: a dead letter with attempts left is
-            # sent back rather than failed (agentq/dlq_return.py).
+            # sent back rather than failed (agentq/dlq/returns.py).
             "maxAttempts = :max",
         ]
         if timeout_ms:
             sets.append("deadlineAt = :deadline")
         else:
             del attrs[":deadline"]
-        for name, value in self._job_keys(envelope).items():
+        for name, value in job_keys(envelope).items():
             attrs[f":{name}"] = serialize(value)
             sets.append(f"{name} = if_not_exists({name}, :{name})")
         return {
             "TableName": self._table,
-            "Key": self._key(envelope.tenant, envelope.request_id),
+            "Key": keys.state_key(envelope.tenant, envelope.request_id),
             "UpdateExpression": "SET " + ", ".join(sets),
             "ConditionExpression": LOCK_CONDITION,
             "ExpressionAttributeNames": names,
@@ -208,12 +212,13 @@ class TaskLock(LeaseRenewals):
         consistent query, a read where a refused lock would spend two writes."""
         return free_seats(self.tenant_limits().seats(tenant), limit, now_ms())
 
-    @staticmethod
-    def _job_keys(envelope: TaskEnvelope) -> dict[str, Any]:
-        if not envelope.job_id:
-            return {}
-        return {
-            "jobId": envelope.job_id,
-            "jobPK": keys.job_pk(envelope.tenant, envelope.job_id),
-            "jobSK": f"TASK#{envelope.task_key or envelope.request_id}",
-        }
+
+def job_keys(envelope: TaskEnvelope) -> dict[str, Any]:
+    """The job index's keys of a task that belongs to a job (none otherwise)."""
+    if not envelope.job_id:
+        return {}
+    return {
+        "jobId": envelope.job_id,
+        "jobPK": keys.job_pk(envelope.tenant, envelope.job_id),
+        "jobSK": f"TASK#{envelope.task_key or envelope.request_id}",
+    }

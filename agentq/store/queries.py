@@ -15,11 +15,11 @@ from agentq.store.records import TaskRecord
 
 
 class TaskQueries:
-    """The index-reading part of `TaskStore` (a mixin: it uses the store's client and
-    table)."""
+    """The index-reading part of `TaskStore`."""
 
-    _ddb: Any
-    _table: str
+    def __init__(self, dynamodb: Any, table_name: str) -> None:
+        self._ddb = dynamodb
+        self._table = table_name
 
     def tasks_of_job(self, tenant: str, job_id: str) -> list[TaskRecord]:
         """All tasks of a job, through the byJob index (ordered by request id)."""

@@ -3,7 +3,7 @@
 SQS dead-letters a message after `maxReceiveCount` receives, and receives are not
 attempts: a killed worker's prefetched messages, a lost ReceiveMessage answer and a
 refusal backed off in place each spend one. The DLQ processor sends such a task back
-(agentq/dlq_return.py) and counts it here, one conditional write per return, so a
+(agentq/dlq/returns.py) and counts it here, one conditional write per return, so a
 message no worker can ever settle still ends after a bounded number of returns.
 
 The write carries the dead letter's MessageId as its mark: botocore's retry of an

@@ -1,7 +1,7 @@
-"""The task STATE item: `TaskStore`, reading and creating it, composed with its
-other concerns: the lock (agentq.store.lock), transitions (agentq.store.transitions),
-index queries (agentq.store.queries) and lease renewal (agentq.store.leases); the
-record itself is agentq.store.records.
+"""The task STATE item: `TaskStore` reads and creates it, and is composed of the parts
+that own its other concerns: the lock (agentq.store.lock), transitions
+(agentq.store.transitions), index queries (agentq.store.queries) and lease renewal
+(agentq.store.leases); the record itself is agentq.store.records.
 
 Every decision is one conditional UpdateItem on the STATE item (strongly consistent,
 never a GSI read). A refused condition returns the item as it is, and the refusal is
@@ -24,8 +24,8 @@ from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store import idempotent, keys
 from agentq.store.codec import to_item
-from agentq.store.leases import Lease, Renewals
-from agentq.store.lock import TaskLock
+from agentq.store.leases import Lease, LeaseRenewals, Renewals
+from agentq.store.lock import TaskLock, job_keys
 from agentq.store.queries import TaskQueries
 from agentq.store.records import TaskRecord
 from agentq.store.transitions import TaskTransitions
@@ -34,12 +34,32 @@ from agentq.store.waiting import WaitMarks
 __all__ = ["Lease", "Renewals", "TaskRecord", "TaskStore"]
 
 
-class TaskStore(TaskLock, TaskTransitions, TaskQueries):
-    """STATE items of the events table. The DynamoDB client is passed in."""
+class TaskStore:
+    """STATE items of the events table. The DynamoDB client is passed in.
+
+    Each verb is answered by the part that owns it; the parts share only the client
+    and the table name.
+    """
 
     def __init__(self, dynamodb: Any, table_name: str) -> None:
         self._ddb = dynamodb
         self._table = table_name
+        self.lock = TaskLock(dynamodb, table_name)
+        self.transitions = TaskTransitions(dynamodb, table_name)
+        self.queries = TaskQueries(dynamodb, table_name)
+        self.leases = LeaseRenewals(dynamodb, table_name)
+        self.acquire = self.lock.acquire
+        self.tenant_limits = self.lock.tenant_limits
+        self.free_seats = self.lock.free_seats
+        self.finalize = self.transitions.finalize
+        self.end_attempt = self.transitions.end_attempt
+        self.transition = self.transitions.transition
+        self.reset_for_redrive = self.transitions.reset_for_redrive
+        self.tasks_of_job = self.queries.tasks_of_job
+        self.tasks_by_status = self.queries.tasks_by_status
+        self.renew = self.leases.renew
+        self.renew_many = self.leases.renew_many
+        self.renew_leases = self.leases.renew_leases
 
     def wait_marks(self, *, every_s: float) -> WaitMarks:
         """Marks of tasks waiting with a live message (agentq.store.waiting)."""
@@ -49,7 +69,7 @@ class TaskStore(TaskLock, TaskTransitions, TaskQueries):
     def get(self, tenant: str, request_id: str) -> TaskRecord | None:
         response = self._ddb.get_item(
             TableName=self._table,
-            Key=self._key(tenant, request_id),
+            Key=keys.state_key(tenant, request_id),
             ConsistentRead=True,
         )
         item = response.get("Item")
@@ -96,7 +116,7 @@ class TaskStore(TaskLock, TaskTransitions, TaskQueries):
             "statusSK": keys.status_sk(due or now, envelope.tenant, envelope.request_id),
             "idempotencyKey": idempotency_key,
             **({"notBefore": due} if due is not None else {}),
-            **self._job_keys(envelope),
+            **job_keys(envelope),
             **(extra or {}),
             idempotent.WRITE_ID: write_id,
         }

@@ -10,7 +10,6 @@ the local stack alike: docs/aws-fidelity.md); a send after a conflict gets a new
 
 from __future__ import annotations
 
-import random
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -18,6 +17,7 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
+from agentq.backoff import retry
 from agentq.store.idempotent import CONFLICT_ATTEMPTS, CONFLICT_BASE_S, CONFLICT_CAP_S
 
 CANCELLED: Final = "TransactionCanceledException"
@@ -45,15 +45,18 @@ def write(
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Send one transaction, again after a conflict; a failed condition is raised."""
-    for attempt in range(attempts):
-        try:
-            ddb.transact_write_items(TransactItems=items, ClientRequestToken=uuid.uuid4().hex)
-            return
-        except ClientError as error:
-            found = reasons(error)
-            conflict = found is not None and any(r.get("Code") == CONFLICT for r in found)
-            failed = found is not None and any(r.get("Code") == CONDITION for r in found)
-            if not conflict or failed or attempt == attempts - 1:
-                raise
-            sleep(random.uniform(0, min(CONFLICT_CAP_S, CONFLICT_BASE_S * 2**attempt)))
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    def conflicted_only(error: Exception) -> bool:
+        found = reasons(error) if isinstance(error, ClientError) else None
+        conflict = found is not None and any(r.get("Code") == CONFLICT for r in found)
+        failed = found is not None and any(r.get("Code") == CONDITION for r in found)
+        return conflict and not failed
+
+    retry(
+        lambda: ddb.transact_write_items(TransactItems=items, ClientRequestToken=uuid.uuid4().hex),
+        retryable=conflicted_only,
+        attempts=attempts,
+        base_s=CONFLICT_BASE_S,
+        cap_s=CONFLICT_CAP_S,
+        sleep=sleep,
+    )

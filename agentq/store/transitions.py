@@ -15,14 +15,17 @@ from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store import idempotent, keys, transact
 from agentq.store.codec import serialize, values
-from agentq.store.leases import Lease, LeaseRenewals, cancel_flagged
+from agentq.store.leases import Lease, cancel_flagged
 from agentq.store.records import TaskRecord
 from agentq.store.tenants import TenantLimitStore
 
 
-class TaskTransitions(LeaseRenewals):
-    """The state-changing part of `TaskStore` (a mixin: it uses the store's client and
-    table)."""
+class TaskTransitions:
+    """The state-changing part of `TaskStore`."""
+
+    def __init__(self, dynamodb: Any, table_name: str) -> None:
+        self._ddb = dynamodb
+        self._table = table_name
 
     def finalize(
         self,
@@ -120,7 +123,7 @@ class TaskTransitions(LeaseRenewals):
             condition += " AND attribute_not_exists(cancelRequested)"
         request = {
             "TableName": self._table,
-            "Key": self._key(lease.tenant, lease.request_id),
+            "Key": keys.state_key(lease.tenant, lease.request_id),
             "UpdateExpression": f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
             "ConditionExpression": condition,
             "ExpressionAttributeNames": names,
@@ -237,7 +240,7 @@ class TaskTransitions(LeaseRenewals):
             self._ddb,
             mark=(idempotent.WRITE_ID, write_id),
             TableName=self._table,
-            Key=self._key(tenant, request_id),
+            Key=keys.state_key(tenant, request_id),
             UpdateExpression=expression,
             ConditionExpression=f"attribute_exists(PK) AND {condition}",
             ExpressionAttributeNames=names,
@@ -277,7 +280,7 @@ class TaskTransitions(LeaseRenewals):
             self._ddb,
             mark=(idempotent.WRITE_ID, write_id),
             TableName=self._table,
-            Key=self._key(tenant, request_id),
+            Key=keys.state_key(tenant, request_id),
             UpdateExpression=(
                 "SET #state = :pending, #attempt = :zero, updatedAt = :now, "
                 "redrivenAt = :now, statusPK = :spk, statusSK = :ssk, #wid = :wid "

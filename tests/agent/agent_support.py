@@ -162,9 +162,9 @@ def processes_using(base_url: str, *, besides: int) -> list[psutil.Process]:
 
 
 def _idle_spare(proc: psutil.Process, environ: dict[str, str]) -> bool:
-    """A warm spare still waiting for a task (worker/spares.py), or the fork server and
-    the spares it forked (worker/forkserver.py: they share its command line), sits in
+    """A warm spare still waiting for a task (worker/child/spares.py), or the fork server and
+    the spares it forked (worker/child/forkserver.py: they share its command line), sits in
     its HOME; once it has a task it lives in the task dir and counts like any task child."""
     command = proc.cmdline()
-    spare = "--spare" in command or "worker.forkserver" in command
+    spare = "--spare" in command or "worker.child.forkserver" in command
     return spare and proc.cwd() == environ.get("HOME")

@@ -22,8 +22,8 @@ import agentq.events
 from agentq.envelope import TaskEnvelope
 from agentq.local.rules import sqs_visibility_cap
 from agentq.states import TaskState
-from worker.handler import Prepared
 from worker.inflight import MAX_VISIBILITY_S, InFlight
+from worker.settle.handler import Prepared
 
 WEEK_S = 7 * 24 * 3600
 # agentq's `now_ms` reads the shared clock as wall time plus an offset taken a moment

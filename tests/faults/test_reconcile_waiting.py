@@ -28,8 +28,8 @@ from agentq.store.tasks import TaskStore
 from agentq.store.waiting import WAIT_SEEN_AT, WaitMarks
 from worker.inflight import InFlight
 from worker.limited import LimitedTenants
-from worker.prepare import Prepared
 from worker.seatwait import SeatWaits
+from worker.settle.prepare import Prepared
 
 pytestmark = pytest.mark.timeout(120)
 

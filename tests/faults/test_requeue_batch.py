@@ -1,4 +1,4 @@
-"""Requeued copies go out in batches (worker.batcher), against moto's server.
+"""Requeued copies go out in batches (worker.sqs.batcher), against moto's server.
 
 Many give-backs in one flush cost one `SendMessageBatch` and one `DeleteMessageBatch`.
 Whatever SQS does to the batch, no task is lost: a copy that was not sent leaves its
@@ -23,7 +23,7 @@ from support import wait_for
 
 from agentq.faults.config import FaultRule, Kind
 from agentq.faults.injector import FaultInjector
-from worker.batcher import MAX_BATCH, MAX_BATCH_BYTES, SqsBatcher, _chunks, _copy_size, _Item
+from worker.sqs.batcher import MAX_BATCH, MAX_BATCH_BYTES, SqsBatcher, _chunks, _copy_size, _Item
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -23,8 +23,8 @@ from agentq.faults.config import FaultSpec, Kind
 from agentq.states import TaskState
 from agentq.store.tenants import seat_start
 from worker.inflight import InFlight
-from worker.prepare import Prepared
 from worker.seatwait import SeatWaits
+from worker.settle.prepare import Prepared
 
 pytestmark = pytest.mark.timeout(120)
 

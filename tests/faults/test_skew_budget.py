@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentq.config import Settings
-from worker.leasefile import CLOCK_SKEW_BUDGET_S, SETTLE_S, margins, skew_budget
+from worker.child.leasefile import CLOCK_SKEW_BUDGET_S, SETTLE_S, margins, skew_budget
 
 
 @st.composite

@@ -172,7 +172,7 @@ def test_throttled_seat_queries_and_limit_reads_are_ridden_out(stack: Stack) -> 
 def test_the_listing_of_limits_throttled_gives_no_guess_and_is_not_asked_again_at_once(
     stack: Stack,
 ) -> None:
-    """The worker's guess of a tenant it has not read (worker.prepare, `limited_tenant`)
+    """The worker's guess of a tenant it has not read (worker.settle.prepare, `limited_tenant`)
     lists every override: throttled once, botocore's retry answers; throttled past every
     retry, there is no guess (the message is gated and its lock reads the limit), and the
     listing is not asked again for `LIMIT_RETRY_S`."""

@@ -17,8 +17,8 @@ from worker_parts import send_and_receive, worker_parts
 from agentq import security
 from agentq.faults.config import Kind
 from agentq.states import TaskState
-from worker.artifacts import upload_outputs
-from worker.scrub import CHUNK_BYTES
+from worker.settle.artifacts import upload_outputs
+from worker.settle.scrub import CHUNK_BYTES
 
 SECRET = "planted-upload-secret-0123456789"
 

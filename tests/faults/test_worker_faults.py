@@ -21,8 +21,8 @@ from agentq.faults.config import Kind
 from agentq.states import TaskState
 from agentq.store.tasks import Lease, TaskStore
 from worker.inflight import InFlight
-from worker.outcome import Outcome
-from worker.prepare import Prepared
+from worker.settle.outcome import Outcome
+from worker.settle.prepare import Prepared
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,7 +17,7 @@ from agentq.faults.log import read_counts
 from agentq.local.workers import WorkerProcess, fast_env
 from agentq.states import TaskState
 from agentq.store.tasks import TaskStore
-from worker.child import load_context
+from worker.child.runner import load_context
 
 pytestmark = pytest.mark.timeout(180)
 

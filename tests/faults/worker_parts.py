@@ -19,10 +19,10 @@ from agentq.envelope import TaskEnvelope
 from agentq.events import Event
 from agentq.local.workers import SAMPLE_DEFINITIONS, fast_env
 from agentq.store.tasks import TaskStore
-from worker.batcher import SqsBatcher
-from worker.handler import MessageHandler
 from worker.heartbeat import Heartbeat
 from worker.inflight import InFlight, InFlightRegistry
+from worker.settle.handler import MessageHandler
+from worker.sqs.batcher import SqsBatcher
 
 
 @dataclass

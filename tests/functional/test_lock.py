@@ -103,7 +103,7 @@ def test_expired_lease_is_taken_over_and_old_holder_is_fenced(stack: Stack) -> N
 
 def test_a_lapsed_lease_is_lost_though_no_one_took_it_over(stack: Stack) -> None:
     """A holder thawed after its lease lapsed cannot renew it, alone or in a heartbeat's
-    batch: its child may have ended itself already (worker/leasefile.py), so the next
+    batch: its child may have ended itself already (worker/child/leasefile.py), so the next
     attempt starts afresh instead."""
     store = _store(stack)
     leases = [

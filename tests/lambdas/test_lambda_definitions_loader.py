@@ -14,8 +14,8 @@ import pytest
 from conftest import Stack
 
 from agentq.definitions import DefinitionsTable, load_directory
-from agentq.definitions_bundle import stage_bundle
-from agentq.definitions_sync import DefinitionSource
+from agentq.definitions.bundle import stage_bundle
+from agentq.definitions.sync import DefinitionSource
 from agentq.errors import InvalidInput, OutOfTime
 from agentq.local.lambda_host import LocalContext, local_context
 from lambdas import definitions_loader

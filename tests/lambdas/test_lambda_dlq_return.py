@@ -18,7 +18,7 @@ from support import wait_for
 
 from agentq.config import Settings
 from agentq.dlq import DLQ_REASON, DlqArchive
-from agentq.dlq_return import MAX_DLQ_RETURNS
+from agentq.dlq.returns import MAX_DLQ_RETURNS
 from agentq.envelope import TaskEnvelope
 from agentq.events import now_ms
 from agentq.local.lambda_host import LambdaHost, local_context

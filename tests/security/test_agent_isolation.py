@@ -36,7 +36,7 @@ from support import EventLog, wait_for
 from agentq.local.claude_env import offline_claude_env
 from agentq.local.model_server import ModelServer
 from agentq.local.workers import REPO_ROOT
-from worker import isolation
+from worker.child import isolation
 
 pytestmark = pytest.mark.timeout(300)
 

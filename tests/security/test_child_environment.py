@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.childenv import child_environment
+from worker.child.env import child_environment
 
 
 @pytest.mark.parametrize(

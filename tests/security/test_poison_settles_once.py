@@ -167,7 +167,7 @@ def test_the_dlq_processor_closes_out_every_dead_letter_once(stack: Stack) -> No
         assert len({e["eventId"] for e in ended}) <= 1, ended
         if archive.get(keys[0]).outcome == "returned":
             # A valid message whose task never ran goes back to the task queue (once
-            # counted, agentq/dlq_return.py): it has not ended, a worker will settle it.
+            # counted, agentq/dlq/returns.py): it has not ended, a worker will settle it.
             assert not ended, ended
         elif readable:
             assert ended, (archive.get(keys[0]), ended)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentq import security
-from worker.scrub import child_line
+from worker.settle.scrub import child_line
 
 SECRET_VALUE = st.text(st.characters(codec="utf-8", exclude_characters="\x00"),
                        min_size=security.MIN_SECRET_LENGTH, max_size=60)  # fmt: skip

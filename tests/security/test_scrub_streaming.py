@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentq import security
-from worker.scrub import scrub_chunks, scrub_file
+from worker.settle.scrub import scrub_chunks, scrub_file
 
 CHECKS = settings(max_examples=400, deadline=None, database=None)
 # A small alphabet makes secrets that overlap each other and themselves ("abab", "aaa").

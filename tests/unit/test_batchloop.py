@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from support import wait_for
 
-from worker.batchloop import BatchLoop, run_after
+from worker.sqs.batchloop import BatchLoop, run_after
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -145,13 +145,13 @@ def test_a_failed_send_is_handed_to_failed_and_the_loop_goes_on(
 ) -> None:
     loop = make_loop(delay_s=0.0)
     loop.fail_when = lambda batch: 13 in batch
-    with caplog.at_level(logging.ERROR, logger="worker.batchloop"):
+    with caplog.at_level(logging.ERROR, logger="worker.sqs.batchloop"):
         loop.add(13)
         # A failed batch is settled too: flush does not hang on it.
         assert loop.flush(BOUND_S)
     assert loop.failed == [[13]]
     assert loop.sent == []
-    [record] = [r for r in caplog.records if r.name == "worker.batchloop"]
+    [record] = [r for r in caplog.records if r.name == "worker.sqs.batchloop"]
     assert record.getMessage() == "batch failed"
     assert record.exc_info is not None and record.exc_info[0] is RuntimeError
 
@@ -199,7 +199,7 @@ def test_close_is_bounded_while_a_send_hangs(make_loop: MakeLoop) -> None:
 
 
 def test_run_after_none_is_a_no_op(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="worker.batchloop"):
+    with caplog.at_level(logging.DEBUG, logger="worker.sqs.batchloop"):
         run_after(None, "after-batch step failed")
     assert caplog.records == []
 
@@ -216,11 +216,11 @@ def test_run_after_logs_a_raising_step_and_does_not_raise(
     def step() -> None:
         raise ValueError("delete callback broke")
 
-    with caplog.at_level(logging.ERROR, logger="worker.batchloop"):
+    with caplog.at_level(logging.ERROR, logger="worker.sqs.batchloop"):
         run_after(step, "after-publish step failed", eventId="ev-1")
 
     [record] = caplog.records
-    assert record.name == "worker.batchloop"
+    assert record.name == "worker.sqs.batchloop"
     assert record.levelno == logging.ERROR
     assert record.getMessage() == "after-publish step failed"
     assert record.exc_info is not None and record.exc_info[0] is ValueError

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agentq.store.codec import to_item
-from worker.child_files import MAX_CHILD_JSON_BYTES, read_json, read_usage
+from worker.child.files import MAX_CHILD_JSON_BYTES, read_json, read_usage
 
 PROPERTIES = settings(max_examples=300, deadline=None, database=None,
                       suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip

@@ -2,7 +2,7 @@
 
 Every task starts a child, so what it imports is on every task's latency (issue 19:
 pydantic and the settings model took a cold child from 40 to 158 ms). Behavioural
-guards, not timings: `import worker.child` in a fresh interpreter, and a python task run
+guards, not timings: `import worker.child.runner` in a fresh interpreter, and a python task run
 through `python -m worker.child` that reports what its own process had loaded.
 """
 
@@ -43,7 +43,7 @@ def _child_env(**extra: str) -> dict[str, str]:
 
 
 def test_importing_the_child_runner_loads_no_pydantic() -> None:
-    script = "import json, sys, worker.child; print(json.dumps(sorted(sys.modules)))"
+    script = "import json, sys, worker.child.runner; print(json.dumps(sorted(sys.modules)))"
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
         env=_child_env(), timeout=60, check=False,

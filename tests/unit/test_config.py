@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentq import config_doc
 from agentq.config import Settings, env_name
+from agentq.config import doc as config_doc
 from agentq.errors import ConfigError
 
 
@@ -146,6 +146,6 @@ def test_flags_take_only_the_documented_spellings(raw: str) -> None:
 def test_docs_table_is_generated_from_the_settings_model() -> None:
     current = config_doc.DOC.read_text(encoding="utf-8")
     assert config_doc.render(current) == current, (
-        "docs/configuration.md is stale: regenerate with `python -m agentq.config_doc`"
+        "docs/configuration.md is stale: regenerate with `python -m agentq.config.doc`"
     )
     assert config_doc.main(["--check"]) == 0

@@ -1,4 +1,4 @@
-"""The settings read without the model (agentq.config_light) are the model's own.
+"""The settings read without the model (agentq.config.light) are the model's own.
 
 `Settings` documents them (docs/configuration.md is generated from it); the light reader
 must read the same variable, fall back to the same default, allow the same range and
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentq.config import Settings, env_name
-from agentq.config_fields import _base, _bounds
-from agentq.config_light import CHILD_FIELDS, STAGE_VARIABLE, ChildSettings, IntVar, TextVar
+from agentq.config.fields import _base, _bounds
+from agentq.config.light import CHILD_FIELDS, STAGE_VARIABLE, ChildSettings, IntVar, TextVar
 from agentq.errors import ConfigError
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentq.envelope import MAX_BODY_BYTES
-from worker.copies import MAX_ATTRIBUTES, REQUEUED_FROM, copied_from, marked_copy
+from worker.sqs.copies import MAX_ATTRIBUTES, REQUEUED_FROM, copied_from, marked_copy
 
 
 def _message(body: str, attributes: int) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from agentq.config import Settings
-from agentq.config_light import DEFAULT_MODEL
+from agentq.config.light import DEFAULT_MODEL
 from agentq.cost import MODEL_PRICES, estimate
 from worker.kinds.agent.spec import AgentSpec
 

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentq.definitions import load_directory
-from agentq.definitions_bundle import MANIFEST, read_bundle, stage_bundle
-from agentq.definitions_sync import DefinitionSource, load_sources
+from agentq.definitions.bundle import MANIFEST, read_bundle, stage_bundle
+from agentq.definitions.sync import DefinitionSource, load_sources
 from agentq.errors import InvalidInput
 
 REPO = Path(__file__).resolve().parents[2]

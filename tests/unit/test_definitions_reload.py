@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agentq.definitions import DEFINITION_SUFFIXES, DefinitionRegistry, load_directory
-from agentq.definitions_watch import MISS_RECHECK_S, WatchedDirectories
+from agentq.definitions.watch import MISS_RECHECK_S, WatchedDirectories
 from agentq.errors import InvalidInput
 
 

@@ -38,7 +38,7 @@ HEAVY_AT_IMPORT: Final = (
 # the first invocation; only the producer API's request models need pydantic at import,
 # and the definitions loader (run by CloudFormation once per deployment, where a cold
 # start costs nothing anyone waits on) validates definitions with their models.
-SETTINGS_MODEL: Final = ("agentq.config", "pydantic_settings")
+SETTINGS_MODEL: Final = ("agentq.config.settings", "pydantic_settings")
 PYDANTIC_AT_IMPORT: Final = frozenset({"lambdas.producer_api", "lambdas.definitions_loader"})
 
 _PROBE: Final = """
@@ -111,7 +111,7 @@ def test_a_handler_loads_the_settings_model_with_its_runtime_not_at_import(modul
     if module not in PYDANTIC_AT_IMPORT:
         assert not _loaded(probe["at_import"], "pydantic"), f"{module} imports pydantic"
     # Deferred, not dropped: warm() builds the settings the first invocation reads.
-    assert _loaded(probe["after_warm"], "agentq.config")
+    assert _loaded(probe["after_warm"], "agentq.config.settings")
 
 
 @pytest.mark.timeout(120)

@@ -22,8 +22,8 @@ from agentq.envelope import TaskEnvelope
 from agentq.local.workers import SAMPLE_DEFINITIONS
 from agentq.states import TaskState
 from worker.app import build
-from worker.handler import Prepared
 from worker.inflight import InFlight
+from worker.settle.handler import Prepared
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -22,9 +22,9 @@ from worker_support import running_worker, send
 
 from agentq.local.workers import WorkerProcess
 from bench.chaos_killer import spares_of
-from worker.childenv import child_environment
-from worker.forked import LOST_RETURNCODE, ForkedProcess
-from worker.spares import Spare, SparePool
+from worker.child.env import child_environment
+from worker.child.forkclient import LOST_RETURNCODE, ForkedProcess
+from worker.child.spares import Spare, SparePool
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -139,7 +139,7 @@ def test_a_worker_runs_python_tasks_in_forked_spares_and_drains_clean(
         wait_for(lambda: len(_ready_pids(worker)) >= 2, timeout=60, message="spares ready")
         # Its forked spares have its command line too: the server is the worker's child.
         servers = [p for p in psutil.Process(worker.pid).children()
-                   if "worker.forkserver" in " ".join(p.cmdline())]  # fmt: skip
+                   if "worker.child.forkserver" in " ".join(p.cmdline())]  # fmt: skip
         assert len(servers) == 1
         spares = _ready_pids(worker)[:2]
         assert all(psutil.Process(pid).ppid() == servers[0].pid for pid in spares)

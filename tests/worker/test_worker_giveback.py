@@ -27,9 +27,9 @@ from agentq.local.workers import REPO_ROOT, SAMPLE_DEFINITIONS, WorkerProcess
 from agentq.states import TaskState
 from bench.stack import BENCH_DEFINITIONS
 from worker.app import build
-from worker.batcher import SqsBatcher
 from worker.inflight import InFlight
 from worker.intake import Held
+from worker.sqs.batcher import SqsBatcher
 
 
 @pytest.mark.timeout(120)

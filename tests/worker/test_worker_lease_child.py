@@ -23,9 +23,16 @@ from agentq.config import Settings
 from agentq.definitions import TaskDefinition
 from agentq.local.claude_env import offline_claude_env
 from agentq.local.model_server import ModelServer
-from worker.leasefile import LEASE_FILE, LeaseTimes, lease_times, margins, read_lease, write_lease
-from worker.outcome import decide
-from worker.supervisor import ChildExit, StopSignal, run_child
+from worker.child.leasefile import (
+    LEASE_FILE,
+    LeaseTimes,
+    lease_times,
+    margins,
+    read_lease,
+    write_lease,
+)
+from worker.child.supervisor import ChildExit, StopSignal, run_child
+from worker.settle.outcome import decide
 
 pytestmark = pytest.mark.timeout(90)
 

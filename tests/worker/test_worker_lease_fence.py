@@ -1,4 +1,4 @@
-"""An attempt never outlives its lease, so a takeover never overlaps it (worker/leasefile.py).
+"""An attempt never outlives its lease, so a takeover never overlaps it (worker/child/leasefile.py).
 
 A frozen worker (SIGSTOP) renews nothing: its child's watchdog ends the attempt before
 the lease lapses, and the next worker completes the task once. A worker cut off from
@@ -25,7 +25,7 @@ from agentq.local.workers import REPO_ROOT, SAMPLE_DEFINITIONS, WorkerProcess
 from agentq.states import TaskState
 from agentq.store.tasks import TaskRecord
 from bench.stack import BENCH_DEFINITIONS
-from worker.leasefile import LEASE_FILE
+from worker.child.leasefile import LEASE_FILE
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -1,4 +1,4 @@
-"""A stale attempt never runs past its lease: the child's kernel timer (worker/leasetimer.py).
+"""A stale attempt never runs past its lease: the child's kernel timer (worker/child/leasetimer.py).
 
 Real children (``python -m worker.child`` leading their own session, as the worker
 starts them), frozen with real SIGSTOP past the lease the worker wrote for them and
@@ -25,11 +25,11 @@ import pytest
 from support import wait_for
 
 from agentq.definitions import TaskDefinition
-from worker.child import READY_LINE
-from worker.forked import ForkServer
-from worker.leasefile import LeaseTimes, write_lease
-from worker.leasetimer import LEASE_SIGNAL, LeaseTimer
-from worker.proctree import ChildProcess
+from worker.child.forkclient import ForkServer
+from worker.child.leasefile import LeaseTimes, write_lease
+from worker.child.leasetimer import LEASE_SIGNAL, LeaseTimer
+from worker.child.proctree import ChildProcess
+from worker.child.runner import READY_LINE
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -14,10 +14,10 @@ from conftest import Stack
 from support import wait_for
 
 from agentq.definitions import TaskDefinition
-from worker.batcher import SqsBatcher, clamp_visibility
-from worker.childenv import child_environment
-from worker.outcome import backoff_s, decide
-from worker.supervisor import ChildExit, StopSignal, run_child
+from worker.child.env import child_environment
+from worker.child.supervisor import ChildExit, StopSignal, run_child
+from worker.settle.outcome import backoff_s, decide
+from worker.sqs.batcher import SqsBatcher, clamp_visibility
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -234,9 +234,9 @@ def test_worker_heartbeat_gives_up_extending_after_three_failures(inproc_stack: 
     from agentq.envelope import TaskEnvelope
     from agentq.publisher import EventPublisher
     from agentq.store.tasks import TaskStore
-    from worker.eventbatch import EventBatcher
     from worker.heartbeat import Heartbeat
     from worker.inflight import InFlight, InFlightRegistry
+    from worker.sqs.eventbatch import EventBatcher
 
     sqs, url = inproc_stack.sqs, inproc_stack.resources.queue_url
     sqs.send_message(QueueUrl=url, MessageBody="{}")
@@ -272,7 +272,7 @@ def test_event_batcher_runs_then_only_after_the_event_is_sent(inproc_stack: Stac
     terminal event is on the bus, and not at all when it could not be sent."""
     from agentq.events import task_event
     from agentq.publisher import EventPublisher
-    from worker.eventbatch import EventBatcher
+    from worker.sqs.eventbatch import EventBatcher
 
     class _Rejecting:
         def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803

@@ -15,10 +15,10 @@ from agentq.config import Settings
 from agentq.envelope import TaskEnvelope, parse_message
 from agentq.local.workers import SAMPLE_DEFINITIONS
 from worker.app import build
-from worker.batcher import is_copy
-from worker.copies import MAX_ATTRIBUTES, REQUEUED_FROM, copied_from
 from worker.inflight import InFlight
 from worker.receiving import PassOn
+from worker.sqs.batcher import is_copy
+from worker.sqs.copies import MAX_ATTRIBUTES, REQUEUED_FROM, copied_from
 
 
 def receive_high(stack: Stack) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from agentq.errors import InvalidInput
 from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store import TaskStore
-from worker.batcher import SqsBatcher
+from worker.sqs.batcher import SqsBatcher
 
 
 def send_to(stack: Stack, tier: str, count: int, seconds: float) -> list[TaskEnvelope]:

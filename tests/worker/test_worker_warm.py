@@ -24,9 +24,9 @@ from worker_support import queue_counts, running_worker, send, state
 from agentq.config import Settings
 from agentq.local.workers import WorkerProcess
 from agentq.states import TaskState
-from worker.childenv import child_environment
-from worker.handler import _bulk_tiers
-from worker.spares import Spare, SparePool
+from worker.child.env import child_environment
+from worker.child.spares import Spare, SparePool
+from worker.settle.handler import _bulk_tiers
 
 pytestmark = pytest.mark.timeout(150)
 

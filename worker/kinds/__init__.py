@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from agentq.config_light import ChildSettings
+from agentq.config.light import ChildSettings
 from agentq.errors import InvalidInput, NotFound
 
 KINDS: Final[Mapping[str, str]] = {

@@ -1,6 +1,6 @@
 """SQS takes at most 10 message attributes per message (SendMessage, and each entry of
 SendMessageBatch): AWS refuses more with `InvalidParameterValue`, moto stores them.
-agentq marks its requeued copies within that limit (worker/copies.py); a local stack
+agentq marks its requeued copies within that limit (worker/sqs/copies.py); a local stack
 that took an eleventh attribute would hide a copy SQS refuses.
 
 The patch wraps the attribute validator moto's SQS responses call for both operations,

@@ -10,7 +10,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from agentq.config_light import ChildDefaults
+from agentq.config.light import ChildDefaults
 from agentq.errors import InvalidInput
 from worker.kinds.agent.prompt import Template
 
