@@ -39,9 +39,9 @@ import psutil
 from agentq.local.workers import WorkerProcess
 from bench.chaos_drains import BAIT_PREFIX, Drain, log_size, records_between
 from bench.chaos_model import Freeze, Kill
-from worker.forked import FORK_SERVER_COMMAND
+from worker.child.forkclient import FORK_SERVER_COMMAND
 
-# The worker's fork server (worker.forked): the parent of its forked spares.
+# The worker's fork server (worker.child.forkclient): the parent of its forked spares.
 FORK_SERVER_MODULE = FORK_SERVER_COMMAND[2]
 
 
@@ -325,7 +325,7 @@ def seen_gone(procs: list[psutil.Process], within_s: float) -> list[tuple[int, f
 
 def spares_of(worker: WorkerProcess) -> list[psutil.Process]:
     """The processes the worker's tasks run in: the spares it started itself and those
-    its fork server forked (worker.forkserver), not the fork server: a strike at a
+    its fork server forked (worker.child.forkserver), not the fork server: a strike at a
     task's child must hit a task, and a freeze stop the tasks with their worker."""
     descendants = worker.task_children()
     parents = {worker.pid}
@@ -343,8 +343,8 @@ def spares_of(worker: WorkerProcess) -> list[psutil.Process]:
 
 def running_tasks(worker: WorkerProcess, prefix: str = "") -> list[psutil.Process]:
     """The worker's children that run a task (whose request id starts with `prefix`): a
-    task child works in its own task dir (`agentq-{requestId}-…`, worker.handler), an
-    idle warm spare (worker.spares) in the worker's home (`agentq-home-…`)."""
+    task child works in its own task dir (`agentq-{requestId}-…`, worker.settle.handler), an
+    idle warm spare (worker.child.spares) in the worker's home (`agentq-home-…`)."""
     running = []
     for proc in spares_of(worker):
         with contextlib.suppress(psutil.Error, AssertionError):
