@@ -34,7 +34,7 @@ def _pins(lock: str) -> dict[str, str]:
 
 
 def _image_environment(python: str, machine: str) -> dict[str, str]:
-    environment = dict(default_environment())
+    environment = {key: str(value) for key, value in default_environment().items()}
     environment.update(python_version=python, python_full_version=f"{python}.0",
                        implementation_name="cpython", platform_python_implementation="CPython",
                        sys_platform="linux", platform_system="Linux", os_name="posix",

@@ -280,4 +280,5 @@ def test_iam_synthesized_policies_cover_every_component_with_local_resources() -
                     else [statement["Action"]]
                 )
                 assert set(actions) <= {"xray:PutTraceSegments", "xray:PutTelemetryRecords",
-                                        "cloudwatch:GetMetricStatistics"}, statement  # fmt: skip
+                                        "cloudwatch:GetMetricStatistics",
+                                        "ecr:GetAuthorizationToken"}, statement  # fmt: skip

@@ -73,9 +73,11 @@ def _reversed(comparison: Any, bounds: Any) -> tuple[Any, Any] | None:
     if len(pair) != 2:
         return None
     lower, upper = (_sort_value(bound) for bound in pair)
-    if lower is None or upper is None or type(lower) is not type(upper):
+    numbers = isinstance(lower, Decimal) and isinstance(upper, Decimal)
+    if not numbers and not (isinstance(lower, bytes) and isinstance(upper, bytes)):
         return None  # moto answers a malformed or mismatched bound itself
-    return (pair[0], pair[1]) if lower > upper else None
+    above = lower > upper  # type: ignore[operator]  # both Decimal or both bytes
+    return (pair[0], pair[1]) if above else None
 
 
 def _sort_value(bound: Any) -> Decimal | bytes | None:
