@@ -105,15 +105,26 @@ deploy: $(STAMP) $(CDK_STAMP)
 	npx cdk deploy --all $(DEPLOY_CONTEXT)
 	$(VENV)/bin/agentq env --stage $(STAGE) --output .agentq/$(STAGE).env
 
-# The worker image's hashed lock, from requirements.txt, with pip-tools in a venv of its
-# own (the project's environment does not need it). Keeps the lock's header comment.
+# The worker image's hashed lock, from requirements.txt, resolved by uv (in a venv of its
+# own) for the image's Python, read from the Dockerfile's FROM line, whatever Python runs
+# here; the amd64 and arm64 resolutions must agree. Keeps the lock's header comment.
+IMAGE_PYTHON = $(shell sed -n 's/^FROM python:\([0-9]*\.[0-9]*\)-.*/\1/p' Dockerfile)
+LOCK_COMPILE = .venv-lock/bin/uv pip compile --quiet --python-version $(IMAGE_PYTHON) \
+	--generate-hashes --strip-extras --no-emit-index-url --no-header
 image-lock:
-	test -x .venv-lock/bin/pip-compile || { $(PYTHON) -m venv .venv-lock && .venv-lock/bin/pip install -q pip-tools; }
-	.venv-lock/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
-		--no-emit-index-url --no-emit-find-links --no-header \
+	test -n "$(IMAGE_PYTHON)" || { echo "no python:X.Y base in the Dockerfile" >&2; exit 1; }
+	test -x .venv-lock/bin/uv || { $(PYTHON) -m venv .venv-lock && .venv-lock/bin/pip install -q uv; }
+	$(LOCK_COMPILE) --python-platform x86_64-unknown-linux-gnu \
 		--output-file requirements-image.lock.new requirements.txt
-	{ grep '^# ' requirements-image.lock | sed -n '1,5p'; cat requirements-image.lock.new; } > requirements-image.lock.tmp
-	mv requirements-image.lock.tmp requirements-image.lock && rm requirements-image.lock.new
+	$(LOCK_COMPILE) --python-platform aarch64-unknown-linux-gnu --no-annotate \
+		--output-file requirements-image.lock.arm64 requirements.txt
+	cmp <(grep -v '^ *#' requirements-image.lock.new) requirements-image.lock.arm64 \
+		|| { echo "the amd64 and arm64 resolutions differ" >&2; exit 1; }
+	{ grep '^# ' requirements-image.lock | sed -n '1,5p'; \
+	  echo "# Resolved for Python $(IMAGE_PYTHON) on Linux (amd64 and arm64), the image's base."; \
+	  cat requirements-image.lock.new; } > requirements-image.lock.tmp
+	mv requirements-image.lock.tmp requirements-image.lock
+	rm requirements-image.lock.new requirements-image.lock.arm64
 
 clean:
 	rm -rf $(VENV) .venv-lock node_modules cdk.out .mypy_cache .ruff_cache .pytest_cache

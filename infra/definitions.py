@@ -147,6 +147,7 @@ class DefinitionsLoader(Construct):
             description=f"{settings.names.prefix} definitions loader's provider framework",
         )
         log_group.grant_write(role)
+        self.provider_role = role
         provider = cr.Provider(
             self,
             "Provider",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -57,6 +58,9 @@ class _Resolver:
             return str(separator).join(str(self.resolve(stack, p)) for p in parts)
         if function == "Ref":
             return self._ref(stack, str(argument))
+        if function == "Fn::Sub" and isinstance(argument, str):
+            # Pseudo parameters only (the CDK bootstrap's asset bucket and repository).
+            return re.sub(r"\$\{([^}!]+)\}", lambda m: self._ref(stack, m.group(1)), argument)
         if function == "Fn::GetAtt":
             return (
                 self._arn(stack, str(argument[0]))

@@ -11,9 +11,11 @@ from typing import cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from agentq.resources import TableSpec
@@ -85,3 +87,29 @@ def grant_objects(
             applies_to=f"Resource::{rendered}/{prefix}*",
         )
     return policy
+
+
+class SecretValueOnly(ecs.Secret):
+    """A Secrets Manager secret injected into a container, its execution role granted
+    `secretsmanager:GetSecretValue` alone: ECS reads the value at task start and nothing
+    more, while `ecs.Secret.from_secrets_manager` grants `DescribeSecret` too. Whole
+    secrets only (no JSON field), under the default AWS-managed key."""
+
+    def __init__(self, secret: secretsmanager.ISecret) -> None:
+        super().__init__()
+        self._secret = secret
+
+    @property
+    def arn(self) -> str:
+        return self._secret.secret_arn
+
+    @property
+    def has_field(self) -> bool:
+        return False
+
+    def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
+        return iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["secretsmanager:GetSecretValue"],
+            resource_arns=[self._secret.secret_arn],
+        )

@@ -37,6 +37,28 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout}s waiting for {message} (last: {last!r})")
 
 
+def settle_indexes(stack: Stack) -> None:
+    """Wait until the events table's indexes show every write made before this call.
+
+    The local server's indexes lag the table (agentq.local.rules.dynamodb_index_lag) by
+    a fixed delay, so once a marker written now shows in an index, every earlier write
+    shows in all of them: a test that reads an index right after writing waits on that
+    condition instead of assuming DynamoDB's read-after-write, which indexes lack."""
+    marker = f"SETTLE#{time.monotonic_ns()}#{threading.get_ident()}"
+    ddb, table = stack.dynamodb, stack.resources.table_name
+    ddb.put_item(TableName=table, Item={"PK": {"S": marker}, "SK": {"S": "SETTLE"},
+                                        "typePK": {"S": marker}, "typeSK": {"S": "0"}})  # fmt: skip
+
+    def indexed() -> bool:
+        found = ddb.query(TableName=table, IndexName="byType",
+                          KeyConditionExpression="typePK = :pk",
+                          ExpressionAttributeValues={":pk": {"S": marker}})  # fmt: skip
+        return bool(found.get("Items"))
+
+    wait_for(indexed, timeout=60, interval=0.02, message="the indexes to catch up")
+    ddb.delete_item(TableName=table, Key={"PK": {"S": marker}, "SK": {"S": "SETTLE"}})
+
+
 class EventLog:
     """Every event the bus got that the save-event rule routes, read from its target
     queue. With `skipped_types`, also the types that rule leaves out (heartbeats,

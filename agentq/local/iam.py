@@ -50,6 +50,11 @@ COMPONENTS: Final = {
     "reconciler": "health_check.reconciler.handler.role",
     "producer-api": "producer_api.handler.role",
     "producer": "infrastructure.producer_policy",
+    # Roles only AWS services assume, proven by their named operations
+    # (tests/infra/test_iam_named_operations.py); the loader also runs with IAM enforced.
+    "definitions-loader": "definitions.handler.role",
+    "provider-framework": "definitions.provider_role",
+    "execution-role": "worker.task_definition.execution_role",
 }
 # ResourceNames attributes that are tokens in the cached statements.
 NAMED_RESOURCES: Final = (

@@ -35,7 +35,12 @@ from agentq.resources import (
 )
 from infra.assets import REPO_ROOT
 from infra.nag import acknowledge
-from infra.policies import grant_objects, start_up_checks_statement, table_statement
+from infra.policies import (
+    SecretValueOnly,
+    grant_objects,
+    start_up_checks_statement,
+    table_statement,
+)
 from infra.stacks.ecs_ordering import AfterCapacityProviders
 from infra.stacks.infrastructure import InfrastructureStack
 from infra.stages import StageSettings, WorkerSettings
@@ -139,7 +144,8 @@ class WorkerStack(cdk.Stack):
             ),
             logging=ecs.LogDriver.aws_logs(stream_prefix="worker", log_group=self.log_group),
             environment=self.runtime_environment(settings, core),
-            secrets={"ANTHROPIC_API_KEY": ecs.Secret.from_secrets_manager(self.claude_secret)},
+            # Its value only: ECS never describes the secret.
+            secrets={"ANTHROPIC_API_KEY": SecretValueOnly(self.claude_secret)},
             # ECS sends SIGTERM, waits this long, then SIGKILLs; the drain fits inside.
             stop_timeout=Duration.seconds(worker.stop_timeout_s),
             # An init process reaps the Claude CLI's orphaned grandchildren.

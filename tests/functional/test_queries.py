@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from conftest import Stack
+from support import settle_indexes
 
 from agentq.envelope import TaskEnvelope
 from agentq.events import Event, task_event
@@ -61,6 +62,7 @@ def test_tenant_events_and_events_by_type_use_their_indexes(stack: Stack) -> Non
     events.append(_event("Task Failed", "b", base + 1000))
     events.append(_event("Task Completed", "c", base + 2000))
     events.append(_event("Task Completed", "d", base + 500, tenant="other"))
+    settle_indexes(stack)  # indexes lag the table
 
     tenant = events.tenant_events("acme", since_ms=base)
     assert [item["requestId"] for item in tenant] == ["b", "c", "a"]
@@ -79,6 +81,7 @@ def test_tasks_of_a_job_through_the_job_index(stack: Stack) -> None:
                                   job_id="j1", task_key=key), state=TaskState.BLOCKED)  # fmt: skip
     store.create(TaskEnvelope(request_id="j2-a", tenant="acme", definition="echo", job_id="j2"))
     store.create(TaskEnvelope(request_id="solo", tenant="acme", definition="echo"))
+    settle_indexes(stack)
     tasks = store.tasks_of_job("acme", "j1")
     assert [t.request_id for t in tasks] == ["j1-a", "j1-b", "j1-c"]
     assert recording.indexes == ["byJob"]
@@ -98,6 +101,7 @@ def test_tasks_by_status_ordered_by_due_time_across_shards(stack: Stack) -> None
     done = store.acquire(TaskEnvelope(request_id="done", tenant="acme", definition="echo"),
                          worker_id="w", lease_seconds=1, max_attempts=3)  # fmt: skip
     store.finalize(done, TaskState.COMPLETED)
+    settle_indexes(stack)
 
     processing = store.tasks_by_status(TaskState.PROCESSING)
     assert [t.request_id for t in processing] == ["s-5", "s-1", "s-3", "s-4", "s-2", "s-0"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import Stack
-from support import wait_for
+from support import settle_indexes, wait_for
 
 from agentq.aws import AwsClients
 from agentq.envelope import TaskEnvelope
@@ -160,9 +160,11 @@ def test_overrides_are_set_listed_and_cleared(stack: Stack) -> None:
     limits.set("acme", 3)
     limits.set("zeta", 0)
     assert limits.get("acme") == 3 and limits.get("zeta") == 0 and limits.get("other") is None
+    settle_indexes(stack)  # listed through the byTenant index
     assert [(o.tenant, o.limit) for o in limits.overrides()] == [("acme", 3), ("zeta", 0)]
     limits.clear("acme")
     assert limits.get("acme") is None
+    settle_indexes(stack)
     assert [o.tenant for o in limits.overrides()] == ["zeta"]
 
 
@@ -209,6 +211,7 @@ def _acme_at_5(stack: Stack, *, default: int) -> tuple[TenantLimitStore, _Counti
     """A cache (30 s) over a store that counts its reads; tenant `acme` limited to 5."""
     inner = TenantLimitStore(stack.dynamodb, stack.resources.table_name)
     inner.set("acme", 5)
+    settle_indexes(stack)  # the overrides are listed through the byTenant index
     counting, clock = _CountingStore(inner), _Clock()
     return inner, counting, clock, CachedTenantLimits(counting, default=default, ttl_s=30, clock=clock)  # fmt: skip
 
@@ -232,6 +235,7 @@ def test_a_guess_never_waits_for_another_threads_listing(stack: Stack) -> None:
     on with the last listing, or without a guess before the first."""
     inner = TenantLimitStore(stack.dynamodb, stack.resources.table_name)
     inner.set("acme", 5)
+    settle_indexes(stack)  # the overrides are listed through the byTenant index
     slow, clock = _SlowListing(inner), _Clock()
     cache = CachedTenantLimits(slow, default=0, ttl_s=30, clock=clock)
     first = threading.Thread(target=cache.guess, args=("acme",))
@@ -246,6 +250,7 @@ def test_a_guess_never_waits_for_another_threads_listing(stack: Stack) -> None:
     slow.go_on.clear()
     slow.entered.clear()
     inner.set("acme", 2)
+    settle_indexes(stack)
     clock.now = 31  # the listing is due again
     second = threading.Thread(target=cache.guess, args=("other",))
     second.start()
@@ -281,6 +286,7 @@ def test_a_guess_lists_every_override_once_per_interval_never_a_read_per_tenant(
     assert [cache.guess(t) for t in ("acme", "other", "third")] == [5, 0, 0]
     assert (counting.listings, counting.reads) == (1, 0), "one listing for every tenant"
     inner.set("late", 3)
+    settle_indexes(stack)
     clock.now = 29
     assert cache.guess("late") == 0 and counting.listings == 1, "the listing stands"
     clock.now = 31

@@ -14,7 +14,7 @@ import boto3
 import pytest
 from conftest import Stack
 from jobs_support import bus_events, client_for, drain, eventbridge, finish, of_type, start
-from support import wait_for
+from support import settle_indexes, wait_for
 
 from agentq.aws import make_client
 from agentq.client import AgentqClient
@@ -250,6 +250,7 @@ def test_the_lambda_counts_repairs_and_the_health_check_alerts_on_them(
     for envelope in bus_events(stack):  # what save-event does with every bus event
         event = Event.from_detail(envelope["detail"], envelope["detail-type"])
         save_event.handler(eventbridge(event), local_context("save-event"))
+    settle_indexes(stack)  # the health check finds repairs through the byType index
 
     first = health_check.handler(scheduled_event("test"), local_context("health-check"))
     second = health_check.handler(scheduled_event("test"), local_context("health-check"))

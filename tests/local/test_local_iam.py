@@ -245,7 +245,9 @@ def test_iam_component_policies_name_only_this_stages_resources(
         _table(resources.table_name),
     ]
     assert set(COMPONENTS) == {"worker", "save-event", "dlq-processor", "dispatcher",
-                               "health-check", "reconciler", "producer-api", "producer"}  # fmt: skip
+                               "health-check", "reconciler", "producer-api", "producer",
+                               "definitions-loader", "provider-framework",
+                               "execution-role"}  # fmt: skip
 
 
 def test_iam_synthesized_policies_cover_every_component_with_local_resources() -> None:
@@ -278,4 +280,5 @@ def test_iam_synthesized_policies_cover_every_component_with_local_resources() -
                     else [statement["Action"]]
                 )
                 assert set(actions) <= {"xray:PutTraceSegments", "xray:PutTelemetryRecords",
-                                        "cloudwatch:GetMetricStatistics"}, statement  # fmt: skip
+                                        "cloudwatch:GetMetricStatistics",
+                                        "ecr:GetAuthorizationToken"}, statement  # fmt: skip

@@ -21,6 +21,7 @@ RULES: Final[tuple[str, ...]] = (
     "dynamodb_idempotency",
     "dynamodb_transaction_conflict",
     "dynamodb_index_lag",
+    "dynamodb_reversed_between",
     "s3_missing_key",
 )
 
