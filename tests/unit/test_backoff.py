@@ -3,6 +3,8 @@ the retry loop that waits it out only for the errors it is told to retry."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,7 +27,7 @@ class Conflict(Exception):
 
 def test_retry_waits_between_tries_and_returns_the_first_success() -> None:
     pauses: list[float] = []
-    answers = iter([Conflict(), Conflict(), "done"])
+    answers: Iterator[Exception | str] = iter([Conflict(), Conflict(), "done"])
 
     def call() -> str:
         answer = next(answers)
