@@ -276,6 +276,8 @@ def _act(
         return actions.discard(body.get("keys"))  # type: ignore[arg-type]
     if name == "cancel":
         return actions.cancel(tenant, request_id=body.get("requestId"), job_id=body.get("jobId"))
+    if name == "retry":
+        return actions.retry(tenant, body.get("jobId"), body.get("key"), body.get("nonce"))
     if name == "resubmit":
         return actions.resubmit(tenant, body.get("requestId"), body.get("nonce"))
     raise NotFound("action", name)

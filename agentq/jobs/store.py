@@ -258,6 +258,40 @@ class JobStore:
             raise
         return JobRecord.from_item(response["Attributes"])
 
+    def uncount(
+        self, tenant: str, job_id: str, task_key: str, state: TaskState
+    ) -> JobRecord | None:
+        """Undo `count` of a task that is retried: its counter and `done` go down, the
+        key leaves `countedTasks`, and a closed job is RUNNING again (back in the status
+        index, its close to be published anew). None when the key was not counted (a
+        retried call that was applied already, or a task not counted yet)."""
+        now = now_ms()
+        try:
+            response = self._ddb.update_item(
+                TableName=self._table,
+                Key=self._key(tenant, job_id),
+                UpdateExpression=(
+                    "ADD #counter :minus, #done :minus DELETE countedTasks :keys "
+                    "SET #state = :running, updatedAt = :now, statusPK = :spk, statusSK = :ssk "
+                    "REMOVE closedAt, closedBy, closePublished"
+                ),
+                ConditionExpression="attribute_exists(PK) AND contains(countedTasks, :key)",
+                ExpressionAttributeNames={"#counter": COUNTER_OF[state], "#done": "done",
+                                          "#state": "state"},
+                ExpressionAttributeValues={
+                    **values(minus=-1, key=task_key, now=now, running="RUNNING",
+                             spk=keys.running_job_pk(job_id),
+                             ssk=keys.status_sk(now, tenant, job_id)),
+                    ":keys": {"SS": [task_key]},
+                },
+                ReturnValues="ALL_NEW",
+            )  # fmt: skip
+        except ClientError as error:
+            if condition_failed(error):
+                return None
+            raise
+        return JobRecord.from_item(response["Attributes"])
+
     def close(
         self, tenant: str, job_id: str, state: JobState, *, closed_by: str
     ) -> JobRecord | None:

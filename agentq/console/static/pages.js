@@ -92,6 +92,16 @@
         : el("p", { class: "muted" }, searching ? "no task matches" : "no tasks submitted on their own"), older);
   };
 
+  // Retry one FAILED or TIMEOUT task of a job; the page's nonce makes a double click one retry.
+  function retryButton(job, t) {
+    if (!AQ.actionsOn() || !["FAILED", "TIMEOUT"].includes(t.state)) return null;
+    return el("div", { class: "retry" }, AQ.actionButton("Retry", async () => {
+      const nonce = document.querySelector('meta[name="form-nonce"]').content;
+      const r = await AQ.post("retry", { jobId: job.jobId, key: t.key, tenant: job.tenant, nonce });
+      return `retried: ${r.state}, job ${r.jobState}`;
+    }));
+  }
+
   AQ.pages.job = (data) => {
     const job = data.job;
     const counts = {};
@@ -114,7 +124,8 @@
       el("td", {}, (t.dependsOn || []).join(", ")),
       el("td", { class: "num" }, t.startedMs ? AQ.span((t.finishedMs || Date.now()) - t.startedMs) : "—"),
       el("td", { class: "num" }, AQ.cost(t.costUsd)),
-      el("td", {}, t.errorCategory ? `${t.errorCategory}: ${t.errorMessage || ""}` : (t.cancelReason || ""))));
+      el("td", {}, t.errorCategory ? `${t.errorCategory}: ${t.errorMessage || ""}` : (t.cancelReason || ""),
+        retryButton(job, t))));
     const events = data.events.map((e) => el("tr", {}, el("td", {}, AQ.time(e.timestampMs)), el("td", {}, e.detailType), el("td", {}, AQ.json(e.payload))));
     return el("section", {},
       el("h1", {}, "Job ", el("span", { id: "job-id" }, job.jobId), " ", badge(job.state)),
