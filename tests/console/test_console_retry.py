@@ -133,3 +133,21 @@ def test_chromium_retries_a_failed_task_from_the_job_page(
         page.click("#tasks tr[data-key='a'] .retry button")
         page.wait_for_selector("#tasks tr[data-key='a'] >> text=PENDING")
         assert failed_job.get_job("j").state == "RUNNING"
+
+
+def test_the_cli_retries_a_task_and_lists_jobs_by_filter(
+    failed_job: AgentqClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentq.cli import main
+
+    assert main(["job", "list", "--state", "FAILED", "--search", "j", "--json"]) == 0
+    assert [j["jobId"] for j in json.loads(capsys.readouterr().out)] == ["j"]
+    assert main(["job", "list", "--definition", "nothing-runs-this", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main(["job", "list", "--since", "not a time"]) != 0
+    capsys.readouterr()
+    assert main(["job", "retry", "j", "a", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"requestId": "j-a", "state": "PENDING",
+                                                   "jobState": "RUNNING"}  # fmt: skip
+    assert main(["job", "retry", "j", "a"]) != 0  # PENDING now: refused
+    assert "only a FAILED or TIMEOUT task" in capsys.readouterr().err
