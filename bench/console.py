@@ -116,8 +116,9 @@ def _drawn_ms(page: Any, url: str) -> dict[str, float]:
     """Median of a few loads: time to data drawn and painted, and where it went."""
     samples: dict[str, list[float]] = {name: [] for name in _PHASES}
     for _ in range(LOADS):
-        page.goto(url)
-        page.wait_for_selector("body[data-painted='1']", timeout=60_000)
+        # Generous: a page far over its budget is still a figure, not a crash.
+        page.goto(url, timeout=300_000)
+        page.wait_for_selector("body[data-painted='1']", timeout=300_000)
         found = page.evaluate(_PHASES_JS)
         for name in _PHASES:
             samples[name].append(float(found[name]))
@@ -314,5 +315,8 @@ if __name__ == "__main__":
             print(path)
         sys.exit(0)
     with moto_server() as moto:
-        figures = run(moto, quick="--quick" in sys.argv)
+        searched = (
+            int(sys.argv[sys.argv.index("--searched") + 1]) if "--searched" in sys.argv else None
+        )
+        figures = run(moto, quick="--quick" in sys.argv, searched=searched)
     print(json.dumps(figures, indent=1))
