@@ -118,7 +118,7 @@ class StandaloneTasks:
 
 
 def _state_named(event: dict[str, Any]) -> str | None:
-    state = STATE_AFTER.get(event.get("detailType"))  # type: ignore[call-overload]
+    state = STATE_AFTER.get(str(event.get("detailType")))  # type: ignore[call-overload]
     return state.value if state is not None else None
 
 

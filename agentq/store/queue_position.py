@@ -16,6 +16,7 @@ large envelopes can take a few more pages, still within `MAX_COUNTED`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -36,7 +37,7 @@ class QueuePosition:
     capped: bool  # the bound was reached: `ahead` is a lower bound
 
 
-def tier_of(record_or_envelope: dict[str, Any] | None, default_tier: str) -> str:
+def tier_of(record_or_envelope: Mapping[str, Any] | None, default_tier: str) -> str:
     priority = (record_or_envelope or {}).get("priority")
     return priority if isinstance(priority, str) and priority else default_tier
 
