@@ -10,7 +10,7 @@ CDK_STAMP := node_modules/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install lint format docs test test-fast demo bench synth deploy clean browser image-lock
+.PHONY: install lint format docs test test-fast demo bench synth deploy clean browser image-lock console-screenshots
 
 $(STAMP): requirements.txt requirements-local.txt requirements-cdk.txt requirements-dev.txt requirements-lambdas.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,7 +42,7 @@ format: $(STAMP)
 
 # The docs' generated parts: the settings table and the map of the code.
 docs: $(STAMP)
-	$(PY) -m agentq.config_doc
+	$(PY) -m agentq.config.doc
 	$(PY) -m tools.package_map
 
 # Debian's chromium (and its driver) for the console's browser tests and screenshots;
@@ -50,6 +50,11 @@ docs: $(STAMP)
 browser:
 	@test -x /usr/bin/chromium || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+
+# docs/console.md's pictures, taken again from the real console in chromium: a local
+# stack runs the demo's job and a few more, then each page is drawn and captured.
+console-screenshots: $(STAMP) browser
+	$(PY) -m bench.console --screenshots docs/images
 
 # The whole suite: lint, types, unit, functional (moto), integration (local stack), infra (CDK),
 # on TEST_WORKERS processes (most tests wait on workers, leases and moto, not on the CPU),

@@ -3,7 +3,9 @@
 
 `wait_reason` is the wording (pure); `explain_wait` reads what it needs: for a BLOCKED
 job task the states of the tasks it waits for (one batch read of those alone), for a
-PENDING task of a tenant with a limit the tenant's seats (one query).
+PENDING task of a tenant with a limit the tenant's seats (one query), and for every
+PENDING task how many of its tier are queued ahead of it (agentq.store.queue_position:
+one query per status shard).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from agentq.errors import AgentqError
 from agentq.events import now_ms
 from agentq.states import TaskState
+from agentq.store.queue_position import QueuePosition, queue_position
 from agentq.store.records import TaskRecord
 
 if TYPE_CHECKING:
@@ -32,9 +35,11 @@ def wait_reason(
     now: int,
     blockers: Sequence[str] | None = None,
     seats: tuple[int, int] | None = None,
+    position: QueuePosition | None = None,
 ) -> str | None:
     """None for a finished task. `blockers`: the unfinished tasks a BLOCKED task waits
-    for (None: unknown); `seats`: (running, limit) of a PENDING task's limited tenant."""
+    for (None: unknown); `seats`: (running, limit) of a PENDING task's limited tenant;
+    `position`: how many PENDING tasks of its tier are ahead of it (None: unknown)."""
     raw = record.raw
     state = record.state
     if state is TaskState.SCHEDULED:
@@ -53,6 +58,8 @@ def wait_reason(
         if seats is not None and seats[0] >= seats[1]:
             return (f"queued: tenant {record.tenant} is at its limit "
                     f"({seats[0]} of {seats[1]} running); it starts when one ends")  # fmt: skip
+        if position is not None:
+            return "queued: " + behind(position, record.tenant)
         return "queued: waiting for a free worker slot"
     if state is TaskState.RETRYING:
         error = raw.get("error")
@@ -67,12 +74,33 @@ def wait_reason(
 
 
 def explain_wait(client: AgentqClient, record: TaskRecord) -> str | None:
-    """`wait_reason` with what it needs read from the stage (at most two requests)."""
+    """`wait_reason` with what it needs read from the stage (at most two requests, six
+    for a PENDING task: its tenant's limit and seats, and one query per status shard)."""
     if record.state is TaskState.BLOCKED and record.job_id:
         return wait_reason(record, now=now_ms(), blockers=_blockers(client, record))
     if record.state is TaskState.PENDING:
-        return wait_reason(record, now=now_ms(), seats=_seats(client, record))
+        seats = _seats(client, record)
+        at_limit = seats is not None and seats[0] >= seats[1]
+        position = None if at_limit else _position(client, record)
+        return wait_reason(record, now=now_ms(), seats=seats, position=position)
     return wait_reason(record, now=now_ms())
+
+
+def behind(position: QueuePosition, tenant: str) -> str:
+    """'behind N task(s) of tier T (M of them tenant X's)', or 'first in tier T'."""
+    if position.ahead == 0:
+        return f"first in tier {position.tier}, waiting for a free worker slot"
+    more = "more than " if position.capped else ""
+    return (f"behind {more}{position.ahead} task(s) of tier {position.tier} "
+            f"({position.ahead_same_tenant} of them tenant {tenant}'s)")  # fmt: skip
+
+
+def _position(client: AgentqClient, record: TaskRecord) -> QueuePosition | None:
+    try:
+        return queue_position(client.dynamodb, client.settings.required("table_name"), record,
+                              default_tier=client.settings.default_priority)  # fmt: skip
+    except (ClientError, BotoCoreError):
+        return None  # a courtesy, as the others: "queued" without the count
 
 
 def _blockers(client: AgentqClient, record: TaskRecord) -> list[str] | None:

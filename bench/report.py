@@ -136,6 +136,11 @@ def _console(d: Data) -> Table:
     t.add_row("jobs list (50 a page)", f"{d['jobs_list_drawn_ms']:.0f}",
               f"{d['jobs_list_server_ms']:.0f}", f"{d['jobs_list_requests_total']} (bound 1)")  # fmt: skip
     t.add_row("jobs list (200 a page)", f"{d['jobs_list_200_drawn_ms']:.0f}", "", "")
+    if "tasks_search_drawn_ms" in d:
+        t.add_row(f"tasks search, id part + state ({d['searched_tasks']} tasks)",
+                  f"{d['tasks_search_drawn_ms']:.0f}", f"{d['tasks_search_server_ms']:.0f}",
+                  str(sum(d["tasks_search_requests"].values())))  # fmt: skip
+        t.add_row("tasks search, state + definition", f"{d['tasks_by_state_drawn_ms']:.0f}", "", "")
     return t
 
 
@@ -205,8 +210,10 @@ def verdicts(results: Mapping[str, Data]) -> Table:
                        f"{a['warm_overhead_pct']:.1f}%", a["warm_overhead_pct"] <= 15.0))  # fmt: skip
     if "job_page_drawn_ms" in results.get("console", {}):
         c = results["console"]
-        worst = max(c["job_page_drawn_ms"], c["jobs_list_drawn_ms"])
-        checks.append((f"console job page ({c['tasks']} tasks) and jobs list drawn ≤ 1 s",
+        worst = max(c["job_page_drawn_ms"], c["jobs_list_drawn_ms"],
+                    c.get("tasks_search_drawn_ms", 0))  # fmt: skip
+        checks.append((f"console job page ({c['tasks']} tasks), jobs list and tasks search "
+                       "drawn ≤ 1 s",
                        f"{worst:.0f} ms", c["within_target"]))  # fmt: skip
         checks.append(("console AWS requests per refresh within bound",
                        f"{c['job_page_requests_total']} / {c['jobs_list_requests_total']}",

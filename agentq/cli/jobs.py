@@ -1,4 +1,4 @@
-"""`agentq job create|status|list|cancel`: jobs (DAGs of tasks)."""
+"""`agentq job create|status|list|retry|cancel`: jobs (DAGs of tasks)."""
 
 from __future__ import annotations
 
@@ -31,9 +31,23 @@ def register(subparsers: Any) -> None:
 
     listing = commands.add_parser("list", help="the tenant's jobs, newest first")
     listing.add_argument("--limit", type=int, default=20)
+    listing.add_argument("--state", choices=["RUNNING", "COMPLETED", "FAILED"])
+    listing.add_argument("--search", metavar="TEXT", help="part of the job id")
+    listing.add_argument("--definition", help="jobs with a task of this definition")
+    listing.add_argument("--since", help="created at or after (ISO time, UTC)")
+    listing.add_argument("--until", help="created at or before (ISO time, UTC)")
     views.add_tenant_flag(listing)
     views.add_json_flag(listing)
     listing.set_defaults(func=_list)
+
+    retry = commands.add_parser(
+        "retry", help="run a FAILED or TIMEOUT task of a job again (the job reopens)"
+    )
+    retry.add_argument("job_id")
+    retry.add_argument("key", help="the task's key in the job spec")
+    views.add_tenant_flag(retry)
+    views.add_json_flag(retry)
+    retry.set_defaults(func=_retry)
 
     cancel = commands.add_parser("cancel", help="cancel every task of a job not yet started")
     cancel.add_argument("job_id")
@@ -71,11 +85,32 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    jobs = views.client().list_jobs(tenant=args.tenant, limit=args.limit)
+    from agentq.console.search import parse_filters
+
+    given = {"q": args.search, "definition": args.definition, "since": args.since,
+             "until": args.until, "state": args.state}  # fmt: skip
+    found = parse_filters(
+        {k: v for k, v in given.items() if v}, states=("RUNNING", "COMPLETED", "FAILED")
+    )
+    client = views.client()
+    jobs, _ = client.jobs.page(
+        args.tenant or client.settings.tenant_id, limit=args.limit, state=args.state,
+        since_ms=found.since_ms, until_ms=found.until_ms, id_contains=found.text,
+        definition=found.definition,
+    )  # fmt: skip
     if args.json:
         emit_json([views.job_dict(job) for job in jobs])
     else:
         views.console.print(views.jobs_table(jobs))
+    return EXIT_OK
+
+
+def _retry(args: argparse.Namespace) -> int:
+    answer = views.client().retry(args.job_id, args.key, tenant=args.tenant)
+    if args.json:
+        emit_json(answer.to_dict())
+    else:
+        print(f"{answer.request_id} is {answer.state} again; job is {answer.job_state}")
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ from agentq.client.parts import ClientParts
 from agentq.errors import AgentqError, InvalidInput, NotCancellable
 from agentq.events import Event
 from agentq.jobs import JobRecord
+from agentq.jobs.retry import RetryAnswer, retry_job_task
 from agentq.store import TaskRecord
 from agentq.store.scheduling import NOT_STARTED, CancelOutcome, request_cancel
 
@@ -135,3 +136,14 @@ class TaskControl:
         for affected in {r.job_id for r in targets if r.job_id}:
             self._parts.dispatcher.reconcile(tenant, affected, trigger=f"cancel-{uuid.uuid4().hex}")
         return done
+
+    # -- retrying -------------------------------------------------------------------------
+    def retry(
+        self, job_id: str, key: str, *, tenant: str | None = None, retry_key: str | None = None
+    ) -> RetryAnswer:
+        """Run a job's FAILED or TIMEOUT task again (agentq.jobs.retry): PENDING with a
+        fresh attempt budget, the job counting it again. The same `retry_key` twice is
+        one retry (give one to make a retried call safe); `NotRetryable` otherwise."""
+        return retry_job_task(self._parts, tenant=tenant or self._parts.settings.tenant_id,
+                              job_id=job_id,
+                              key=key, retry_key=retry_key or uuid.uuid4().hex)  # fmt: skip

@@ -78,6 +78,7 @@ class AgentqClient:
         control = TaskControl(parts)
         self.wait = control.wait
         self.cancel = control.cancel
+        self.retry = control.retry
 
     @property
     def submitter(self) -> TaskSubmitter:

@@ -1,4 +1,4 @@
-"""Operator actions: redrive or discard dead letters, cancel, resubmit.
+"""Operator actions: redrive or discard dead letters, cancel, resubmit, retry a job's task.
 
 Off unless the console was started with `--allow-actions`. Each action is done through
 agentq's own client, redriver and archive, and is on record before it is done: an
@@ -27,11 +27,12 @@ from agentq.dlq import ArchivedMessage, DlqArchive, Redriver
 from agentq.envelope import REQUEST_ID_PATTERN, validate_request_id
 from agentq.errors import InvalidInput, NotFound
 from agentq.events import Event, task_event
-from agentq.jobs.spec import validate_job_id
+from agentq.jobs.spec import task_request_id, validate_job_id
 
 MAX_BATCH: Final = 100
 # What the page issues (secrets.token_urlsafe); anything else is refused, not hashed.
 FORM_NONCE: Final = re.compile(r"[A-Za-z0-9_-]{16,64}")
+TASK_KEY: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
 NOT_PUBLISHED: Final = (
     "done and recorded in the events table, but EventBridge did not take its event"
 )
@@ -166,6 +167,24 @@ class Actions:
             lambda rid: {"newRequestId": rid},
         )  # fmt: skip
         return _answer({"requestId": new_id}, sent)
+
+    def retry(self, tenant: str, job_id: Any, key: Any, nonce: Any) -> dict[str, Any]:
+        """One FAILED or TIMEOUT task of a job again (agentq.jobs.retry), once per form:
+        the page's nonce is the retry key, so a double click or a retried POST is one."""
+        if not isinstance(nonce, str) or not FORM_NONCE.fullmatch(nonce):
+            raise InvalidInput("nonce", "the page's form nonce (reload the page)")
+        job = validate_job_id(job_id)
+        if not isinstance(key, str) or not TASK_KEY.fullmatch(key):
+            raise InvalidInput("key", "a task key of the job")
+        operator = self.identity()
+        answer, sent = self._log.perform(
+            self._event(operator, "retry", tenant=tenant, request_id=task_request_id(job, key),
+                        job_id=job),
+            lambda: self._client.retry(job, key, tenant=tenant,
+                                       retry_key=f"console-retry/{nonce}"),
+            lambda done: {"outcome": "retried", "jobState": done.job_state},
+        )  # fmt: skip
+        return _answer(answer.to_dict(), sent)
 
     def _letter(self, key: str) -> ArchivedMessage:
         try:

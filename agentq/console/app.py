@@ -31,7 +31,14 @@ from agentq.console.actions import Actions
 from agentq.console.deadletters import DeadLetters
 from agentq.console.jobtasks import TasksUnreadable
 from agentq.console.operations import Operations
-from agentq.console.reads import ConsoleReader, job_state_filter, page_size, validate_tenant
+from agentq.console.reads import (
+    JOB_STATES,
+    ConsoleReader,
+    job_state_filter,
+    page_size,
+    validate_tenant,
+)
+from agentq.console.search import TASK_STATES, parse_filters
 from agentq.console.security import Gate, GateMiddleware
 from agentq.errors import AgentqError, InvalidInput, NotFound
 
@@ -81,13 +88,15 @@ def create_app(parts: ConsoleParts) -> Starlette:
     def jobs_data(request: Request) -> Any:
         q = request.query_params
         return reader.jobs(tenant=tenant_of(request), state=job_state_filter(q.get("state")),
-                           cursor=q.get("cursor") or None, limit=page_size(q.get("limit")))  # fmt: skip
+                           cursor=q.get("cursor") or None, limit=page_size(q.get("limit")),
+                           filters=parse_filters(q, states=JOB_STATES))  # fmt: skip
 
     def job_data(request: Request) -> Any:
         return reader.job(tenant_of(request), request.path_params["job_id"])
 
     def tasks_data(request: Request) -> Any:
-        return reader.tasks(tenant_of(request))
+        return reader.tasks(tenant_of(request),
+                            parse_filters(request.query_params, states=TASK_STATES))  # fmt: skip
 
     def task_data(request: Request) -> Any:
         return reader.task(tenant_of(request), request.path_params["request_id"])
@@ -267,6 +276,8 @@ def _act(
         return actions.discard(body.get("keys"))  # type: ignore[arg-type]
     if name == "cancel":
         return actions.cancel(tenant, request_id=body.get("requestId"), job_id=body.get("jobId"))
+    if name == "retry":
+        return actions.retry(tenant, body.get("jobId"), body.get("key"), body.get("nonce"))
     if name == "resubmit":
         return actions.resubmit(tenant, body.get("requestId"), body.get("nonce"))
     raise NotFound("action", name)

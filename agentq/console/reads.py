@@ -18,6 +18,7 @@ from agentq.console.artifacts import TaskArtifacts
 from agentq.console.cursor import decode_cursor, encode_cursor
 from agentq.console.jobhead import JobHeads
 from agentq.console.jobtasks import JobTasks
+from agentq.console.search import Filters
 from agentq.console.standalone import StandaloneTasks
 from agentq.envelope import TENANT_PATTERN, validate_request_id
 from agentq.errors import InvalidInput
@@ -82,13 +83,24 @@ class ConsoleReader:
 
     # -- jobs ------------------------------------------------------------------------
     def jobs(
-        self, *, tenant: str, state: JobState | None, cursor: str | None, limit: int
+        self,
+        *,
+        tenant: str,
+        state: JobState | None,
+        cursor: str | None,
+        limit: int,
+        filters: Filters | None = None,
     ) -> dict[str, Any]:
         start = decode_cursor(cursor, tenant) if cursor else None
-        records, last = self.client.jobs.page(tenant, limit=limit, start=start, state=state)
+        found = filters or Filters()
+        records, last = self.client.jobs.page(
+            tenant, limit=limit, start=start, state=state, since_ms=found.since_ms,
+            until_ms=found.until_ms, id_contains=found.text, definition=found.definition,
+        )  # fmt: skip
         return {
             "tenant": tenant,
             "state": state,
+            "filters": found.echo() | {"state": state},
             "jobs": [_job_row(job) for job in records],
             "next": encode_cursor(last) if last else None,
         }
@@ -107,9 +119,10 @@ class ConsoleReader:
         }
 
     # -- tasks -----------------------------------------------------------------------
-    def tasks(self, tenant: str) -> dict[str, Any]:
-        """The tenant's newest tasks submitted on their own (agentq.console.standalone)."""
-        return self._standalone.page(tenant)
+    def tasks(self, tenant: str, filters: Filters | None = None) -> dict[str, Any]:
+        """The tenant's newest tasks submitted on their own, or those matching `filters`
+        (agentq.console.standalone)."""
+        return self._standalone.page(tenant, filters)
 
     def task(self, tenant: str, request_id: str) -> dict[str, Any]:
         record = self.client.get_task(validate_request_id(request_id), tenant=tenant)

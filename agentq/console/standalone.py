@@ -6,6 +6,13 @@ index of at most `SCANNED_EVENTS` items, and read from their STATE items in one
 BatchGetItem. A page left open costs two requests per refresh however busy the tenant
 is; the price is that a task older than the tenant's newest `SCANNED_EVENTS` events is
 not listed (the page says so, and `/tasks/ID` still shows it).
+
+A search (agentq.console.search) reads further: the tenant's task events in its time
+range, newest first, filtered by DynamoDB (tasks on their own, the id text), at most
+`SEARCH_EVENTS` of them; the state and definition the events name narrow the
+candidates, whose STATE items are then read a batch of 100 at a time until `SHOWN`
+match (the row shown is always the STATE item's). A whole request id is also read
+directly (one GetItem), so a task of any age, or a job's task, is found by its id.
 """
 
 from __future__ import annotations
@@ -14,10 +21,14 @@ from typing import Any, Final
 
 from agentq.client import AgentqClient
 from agentq.client.parts import rejected_record
-from agentq.console.jobtasks import read_states, state_row
-from agentq.events import standalone_request_id
+from agentq.console.jobtasks import BATCH, read_states, state_row
+from agentq.console.search import Filters
+from agentq.envelope import REQUEST_ID_PATTERN
+from agentq.events import STATE_AFTER, standalone_request_id
+from agentq.store import TaskRecord
 
 SCANNED_EVENTS: Final = 500
+SEARCH_EVENTS: Final = 20_000
 SHOWN: Final = 50
 
 
@@ -26,9 +37,11 @@ class StandaloneTasks:
         self._client = client
         self._table = client.settings.required("table_name")
 
-    def page(self, tenant: str) -> dict[str, Any]:
+    def page(self, tenant: str, filters: Filters | None = None) -> dict[str, Any]:
         """`{"tenant", "tasks": rows newest first, "scanned": events read, "more": whether
         older events were left unread}`."""
+        if filters is not None and filters.active:
+            return self.search(tenant, filters)
         events = self._client.event_store.newest_tenant_events(tenant, limit=SCANNED_EVENTS)
         latest: dict[str, dict[str, Any]] = {}  # each task's newest event
         for event in events:
@@ -53,3 +66,76 @@ class StandaloneTasks:
             "scanned": len(events),
             "more": len(events) >= SCANNED_EVENTS,
         }
+
+    def search(self, tenant: str, filters: Filters) -> dict[str, Any]:
+        """The tasks matching `filters`, newest first (`SHOWN` at most)."""
+        events, complete = self._client.event_store.search_tenant_events(
+            tenant, since_ms=filters.since_ms, until_ms=filters.until_ms,
+            id_contains=filters.text, budget=SEARCH_EVENTS,
+        )  # fmt: skip
+        latest: dict[str, dict[str, Any]] = {}
+        hinted: dict[str, tuple[str | None, set[str]]] = {}  # newest state named, definitions
+        for event in events:
+            request_id = standalone_request_id(event)
+            if request_id is None:
+                continue
+            latest.setdefault(request_id, event)
+            state, definitions = hinted.setdefault(request_id, (_state_named(event), set()))
+            if state is None:
+                hinted[request_id] = (_state_named(event), definitions)
+            if isinstance(event.get("definition"), str):
+                definitions.add(event["definition"])
+        candidates = [rid for rid in latest if _may_match(filters, *hinted[rid])]
+        rows = self._exact(tenant, filters)
+        shown = {row["requestId"] for row in rows}
+        for start in range(0, len(candidates), BATCH):
+            if len(rows) >= SHOWN:
+                break
+            chunk = [rid for rid in candidates[start : start + BATCH] if rid not in shown]
+            if not chunk:
+                continue
+            records = read_states(self._client.dynamodb, self._table, tenant, chunk, "search")
+            for request_id in chunk:
+                record = records.get(request_id) or rejected_record([latest[request_id]])
+                if record is not None and _matches(filters, record):
+                    rows.append(state_row(record) | {"definition": record.definition})
+        return {
+            "tenant": tenant,
+            "tasks": rows[:SHOWN],
+            "scanned": len(events),
+            "more": not complete or len(rows) > SHOWN,
+            "filters": filters.echo(),
+        }
+
+    def _exact(self, tenant: str, filters: Filters) -> list[dict[str, Any]]:
+        """A whole request id given as the search text: that task, in a job or not."""
+        if not filters.text or not REQUEST_ID_PATTERN.fullmatch(filters.text):
+            return []
+        record = self._client.tasks.get(tenant, filters.text)
+        if record is None or not _matches(filters, record):
+            return []
+        return [state_row(record) | {"definition": record.definition, "jobId": record.job_id}]
+
+
+def _state_named(event: dict[str, Any]) -> str | None:
+    state = STATE_AFTER.get(str(event.get("detailType")))  # type: ignore[call-overload]
+    return state.value if state is not None else None
+
+
+def _may_match(filters: Filters, state: str | None, definitions: set[str]) -> bool:
+    """What the events say rules a task out (its STATE item has the last word)."""
+    if filters.state and state is not None and state != filters.state:
+        return False
+    return not (filters.definition and definitions and filters.definition not in definitions)
+
+
+def _matches(filters: Filters, record: TaskRecord) -> bool:
+    if filters.state and record.state.value != filters.state:
+        return False
+    if filters.definition and record.definition != filters.definition:
+        return False
+    created = record.created_at_ms
+    if filters.since_ms is not None and created is not None and created < filters.since_ms:
+        return False
+    return not (filters.until_ms is not None and created is not None
+                and created > filters.until_ms)  # fmt: skip

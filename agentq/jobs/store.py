@@ -172,6 +172,10 @@ class JobStore:
         start: Mapping[str, Any] | None = None,
         state: JobState | None = None,
         max_queries: int = 20,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        id_contains: str | None = None,
+        definition: str | None = None,
     ) -> tuple[builtins.list[JobRecord], dict[str, Any] | None]:
         """One page of a tenant's jobs, newest first, optionally in one state.
 
@@ -179,7 +183,9 @@ class JobStore:
         the end). A state filter is applied by DynamoDB after reading, so pages are
         followed until `limit` matches are found, the partition ends, or `max_queries`
         queries were spent (a rare state in a long history returns a short page and a
-        key to go on from, instead of reading the whole partition in one call).
+        key to go on from, instead of reading the whole partition in one call). The
+        same holds for a creation-time range (a key condition), part of the job id and
+        a definition any of its tasks runs.
         """
         query: dict[str, Any] = {
             "TableName": self._table,
@@ -188,16 +194,34 @@ class JobStore:
             "ExpressionAttributeValues": values(pk=keys.tenant_jobs_pk(tenant)),
             "ScanIndexForward": False,
         }
+        if since_ms is not None or until_ms is not None:
+            # tenantSK is the creation time first: a time range is a key condition.
+            query["KeyConditionExpression"] += " AND tenantSK BETWEEN :lo AND :hi"
+            query["ExpressionAttributeValues"].update(values(
+                lo=iso_ms(since_ms or 0),
+                hi=iso_ms(until_ms) + "~" if until_ms is not None else "~",
+            ))  # fmt: skip
+        filters, names = [], {}
         if state is not None:
-            query["FilterExpression"] = "#state = :state"
-            query["ExpressionAttributeNames"] = {"#state": "state"}
+            filters.append("#state = :state")
+            names["#state"] = "state"
             query["ExpressionAttributeValues"].update(values(state=state))
+        if id_contains:
+            filters.append("contains(jobId, :text)")
+            query["ExpressionAttributeValues"].update(values(text=id_contains))
+        if filters:
+            query["FilterExpression"] = " AND ".join(filters)
+        if names:
+            query["ExpressionAttributeNames"] = names
         if start:
             query["ExclusiveStartKey"] = dict(start)
         found: builtins.list[JobRecord] = []
         for _ in range(max(1, max_queries)):
             response = self._ddb.query(Limit=limit - len(found), **query)
-            found.extend(JobRecord.from_item(item) for item in response.get("Items", []))
+            records = (JobRecord.from_item(item) for item in response.get("Items", []))
+            # A definition is one of the spec's tasks: matched here, not by DynamoDB.
+            found.extend(r for r in records if definition is None
+                         or any(t.definition == definition for t in r.spec.tasks))  # fmt: skip
             last = response.get("LastEvaluatedKey")
             if not last or len(found) >= limit:
                 return found, last or None
@@ -228,6 +252,40 @@ class JobStore:
                 },
                 ReturnValues="ALL_NEW",
             )
+        except ClientError as error:
+            if condition_failed(error):
+                return None
+            raise
+        return JobRecord.from_item(response["Attributes"])
+
+    def uncount(
+        self, tenant: str, job_id: str, task_key: str, state: TaskState
+    ) -> JobRecord | None:
+        """Undo `count` of a task that is retried: its counter and `done` go down, the
+        key leaves `countedTasks`, and a closed job is RUNNING again (back in the status
+        index, its close to be published anew). None when the key was not counted (a
+        retried call that was applied already, or a task not counted yet)."""
+        now = now_ms()
+        try:
+            response = self._ddb.update_item(
+                TableName=self._table,
+                Key=self._key(tenant, job_id),
+                UpdateExpression=(
+                    "ADD #counter :minus, #done :minus DELETE countedTasks :keys "
+                    "SET #state = :running, updatedAt = :now, statusPK = :spk, statusSK = :ssk "
+                    "REMOVE closedAt, closedBy, closePublished"
+                ),
+                ConditionExpression="attribute_exists(PK) AND contains(countedTasks, :key)",
+                ExpressionAttributeNames={"#counter": COUNTER_OF[state], "#done": "done",
+                                          "#state": "state"},
+                ExpressionAttributeValues={
+                    **values(minus=-1, key=task_key, now=now, running="RUNNING",
+                             spk=keys.running_job_pk(job_id),
+                             ssk=keys.status_sk(now, tenant, job_id)),
+                    ":keys": {"SS": [task_key]},
+                },
+                ReturnValues="ALL_NEW",
+            )  # fmt: skip
         except ClientError as error:
             if condition_failed(error):
                 return None

@@ -112,6 +112,47 @@ class EventStore:
         )
         return [from_item(item) for item in response.get("Items", [])]
 
+    def search_tenant_events(
+        self,
+        tenant: str,
+        *,
+        since_ms: int | None,
+        until_ms: int | None,
+        id_contains: str | None,
+        budget: int,
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """A tenant's events of tasks on their own (no job), newest first, in a time
+        range and with `id_contains` in the request id: DynamoDB filters, at most `budget`
+        events read (filtered or not). Returns them and whether the range was read to
+        its end."""
+        query: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": "byTenant",
+            "KeyConditionExpression": "tenantPK = :pk AND tenantSK BETWEEN :lo AND :hi",
+            "FilterExpression": "begins_with(detailType, :task) AND attribute_not_exists(jobId)",
+            "ExpressionAttributeValues": values(
+                pk=keys.tenant_events_pk(tenant),
+                lo=iso_ms(since_ms or 0),
+                hi=iso_ms(until_ms) + "~" if until_ms is not None else "~",
+                task="Task ",
+            ),
+            "ScanIndexForward": False,
+        }
+        if id_contains:
+            query["FilterExpression"] += " AND contains(requestId, :text)"
+            query["ExpressionAttributeValues"].update(values(text=id_contains))
+        found: list[dict[str, Any]] = []
+        read = 0
+        while read < budget:
+            response = self._ddb.query(Limit=budget - read, **query)
+            found.extend(from_item(item) for item in response.get("Items", []))
+            read += int(response.get("ScannedCount", 0)) or len(response.get("Items", []))
+            last = response.get("LastEvaluatedKey")
+            if not last:
+                return found, True
+            query["ExclusiveStartKey"] = last
+        return found, False
+
     def events_by_type(
         self, detail_type: str, *, since_ms: int = 0, until_ms: int | None = None
     ) -> list[dict[str, Any]]:

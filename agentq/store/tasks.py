@@ -55,6 +55,7 @@ class TaskStore:
         self.end_attempt = self.transitions.end_attempt
         self.transition = self.transitions.transition
         self.reset_for_redrive = self.transitions.reset_for_redrive
+        self.reset_for_retry = self.transitions.reset_for_retry
         self.tasks_of_job = self.queries.tasks_of_job
         self.tasks_by_status = self.queries.tasks_by_status
         self.renew = self.leases.renew

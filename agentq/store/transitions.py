@@ -251,6 +251,37 @@ class TaskTransitions:
             return None
         return TaskRecord.from_item(written.item)
 
+    def reset_for_retry(self, tenant: str, request_id: str, *, write_id: str) -> TaskRecord | None:
+        """An operator's retry of a FAILED or TIMEOUT task: PENDING, attempt 0, as a
+        redrive does, but only from those two states, and marked with `write_id` so the
+        same retry sent twice is one (agentq.jobs.retry). None when refused."""
+        now = now_ms()
+        written = idempotent.update(
+            self._ddb,
+            mark=(idempotent.WRITE_ID, write_id),
+            TableName=self._table,
+            Key=keys.state_key(tenant, request_id),
+            UpdateExpression=(
+                "SET #state = :pending, #attempt = :zero, updatedAt = :now, "
+                "retriedAt = :now, statusPK = :spk, statusSK = :ssk, #wid = :wid "
+                "REMOVE effectiveUntil, leaseToken, finishedAt, retryAt, deadlineAt, "
+                "dlqReturns, dlqReturnOf, cancelRequested"
+            ),
+            ConditionExpression="attribute_exists(PK) AND #state IN (:failed, :timeout)",
+            ExpressionAttributeNames={"#state": "state", "#attempt": "attempt",
+                                      "#wid": idempotent.WRITE_ID},
+            ExpressionAttributeValues=values(
+                pending=TaskState.PENDING.value, failed=TaskState.FAILED.value,
+                timeout=TaskState.TIMEOUT.value, zero=0, now=now, wid=write_id,
+                spk=keys.status_pk(TaskState.PENDING.value, request_id),
+                ssk=keys.status_sk(now, tenant, request_id),
+            ),
+            ReturnValues="ALL_NEW",
+        )  # fmt: skip
+        if not written.written or written.item is None:
+            return None
+        return TaskRecord.from_item(written.item)
+
     def reset_for_redrive(self, tenant: str, request_id: str) -> TaskRecord | None:
         """Give a dead-lettered task a fresh attempt budget: back to PENDING, attempt 0.
 

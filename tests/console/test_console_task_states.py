@@ -75,7 +75,7 @@ def http(tasks: dict[str, tuple[str, str]]) -> Iterator[Http]:
 
 
 EXPECTED = {
-    "pending": ("PENDING", "queued: waiting for a free worker slot"),
+    "pending": ("PENDING", "queued: first in tier normal, waiting for a free worker slot"),
     "scheduled": ("SCHEDULED", "scheduled: starts at "),
     "cancelled": ("CANCELLED", None),
     "processing": ("PROCESSING", "running: attempt 1 on w-test, lease until "),

@@ -20,13 +20,27 @@
       part(completed, "ok"), part(failed, "bad"), part(cancelled, "off"));
   }
 
+  // The search and filter fields a list page shares; the server echoes back the values
+  // it accepted (data.filters), and the form is a GET, so a search is a shareable URL.
+  function filterForm(action, data, states, idLabel) {
+    const f = data.filters || {};
+    const field = (name, label, size, hint) => el("label", {}, label,
+      el("input", { name, value: f[name] || "", size, placeholder: hint || "" }));
+    return el("form", { class: "filters", method: "get", action, id: "filters" },
+      el("label", {}, "tenant", el("input", { name: "tenant", value: data.tenant, size: 14 })),
+      field("q", idLabel, 18, "part of the id"),
+      el("label", {}, "state", el("select", { name: "state" },
+        ["ALL", ...states].map((s) => el("option", { value: s, selected: (f.state || "ALL") === s }, s)))),
+      field("definition", "definition", 14),
+      field("since", "from", 17, "2026-12-01T09:30"),
+      field("until", "to", 17, "UTC"),
+      el("button", { type: "submit" }, "Search"),
+      el("a", { href: `${action}?tenant=${encodeURIComponent(data.tenant)}` }, "clear"));
+  }
+
   AQ.pages.jobs = (data) => {
     const params = new URLSearchParams(location.search);
-    const form = el("form", { class: "filters", method: "get", action: "/jobs" },
-      el("label", {}, "tenant", el("input", { name: "tenant", value: data.tenant, size: 14 })),
-      el("label", {}, "state", el("select", { name: "state" },
-        ["ALL", "RUNNING", "COMPLETED", "FAILED"].map((s) => el("option", { value: s, selected: (data.state || "ALL") === s }, s)))),
-      el("button", { type: "submit" }, "Filter"));
+    const form = filterForm("/jobs", data, ["RUNNING", "COMPLETED", "FAILED"], "job id");
     const rows = data.jobs.map((j) => el("tr", { "data-job": j.jobId },
       el("td", {}, el("a", { href: AQ.jobHref(j.jobId, data.tenant) }, j.jobId), j.name ? el("div", { class: "muted" }, j.name) : null),
       el("td", {}, badge(j.state)),
@@ -52,9 +66,9 @@
 
   // Tasks submitted on their own (agentq submit, the producer API), newest first.
   AQ.pages.tasks = (data) => {
-    const form = el("form", { class: "filters", method: "get", action: "/tasks" },
-      el("label", {}, "tenant", el("input", { name: "tenant", value: data.tenant, size: 14 })),
-      el("button", { type: "submit" }, "Filter"));
+    const form = filterForm("/tasks", data, ["SCHEDULED", "BLOCKED", "PENDING", "PROCESSING", "RETRYING",
+      "COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"], "request id");
+    const searching = Boolean(data.filters);
     const rows = data.tasks.map((t) => el("tr", { "data-request": t.requestId },
       el("td", {}, el("a", { href: AQ.taskHref(t.requestId, data.tenant) }, t.requestId)),
       el("td", {}, t.definition || ""),
@@ -64,14 +78,29 @@
       el("td", { class: "num" }, AQ.cost(t.costUsd)),
       el("td", {}, t.createdMs ? AQ.ago(t.createdMs) : ""),
       el("td", {}, t.errorCategory ? `${t.errorCategory}: ${t.errorMessage || ""}` : (t.cancelReason || ""))));
-    const older = data.more
-      ? el("p", { class: "muted" }, `From the tenant's newest ${data.scanned} events; an older task opens at /tasks/ID.`)
-      : null;
+    let older = null;
+    if (searching) {
+      older = el("p", { class: "muted", id: "search-extent" }, data.more
+        ? `${data.tasks.length} shown, searched the newest ${data.scanned} task events in the range: narrow the time range to search further back.`
+        : `${data.tasks.length} found, every task event in the range searched.`);
+    } else if (data.more) {
+      older = el("p", { class: "muted" }, `From the tenant's newest ${data.scanned} events; an older task opens at /tasks/ID.`);
+    }
     return el("section", {}, el("h1", {}, "Tasks"),
-      el("p", { class: "muted" }, "Tasks submitted on their own; a job's tasks are on its page."), form,
+      el("p", { class: "muted" }, "Tasks submitted on their own; a job's tasks are on its page (a whole request id finds any task)."), form,
       data.tasks.length ? table(["request id", "definition", "state", "attempts#", "duration#", "cost#", "age", "why"], rows, { id: "standalone" })
-        : el("p", { class: "muted" }, "no tasks submitted on their own"), older);
+        : el("p", { class: "muted" }, searching ? "no task matches" : "no tasks submitted on their own"), older);
   };
+
+  // Retry one FAILED or TIMEOUT task of a job; the page's nonce makes a double click one retry.
+  function retryButton(job, t) {
+    if (!AQ.actionsOn() || !["FAILED", "TIMEOUT"].includes(t.state)) return null;
+    return el("div", { class: "retry" }, AQ.actionButton("Retry", async () => {
+      const nonce = document.querySelector('meta[name="form-nonce"]').content;
+      const r = await AQ.post("retry", { jobId: job.jobId, key: t.key, tenant: job.tenant, nonce });
+      return `retried: ${r.state}, job ${r.jobState}`;
+    }));
+  }
 
   AQ.pages.job = (data) => {
     const job = data.job;
@@ -95,7 +124,8 @@
       el("td", {}, (t.dependsOn || []).join(", ")),
       el("td", { class: "num" }, t.startedMs ? AQ.span((t.finishedMs || Date.now()) - t.startedMs) : "—"),
       el("td", { class: "num" }, AQ.cost(t.costUsd)),
-      el("td", {}, t.errorCategory ? `${t.errorCategory}: ${t.errorMessage || ""}` : (t.cancelReason || ""))));
+      el("td", {}, t.errorCategory ? `${t.errorCategory}: ${t.errorMessage || ""}` : (t.cancelReason || ""),
+        retryButton(job, t))));
     const events = data.events.map((e) => el("tr", {}, el("td", {}, AQ.time(e.timestampMs)), el("td", {}, e.detailType), el("td", {}, AQ.json(e.payload))));
     return el("section", {},
       el("h1", {}, "Job ", el("span", { id: "job-id" }, job.jobId), " ", badge(job.state)),
