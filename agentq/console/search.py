@@ -1,17 +1,10 @@
-"""The search and filters of the Tasks and Jobs pages, from the page's URL.
+"""The search and filters of the Tasks and Jobs pages, read from the page's URL.
 
-Every filter arrives in the query string (so a search is a link to share) and is
-untrusted: each is checked against the pattern of what it filters (a task state, a
-definition name, the characters of an id, an ISO time) before any AWS call, and
-anything else is `InvalidInput` (a 400 page). What a page echoes back of them is
-drawn as DOM text, never HTML.
-
-| parameter | Tasks page | Jobs page |
-|---|---|---|
-| `state` | a task state | a job state |
-| `definition` | the task's definition | any of the job's tasks' |
-| `q` | part of the request id (a whole one also opens it directly) | part of the job id |
-| `since`, `until` | events (Tasks) or creation (Jobs) in this time range, UTC unless an offset is given | |
+Every filter arrives in the query string (a search is a link to share) and is untrusted:
+each is checked against the pattern of what it filters (a task state, a definition name,
+the characters of an id, an ISO time) before any AWS call, anything else is
+`InvalidInput` (a 400 page), and what a page echoes back is drawn as DOM text.
+The parameters and what they filter: docs/console.md ("Search and filters").
 """
 
 from __future__ import annotations

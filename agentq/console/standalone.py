@@ -1,18 +1,11 @@
 """The console's Tasks page: a tenant's tasks on their own (not in a job), from every
 producer path (agentq's producers, the bus, raw SQS messages, messages rejected).
 
-They are found through the tenant's newest stored events of any task, one Query of the byTenant
-index of at most `SCANNED_EVENTS` items, and read from their STATE items in one
-BatchGetItem. A page left open costs two requests per refresh however busy the tenant
-is; the price is that a task older than the tenant's newest `SCANNED_EVENTS` events is
-not listed (the page says so, and `/tasks/ID` still shows it).
-
-A search (agentq.console.search) reads further: the tenant's task events in its time
-range, newest first, filtered by DynamoDB (tasks on their own, the id text), at most
-`SEARCH_EVENTS` of them; the state and definition the events name narrow the
-candidates, whose STATE items are then read a batch of 100 at a time until `SHOWN`
-match (the row shown is always the STATE item's). A whole request id is also read
-directly (one GetItem), so a task of any age, or a job's task, is found by its id.
+Listed from the tenant's newest `SCANNED_EVENTS` events (one Query, one BatchGetItem:
+two requests a refresh however busy the tenant is); a search reads further, up to
+`SEARCH_EVENTS` events in its time range, and a whole request id is read directly.
+The reads and their bounds: docs/console.md ("What it reads, and what a refresh
+costs").
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """Retrying one FAILED or TIMEOUT task of a job: the operator's "run it again".
 
 The task goes back to PENDING with a fresh attempt budget and its message is sent
-again; the job stops counting its ending (its `failed`/`timedOut` and `done` counters go
-down, the key leaves `countedTasks`) and, if the job had closed, it is RUNNING again, so
-the dispatcher counts the new ending and closes the job once more. Only a task of that
-job, and only FAILED or TIMEOUT: a task running, waiting or finished otherwise is
-refused (`NotRetryable`).
-
-Faults. Every write is conditional and idempotent:
-- the job's uncount is conditional on the key being counted: a retried write applied
-  once changes nothing the second time;
-- the task's reset is conditional on FAILED/TIMEOUT and carries a write id derived from
-  the caller's `retry_key` (a console page's form nonce, or one the CLI makes), so a
-  double click or a botocore retry of an applied write is the same retry, answered the
-  same, while another retry of a task already PENDING is refused;
-- order: uncount, reset, uncount again. Dying after the first uncount leaves a RUNNING
-  job whose FAILED task the dispatcher or reconciler counts again (the job closes as
-  before); a dispatcher counting the still-FAILED task between the first uncount and
-  the reset is undone by the second. Dying after the reset, before the message went,
-  leaves a PENDING task with no message: the reconciler's lost-message pass sends one.
-A duplicate message (the same retry run twice) is harmless: the task lock runs it once.
-
-What it leaves: tasks the job's policy cancelled because of this failure stay
-CANCELLED (under `fail_fast` the job therefore ends FAILED again even if the retry
-succeeds); a job whose tasks wait on this one under `continue` goes on as normal.
+again; the job stops counting its ending and, if it had closed, is RUNNING again.
+Every write is conditional and idempotent (the reset carries a write id derived from
+the caller's `retry_key`), in the order uncount, reset, uncount again, send: what a
+crash between two steps leaves, and why each is repaired, is in docs/jobs.md
+("Retrying a failed task").
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """How many PENDING tasks are ahead of one PENDING task, as the scheduler sees the queue.
 
-A PENDING task waits in its tier's queue; within a tier the oldest message comes first,
-and with fair queues each tenant's share counts too. The status index already orders
-PENDING tasks by the time they were queued (`statusSK` = due time, tenant, request id),
-so the tasks ahead of one are those of its tier with a smaller sort key: one Query per
-status shard (`STATUS_SHARDS`, four) bounded by `statusSK < its own`, asking for two
-attributes (tenant and tier), counted here. Reads only: a throttled or failed read is
-retried by botocore and, failing that, the caller shows the reason without a count.
-
-The count is bounded: at most `MAX_COUNTED` index entries per shard are read, beyond
-which the answer says "more than N" (`QueuePosition.capped`). Cost: four Query requests
-(one page each up to the bound: DynamoDB reads at most 1 MB a page, so a deep queue of
-large envelopes can take a few more pages, still within `MAX_COUNTED`).
+The status index orders PENDING tasks by when they were queued (`statusSK` = due time,
+tenant, request id), so the tasks ahead of one are those of its tier with a smaller
+sort key: one Query per status shard, two attributes each, at most `MAX_COUNTED`
+entries per shard (beyond: "more than N", `QueuePosition.capped`). Reads only; a
+failed read leaves the caller's reason without a count.
 """
 
 from __future__ import annotations
