@@ -283,14 +283,23 @@ def _check_leases(
     lease_s: float,
     report: ChaosReport,
 ) -> None:
-    """No attempt's code ran past its lease: one frozen past it never runs on when thawed."""
+    """No attempt's code ran on past a lease it had lost: one frozen past its lease never
+    runs on when thawed while a newer attempt holds the task. Its worker may have renewed
+    the lapsed lease first (the renewal is conditional on its token, so no one else held
+    it): then running on is its right, counted among the findings."""
     for execution, freeze in ran_past_lease(executions, freezes, lease_s):
-        report.ran_past_lease += 1
-        report.violations.append(
+        end = execution.end if execution.end is not None else float("inf")
+        taken_over = any(o.attempt > execution.attempt and o.start < end for o in executions)
+        what = (
             f"{rid}: attempt {execution.attempt} (pid {execution.pid}) ran on past its lease: "
             f"frozen {freeze.until - freeze.at:.1f}s (lease {lease_s:g}s), its code ended "
             f"{execution.end:.3f} ({execution.outcome}) after the thaw"
         )
+        if taken_over:
+            report.ran_past_lease += 1
+            report.violations.append(what + ", while a newer attempt held the task")
+        else:
+            report.findings.append(what + ", its lease renewed after the thaw")
 
 
 def _check_executions(

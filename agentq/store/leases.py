@@ -31,12 +31,11 @@ logger = logging.getLogger(__name__)
 
 MAX_TRANSACTION_ITEMS: Final = 100
 # A renewal fails once a cancel is requested: that is how the heartbeat learns of it.
-# A lapsed lease is lost even if no other worker took it yet: its holder's child may
-# already have ended itself (worker/child/leasefile.py), and a holder thawed after the lapse
-# must not win a race with its own child's fence by renewing first.
+# Not on `effectiveUntil`: a lapsed lease no other worker took is still its holder's (a
+# taker's lock changes the token, so the two conditional writes serialize), and a
+# heartbeat late under load must not cost a task an attempt.
 RENEW_CONDITION: Final = (
-    "leaseToken = :token AND #state = :processing AND effectiveUntil >= :now "
-    "AND attribute_not_exists(cancelRequested)"
+    "leaseToken = :token AND #state = :processing AND attribute_not_exists(cancelRequested)"
 )
 
 

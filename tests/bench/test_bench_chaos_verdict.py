@@ -158,6 +158,19 @@ def test_an_attempt_that_ran_on_after_a_freeze_past_its_lease_is_a_violation() -
     assert ran_past_lease(executions_of(side_log, [], {}, [freeze])["r"], [freeze], 6.0)
 
 
+def test_an_attempt_whose_lapsed_lease_was_renewed_after_the_thaw_may_run_on() -> None:
+    # No newer attempt started before its end: its worker renewed the lapsed lease first
+    # (conditional on its token), so no one else held the task. A finding, no violation;
+    # a newer attempt that started only after its end does not change that.
+    freeze = _frozen(10.0, 19.0, (7, 8))
+    side_log = [_started(7, 5.0), _ended(7, 19.5, "error"), _started(9, 21.0, attempt=2)]
+    runs = executions_of(side_log, [], {}, [freeze])
+    report = ChaosReport()
+    _check_leases("r", runs["r"], [freeze], 6.0, report)
+    assert (report.ran_past_lease, report.violations) == (0, [])
+    assert report.findings and "renewed after the thaw" in report.findings[0]
+
+
 def test_an_attempt_ended_while_frozen_or_at_the_thaw_is_no_violation() -> None:
     # Seen gone at the thaw (the child's lease timer SIGKILLed its group): no end line.
     gone = _frozen(10.0, 19.0, (7,), ended=((7, 19.0),))
