@@ -73,6 +73,8 @@ from bench.chaos_plan import (
     plan_once,
     plan_top_up,
 )
+from bench.chaos_sched import ScheduleMix, mix_size, plan_schedule
+from bench.chaos_sched_verify import verify_schedule
 from bench.chaos_settle import settle, wait_lambda_host
 from bench.chaos_verify import verify
 from bench.stack import Stage, moto_server, new_stage, read_side_log, stop_all, worker_env
@@ -182,13 +184,16 @@ def run(
     job_tasks = _job_tasks(jobs)
     once = plan_once(once_count(config.tasks), rng, side_log) if config.faults else []
     bait = plan_bait(BAIT_TASKS, side_log) if config.faults else []
-    independent = max(0, config.tasks - len(job_tasks) - len(once) - len(bait))
+    mix = ScheduleMix(stage, plan_schedule(mix_size(config.tasks) if config.faults else 0,
+                                           rng, side_log), side_log)  # fmt: skip
+    mixed = mix.plan.planned  # tiers, limited tenants, delays, cancels, lost messages
+    independent = max(0, config.tasks - len(job_tasks) - len(once) - len(bait) - len(mixed))
     planned = [*plan(independent, rng, side_log), *once, *bait]
     bad = malformed_messages(max(1, config.tasks // 20))
     closeouts = Closeouts(stage, plan_closeouts(config.closeouts if config.faults else 0,
                                                 rng, side_log),
                           max_attempts=Settings().max_message_retries)  # fmt: skip
-    report = ChaosReport(tasks=len(planned) + len(job_tasks), malformed=len(bad),
+    report = ChaosReport(tasks=len(planned) + len(job_tasks) + len(mixed), malformed=len(bad),
                          faults_mode=config.faults, jobs=len(jobs), job_tasks=len(job_tasks),
                          skew_budget_s=config.skew_budget_s if config.faults else 0.0)  # fmt: skip
     if per_worker:
@@ -225,9 +230,10 @@ def run(
         _create_jobs(stage, jobs)
         for message in bad:
             stage.send_raw(message.body, message.attributes)
+        mix.start(config.visibility_timeout_s)
         closeouts.start()
         killer.start()
-        settled = settle(stage, [*planned, *job_tasks], duplicates, killer, config, began,
+        settled = settle(stage, [*planned, *job_tasks, *mixed], duplicates, killer, config, began,
                          top_up=lambda count: plan_top_up(count, rng, side_log),
                          busy_floor=config.workers * config.slots)  # fmt: skip
         # Verified as every planned task is.
@@ -237,6 +243,7 @@ def run(
         report.unreadable_copies = len(settled.copies)
         report.one_attempt_tasks = len(once)
         killer.stop()
+        mix.join()
         closeouts.join()
         with contextlib.suppress(TimeoutError):
             stage.wait_drained(30)  # verify reports what is left
@@ -247,6 +254,7 @@ def run(
             report.violations.append(str(exc))
     finally:
         killer.stop()
+        mix.stop()
         for worker in fleet:
             if worker.alive():
                 worker.kill()
@@ -281,6 +289,7 @@ def run(
                                         worker_id=d.worker_id, pids=(),
                                         request_ids=d.request_ids)
                                  for d in killer.drains)]  # fmt: skip
+    planned.extend(mixed)
     verify(stage, planned, bad, runs, killer.kills, fleet, run_id, report,
            freezes=struck, budget_s=report.skew_budget_s, lease_s=config.lease_s)  # fmt: skip
     if config.faults:
@@ -288,6 +297,8 @@ def run(
                       fault_log=fault_log, max_attempts=Settings().max_message_retries)  # fmt: skip
         verify_closeouts(stage, closeouts, report)
         verify_drains(fleet, killer.drains, report)
+        verify_schedule(stage, mix, runs, killer.kills, struck, fleet, report,
+                        budget_s=report.skew_budget_s)  # fmt: skip
     return report
 
 

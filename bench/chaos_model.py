@@ -9,7 +9,7 @@ from typing import Any, Literal
 from agentq.envelope import TaskEnvelope
 from agentq.states import TaskState
 
-Kind = Literal["ok", "flaky", "permanent", "timeout", "duplicate", "once"]
+Kind = Literal["ok", "flaky", "permanent", "timeout", "duplicate", "once", "cancel"]
 EXPECTED: dict[Kind, TaskState] = {
     "ok": TaskState.COMPLETED,
     "flaky": TaskState.COMPLETED,
@@ -17,6 +17,9 @@ EXPECTED: dict[Kind, TaskState] = {
     "timeout": TaskState.TIMEOUT,
     "duplicate": TaskState.COMPLETED,
     "once": TaskState.COMPLETED,  # one attempt; --faults aims its writes' faults at it
+    # Cancelled at a chosen moment (bench.chaos_sched): its end depends on the answer,
+    # which bench.chaos_sched_verify judges.
+    "cancel": TaskState.CANCELLED,
 }
 TERMINAL_EVENTS = {
     "Task Completed": TaskState.COMPLETED,
@@ -133,6 +136,8 @@ class ChaosReport:
     max_overlap_s: float = 0.0
     skew_budget_s: float = 0.0
     repairs: dict[str, int] = field(default_factory=dict)
+    # The scheduling mix's counts (bench.chaos_sched_verify.ScheduleVerdict, as a dict).
+    schedule: dict[str, Any] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
@@ -194,9 +199,17 @@ class ChaosReport:
             "INV attempts whose code ran past their lease (frozen, then thawed)": (
                 self.ran_past_lease
             ),
+            **self._schedule_summary(),
             "reconciler repairs": _tally(self.repairs),
             "faults injected": sum(self.faults.values()),
         }
+
+    def _schedule_summary(self) -> dict[str, Any]:
+        if not self.schedule:
+            return {}
+        from bench.chaos_sched_verify import ScheduleVerdict  # it imports this module
+
+        return ScheduleVerdict(**self.schedule).summary()
 
 
 def _tally(counts: Mapping[str, int]) -> str:

@@ -97,9 +97,9 @@ class Reconciler(BaseSettings):
     )  # fmt: skip
     reconcile_page_size: Int = var(
         "RECONCILE_PAGE_SIZE", 250,
-        "Tasks the reconciler reads per run from each partition of a watched state in the "
-        "status index (4 per state), resuming where its last run stopped and starting "
-        "over at the end: a run's cost is bounded by it, and a backlog of N tasks per "
+        "Items the reconciler reads per run from each status index partition it watches "
+        "(4 per task state, 4 of RUNNING jobs), resuming where its last run stopped and "
+        "starting over at the end: a run's cost is bounded by it, and a backlog of N per "
         "partition is passed in about N / this runs.",
         "reconciler", ge=1, le=10_000,
     )  # fmt: skip

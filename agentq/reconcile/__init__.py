@@ -2,8 +2,8 @@
 
 `Reconciler.run()` is one sweep; the reconciler Lambda runs it on a schedule and the
 local Lambda host on a timer. Everything it reads comes from the status index, never a
-scan, and lost messages are looked for through cursors that move, a bounded page per
-run (agentq.reconcile.cursor); every repair is claimed or conditional, so overlapping or repeated runs repair a
+scan, and both passes (lost messages, stalled jobs) read through cursors that move, a
+bounded page per partition and run (agentq.reconcile.cursor); every repair is claimed or conditional, so overlapping or repeated runs repair a
 situation once; every repair is published as a `Task Repaired` / `Job Repaired` event.
 """
 
@@ -71,6 +71,7 @@ class Reconciler:
             dynamodb=dynamodb,
             table_name=table,
             stall_after_s=settings.reconcile_stall_after_s,
+            page_size=settings.reconcile_page_size,
         )
 
     def run(self, *, at_ms: int | None = None) -> ReconcileReport:

@@ -3,8 +3,9 @@
 A running job is stalled when, for longer than the bound, a terminal task is not
 counted, every task is counted yet the job is open, or a BLOCKED task's dependencies
 are all terminal. Candidates come from the status index only (RUNNING job items and
-BLOCKED tasks); the repair is the dispatcher's own idempotent `reconcile`, so a repair
-that races the dispatcher or another run does each step once (docs/operations.md,
+BLOCKED tasks), read through moving cursors (agentq.reconcile.cursor): at most
+`page_size` items a partition and run, every job reached within ceil(N / page_size) + 1
+runs. The repair is the dispatcher's own idempotent `reconcile` (docs/operations.md,
 "The reconciler").
 """
 
@@ -20,7 +21,8 @@ from agentq.events import job_event
 from agentq.jobs.dispatch import DispatchOutcome, JobDispatcher
 from agentq.jobs.store import JobRecord, JobStore
 from agentq.publisher import EventPublisher
-from agentq.reconcile.messages import AWS_ERRORS
+from agentq.reconcile.cursor import Cursors
+from agentq.reconcile.messages import AWS_ERRORS, DEFAULT_PAGE_SIZE
 from agentq.reconcile.model import RECONCILER_TRIGGER, Repair
 from agentq.resources import STATUS_SHARDS
 from agentq.states import TaskState
@@ -42,6 +44,7 @@ class StalledJobs:
         dynamodb: Any,
         table_name: str,
         stall_after_s: int,
+        page_size: int = DEFAULT_PAGE_SIZE,
     ) -> None:
         self._jobs = jobs
         self._tasks = tasks
@@ -50,15 +53,12 @@ class StalledJobs:
         self._ddb = dynamodb
         self._table = table_name
         self._stall_after_ms = stall_after_s * 1000
+        self._page_size = page_size
+        self.cursors = Cursors(dynamodb, table_name)
 
     def run(self, now: int, repairs: list[Repair], errors: list[str]) -> None:
         bound = now - self._stall_after_ms
-        try:
-            candidates = self._candidates(bound)
-        except AWS_ERRORS as error:
-            errors.append(f"jobs: status index unreadable: {error}")
-            return
-        for tenant, job_id in candidates:
+        for tenant, job_id in self._candidates(now, bound, errors):
             try:
                 repair = self._check(tenant, job_id, bound)
             except (AgentqError, RuntimeError, *AWS_ERRORS) as error:
@@ -92,13 +92,43 @@ class StalledJobs:
                 found.append((str(data["statusSK"]), str(data["tenant"]), str(data["jobId"])))
         return [(tenant, job_id) for _, tenant, job_id in sorted(found)]
 
-    def _candidates(self, bound: int) -> list[tuple[str, str]]:
-        seen = dict.fromkeys(self.running_jobs(created_before_ms=bound))
-        # Jobs created before RUNNING jobs entered the index are found through their
-        # BLOCKED tasks (a job with none left is only found by the first query).
-        for record in self._tasks.tasks_by_status(TaskState.BLOCKED, due_before_ms=bound):
-            if record.job_id:
-                seen.setdefault((record.tenant, record.job_id))
+    def _candidates(self, now: int, bound: int, errors: list[str]) -> list[tuple[str, str]]:
+        """(tenant, job id) of this run's pages: RUNNING jobs created before the bound,
+        then the jobs of BLOCKED tasks created before it, each job once."""
+        partitions = [
+            *(keys.running_job_partition(shard) for shard in range(STATUS_SHARDS)),
+            *(keys.status_partition(TaskState.BLOCKED.value, shard)
+              for shard in range(STATUS_SHARDS)),
+        ]  # fmt: skip
+        try:
+            resume = self.cursors.read(partitions)
+        except AWS_ERRORS as error:
+            errors.append(f"jobs: reconciler cursors unreadable: {error}")
+            return []
+        seen: dict[tuple[str, str], None] = {}
+        for partition in partitions:
+            if partition not in resume:
+                errors.append(f"{partition}: cursor unread (throttled)")
+                continue
+            after = resume[partition]
+            try:
+                page = self.cursors.page(
+                    partition, after=after, bound=keys.due_bound(bound), limit=self._page_size
+                )
+            except AWS_ERRORS as error:
+                errors.append(f"{partition}: status index unreadable: {error}")
+                continue
+            for item in page.items:
+                data = from_item(item)
+                tenant, job_id = data.get("tenant"), data.get("jobId")
+                if isinstance(tenant, str) and isinstance(job_id, str) and job_id:
+                    seen.setdefault((tenant, job_id))
+            try:
+                # Moved before the checks: a job whose check fails is found again when
+                # the cursor next passes it, like any job not stalled yet.
+                self.cursors.move(partition, read=after, to=page.resume_after, at_ms=now)
+            except AWS_ERRORS as error:
+                errors.append(f"{partition}: cursor not moved: {error}")
         return list(seen)
 
     def _check(self, tenant: str, job_id: str, bound: int) -> Repair | None:

@@ -9,6 +9,7 @@ cursor must move through it, wrap, and cost no more than its page a run.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -138,12 +139,12 @@ def test_a_run_costs_its_page_however_large_the_backlog(inproc_stack: Stack) -> 
         assert reconciler.run(at_ms=AT).repairs == []
         after = calls.snapshot()
         spent = {op: after[op] - before_calls.get(op, 0) for op in after}
-        # Lost messages: one BatchGetItem of the cursors, one page query and at most one
-        # cursor move a partition. Stalled jobs: one query a RUNNING-job and a BLOCKED
-        # partition (both empty here).
-        assert spent.get("dynamodb:BatchGetItem") == 1
+        # Each pass (lost messages; stalled jobs over the RUNNING-job and BLOCKED
+        # partitions, empty here) reads its cursors in one BatchGetItem, then one page
+        # query and at most one cursor move a partition.
+        assert spent.get("dynamodb:BatchGetItem") == 2
         assert spent.get("dynamodb:Query", 0) <= WATCHED_PARTITIONS + 2 * STATUS_SHARDS
-        assert spent.get("dynamodb:UpdateItem", 0) <= WATCHED_PARTITIONS
+        assert spent.get("dynamodb:UpdateItem", 0) <= WATCHED_PARTITIONS + 2 * STATUS_SHARDS
         # The cursor's item at the page's start is read again, never more.
         assert items.items - before_items <= STATUS_SHARDS * (PAGE + 1)
 
@@ -259,3 +260,37 @@ def test_a_cursor_past_a_bound_that_moved_back_starts_over(inproc_stack: Stack) 
 
     assert earlier.repairs == [] and not earlier.errors
     assert cursor_of(stack, partition) is None
+
+
+def test_the_stalled_job_pass_reads_a_page_a_run_and_reaches_every_job(
+    inproc_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """600 BLOCKED tasks, each of its own job (jobs created before job items entered the
+    status index are found only so): each run reads at most a page of each BLOCKED and
+    RUNNING-job partition, and every job is checked within ceil(N / page) + 1 runs."""
+    stack = inproc_stack
+    client = client_for(stack)
+    blocked = [BacklogTask(f"blocked-{i:05d}", AT - 7_200_000 + i, state=TaskState.BLOCKED,
+                           extra={"jobId": f"job-{i:05d}"}) for i in range(600)]  # fmt: skip
+    write_backlog(stack.dynamodb, stack.resources.table_name, blocked)
+    items = ItemsRead()
+    reconciler = sweeper(client, items.attach(client.tasks.tenant_limits().client), stack.sqs)
+    checked: list[str] = []
+
+    def recording(tenant: str, job_id: str, bound: int) -> None:
+        checked.append(job_id)
+
+    monkeypatch.setattr(reconciler.jobs, "_check", recording)
+    fullest = max(Counter(status_shard(task.request_id) for task in blocked).values())
+    assert fullest > 2 * PAGE, "a partition must take several pages"
+
+    for _ in range(math.ceil(fullest / PAGE) + 1):
+        before_items, before_checked = items.items, len(checked)
+        report = reconciler.run(at_ms=AT)
+        assert report.repairs == [] and not report.errors
+        # Pages of the BLOCKED partitions (the RUNNING-job ones and the watched task
+        # states are empty), each with the cursor's own item read again.
+        assert items.items - before_items <= STATUS_SHARDS * (PAGE + 1)
+        assert len(checked) - before_checked <= STATUS_SHARDS * PAGE
+
+    assert set(checked) == {task.extra["jobId"] for task in blocked}

@@ -1,0 +1,239 @@
+"""The scheduling promises, judged after a --faults chaos run (bench.chaos_sched):
+
+- cancel: a task answered "cancelled" ends CANCELLED; after any answer ("cancelled" or
+  "requested") no attempt newer than the one the task then had is locked or runs, and
+  a "requested" one ends CANCELLED or by that attempt;
+- delay: no execution of a delayed task starts before its not-before (less the
+  clock-skew budget: a worker whose clock runs ahead judges "due" that much early);
+- tenant limits: from the executions' own times (frozen time excluded), never more of
+  a limited tenant's tasks running at once than its limit for longer than
+  LIMIT_SLACK_S, and no seat held once the run is over;
+- reconciler: every task stored without a message was re-sent and ran; no task whose
+  message was still going round (sent, never locked) was re-sent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+from agentq.events import now_ms
+from agentq.local.workers import WorkerProcess
+from agentq.states import TaskState
+from agentq.store.events import EventStore
+from agentq.store.tasks import TaskStore
+from agentq.store.tenants import TenantLimitStore
+from bench.chaos_executions import Execution, executions_of, fenced_children, frozen_windows
+from bench.chaos_model import ChaosReport, Freeze, Kill
+from bench.chaos_sched import LIMITS, CancelAnswer, ScheduleMix, SchedulePlan
+from bench.stack import Stage
+
+# How long a limited tenant may run one task more than its limit: a seat is freed by
+# the write that ends its task, so only a lapsed one is taken early, by a taker whose
+# clock runs ahead, while its holder's child is fenced 1.5 s before its lease ends:
+# 0.5 s with the run's 6 s leases and 2 s offsets, and a margin for a loaded host.
+LIMIT_SLACK_S: Final = 1.0
+
+
+@dataclass
+class ScheduleVerdict:
+    tasks: int = 0
+    cancels: dict[str, int] = field(default_factory=dict)  # outcome -> count
+    ran_after_cancel: int = 0
+    cancel_not_kept: int = 0
+    delayed: int = 0
+    started_early: int = 0
+    most_early_s: float = 0.0
+    over_limit: int = 0
+    most_running: dict[str, int] = field(default_factory=dict)
+    seats_left: int = 0
+    lost_planted: int = 0
+    lost_repaired: int = 0
+    waiting_resent: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        cancels = ", ".join(f"{k} {v}" for k, v in sorted(self.cancels.items())) or "0"
+        return {
+            "scheduling mix tasks (cancels by answer)": f"{self.tasks} ({cancels})",
+            "INV attempts run after a cancel answer / answers not kept": (
+                f"{self.ran_after_cancel} / {self.cancel_not_kept}"
+            ),
+            "INV delayed tasks started early (of delayed; most early s)": (
+                f"{self.started_early} of {self.delayed} ({self.most_early_s:+.2f})"
+            ),
+            "INV tenant limit exceeded (most running per tenant) / seats left": (
+                f"{self.over_limit} ({', '.join(f'{t} {n}/{LIMITS[t]}' for t, n in sorted(self.most_running.items()))})"
+                f" / {self.seats_left}"
+            ),
+            "INV lost tasks not repaired (of planted) / waiting tasks re-sent": (
+                f"{self.lost_planted - self.lost_repaired} of {self.lost_planted} / "
+                f"{self.waiting_resent}"
+            ),
+        }
+
+
+def verify_schedule(
+    stage: Stage,
+    mix: ScheduleMix,
+    side_log: Sequence[Mapping[str, Any]],
+    kills: Sequence[Kill],
+    freezes: Sequence[Freeze],
+    fleet: Sequence[WorkerProcess],
+    report: ChaosReport,
+    *,
+    budget_s: float,
+) -> None:
+    """Judge the mix into `report` (its violations, and `schedule`: the counts)."""
+    runs = executions_of(side_log, kills, fenced_children(fleet), freezes)
+    verdict = judge(stage, mix.plan, mix.answers, runs, frozen_windows(freezes),
+                    report.violations, budget_s=budget_s, horizon=time.time())  # fmt: skip
+    report.violations.extend(mix.errors)
+    report.schedule = asdict(verdict)
+
+
+def judge(
+    stage: Stage,
+    plan: SchedulePlan,
+    answers: Sequence[CancelAnswer],
+    runs: Mapping[str, Sequence[Execution]],
+    frozen: Mapping[int, Sequence[tuple[float, float]]],
+    violations: list[str],
+    *,
+    budget_s: float,
+    horizon: float,
+) -> ScheduleVerdict:
+    ddb, table = stage.clients["dynamodb"], stage.resources.table_name
+    tasks = TaskStore(ddb, table)
+    events = EventStore(ddb, table, app_name=stage.resources.names.app_name)
+    verdict = ScheduleVerdict(tasks=len(plan.planned))
+    for answer in answers:
+        verdict.cancels[answer.outcome] = verdict.cancels.get(answer.outcome, 0) + 1
+        record = tasks.get(plan.tenant_of[answer.request_id], answer.request_id)
+        _check_cancel(answer, record.state if record else None,
+                      record.attempt if record else None,
+                      runs.get(answer.request_id, ()), verdict, violations)  # fmt: skip
+    for rid, not_before in plan.not_before_ms.items():
+        verdict.delayed += 1
+        for execution in runs.get(rid, ()):
+            early = not_before / 1000 - execution.start
+            verdict.most_early_s = max(verdict.most_early_s, early)
+            if early > budget_s:
+                verdict.started_early += 1
+                violations.append(f"{rid}: attempt {execution.attempt} started {early:.2f}s "
+                                  f"before its not-before (skew budget {budget_s:g}s)")  # fmt: skip
+    seats = TenantLimitStore(ddb, table)
+    at_end = now_ms()
+    for tenant, limit in LIMITS.items():
+        mine = [e for rid, es in runs.items() if plan.tenant_of.get(rid) == tenant for e in es]
+        most, stretches = running_over(mine, limit, frozen, horizon, min(budget_s, LIMIT_SLACK_S))
+        verdict.most_running[tenant] = most
+        for since, until, count in stretches:
+            verdict.over_limit += 1
+            violations.append(f"{tenant} (limit {limit}): {count} running at once for "
+                              f"{until - since:.2f}s from {since:.3f}")  # fmt: skip
+        for seat in seats.seats(tenant):
+            if seat.live(at_end):
+                verdict.seats_left += 1
+                violations.append(f"{tenant}: seat {seat.index} still held by "
+                                  f"{seat.request_id} after the run")  # fmt: skip
+    lost = {p.envelope.request_id for p in plan.lost}
+    verdict.lost_planted = len(lost)
+    for item in plan.planned:
+        rid, tenant = item.envelope.request_id, item.envelope.tenant
+        repairs = [
+            e for e in events.timeline(tenant, rid) if e.get("detailType") == "Task Repaired"
+        ]
+        if rid in lost:
+            record = tasks.get(tenant, rid)
+            if repairs and record is not None and record.state is TaskState.COMPLETED:
+                verdict.lost_repaired += 1
+            else:
+                violations.append(f"{rid}: stored without a message, "
+                                  f"{'re-sent' if repairs else 'never re-sent'}, "
+                                  f"{record and record.state.value}")  # fmt: skip
+            continue
+        for repair in repairs:
+            payload = repair.get("payload") or {}
+            if payload.get("repair") == "pending_lost" and not repair.get("attempt"):
+                verdict.waiting_resent += 1
+                violations.append(f"{rid} ({item.envelope.tenant}): re-sent by the reconciler "
+                                  f"while its own message went round ({payload.get('detail')})")  # fmt: skip
+    return verdict
+
+
+def _check_cancel(
+    answer: CancelAnswer,
+    state: TaskState | None,
+    attempt: int | None,
+    executions: Sequence[Execution],
+    verdict: ScheduleVerdict,
+    violations: list[str],
+) -> None:
+    rid = answer.request_id
+    if answer.outcome in ("finished", "error"):
+        return  # ended before the cancel (its expected end is its own), or unanswered
+    later = [e for e in executions if e.attempt > answer.attempt]
+    if later or (attempt or 0) > answer.attempt:
+        # A newer attempt locked (counted) is one started, even if its code never ran.
+        verdict.ran_after_cancel += 1
+        violations.append(f"{rid}: answered {answer.outcome!r} ({answer.moment}) at attempt "
+                          f"{answer.attempt}, then attempt {attempt} was locked, "
+                          f"{[e.attempt for e in later]} ran")  # fmt: skip
+    kept = state is TaskState.CANCELLED or (
+        answer.outcome == "requested" and state is not None and state.terminal
+        and attempt == answer.attempt
+    )  # fmt: skip
+    if not kept:
+        verdict.cancel_not_kept += 1
+        violations.append(f"{rid}: answered {answer.outcome!r} ({answer.moment}), ended "
+                          f"{state and state.value} at attempt {attempt}")  # fmt: skip
+
+
+def running_over(
+    executions: Sequence[Execution],
+    limit: int,
+    frozen: Mapping[int, Sequence[tuple[float, float]]],
+    horizon: float,
+    budget_s: float,
+) -> tuple[int, list[tuple[float, float, int]]]:
+    """The most executions running at once (frozen time excluded), and each stretch
+    longer than `budget_s` with more than `limit` running: (from, to, most running)."""
+    edges: list[tuple[float, int]] = []
+    for execution in executions:
+        end = execution.end if execution.end is not None else horizon
+        for since, until in _running_pieces(execution.start, end, frozen.get(execution.pid, ())):
+            edges += [(since, 1), (until, -1)]
+    edges.sort(key=lambda edge: (edge[0], edge[1]))  # ends before starts at one instant
+    running = most = 0
+    over_since: float | None = None
+    over_most = 0
+    stretches: list[tuple[float, float, int]] = []
+    for at, step in edges:
+        running += step
+        most = max(most, running)
+        if running > limit:
+            if over_since is None:
+                over_since, over_most = at, running
+            over_most = max(over_most, running)
+        elif over_since is not None:
+            if at - over_since > budget_s:
+                stretches.append((over_since, at, over_most))
+            over_since = None
+    return most, stretches
+
+
+def _running_pieces(
+    start: float, end: float, stops: Sequence[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    pieces, at = [], start
+    for since, until in sorted(stops):
+        if until <= at or since >= end:
+            continue
+        if since > at:
+            pieces.append((at, since))
+        at = max(at, until)
+    if at < end:
+        pieces.append((at, end))
+    return pieces
