@@ -24,13 +24,13 @@ from agentq.store.tasks import TaskStore
 from agentq.store.workers import RosterAnnouncer, WorkerRoster
 from worker import isolation, preflight, scrub
 from worker.batcher import SqsBatcher
-from worker.consumer import Consumer, ExitCode
 from worker.eventbatch import EventBatcher
 from worker.handler import MessageHandler
 from worker.heartbeat import HEARTBEAT_THREAD, Heartbeat
 from worker.inflight import InFlightRegistry
 from worker.isolation import ChildUser
 from worker.protection import ScaleInProtection
+from worker.receive.consumer import Consumer, ExitCode
 from worker.secretcheck import refuse_placeholder_secrets
 from worker.spares import SparePool
 from worker.telemetry import MetricsMiddleware, Middleware, make_logger

@@ -28,7 +28,7 @@ from agentq.envelope import TENANT_PATTERN
 from worker.batchloop import BatchLoop, run_after
 from worker.copies import copied_from, marked_copy, send_attributes
 from worker.inflight import MAX_VISIBILITY_S
-from worker.queues import QueueRoutes
+from worker.routes import QueueRoutes
 
 MAX_BATCH: Final = 10
 MAX_DELAY_S: Final = 900  # SendMessage DelaySeconds limit

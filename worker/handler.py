@@ -38,14 +38,14 @@ from worker.isolation import ChildUser
 from worker.outbox import EventSink, Outbox
 from worker.outcome import decide
 from worker.prepare import Prepared, Preparer
+from worker.receive.parking import SeatWaits
+from worker.receive.tiers import tier_urls
 from worker.refusals import CONTENTION_BACKOFF_S, Refusals
 from worker.scrub import child_line
-from worker.seatwait import SeatWaits
 from worker.settle import Settler
 from worker.spares import SparePool
 from worker.supervisor import run_child
 from worker.telemetry import Middleware, Result, TaskEnd, TaskStart
-from worker.tiers import tier_urls
 
 __all__ = ["CONTENTION_BACKOFF_S", "EventSink", "MessageHandler", "Prepared"]
 
@@ -132,7 +132,7 @@ class MessageHandler:
 
     def limited_tenant(self, message: Mapping[str, Any]) -> str | None:
         """Its tenant, if that has a concurrency limit: it is locked before it takes a
-        slot (worker.intake)."""
+        slot (worker.receive.placement)."""
         return self._preparer.limited_tenant(message)
 
     def waits_for_seat(self, message: Mapping[str, Any]) -> bool:
@@ -151,7 +151,7 @@ class MessageHandler:
 
         A prefetched message is prepared while it waits for a slot, so the lock's round
         trip is off the slot's path; its lease is renewed by the heartbeat meanwhile.
-        With `seats`, a refusal for its tenant's limit parks it first (worker.seatwait).
+        With `seats`, a refusal for its tenant's limit parks it first (worker.receive.parking).
         """
         return self._preparer.prepare(message, entry, seats)
 

@@ -32,7 +32,7 @@ from worker.eventbatch import EventBatcher
 from worker.inflight import InFlight, InFlightRegistry
 from worker.leasefile import lease_times
 from worker.liveness import touch
-from worker.queues import QueueRoutes
+from worker.routes import QueueRoutes
 
 HEARTBEAT_THREAD: Final = "heartbeat"  # the worker's stats count this thread's calls apart
 MAX_EXTENSION_FAILURES: Final = 3

@@ -29,7 +29,7 @@ from bench.stack import BENCH_DEFINITIONS
 from worker.app import build
 from worker.batcher import SqsBatcher
 from worker.inflight import InFlight
-from worker.intake import Held
+from worker.receive.placement import Held
 
 
 @pytest.mark.timeout(120)
@@ -39,7 +39,7 @@ def test_a_drain_gives_back_stuck_preparations_by_its_deadline(
     monkeypatch.setenv("WARM_CHILDREN", "false")
     monkeypatch.setenv("SQS_BATCH_WINDOW", "0")
     worker = build(Settings.from_env())
-    consumer = worker.consumer
+    consumer = worker.receive.consumer
     for n in range(3):
         inproc_stack.sqs.send_message(QueueUrl=inproc_stack.resources.queue_url, MessageBody=str(n))
     messages = receive_all(inproc_stack, 3)

@@ -18,7 +18,7 @@ from worker.app import build
 from worker.batcher import is_copy
 from worker.copies import MAX_ATTRIBUTES, REQUEUED_FROM, copied_from
 from worker.inflight import InFlight
-from worker.receiving import PassOn
+from worker.receive.receivers import PassOn
 
 
 def receive_high(stack: Stack) -> dict[str, Any]:

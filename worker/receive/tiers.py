@@ -32,7 +32,7 @@ from agentq.config import Settings
 from agentq.envelope import PRIORITY_PATTERN, DecodedBody
 from agentq.errors import InvalidInput
 from agentq.json_text import decode_json
-from worker.intake import MAX_RECEIVE
+from worker.receive.placement import MAX_RECEIVE
 from worker.scheduler import Pick, Scheduler
 
 logger = logging.getLogger(__name__)
