@@ -37,10 +37,10 @@ from worker.inflight import InFlight, InFlightRegistry
 from worker.isolation import ChildUser
 from worker.outbox import EventSink, Outbox
 from worker.outcome import decide
+from worker.parking import SeatWaits
 from worker.prepare import Prepared, Preparer
-from worker.receive.parking import SeatWaits
-from worker.receive.tiers import tier_urls
 from worker.refusals import CONTENTION_BACKOFF_S, Refusals
+from worker.routes import tier_urls
 from worker.scrub import child_line
 from worker.settle import Settler
 from worker.spares import SparePool
@@ -151,7 +151,7 @@ class MessageHandler:
 
         A prefetched message is prepared while it waits for a slot, so the lock's round
         trip is off the slot's path; its lease is renewed by the heartbeat meanwhile.
-        With `seats`, a refusal for its tenant's limit parks it first (worker.receive.parking).
+        With `seats`, a refusal for its tenant's limit parks it first (worker.parking).
         """
         return self._preparer.prepare(message, entry, seats)
 

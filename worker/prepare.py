@@ -38,7 +38,7 @@ from agentq.store.tenants import CachedTenantLimits, seat_start
 from worker.batcher import SqsBatcher
 from worker.inflight import InFlight, InFlightRegistry
 from worker.leasefile import lease_times
-from worker.receive.parking import SeatWaits, Wake
+from worker.parking import SeatWaits, Wake
 from worker.refusals import Refusals
 
 logger = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class Preparer:
         A prefetched message is prepared while it waits for a slot, so the lock's round
         trip is off the slot's path; its lease is renewed by the heartbeat meanwhile.
         With `seats` (a gated message) a refusal for its tenant's limit parks it there
-        until a seat frees (worker.receive.parking) before it is sent back.
+        until a seat frees (worker.parking) before it is sent back.
         """
         attributes = message.get("Attributes", {})
         try:

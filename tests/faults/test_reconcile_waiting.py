@@ -28,7 +28,7 @@ from agentq.store.tasks import TaskStore
 from agentq.store.waiting import WAIT_SEEN_AT, WaitMarks
 from worker.inflight import InFlight
 from worker.prepare import Prepared
-from worker.receive.parking import SeatWaits
+from worker.parking import SeatWaits
 from worker.receive.tenant_gate import LimitedTenants
 
 pytestmark = pytest.mark.timeout(120)

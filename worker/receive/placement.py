@@ -34,7 +34,7 @@ Locked, it takes a free slot or waits for the next like any buffered message; re
 (its tenant at its limit), it is settled without ever holding one. Without the gate a
 flood of a limited tenant's work held every free slot with refusals (a lock transaction
 and a back-off each), and the other tenants' work waited behind them. A refused message
-may be parked instead (worker.receive.parking): it stays in the buffer while it waits for a
+may be parked instead (worker.parking): it stays in the buffer while it waits for a
 seat, but holds no room of the receiver's, so other tenants' work is still received.
 """
 
@@ -48,7 +48,7 @@ from concurrent.futures import Future
 from typing import Any, Final, Literal
 
 from worker.inflight import InFlight
-from worker.receive.parking import SeatWaits
+from worker.parking import SeatWaits
 
 # How far back the start rate is measured; long enough to smooth, short enough to adapt.
 RATE_WINDOW_S: Final = 10.0
@@ -94,7 +94,7 @@ class Placement:
         self._frees: deque[float] = deque()  # when each child ended (its slot freed)
         self._born = clock()
         self._cond = threading.Condition()
-        # Parked messages (worker.receive.parking) wait on this lock: buffered, but they
+        # Parked messages (worker.parking) wait on this lock: buffered, but they
         # hold no room of the receiver's (a tenant parked full sends its next ones back).
         self.seats = SeatWaits(slots=size, retry_s=park_retry_s, park_s=park_s, clock=clock,
                                cond=self._cond, on_park=self._parked)  # fmt: skip

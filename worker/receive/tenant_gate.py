@@ -2,7 +2,7 @@
 
 A limited tenant's message is locked before it takes a slot (worker.receive.placement, "gated"),
 on a pool of its own: a flood of them must not queue other tenants' preparations
-behind it. Refused a seat, it is parked (worker.receive.parking). A well-formed message of a
+behind it. Refused a seat, it is parked (worker.parking). A well-formed message of a
 tenant parked full here goes straight back to its queue, delayed by the back-off (a
 malformed one or one not yet due is gated, and its preparation settles it). A task that
 ends here may free a seat: its tenant's next parked message tries for it.
@@ -24,7 +24,7 @@ from typing import Any
 
 from agentq.config import Settings
 from worker.inflight import InFlight
-from worker.receive.parking import SeatWaits
+from worker.parking import SeatWaits
 
 Prepare = Callable[[Mapping[str, Any], InFlight, SeatWaits], Any]
 
