@@ -96,7 +96,7 @@ class Placement:
         self._cond = threading.Condition()
         # Parked messages (worker.parking) wait on this lock: buffered, but they
         # hold no room of the receiver's (a tenant parked full sends its next ones back).
-        self.seats = SeatWaits(slots=size, retry_s=park_retry_s, park_s=park_s, clock=clock,
+        self.seats = SeatWaits(slots=size, retry_s=park_retry_s, park_s=park_s,
                                cond=self._cond, on_park=self._parked)  # fmt: skip
 
     # -- what the receiver asks ----------------------------------------------------------
