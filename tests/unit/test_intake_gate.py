@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -169,17 +168,3 @@ def test_a_message_dropped_by_a_drain_while_parked_is_gone() -> None:
         assert wake.result(timeout=10) is None
     assert intake.settle_gate(gated, runnable=False) == "gone"
     assert intake.buffered == 0
-
-
-def test_the_receiver_waiting_for_room_wakes_when_a_message_parks() -> None:
-    # One lock: parking frees the receiver's room at once, not at its wait's timeout.
-    intake = Placement(1, horizon_s=0, park_retry_s=NEVER, park_s=NEVER)
-    gated = held(1)
-    intake.gate(gated)
-    wanted: list[int] = []
-    receiver = threading.Thread(target=lambda: wanted.append(intake.wait_wanted(NEVER)),
-                                daemon=True)  # fmt: skip
-    receiver.start()
-    with gate_threads(intake, 1) as pool:
-        pool.submit(intake.seats.for_message(id(gated[1])).park, "acme", time.monotonic())
-        wait_for(lambda: wanted == [1], timeout=10, message="the receiver asks for the free slot")

@@ -308,10 +308,12 @@ class Placement:
         return held
 
     def _parked(self, key: int, parked: bool) -> None:
-        """A gated message starts or stops waiting for a seat (called under the lock)."""
+        """A gated message starts or stops waiting for a seat (called under the lock).
+        The receiver sees the room a parked message frees at its next look (within its
+        wait's timeout): waking it at once would send it through a flood faster, a
+        change no benchmark has justified yet."""
         if key in self._state:  # not dropped by a drain meanwhile
             self._state[key] = "parked" if parked else "gated"
-            self._cond.notify_all()
 
     def _take(self) -> None:
         self._busy += 1
