@@ -39,7 +39,7 @@ def test_a_drain_gives_back_stuck_preparations_by_its_deadline(
     monkeypatch.setenv("WARM_CHILDREN", "false")
     monkeypatch.setenv("SQS_BATCH_WINDOW", "0")
     worker = build(Settings.from_env())
-    consumer = worker.receive.consumer
+    consumer = worker.consumer
     for n in range(3):
         inproc_stack.sqs.send_message(QueueUrl=inproc_stack.resources.queue_url, MessageBody=str(n))
     messages = receive_all(inproc_stack, 3)
