@@ -207,9 +207,52 @@ class ChaosReport:
     def _schedule_summary(self) -> dict[str, Any]:
         if not self.schedule:
             return {}
-        from bench.chaos_sched_verify import ScheduleVerdict  # it imports this module
-
         return ScheduleVerdict(**self.schedule).summary()
+
+
+@dataclass
+class ScheduleVerdict:
+    """The scheduling mix's counts (bench.chaos_sched_verify fills them)."""
+
+    tasks: int = 0
+    cancels: dict[str, int] = field(default_factory=dict)  # outcome -> count
+    ran_after_cancel: int = 0
+    cancel_not_kept: int = 0
+    delayed: int = 0
+    started_early: int = 0
+    most_early_s: float = 0.0
+    over_limit: int = 0
+    most_running: dict[str, int] = field(default_factory=dict)
+    seats_left: int = 0
+    lost_planted: int = 0
+    lost_repaired: int = 0
+    waiting_resent: int = 0
+    limits: dict[str, int] = field(default_factory=dict)  # tenant -> its limit
+
+    def _most_running(self) -> str:
+        return ", ".join(
+            f"{tenant} {most}/{self.limits.get(tenant, '?')}"
+            for tenant, most in sorted(self.most_running.items())
+        )
+
+    def summary(self) -> dict[str, Any]:
+        cancels = ", ".join(f"{k} {v}" for k, v in sorted(self.cancels.items())) or "0"
+        return {
+            "scheduling mix tasks (cancels by answer)": f"{self.tasks} ({cancels})",
+            "INV attempts run after a cancel answer / answers not kept": (
+                f"{self.ran_after_cancel} / {self.cancel_not_kept}"
+            ),
+            "INV delayed tasks started early (of delayed; most early s)": (
+                f"{self.started_early} of {self.delayed} ({self.most_early_s:+.2f})"
+            ),
+            "INV tenant limit exceeded (most running per tenant) / seats left": (
+                f"{self.over_limit} ({self._most_running()}) / {self.seats_left}"
+            ),
+            "INV lost tasks not repaired (of planted) / waiting tasks re-sent": (
+                f"{self.lost_planted - self.lost_repaired} of {self.lost_planted} / "
+                f"{self.waiting_resent}"
+            ),
+        }
 
 
 def _tally(counts: Mapping[str, int]) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any, Final
 
 from agentq.events import now_ms
@@ -26,7 +26,7 @@ from agentq.store.events import EventStore
 from agentq.store.tasks import TaskStore
 from agentq.store.tenants import TenantLimitStore
 from bench.chaos_executions import Execution, executions_of, fenced_children, frozen_windows
-from bench.chaos_model import ChaosReport, Freeze, Kill
+from bench.chaos_model import ChaosReport, Freeze, Kill, ScheduleVerdict
 from bench.chaos_sched import LIMITS, CancelAnswer, ScheduleMix, SchedulePlan
 from bench.stack import Stage
 
@@ -35,43 +35,6 @@ from bench.stack import Stage
 # clock runs ahead, while its holder's child is fenced 1.5 s before its lease ends:
 # 0.5 s with the run's 6 s leases and 2 s offsets, and a margin for a loaded host.
 LIMIT_SLACK_S: Final = 1.0
-
-
-@dataclass
-class ScheduleVerdict:
-    tasks: int = 0
-    cancels: dict[str, int] = field(default_factory=dict)  # outcome -> count
-    ran_after_cancel: int = 0
-    cancel_not_kept: int = 0
-    delayed: int = 0
-    started_early: int = 0
-    most_early_s: float = 0.0
-    over_limit: int = 0
-    most_running: dict[str, int] = field(default_factory=dict)
-    seats_left: int = 0
-    lost_planted: int = 0
-    lost_repaired: int = 0
-    waiting_resent: int = 0
-
-    def summary(self) -> dict[str, Any]:
-        cancels = ", ".join(f"{k} {v}" for k, v in sorted(self.cancels.items())) or "0"
-        return {
-            "scheduling mix tasks (cancels by answer)": f"{self.tasks} ({cancels})",
-            "INV attempts run after a cancel answer / answers not kept": (
-                f"{self.ran_after_cancel} / {self.cancel_not_kept}"
-            ),
-            "INV delayed tasks started early (of delayed; most early s)": (
-                f"{self.started_early} of {self.delayed} ({self.most_early_s:+.2f})"
-            ),
-            "INV tenant limit exceeded (most running per tenant) / seats left": (
-                f"{self.over_limit} ({', '.join(f'{t} {n}/{LIMITS[t]}' for t, n in sorted(self.most_running.items()))})"
-                f" / {self.seats_left}"
-            ),
-            "INV lost tasks not repaired (of planted) / waiting tasks re-sent": (
-                f"{self.lost_planted - self.lost_repaired} of {self.lost_planted} / "
-                f"{self.waiting_resent}"
-            ),
-        }
 
 
 def verify_schedule(
@@ -107,7 +70,7 @@ def judge(
     ddb, table = stage.clients["dynamodb"], stage.resources.table_name
     tasks = TaskStore(ddb, table)
     events = EventStore(ddb, table, app_name=stage.resources.names.app_name)
-    verdict = ScheduleVerdict(tasks=len(plan.planned))
+    verdict = ScheduleVerdict(tasks=len(plan.planned), limits=dict(LIMITS))
     for answer in answers:
         verdict.cancels[answer.outcome] = verdict.cancels.get(answer.outcome, 0) + 1
         record = tasks.get(plan.tenant_of[answer.request_id], answer.request_id)

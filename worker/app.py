@@ -26,10 +26,10 @@ from worker import preflight
 from worker.child import isolation
 from worker.child.isolation import ChildUser
 from worker.child.spares import SparePool
-from worker.consumer import Consumer, ExitCode
 from worker.heartbeat import HEARTBEAT_THREAD, Heartbeat
 from worker.inflight import InFlightRegistry
 from worker.protection import ScaleInProtection
+from worker.receive.consumer import Consumer, ExitCode
 from worker.secretcheck import refuse_placeholder_secrets
 from worker.settle import scrub
 from worker.settle.handler import MessageHandler

@@ -30,7 +30,7 @@ from agentq.store.tasks import Lease, TaskStore
 from worker.child.leasefile import lease_times
 from worker.inflight import InFlight, InFlightRegistry
 from worker.liveness import touch
-from worker.queues import QueueRoutes
+from worker.routes import QueueRoutes
 from worker.sqs.batcher import MAX_BATCH
 from worker.sqs.eventbatch import EventBatcher
 

@@ -15,7 +15,7 @@ doubles per empty probe, up to `PROBE_BACKOFF_MAX` times `probe_s`), so a draine
 costs few receives while another tier keeps the slots busy.
 
 *Watched* tiers (every tier above the lowest, when there are several) have a long poll
-of their own always outstanding in the receiver (worker/tiers.py): a message arriving
+of their own always outstanding in the receiver (worker/receive/tiers.py): a message arriving
 there is in hand at once, so the scheduler never probes them and counts them as having
 work only while their backlog is above zero (or not known yet). Nor does it long-poll
 them: what arrives there is for the watchers, which ask for free slots only. The
@@ -65,7 +65,7 @@ class Pick:
     wait_s: int
     probe: bool = False  # the tier was believed empty: this receive checks again
     # Weighted mode: the tier's starvation turn. What this receive brings must reach a
-    # slot before any other tier's work (worker/tiers.py, worker/intake.py).
+    # slot before any other tier's work (worker/receive/tiers.py, worker/receive/placement.py).
     overdue: bool = False
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from agentq.states import TaskState
 from bench.chaos_executions import Execution
+from bench.chaos_model import ScheduleVerdict
 from bench.chaos_sched import CancelAnswer
-from bench.chaos_sched_verify import ScheduleVerdict, _check_cancel, running_over
+from bench.chaos_sched_verify import _check_cancel, running_over
 
 
 def execution(

@@ -27,8 +27,8 @@ from agentq.states import TaskState
 from agentq.store.tasks import TaskStore
 from agentq.store.waiting import WAIT_SEEN_AT, WaitMarks
 from worker.inflight import InFlight
-from worker.limited import LimitedTenants
-from worker.seatwait import SeatWaits
+from worker.parking import SeatWaits
+from worker.receive.tenant_gate import LimitedTenants
 from worker.settle.prepare import Prepared
 
 pytestmark = pytest.mark.timeout(120)
@@ -114,16 +114,16 @@ def test_a_task_sent_back_for_its_limit_is_not_lost_until_no_worker_sees_it(
 def test_a_message_of_a_tenant_parked_full_is_marked_as_it_goes_back(stack: Stack) -> None:
     parts = worker_parts(stack)
     envelope, message, _ = _waiting_task(stack, parts)
-    limited = LimitedTenants(parts.settings, parts.batcher, waits_for_seat=lambda _: True,
+    limited = LimitedTenants(parts.settings, SeatWaits(slots=4, retry_s=NEVER, park_s=0),
+                             waits_for_seat=lambda _: True,
                              waiting=parts.handler.waiting)  # fmt: skip
     before = now_ms()
 
-    limited.send_back(message, "acme")  # type: ignore[arg-type]
+    limited.waiting(message)  # the consumer's send-back marks it so
     limited.shutdown()  # the mark is written on the gate pool: wait for it
 
     seen = parts.store.require("acme", envelope.request_id).raw.get(WAIT_SEEN_AT)
     assert isinstance(seen, int) and seen >= before
-    assert parts.batcher.flush()
 
 
 def test_a_worker_marks_a_task_once_an_interval_and_never_a_task_that_moved_on(

@@ -197,7 +197,7 @@ def test_chunks_keep_order_and_fit_a_batch(sizes: list[tuple[int, int]]) -> None
 def test_a_copy_sent_at_once_meets_the_same_faults_without_a_flush(
     stack: Stack, kind: Kind
 ) -> None:
-    """A message passed on to the fleet (worker.consumer) goes without the batch window.
+    """A message passed on to the fleet (worker.receive.consumer) goes without the batch window.
     Its copy failing past the retries gives the original back in place, visible at once;
     applied then answered with an error, it leaves copies. Never a loss, and no flush."""
     url = _fresh_queue(stack)

@@ -1,4 +1,4 @@
-"""Parking (worker.seatwait) with the worker's real preparer against moto's server.
+"""Parking (worker.parking) with the worker's real preparer against moto's server.
 
 A limited tenant's message refused a seat waits in the worker instead of going round
 its queue: these tests read the queue and count the store's requests to show that it
@@ -23,7 +23,7 @@ from agentq.faults.config import FaultSpec, Kind
 from agentq.states import TaskState
 from agentq.store.tenants import seat_start
 from worker.inflight import InFlight
-from worker.seatwait import SeatWaits
+from worker.parking import SeatWaits
 from worker.settle.prepare import Prepared
 
 pytestmark = pytest.mark.timeout(120)

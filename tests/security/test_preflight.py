@@ -12,7 +12,7 @@ import pytest
 from conftest import Stack
 from security_support import launched_worker
 
-from worker.consumer import ExitCode
+from worker.receive.consumer import ExitCode
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -1,4 +1,4 @@
-"""Slot accounting and the rate-sized prefetch of worker.intake."""
+"""Slot accounting and the rate-sized prefetch of worker.receive.placement."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from worker.inflight import InFlight
-from worker.intake import RATE_WINDOW_S, Held, Intake
+from worker.receive.placement import RATE_WINDOW_S, Held, Placement
 
 
 class Clock:
@@ -24,7 +24,7 @@ def held(n: int) -> Held:
 
 
 def test_slots_fill_then_buffer_and_a_release_hands_over_the_next() -> None:
-    intake = Intake(2, horizon_s=0)
+    intake = Placement(2, horizon_s=0)
     assert intake.offer(held(1)) and intake.offer(held(2))
     assert not intake.offer(held(3)), "a third message waits in the buffer"
     assert (intake.busy, intake.buffered) == (2, 1)
@@ -35,7 +35,7 @@ def test_slots_fill_then_buffer_and_a_release_hands_over_the_next() -> None:
 
 
 def test_nothing_is_wanted_while_every_slot_is_busy_or_has_a_message_waiting() -> None:
-    intake = Intake(2, horizon_s=0)
+    intake = Placement(2, horizon_s=0)
     assert intake.wait_wanted(0) == 2
     intake.offer(held(1))
     assert intake.wait_wanted(0) == 1
@@ -45,7 +45,7 @@ def test_nothing_is_wanted_while_every_slot_is_busy_or_has_a_message_waiting() -
 
 def test_prefetch_follows_the_recent_start_rate_and_fades() -> None:
     clock = Clock()
-    intake = Intake(4, horizon_s=1.0, clock=clock)
+    intake = Placement(4, horizon_s=1.0, clock=clock)
     assert intake.wait_wanted(0) == 4, "no history: ask for the free slots only"
     for n in range(4):
         intake.offer(held(n))
@@ -66,7 +66,7 @@ def test_filling_empty_slots_buys_no_prefetch_until_one_frees() -> None:
     """A fresh worker fills its slots at once: that says nothing about how soon one frees
     (agent tasks run for minutes), so nothing more is locked behind them meanwhile."""
     clock = Clock()
-    intake = Intake(4, horizon_s=2.0, clock=clock)
+    intake = Placement(4, horizon_s=2.0, clock=clock)
     for n in range(4):
         clock.now += 0.05
         assert intake.offer(held(n))
@@ -79,7 +79,7 @@ def test_filling_empty_slots_buys_no_prefetch_until_one_frees() -> None:
 
 def test_a_message_is_surplus_once_the_slots_are_full_and_the_prefetch_is_held() -> None:
     clock = Clock()
-    intake = Intake(1, horizon_s=2.0, clock=clock)
+    intake = Placement(1, horizon_s=2.0, clock=clock)
     assert not intake.surplus(), "a free slot"
     assert intake.offer(held(1))
     assert intake.surplus(), "busy, and no slot has freed yet: nothing is expected to start"
@@ -92,7 +92,7 @@ def test_a_message_is_surplus_once_the_slots_are_full_and_the_prefetch_is_held()
 
 def test_slow_starts_prefetch_nothing() -> None:
     clock = Clock()
-    intake = Intake(3, horizon_s=1.0, clock=clock)
+    intake = Placement(3, horizon_s=1.0, clock=clock)
     for n in range(3):
         clock.now += 4.0  # a long task per slot: well under one start per second
         intake.offer(held(n))
@@ -101,7 +101,7 @@ def test_slow_starts_prefetch_nothing() -> None:
 
 
 def test_a_buffered_message_is_prepared_before_a_slot_can_take_it() -> None:
-    intake = Intake(1, horizon_s=0)
+    intake = Placement(1, horizon_s=0)
     prepared: list[str] = []
 
     def prepare(item: Held) -> Held:
@@ -116,7 +116,7 @@ def test_a_buffered_message_is_prepared_before_a_slot_can_take_it() -> None:
 
 
 def test_drop_buffered_returns_what_never_started() -> None:
-    intake = Intake(1, horizon_s=0)
+    intake = Placement(1, horizon_s=0)
     intake.offer(held(1))
     intake.offer(held(2))
     intake.offer(held(3))
@@ -125,11 +125,11 @@ def test_drop_buffered_returns_what_never_started() -> None:
     assert intake.release() is None and intake.wait_idle(0)
 
 
-def _starting_ten_a_second(slots: int) -> Intake:
+def _starting_ten_a_second(slots: int) -> Placement:
     """Every slot busy after a few seconds of ten starts a second, nothing buffered: the
     prefetch (one second of horizon) is capped at the slot count."""
     clock = Clock()
-    intake = Intake(slots, horizon_s=1.0, clock=clock)
+    intake = Placement(slots, horizon_s=1.0, clock=clock)
     for n in range(slots):
         intake.offer(held(n))
     for n in range(slots, slots + 36):
@@ -174,7 +174,7 @@ def tiered(n: int, tier: str, waited_s: float) -> Held:
 
 
 def _hand_over_order(overtake_after_s: float | None, low_waited_s: float) -> list[str]:
-    intake = Intake(1, horizon_s=0, ranks={"high": 0, "low": 1},
+    intake = Placement(1, horizon_s=0, ranks={"high": 0, "low": 1},
                     overtake_after_s=overtake_after_s)  # fmt: skip
     assert intake.offer(tiered(0, "high", 0))
     intake.offer(tiered(1, "low", low_waited_s))
@@ -195,7 +195,7 @@ def test_weighted_mode_lets_a_low_message_buffered_past_the_bound_go_first() -> 
 
 
 def test_a_message_received_on_its_tiers_starvation_turn_takes_the_next_slot() -> None:
-    intake = Intake(1, horizon_s=0, ranks={"high": 0, "low": 1}, overtake_after_s=30.0)
+    intake = Placement(1, horizon_s=0, ranks={"high": 0, "low": 1}, overtake_after_s=30.0)
     assert intake.offer(tiered(0, "high", 0))
     turn = tiered(1, "low", 0)
     turn[1].starving = True

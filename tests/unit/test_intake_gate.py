@@ -1,12 +1,29 @@
-"""Gated messages (a limited tenant's): locked before they take a slot, worker.intake."""
+"""Gated messages (a limited tenant's): locked before they take a slot, worker.receive.placement."""
 
 from __future__ import annotations
 
-from concurrent.futures import Future
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
+from support import wait_for
+
 from worker.inflight import InFlight
-from worker.intake import Held, Intake
+from worker.receive.placement import Held, Placement
+
+NEVER = 600.0
+
+
+@contextmanager
+def gate_threads(intake: Placement, count: int) -> Iterator[ThreadPoolExecutor]:
+    """The gate pool's threads; no parked message outlives a failed assertion."""
+    with ThreadPoolExecutor(count) as pool:
+        try:
+            yield pool
+        finally:
+            intake.seats.close()
 
 
 def held(n: int, tier: str | None = None) -> Held:
@@ -16,7 +33,7 @@ def held(n: int, tier: str | None = None) -> Held:
 
 
 def test_a_pending_gate_holds_no_slot_another_message_takes_it() -> None:
-    intake = Intake(1, horizon_s=0)
+    intake = Placement(1, horizon_s=0)
     gated = held(1)
     intake.gate(gated)
     # The receiver asks nothing more on its account...
@@ -27,7 +44,7 @@ def test_a_pending_gate_holds_no_slot_another_message_takes_it() -> None:
 
 
 def test_a_refused_gate_is_settled_without_a_slot() -> None:
-    intake = Intake(2, horizon_s=0)
+    intake = Placement(2, horizon_s=0)
     gated = held(1)
     intake.gate(gated)
     assert intake.settle_gate(gated, runnable=False) == "settle"
@@ -46,7 +63,7 @@ class Clock:
 def test_a_locked_gate_takes_a_free_slot_or_waits_for_the_next() -> None:
     # A slot freed within the last second, a horizon of one second: one message may wait
     # for a slot.
-    intake = Intake(1, horizon_s=1.0, clock=Clock())
+    intake = Placement(1, horizon_s=1.0, clock=Clock())
     assert intake.offer(held(0)) and intake.release() is None
     first, second = held(1), held(2)
     intake.gate(first)
@@ -59,7 +76,7 @@ def test_a_locked_gate_takes_a_free_slot_or_waits_for_the_next() -> None:
 
 
 def test_a_release_never_hands_over_a_pending_gate() -> None:
-    intake = Intake(1, horizon_s=0)
+    intake = Placement(1, horizon_s=0)
     assert intake.offer(held(1))
     gated = held(2)
     intake.gate(gated)
@@ -70,7 +87,7 @@ def test_a_release_never_hands_over_a_pending_gate() -> None:
 
 
 def test_a_release_skips_a_pending_gate_for_a_ready_message_behind_it() -> None:
-    intake = Intake(1, horizon_s=0)
+    intake = Placement(1, horizon_s=0)
     assert intake.offer(held(1))
     gated, ready = held(2), held(3)
     intake.gate(gated)
@@ -80,7 +97,7 @@ def test_a_release_skips_a_pending_gate_for_a_ready_message_behind_it() -> None:
 
 
 def test_a_drain_takes_pending_gates_and_their_decision_then_finds_them_gone() -> None:
-    intake = Intake(2, horizon_s=0)
+    intake = Placement(2, horizon_s=0)
     gated = held(1)
     intake.gate(gated)
     assert [h[1] for h in intake.drop_buffered()] == [gated[1]]
@@ -89,7 +106,7 @@ def test_a_drain_takes_pending_gates_and_their_decision_then_finds_them_gone() -
 
 
 def test_a_watched_tier_may_ask_for_the_slot_a_pending_gate_waits_beside() -> None:
-    intake = Intake(2, horizon_s=0, ranks={"high": 0, "low": 1})
+    intake = Placement(2, horizon_s=0, ranks={"high": 0, "low": 1})
     assert intake.offer(held(1, "low"))
     intake.gate(held(2, "low"))
     # One slot busy, one free, a lower-tier gate pending: high may ask for the free slot.
@@ -104,7 +121,7 @@ def test_a_watched_tier_may_ask_for_the_slot_a_pending_gate_waits_beside() -> No
 def test_a_locked_gate_beyond_the_prefetch_is_handed_back_not_kept() -> None:
     """Long tasks (no prefetch): a locked message that lost its slot to another would
     hold its tenant's seat behind a whole task while another worker may idle."""
-    intake = Intake(1, horizon_s=0)
+    intake = Placement(1, horizon_s=0)
     gated = held(1)
     intake.gate(gated)
     assert intake.offer(held(2)), "a watched tier's message took the free slot"
@@ -114,18 +131,40 @@ def test_a_locked_gate_beyond_the_prefetch_is_handed_back_not_kept() -> None:
 
 
 def test_parked_messages_hold_no_room_of_the_receivers() -> None:
-    parked = [0]
-    intake = Intake(3, horizon_s=0, parked=lambda: parked[0])
+    # Parked through the placement's own seat waits: one lock, one state per message.
+    intake = Placement(3, horizon_s=0, park_retry_s=NEVER, park_s=NEVER)
     first, second = held(1), held(2)
     intake.gate(first)
     intake.gate(second)
     assert intake.wait_wanted(0) == 1, "pending locks hold their places"
     assert intake.rooms(1, ["only"]) == {"only": 1}
-    parked[0] = 2  # both refused a seat and parked
-    assert intake.wait_wanted(0) == 3, "every slot is open to other work"
-    assert intake.rooms(3, ["only"]) == {"only": 3}
-    assert intake.offer(held(3)), "an arriving message takes a free slot"
-    parked[0] = 1  # one took a seat: pending its slot, it holds a place again
-    assert intake.wait_wanted(0) == 1
-    assert intake.settle_gate(first, runnable=True) == "start"
-    assert (intake.busy, intake.buffered) == (2, 1)
+    with gate_threads(intake, 2) as pool:
+        # Both refused a seat: their preparations park on the gate threads.
+        wakes = [pool.submit(intake.seats.for_message(id(h[1])).park, tenant, time.monotonic())
+                 for h, tenant in ((first, "acme"), (second, "beta"))]  # fmt: skip
+        wait_for(lambda: intake.seats.parked == 2, timeout=10, message="both parked")
+        assert intake.wait_wanted(0) == 3, "every slot is open to other work"
+        assert intake.rooms(3, ["only"]) == {"only": 3}
+        assert intake.offer(held(3)), "an arriving message takes a free slot"
+        intake.seats.freed("acme")  # one takes a seat: pending its slot, it holds a place
+        wait_for(lambda: intake.seats.parked == 1, timeout=10, message="one woke")
+        assert intake.wait_wanted(0) == 1
+        assert intake.settle_gate(first, runnable=True) == "start"
+        assert (intake.busy, intake.buffered) == (2, 1)
+        intake.seats.close()
+        assert wakes[0].result(timeout=10) is not None, "the first took the seat freed here"
+        assert wakes[1].result(timeout=10) is None, "the other stopped waiting at the close"
+
+
+def test_a_message_dropped_by_a_drain_while_parked_is_gone() -> None:
+    intake = Placement(1, horizon_s=0, park_retry_s=NEVER, park_s=NEVER)
+    gated = held(1)
+    intake.gate(gated)
+    with gate_threads(intake, 1) as pool:
+        wake = pool.submit(intake.seats.for_message(id(gated[1])).park, "acme", time.monotonic())
+        wait_for(lambda: intake.seats.parked == 1, timeout=10, message="parked")
+        assert intake.drop_buffered() == [gated]
+        intake.seats.close()
+        assert wake.result(timeout=10) is None
+    assert intake.settle_gate(gated, runnable=False) == "gone"
+    assert intake.buffered == 0

@@ -1,4 +1,4 @@
-"""The intake's per-tier rooms, buffer order and watched tiers' reserves (worker.intake)."""
+"""The intake's per-tier rooms, buffer order and watched tiers' reserves (worker.receive.placement)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from worker.inflight import InFlight
-from worker.intake import Held, Intake
+from worker.receive.placement import Held, Placement
 
 
 # -- the intake's rooms and buffer order ---------------------------------------------------
@@ -29,7 +29,7 @@ RANKS = {tier: rank for rank, tier in enumerate(TIERS)}
 def test_lower_tiers_leave_prefetch_places_to_higher_ones(
     size: int, busy: int, wanted: int
 ) -> None:
-    intake = Intake(size, horizon_s=0, ranks=RANKS)
+    intake = Placement(size, horizon_s=0, ranks=RANKS)
     for n in range(min(busy, size)):
         intake.offer(held(n, "low"))
     rooms = intake.rooms(wanted, TIERS)
@@ -42,7 +42,7 @@ def test_lower_tiers_leave_prefetch_places_to_higher_ones(
 
 
 def test_a_freed_slot_takes_the_highest_buffered_tier_first() -> None:
-    intake = Intake(1, horizon_s=0, ranks=RANKS)
+    intake = Placement(1, horizon_s=0, ranks=RANKS)
     assert intake.offer(held(0, "low"))
     for n, tier in enumerate(("low", "normal", "high", "low"), start=1):
         assert not intake.offer(held(n, tier))
@@ -54,7 +54,7 @@ def test_a_freed_slot_takes_the_highest_buffered_tier_first() -> None:
 
 def test_an_in_hand_message_of_the_highest_tier_is_never_overtaken() -> None:
     now = [0.0]
-    intake = Intake(1, horizon_s=0, ranks=RANKS, clock=lambda: now[0])
+    intake = Placement(1, horizon_s=0, ranks=RANKS, clock=lambda: now[0])
     assert intake.offer(held(0, "low"))
     old = held(1, "low")
     old[1].received_at -= 60  # buffered long past the age rule
@@ -67,7 +67,7 @@ def test_an_in_hand_message_of_the_highest_tier_is_never_overtaken() -> None:
 
 
 def test_a_watched_tier_may_ask_for_free_slots_and_its_reserve_less_what_it_holds() -> None:
-    intake = Intake(2, horizon_s=0, ranks=RANKS)
+    intake = Placement(2, horizon_s=0, ranks=RANKS)
     assert intake.wait_watch("high", 2, timeout_s=0) == (2, 0), "idle: the free slots"
     assert intake.offer(held(0, "low")) and intake.offer(held(1, "low"))
     # Low work only runs: the next slot to free here is free, another worker's may be
@@ -83,7 +83,7 @@ def test_a_watched_tier_may_ask_for_free_slots_and_its_reserve_less_what_it_hold
 
 
 def test_without_lower_tier_work_in_hand_a_busy_worker_reserves_nothing() -> None:
-    intake = Intake(2, horizon_s=0, ranks=RANKS)
+    intake = Placement(2, horizon_s=0, ranks=RANKS)
     assert intake.offer(held(0, "normal")) and intake.offer(held(1, "normal"))
     # Holding another normal task would only keep it from a worker that may be idle.
     assert intake.wait_watch("normal", 1, timeout_s=0) == (0, 0)

@@ -1,4 +1,4 @@
-"""The tier receiver (worker.tiers): the forward check, starvation turns and capped polls."""
+"""The tier receiver (worker.receive.tiers): the forward check, starvation turns and capped polls."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from agentq.config import Settings
 from agentq.envelope import DecodedBody, parse_message
 from agentq.errors import InvalidInput
-from worker.tiers import TierReceiver
+from worker.receive.tiers import TierReceiver
 
 # -- the forward check decodes a body once and hands it on ------------------------------------
 priorities = st.sampled_from(["high", "normal", "low", "urgent", "HIGH", ""])

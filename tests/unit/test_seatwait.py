@@ -1,4 +1,4 @@
-"""Parked messages waiting for a seat of their tenant (worker.seatwait), with real threads."""
+"""Parked messages waiting for a seat of their tenant (worker.parking), with real threads."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pytest
 from support import wait_for
 
-from worker.seatwait import SeatWaits, Wake
+from worker.parking import SeatWaits, Wake
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -18,7 +18,7 @@ from agentq.states import TaskState
 from agentq.store.tasks import TaskStore
 from agentq.store.tenants import TenantLimitStore
 from worker.app import build
-from worker.intake import Held
+from worker.receive.placement import Held
 
 
 @pytest.mark.timeout(60)

@@ -28,7 +28,7 @@ from agentq.states import TaskState
 from bench.stack import BENCH_DEFINITIONS
 from worker.app import build
 from worker.inflight import InFlight
-from worker.intake import Held
+from worker.receive.placement import Held
 from worker.sqs.batcher import SqsBatcher
 
 

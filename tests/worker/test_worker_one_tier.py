@@ -20,7 +20,7 @@ from agentq.envelope import TaskEnvelope
 from agentq.local.workers import SAMPLE_DEFINITIONS
 from agentq.store.tenants import TenantLimitStore
 from worker.app import build
-from worker.intake import Held
+from worker.receive.placement import Held
 
 FLOOD = 30
 

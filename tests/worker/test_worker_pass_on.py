@@ -16,7 +16,7 @@ from agentq.envelope import TaskEnvelope, parse_message
 from agentq.local.workers import SAMPLE_DEFINITIONS
 from worker.app import build
 from worker.inflight import InFlight
-from worker.receiving import PassOn
+from worker.receive.receivers import PassOn
 from worker.sqs.batcher import is_copy
 from worker.sqs.copies import MAX_ATTRIBUTES, REQUEUED_FROM, copied_from
 

@@ -21,7 +21,7 @@ from conftest import Stack
 from worker_support import send
 
 from agentq.config import Settings
-from worker.tiers import TierReceiver
+from worker.receive.tiers import TierReceiver
 
 
 @contextmanager

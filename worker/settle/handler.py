@@ -35,7 +35,8 @@ from worker.child.runner import TASK_FILE
 from worker.child.spares import SparePool
 from worker.child.supervisor import run_child
 from worker.inflight import InFlight, InFlightRegistry
-from worker.seatwait import SeatWaits
+from worker.parking import SeatWaits
+from worker.routes import tier_urls
 from worker.settle import artifacts
 from worker.settle.outbox import EventSink, Outbox
 from worker.settle.outcome import decide
@@ -45,7 +46,6 @@ from worker.settle.scrub import child_line
 from worker.settle.settler import Settler
 from worker.sqs.batcher import SqsBatcher
 from worker.telemetry import Middleware, Result, TaskEnd, TaskStart
-from worker.tiers import tier_urls
 
 __all__ = ["CONTENTION_BACKOFF_S", "EventSink", "MessageHandler", "Prepared"]
 
@@ -132,7 +132,7 @@ class MessageHandler:
 
     def limited_tenant(self, message: Mapping[str, Any]) -> str | None:
         """Its tenant, if that has a concurrency limit: it is locked before it takes a
-        slot (worker.intake)."""
+        slot (worker.receive.placement)."""
         return self._preparer.limited_tenant(message)
 
     def waits_for_seat(self, message: Mapping[str, Any]) -> bool:
@@ -151,7 +151,7 @@ class MessageHandler:
 
         A prefetched message is prepared while it waits for a slot, so the lock's round
         trip is off the slot's path; its lease is renewed by the heartbeat meanwhile.
-        With `seats`, a refusal for its tenant's limit parks it first (worker.seatwait).
+        With `seats`, a refusal for its tenant's limit parks it first (worker.parking).
         """
         return self._preparer.prepare(message, entry, seats)
 

@@ -37,7 +37,7 @@ from agentq.store.tasks import Lease, TaskStore
 from agentq.store.tenants import CachedTenantLimits, seat_start
 from worker.child.leasefile import lease_times
 from worker.inflight import InFlight, InFlightRegistry
-from worker.seatwait import SeatWaits, Wake
+from worker.parking import SeatWaits, Wake
 from worker.settle.refusals import Refusals
 from worker.sqs.batcher import SqsBatcher
 
@@ -88,7 +88,7 @@ class Preparer:
         it) if that tenant has a concurrency limit, as last read or, for a tenant this
         worker has not read yet, as the listing of every override says (one request per
         `LIMIT_CACHE_S` for all tenants): its lock is then taken before it takes a slot
-        (worker.intake). So the flooding tenant an operator limited is gated from its
+        (worker.receive.placement). So the flooding tenant an operator limited is gated from its
         first message here, not from its first lock. Unknown (the listing unreadable): gated,
         its lock reads the limit. A guess: a wrong one only moves where the lock is taken."""
         attribute = (message.get("MessageAttributes") or {}).get("tenant")
@@ -127,7 +127,7 @@ class Preparer:
         A prefetched message is prepared while it waits for a slot, so the lock's round
         trip is off the slot's path; its lease is renewed by the heartbeat meanwhile.
         With `seats` (a gated message) a refusal for its tenant's limit parks it there
-        until a seat frees (worker.seatwait) before it is sent back.
+        until a seat frees (worker.parking) before it is sent back.
         """
         attributes = message.get("Attributes", {})
         try:

@@ -26,7 +26,7 @@ from typing import Any, Final, Literal
 
 from agentq.envelope import TENANT_PATTERN
 from worker.inflight import MAX_VISIBILITY_S
-from worker.queues import QueueRoutes
+from worker.routes import QueueRoutes
 from worker.sqs.batchloop import BatchLoop, run_after
 from worker.sqs.copies import copied_from, marked_copy, send_attributes
 

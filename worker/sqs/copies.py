@@ -1,6 +1,6 @@
 """The mark of a requeued copy: which message it replaces (`requeuedFrom`).
 
-A copy is passed on at most once (worker.consumer), so the mark must survive every
+A copy is passed on at most once (worker.receive.consumer), so the mark must survive every
 message, including one whose sender used all 10 message attributes SQS allows. Then
 the copy gives up agentq's `taskType` attribute (the body's `definition` says the same,
 and it is what the worker reads); a message without one carries the mark in its JSON

@@ -1,4 +1,5 @@
-"""Which queue a received message belongs to, by its receipt handle.
+"""Which queue a received message belongs to: the tiers' distinct queues (`tier_urls`),
+and each receipt handle's.
 
 With priority tiers a worker receives from several queues, but the calls that settle a
 message (delete, visibility, requeue, heartbeat extension) name it by receipt handle
@@ -12,6 +13,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from typing import Final
+
+from agentq.config import Settings
 
 # Far more handles than a worker holds at once (slots + prefetch): an old handle that
 # falls out belongs to a message settled long ago.
@@ -41,3 +44,12 @@ class QueueRoutes:
     def forget(self, receipt_handle: str) -> None:
         with self._lock:
             self._routes.pop(receipt_handle, None)
+
+
+def tier_urls(settings: Settings) -> dict[str, str]:
+    """Distinct queues by tier, highest first; tiers sharing a URL keep the highest."""
+    urls: dict[str, str] = {}
+    for tier, url in settings.tier_queue_urls().items():
+        if url not in urls.values():
+            urls[tier] = url
+    return urls

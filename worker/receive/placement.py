@@ -34,7 +34,7 @@ Locked, it takes a free slot or waits for the next like any buffered message; re
 (its tenant at its limit), it is settled without ever holding one. Without the gate a
 flood of a limited tenant's work held every free slot with refusals (a lock transaction
 and a back-off each), and the other tenants' work waited behind them. A refused message
-may be parked instead (worker.seatwait): it stays in the buffer while it waits for a
+may be parked instead (worker.parking): it stays in the buffer while it waits for a
 seat, but holds no room of the receiver's, so other tenants' work is still received.
 """
 
@@ -48,6 +48,7 @@ from concurrent.futures import Future
 from typing import Any, Final, Literal
 
 from worker.inflight import InFlight
+from worker.parking import SeatWaits
 
 # How far back the start rate is measured; long enough to smooth, short enough to adapt.
 RATE_WINDOW_S: Final = 10.0
@@ -58,12 +59,15 @@ BUFFER_AGE_FIRST_S: Final = 10.0
 Message = dict[str, Any]
 # A received message, its in-flight record and, once buffered, its preparation.
 Held = tuple[Message, InFlight, "Future[Any] | None"]
-# What became of a gated message once its lock was decided (`Intake.settle_gate`).
+# What became of a gated message once its lock was decided (`Placement.settle_gate`).
 GateOutcome = Literal["start", "wait", "surplus", "settle", "gone"]
+# A buffered message's one state: ready for a slot, its lock pending (gated), or its lock
+# refused and waiting for a seat (parked). A running one is out of the buffer, in `busy`.
+State = Literal["ready", "gated", "parked"]
 
 
-class Intake:
-    """Free-slot accounting plus the prefetch buffer, under one lock."""
+class Placement:
+    """The slots, the prefetch buffer, the gate and parking, under one lock."""
 
     def __init__(
         self,
@@ -73,12 +77,10 @@ class Intake:
         clock: Callable[[], float] = time.monotonic,
         ranks: Mapping[str, int] | None = None,
         overtake_after_s: float | None = None,
-        parked: Callable[[], int] = lambda: 0,
+        park_retry_s: float = 1.0,
+        park_s: float = 0.0,
     ) -> None:
         self.size = size
-        # Gated messages parked for a seat (worker.seatwait): buffered, but they hold no
-        # room of the receiver's (a tenant parked full sends its next ones straight back).
-        self._parked = parked
         self._ranks = dict(ranks or {})  # priority tier → rank (0 highest)
         # Weighted and round-robin modes: a lower-tier message buffered this long goes
         # before the highest tier too (the starvation bound holds at the hand-over, not
@@ -88,10 +90,14 @@ class Intake:
         self._clock = clock
         self._busy = 0
         self._buffer: deque[Held] = deque()
-        self._gated: set[int] = set()  # id() of buffered entries whose lock is pending
+        self._state: dict[int, State] = {}  # by id() of each buffered message's entry
         self._frees: deque[float] = deque()  # when each child ended (its slot freed)
         self._born = clock()
         self._cond = threading.Condition()
+        # Parked messages (worker.parking) wait on this lock: buffered, but they
+        # hold no room of the receiver's (a tenant parked full sends its next ones back).
+        self.seats = SeatWaits(slots=size, retry_s=park_retry_s, park_s=park_s,
+                               cond=self._cond, on_park=self._parked)  # fmt: skip
 
     # -- what the receiver asks ----------------------------------------------------------
     @property
@@ -123,7 +129,7 @@ class Intake:
             lower = any(
                 self._ranks.get(entry.tier or "", 0) > rank
                 for _, entry, _ in self._buffer
-                if id(entry) not in self._gated
+                if self._state.get(id(entry)) == "ready"
             )
             # A gated message whose lock is pending holds no slot: a watched tier's
             # message may take it.
@@ -168,7 +174,7 @@ class Intake:
         A parked message may wait for a seat for seconds; holding room meanwhile would
         leave other tenants' messages in the queue (where SQS's fair queue would hand
         them out first) for as long."""
-        return max(0, len(self._buffer) - self._parked())
+        return sum(1 for state in self._state.values() if state != "parked")
 
     def _prefetch(self) -> int:
         """Messages this worker expects to start within the horizon: as many as its slots
@@ -210,6 +216,7 @@ class Intake:
                 self._take()
                 return True
             self._buffer.append(prepare(held) if prepare is not None else held)
+            self._state[id(held[1])] = "ready"
             return False
 
     def gate(self, held: Held) -> None:
@@ -217,7 +224,7 @@ class Intake:
         it waits in the buffer, without a slot, until `settle_gate`."""
         with self._cond:
             self._buffer.append(held)
-            self._gated.add(id(held[1]))
+            self._state[id(held[1])] = "gated"
 
     def settle_gate(self, held: Held, *, runnable: bool) -> GateOutcome:
         """A gated message's lock is decided. `start`: it took a free slot (the caller
@@ -229,17 +236,17 @@ class Intake:
         of the buffer, settled by the caller without a slot; `gone`: a drain took it
         from the buffer meanwhile (and gives it back)."""
         with self._cond:
-            if id(held[1]) not in self._gated:
+            if self._state.get(id(held[1])) not in ("gated", "parked"):
                 return "gone"
-            self._gated.discard(id(held[1]))
+            self._state[id(held[1])] = "ready"
             index = next(i for i, item in enumerate(self._buffer) if item[1] is held[1])
             self._cond.notify_all()
             if runnable and self._busy >= self.size:
                 if self._ready() <= self._prefetch():
                     return "wait"
-                del self._buffer[index]
+                self._remove(index)
                 return "surplus"
-            del self._buffer[index]
+            self._remove(index)
             if not runnable:
                 return "settle"
             self._take()
@@ -263,7 +270,7 @@ class Intake:
         with self._cond:
             held = list(self._buffer)
             self._buffer.clear()
-            self._gated.clear()
+            self._state.clear()
             self._cond.notify_all()
             return held
 
@@ -273,11 +280,11 @@ class Intake:
 
     def _ready(self) -> int:
         """Buffered messages a slot may take now (not gated with their lock pending)."""
-        return len(self._buffer) - len(self._gated)
+        return sum(1 for state in self._state.values() if state == "ready")
 
     def _next_buffered(self) -> Held:
-        if not self._gated and not self._ranks:
-            return self._buffer.popleft()
+        if not self._ranks and self._ready() == len(self._buffer):
+            return self._remove(0)
         now = time.monotonic()
 
         def order(i: int) -> tuple[int, int, int]:
@@ -291,11 +298,22 @@ class Intake:
             aged = rank > 0 and waited >= BUFFER_AGE_FIRST_S
             return (1 if rank == 0 else 2 if aged else 3, rank, i)
 
-        ready = [i for i, item in enumerate(self._buffer) if id(item[1]) not in self._gated]
-        chosen = min(ready, key=order)
-        held = self._buffer[chosen]
-        del self._buffer[chosen]
+        ready = [i for i, item in enumerate(self._buffer) if self._state[id(item[1])] == "ready"]
+        return self._remove(min(ready, key=order))
+
+    def _remove(self, index: int) -> Held:
+        held = self._buffer[index]
+        del self._buffer[index]
+        del self._state[id(held[1])]
         return held
+
+    def _parked(self, key: int, parked: bool) -> None:
+        """A gated message starts or stops waiting for a seat (called under the lock).
+        The receiver sees the room a parked message frees at its next look (within its
+        wait's timeout): waking it at once would send it through a flood faster, a
+        change no benchmark has justified yet."""
+        if key in self._state:  # not dropped by a drain meanwhile
+            self._state[key] = "parked" if parked else "gated"
 
     def _take(self) -> None:
         self._busy += 1

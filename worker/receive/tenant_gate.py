@@ -1,8 +1,8 @@
 """The worker's side of tenant concurrency limits, in one place.
 
-A limited tenant's message is locked before it takes a slot (worker.intake, "gated"),
+A limited tenant's message is locked before it takes a slot (worker.receive.placement, "gated"),
 on a pool of its own: a flood of them must not queue other tenants' preparations
-behind it. Refused a seat, it is parked (worker.seatwait). A well-formed message of a
+behind it. Refused a seat, it is parked (worker.parking). A well-formed message of a
 tenant parked full here goes straight back to its queue, delayed by the back-off (a
 malformed one or one not yet due is gated, and its preparation settles it). A task that
 ends here may free a seat: its tenant's next parked message tries for it.
@@ -17,7 +17,6 @@ costs at most one receive, one send and one delete (each batched by ten) per bac
 
 from __future__ import annotations
 
-import logging
 import random
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,10 +24,7 @@ from typing import Any
 
 from agentq.config import Settings
 from worker.inflight import InFlight
-from worker.seatwait import SeatWaits
-from worker.sqs.batcher import SqsBatcher, message_log
-
-logger = logging.getLogger(__name__)
+from worker.parking import SeatWaits
 
 Prepare = Callable[[Mapping[str, Any], InFlight, SeatWaits], Any]
 
@@ -37,26 +33,21 @@ class LimitedTenants:
     def __init__(
         self,
         settings: Settings,
-        batcher: SqsBatcher,
+        seats: SeatWaits,
         *,
         waits_for_seat: Callable[[Mapping[str, Any]], bool],
         waiting: Callable[[Mapping[str, Any]], None] = lambda _: None,
     ) -> None:
-        self._batcher = batcher
         self._waits_for_seat = waits_for_seat
         self._waiting = waiting
         self._backoff_s = settings.tenant_limit_backoff_ms / 1000
-        self.seats = SeatWaits(
-            slots=settings.max_concurrent,
-            retry_s=self._backoff_s,
-            park_s=settings.tenant_limit_park_ms / 1000,
-        )
+        self.seats = seats  # the placement's, under its lock
         # One thread a slot for locks, one more a slot for parked messages waiting.
         self._locks = ThreadPoolExecutor(2 * settings.max_concurrent, thread_name_prefix="gate")
 
     def lock(self, prepare: Prepare, message: Mapping[str, Any], entry: InFlight) -> Future[Any]:
         """Take the message's lock (and seat) on the gate pool, parking it if refused."""
-        return self._locks.submit(prepare, message, entry, self.seats)
+        return self._locks.submit(prepare, message, entry, self.seats.for_message(id(entry)))
 
     def parked_full(self, tenant: str, message: Mapping[str, Any]) -> bool:
         """Whether `message` goes straight back: its tenant has parked all it may here.
@@ -65,15 +56,14 @@ class LimitedTenants:
         while its tenant stays at its limit; one not yet due is re-delayed until due."""
         return self.seats.full(tenant) and self._waits_for_seat(message)
 
-    def send_back(self, message: Mapping[str, Any], tenant: str) -> None:
-        """Back to its queue unread, as a fresh copy after the back-off (no lock, no
-        attempt, no receive counted): a lock could only be refused."""
-        delay = random.uniform(self._backoff_s / 2, self._backoff_s)
-        logger.info("tenant at its concurrency limit; sent back (parked full here)",
-                    extra={**message_log(message), "tenant": tenant, "delay_s": delay})  # fmt: skip
-        self._batcher.give_back(message["ReceiptHandle"], message, delay, fresh=True)
-        # Its message lives on, so the reconciler must not count the task lost: marked
-        # on the gate pool, off the receive loop that called this.
+    def backoff_s(self) -> float:
+        """How long a message of a tenant parked full here waits in its queue before it
+        is received again (jittered, so its copies do not come back together)."""
+        return random.uniform(self._backoff_s / 2, self._backoff_s)
+
+    def waiting(self, message: Mapping[str, Any]) -> None:
+        """A message sent back for its tenant's limit lives on, so the reconciler must
+        not count its task lost: marked on the gate pool, off the receive loop."""
         self._locks.submit(self._waiting, message)
 
     def task_ended(self, tenant: str, seat: int | None = None) -> None:

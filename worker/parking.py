@@ -19,7 +19,7 @@ held message) and without a slot, and its lock is tried again:
 
 A parked message holds a thread of the gate pool and its place in the buffer, never a
 slot; a slot idle only behind parked messages still receives now and then
-(worker.intake), so other tenants' work arriving meanwhile starts beside it. Each
+(worker.receive.placement), so other tenants' work arriving meanwhile starts beside it. Each
 tenant may park half this worker's slots, all tenants together its slots; a message
 refused past that bound goes back at once, and one of a tenant that is parked full goes
 back without a lock transaction (the parked ones were refused within the back-off and
@@ -35,6 +35,7 @@ limit of 2 of 8 slots, on the same DynamoDB every other tenant's lock waits on.
 
 from __future__ import annotations
 
+import copy
 import random
 import threading
 import time
@@ -57,7 +58,12 @@ class Wake:
 
 
 class SeatWaits:
-    """Where parked messages wait for a seat of their tenant; shared by the gate threads."""
+    """Where parked messages wait for a seat of their tenant; shared by the gate threads.
+
+    The placement (worker.receive.placement) builds it under its own lock, so a message's
+    one state there (gated, parked) changes with the seat waits: `for_message` gives the
+    view a gated message's preparation parks through, and `on_park(key, parked)` tells
+    the placement, under that lock, when the message starts and stops waiting."""
 
     def __init__(
         self,
@@ -66,18 +72,28 @@ class SeatWaits:
         retry_s: float,
         park_s: float,
         clock: Callable[[], float] = time.monotonic,
+        cond: threading.Condition | None = None,
+        on_park: Callable[[int, bool], None] | None = None,
     ) -> None:
         self._retry_s = max(MIN_RETRY_S, retry_s)
         self._park_s = park_s
         self._clock = clock
         self._per_tenant = max(1, slots // 2)
         self._total = max(1, slots) if park_s > 0 else 0
-        self._cond = threading.Condition()
+        self._cond = cond if cond is not None else threading.Condition()
+        self._on_park = on_park
+        self._key: int | None = None  # the message this view parks (`for_message`)
         self._waiting: dict[str, int] = {}  # parked messages by tenant
         # Seats freed here not yet taken by a parked message (their index, when known).
         self._freed: dict[str, list[int | None]] = {}
         self._refused_until: dict[str, float] = {}  # a lock refused here: at limit till then
-        self._closed = False
+        self._closed = threading.Event()  # an object, so every view shares it
+
+    def for_message(self, key: int) -> SeatWaits:
+        """The same seat waits, parking the message the placement knows as `key`."""
+        view = copy.copy(self)
+        view._key = key
+        return view
 
     @property
     def parked(self) -> int:
@@ -109,7 +125,7 @@ class SeatWaits:
     def room(self, tenant: str) -> bool:
         """Whether a message of `tenant` refused now may park here."""
         with self._cond:
-            return not self._closed and self._room(tenant)
+            return not self._closed.is_set() and self._room(tenant)
 
     def _room(self, tenant: str) -> bool:
         return (
@@ -122,29 +138,35 @@ class SeatWaits:
         wait for a seat. A `Wake`: try the lock again now; None: stop waiting (its park
         time is over, this worker drains, or it may not park at all) and send it back."""
         with self._cond:
-            if self._closed or self._clock() - since >= self._park_s:
+            if self._closed.is_set() or self._clock() - since >= self._park_s:
                 return None
             if not self._room(tenant):
                 return None
             self._waiting[tenant] = self._waiting.get(tenant, 0) + 1
+            self._parking(True)
             try:
                 # Jittered, so parked messages of one tenant on several workers do not
                 # all try at the same instant.
                 retry_at = self._clock() + random.uniform(self._retry_s / 2, self._retry_s)
                 retry_at = min(retry_at, since + self._park_s)
-                while not self._closed and not self._freed.get(tenant):
+                while not self._closed.is_set() and not self._freed.get(tenant):
                     left = retry_at - self._clock()
                     if left <= 0:
                         return Wake(freed_here=False)
                     self._cond.wait(left)
-                if self._closed:
+                if self._closed.is_set():
                     return None
                 return Wake(freed_here=True, seat=self._freed[tenant].pop(0))
             finally:
+                self._parking(False)
                 self._waiting[tenant] -= 1
                 if not self._waiting[tenant]:
                     del self._waiting[tenant]
                     self._freed.pop(tenant, None)
+
+    def _parking(self, parked: bool) -> None:
+        if self._on_park is not None and self._key is not None:
+            self._on_park(self._key, parked)
 
     def freed(self, tenant: str, seat: int | None = None) -> bool:
         """A task of `tenant` ended here (its seat, if it held one, is free): wake one
@@ -164,5 +186,5 @@ class SeatWaits:
     def close(self) -> None:
         """The worker drains: every parked message stops waiting and goes back."""
         with self._cond:
-            self._closed = True
+            self._closed.set()
             self._cond.notify_all()

@@ -1,8 +1,8 @@
 """The worker process: a receiver, N slots, one heartbeat, and a graceful drain.
 
-The receiving threads (worker.receiving) hand each message here to be placed. The
+The receiving threads (worker.receive.receivers) hand each message here to be placed. The
 receiver long-polls only when a free slot has nothing to start, for the free slots
-plus a prefetch sized to the recent start rate (worker.intake), so a slot is refilled
+plus a prefetch sized to the recent start rate (worker.receive.placement), so a slot is refilled
 the moment its child exits while the last task is still being settled (worker.settle.handler).
 One heartbeat keeps every held message, prefetched or running, invisible and every lease
 alive.
@@ -31,13 +31,14 @@ from agentq.config import Settings
 from agentq.signal_relay import SignalRelay
 from worker.heartbeat import Heartbeat
 from worker.inflight import InFlight, InFlightRegistry
-from worker.intake import BUFFER_AGE_FIRST_S, Held, Intake
-from worker.limited import LimitedTenants
-from worker.receiving import PassOn, Receiving
+from worker.receive.placement import BUFFER_AGE_FIRST_S, Held, Placement
+from worker.receive.receivers import PassOn, Receiving
+from worker.receive.send_back import SendBack
+from worker.receive.tenant_gate import LimitedTenants
+from worker.receive.tiers import TierReceiver
 from worker.settle.handler import MessageHandler, Prepared
 from worker.sqs.batcher import SqsBatcher, is_copy, message_log
 from worker.sqs.eventbatch import EventBatcher
-from worker.tiers import TierReceiver
 
 logger = logging.getLogger(__name__)
 # Preparing is a definition lookup and one conditional write; beyond this it is stuck.
@@ -73,19 +74,22 @@ class Consumer:
         self._batcher = batcher
         self._events = events
         self._inflight = inflight
+        self._send_back = SendBack(batcher, self._count)
         self._on_tick = list(on_tick)
-        self._limited = LimitedTenants(
-            settings, batcher, waits_for_seat=handler.waits_for_seat, waiting=handler.waiting
-        )
-        self.slots = Intake(
+        self.slots = Placement(
             settings.max_concurrent,
-            parked=lambda: self._limited.seats.parked,
             horizon_s=settings.prefetch_horizon_ms / 1000,
             ranks=self.tiers.ranks if self.tiers.multi else None,
             overtake_after_s=None
             if settings.scheduler_mode == "strict"
             else min(settings.starvation_bound_ms / 1000, BUFFER_AGE_FIRST_S),
+            park_retry_s=settings.tenant_limit_backoff_ms / 1000,
+            park_s=settings.tenant_limit_park_ms / 1000,
         )
+        self._limited = LimitedTenants(
+            settings, self.slots.seats, waits_for_seat=handler.waits_for_seat,
+            waiting=handler.waiting,
+        )  # fmt: skip
         # A slot frees at its child's exit while its thread settles: room for both.
         self._pool = ThreadPoolExecutor(2 * settings.max_concurrent + 1, thread_name_prefix="slot")
         self._preparer = ThreadPoolExecutor(2, thread_name_prefix="prepare")
@@ -206,9 +210,9 @@ class Consumer:
         pass_on: PassOn = "never",
     ) -> bool:
         """Place a received message; True if it went straight back (its tenant parked
-        full here), which tells the receive loop a flood is passing (worker.receiving).
+        full here), which tells the receive loop a flood is passing (worker.receive.receivers).
 
-        `pass_on` (worker.receiving): "if_full", a watcher's long poll asked for free slots
+        `pass_on` (worker.receive.receivers): "if_full", a watcher's long poll asked for free slots
         only. If they filled before its message came, the message goes back to the fleet
         at once as a fresh copy, where another worker's long poll for a free slot may take
         it now; here it would wait for a hand-over. "if_surplus", the receive loop's: it
@@ -219,7 +223,7 @@ class Consumer:
         # the chaos verdict reads to tell a fresh copy from a receive spent in place.
         logger.info("message received", extra=message_log(message))
         if self._stopping.is_set():
-            self._gave_back(message)
+            self._send_back(message, "draining")
             return False
         with self._verdict_lock:
             self.received += 1
@@ -227,8 +231,7 @@ class Consumer:
         if destination is not None:
             # Its priority names another tier: it waits there, not in this one's turn.
             try:
-                self._batcher.forward(message, destination)
-                self._count("forwarded")
+                self._send_back(message, "forwarded", queue_url=destination)
             except Exception:
                 logger.exception("forwarding to its tier failed; running it here")
             else:
@@ -243,8 +246,8 @@ class Consumer:
         if tenant is not None and self._limited.parked_full(tenant, message):
             # At its limit, its parked messages here first in line for the next seat.
             self._inflight.remove(entry)
-            self._limited.send_back(message, tenant)
-            self._count("tenant_limit")
+            self._send_back(message, "tenant_limit", delay_s=self._limited.backoff_s())
+            self._limited.waiting(message)
             return True
         if tenant is not None:
             # Its tenant has a limit: the lock (and seat) first, a slot only if it holds.
@@ -260,9 +263,7 @@ class Consumer:
             and (self.slots.full() if pass_on == "if_full" else self.slots.surplus())
         ):
             self._inflight.remove(entry)
-            logger.info("message passed on", extra=message_log(message))
-            self._batcher.requeue(message, 0, at_once=True)
-            self._count("passed_on")
+            self._send_back(message, "passed_on")
             return False
         if self.slots.offer((message, entry, None), prepare=self._prepare_ahead):
             self._pool.submit(self._slot, message, entry, None)
@@ -319,12 +320,7 @@ class Consumer:
             if isinstance(ready, str):
                 self._count(ready)  # settled while preparing (a duplicate, say)
             else:
-                self._gave_back(message, entry.receipt_handle)
-
-    def _gave_back(self, message: dict[str, Any], receipt_handle: str | None = None) -> None:
-        """A message that will not start here (draining): back to the queue, fresh."""
-        logger.info("message given back", extra=message_log(message))
-        self._batcher.give_back(receipt_handle or message["ReceiptHandle"], message)
+                self._send_back(message, "given_back", receipt_handle=entry.receipt_handle)
 
     def _slot(
         self, message: dict[str, Any], entry: InFlight, preparation: Future[Any] | None

@@ -32,19 +32,11 @@ from agentq.config import Settings
 from agentq.envelope import PRIORITY_PATTERN, DecodedBody
 from agentq.errors import InvalidInput
 from agentq.json_text import decode_json
-from worker.intake import MAX_RECEIVE
+from worker.receive.placement import MAX_RECEIVE
+from worker.routes import tier_urls
 from worker.scheduler import Pick, Scheduler
 
 logger = logging.getLogger(__name__)
-
-
-def tier_urls(settings: Settings) -> dict[str, str]:
-    """Distinct queues by tier, highest first; tiers sharing a URL keep the highest."""
-    urls: dict[str, str] = {}
-    for tier, url in settings.tier_queue_urls().items():
-        if url not in urls.values():
-            urls[tier] = url
-    return urls
 
 
 class TierReceiver:

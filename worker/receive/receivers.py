@@ -1,8 +1,8 @@
 """The worker's receiving threads, kept apart from running: one receive loop for the
 slots' wants and, with priority tiers, a watcher per watched tier.
 
-The receive loop asks the scheduler (worker.tiers) which tier to receive from for what
-the free slots and the prefetch want (worker.intake); each watched tier keeps a long
+The receive loop asks the scheduler (worker.receive.tiers) which tier to receive from for what
+the free slots and the prefetch want (worker.receive.placement); each watched tier keeps a long
 poll of its own outstanding for the places the tiers below it may not take. Both hand
 every message to `accept` (the consumer places it). Neither runs anything.
 
@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
-from worker.intake import MAX_RECEIVE, Intake
-from worker.tiers import TierReceiver
+from worker.receive.placement import MAX_RECEIVE, Placement
+from worker.receive.tiers import TierReceiver
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class Receiving:
     def __init__(
         self,
         *,
-        slots: Intake,
+        slots: Placement,
         tiers: TierReceiver,
         note_route: Callable[[str, str], None],
         accept: Accept,
