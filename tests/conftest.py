@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 from moto import mock_aws
 
 from agentq.aws import AwsClients
@@ -25,6 +26,16 @@ from agentq.local.aws import (
     provision_on,
 )
 from agentq.resources import ResourceNames
+
+# Property tests judge what they generate, not how fast: the suite runs on several
+# processes on a loaded machine, where input generation can take seconds. A test that
+# sets its own `settings` keeps them over this profile's.
+settings.register_profile(
+    "agentq",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile("agentq")
 
 # No test may reach a real AWS account, whatever the developer's shell holds.
 for _name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
