@@ -129,16 +129,20 @@ def test_a_name_defined_in_two_directories_is_refused(tmp_path: Path) -> None:
 def test_any_archive_is_read_or_refused_as_invalid_input(
     manifest: bytes, members: dict[str, bytes]
 ) -> None:
-    scratch = Path(tempfile.gettempdir())
-    before = set(scratch.iterdir())
-    try:
-        found = read_bundle(_zip({MANIFEST: manifest, **members}))
-    except InvalidInput:
-        pass
-    else:
-        assert all(name == d.name for name, d in found.items())
-    # The scratch directory is gone, whatever the archive held.
-    assert {p for p in set(scratch.iterdir()) - before if "agentq-definitions-" in p.name} == set()
+    # A temporary directory of this test's own: other processes of the suite read
+    # bundles into the shared one at the same time.
+    with tempfile.TemporaryDirectory() as private:
+        saved, tempfile.tempdir = tempfile.tempdir, private
+        try:
+            found = read_bundle(_zip({MANIFEST: manifest, **members}))
+        except InvalidInput:
+            pass
+        else:
+            assert all(name == d.name for name, d in found.items())
+        finally:
+            tempfile.tempdir = saved
+        # The scratch directory is gone, whatever the archive held.
+        assert list(Path(private).iterdir()) == []
 
 
 @settings(max_examples=100, deadline=None)
