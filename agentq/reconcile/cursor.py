@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from agentq.resources import INDEX_BY_STATUS
 from agentq.store._dynamo import condition_failed
@@ -142,3 +142,39 @@ class Cursors:
                 return False
             raise
         return True
+
+    def walk(
+        self,
+        partitions: Sequence[str],
+        *,
+        bound: str,
+        limit: int,
+        now_ms: int,
+        errors: list[str],
+        visit: Callable[[str, list[dict[str, Any]]], None],
+    ) -> None:
+        """One page of each partition from its cursor: `visit(partition, items)`, then the
+        cursor moves past the page. An unreadable cursor or page is an error for this run
+        (the next run reads it again), never a stop for the other partitions; a cursor
+        that could not be moved reads its page again next run, where what was repaired is
+        skipped."""
+        try:
+            resume = self.read(partitions)
+        except (ClientError, BotoCoreError) as error:
+            errors.append(f"reconciler cursors unreadable: {error}")
+            return
+        for partition in partitions:
+            if partition not in resume:
+                errors.append(f"{partition}: cursor unread (throttled)")
+                continue
+            after = resume[partition]
+            try:
+                page = self.page(partition, after=after, bound=bound, limit=limit)
+            except (ClientError, BotoCoreError) as error:
+                errors.append(f"{partition}: status index unreadable: {error}")
+                continue
+            visit(partition, page.items)
+            try:
+                self.move(partition, read=after, to=page.resume_after, at_ms=now_ms)
+            except (ClientError, BotoCoreError) as error:
+                errors.append(f"{partition}: cursor not moved: {error}")

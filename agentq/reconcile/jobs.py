@@ -100,35 +100,19 @@ class StalledJobs:
             *(keys.status_partition(TaskState.BLOCKED.value, shard)
               for shard in range(STATUS_SHARDS)),
         ]  # fmt: skip
-        try:
-            resume = self.cursors.read(partitions)
-        except AWS_ERRORS as error:
-            errors.append(f"jobs: reconciler cursors unreadable: {error}")
-            return []
         seen: dict[tuple[str, str], None] = {}
-        for partition in partitions:
-            if partition not in resume:
-                errors.append(f"{partition}: cursor unread (throttled)")
-                continue
-            after = resume[partition]
-            try:
-                page = self.cursors.page(
-                    partition, after=after, bound=keys.due_bound(bound), limit=self._page_size
-                )
-            except AWS_ERRORS as error:
-                errors.append(f"{partition}: status index unreadable: {error}")
-                continue
-            for item in page.items:
+
+        def visit(partition: str, items: list[dict[str, Any]]) -> None:
+            # Only collected here, checked after the walk: the cursor moves first, and a
+            # job whose check fails is found again when the cursor next passes it.
+            for item in items:
                 data = from_item(item)
                 tenant, job_id = data.get("tenant"), data.get("jobId")
                 if isinstance(tenant, str) and isinstance(job_id, str) and job_id:
                     seen.setdefault((tenant, job_id))
-            try:
-                # Moved before the checks: a job whose check fails is found again when
-                # the cursor next passes it, like any job not stalled yet.
-                self.cursors.move(partition, read=after, to=page.resume_after, at_ms=now)
-            except AWS_ERRORS as error:
-                errors.append(f"{partition}: cursor not moved: {error}")
+
+        self.cursors.walk(partitions, bound=keys.due_bound(bound), limit=self._page_size,
+                          now_ms=now, errors=errors, visit=visit)  # fmt: skip
         return list(seen)
 
     def _check(self, tenant: str, job_id: str, bound: int) -> Repair | None:

@@ -82,30 +82,14 @@ class LostMessages:
             for state, kind in _WATCHED
             for shard in range(STATUS_SHARDS)
         ]
-        try:
-            resume = self.cursors.read([partition for partition, _ in watched])
-        except AWS_ERRORS as error:
-            errors.append(f"reconciler cursors unreadable: {error}")
-            return
-        for partition, kind in watched:
-            if partition not in resume:
-                errors.append(f"{partition}: cursor unread (throttled)")
-                continue
-            after = resume[partition]
-            try:
-                page = self.cursors.page(
-                    partition, after=after, bound=keys.due_bound(bound), limit=self._page_size
-                )
-            except AWS_ERRORS as error:
-                errors.append(f"{partition}: status index unreadable: {error}")
-                continue
-            for item in page.items:
-                self._check(item, kind, now, bound, repairs, errors)
-            try:
-                self.cursors.move(partition, read=after, to=page.resume_after, at_ms=now)
-            except AWS_ERRORS as error:
-                # The next run reads this page again; what was repaired is skipped.
-                errors.append(f"{partition}: cursor not moved: {error}")
+        kinds = dict(watched)
+
+        def visit(partition: str, items: list[dict[str, Any]]) -> None:
+            for item in items:
+                self._check(item, kinds[partition], now, bound, repairs, errors)
+
+        self.cursors.walk([partition for partition, _ in watched], bound=keys.due_bound(bound),
+                          limit=self._page_size, now_ms=now, errors=errors, visit=visit)  # fmt: skip
 
     def _check(
         self,
