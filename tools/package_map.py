@@ -8,12 +8,12 @@ that infra imports. `python -m tools.package_map` rewrites both between their ma
 
 from __future__ import annotations
 
-import argparse
 import ast
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
+
+from agentq.config.doc import regenerate
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 DOC: Final = ROOT / "docs" / "architecture.md"
@@ -101,18 +101,7 @@ def render(document: str, root: Path = ROOT) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.package_map", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="exit 1 if the map is stale")
-    args = parser.parse_args(argv)
-    current = DOC.read_text(encoding="utf-8")
-    wanted = render(current)
-    if args.check:
-        if wanted != current:
-            sys.stderr.write(f"{DOC} is stale: run python -m tools.package_map\n")
-            return 1
-        return 0
-    DOC.write_text(wanted, encoding="utf-8")
-    return 0
+    return regenerate(DOC, render, "tools.package_map", argv, __doc__)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -29,19 +29,31 @@ def render(document: str) -> str:
     return f"{head}{BEGIN}\n{reference_table()}{END}{tail}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentq.config.doc", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="exit 1 if the table is stale")
+def regenerate(
+    doc: Path,
+    render_doc: Callable[[str], str],
+    prog: str,
+    argv: Sequence[str] | None,
+    description: str | None = None,
+) -> int:
+    """The command line of a doc's generated part: rewrite it, or with `--check` exit 1
+    when it is stale (tests run the check). tools/package_map.py uses it too."""
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=description)
+    parser.add_argument("--check", action="store_true", help="exit 1 if the doc is stale")
     args = parser.parse_args(argv)
-    current = DOC.read_text(encoding="utf-8")
-    wanted = render(current)
+    current = doc.read_text(encoding="utf-8")
+    wanted = render_doc(current)
     if args.check:
         if wanted != current:
-            sys.stderr.write(f"{DOC} is stale: run python -m agentq.config.doc\n")
+            sys.stderr.write(f"{doc} is stale: run python -m {prog}\n")
             return 1
         return 0
-    DOC.write_text(wanted, encoding="utf-8")
+    doc.write_text(wanted, encoding="utf-8")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return regenerate(DOC, render, "agentq.config.doc", argv, __doc__)
 
 
 if __name__ == "__main__":
