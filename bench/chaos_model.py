@@ -227,6 +227,9 @@ class ScheduleVerdict:
     lost_planted: int = 0
     lost_repaired: int = 0
     waiting_resent: int = 0
+    parked_tasks: int = 0  # tasks a worker's log shows parked at least once
+    # Re-sent after waiting unreceived in its queue past the bound (not promised).
+    queued_resent: int = 0
     limits: dict[str, int] = field(default_factory=dict)  # tenant -> its limit
 
     def _most_running(self) -> str:
@@ -248,10 +251,11 @@ class ScheduleVerdict:
             "INV tenant limit exceeded (most running per tenant) / seats left": (
                 f"{self.over_limit} ({self._most_running()}) / {self.seats_left}"
             ),
-            "INV lost tasks not repaired (of planted) / waiting tasks re-sent": (
+            "INV lost tasks not repaired (of planted) / parked tasks re-sent (of parked)": (
                 f"{self.lost_planted - self.lost_repaired} of {self.lost_planted} / "
-                f"{self.waiting_resent}"
+                f"{self.waiting_resent} of {self.parked_tasks}"
             ),
+            "tasks re-sent after waiting in their queue past the bound": str(self.queued_resent),
         }
 
 

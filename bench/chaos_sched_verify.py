@@ -8,15 +8,19 @@
 - tenant limits: from the executions' own times (frozen time excluded), never more of
   a limited tenant's tasks running at once than its limit for longer than
   LIMIT_SLACK_S, and no seat held once the run is over;
-- reconciler: every task stored without a message was re-sent and ran; no task whose
-  message was still going round (sent, never locked) was re-sent.
+- reconciler: every task stored without a message was re-sent and ran; no task was
+  re-sent while a live, unfrozen worker held its message parked for its tenant's seat
+  (from the workers' logs). A re-send of a task whose message sat unreceived in its
+  queue longer than the bound is what the reconciler does not promise to avoid: a
+  finding, counted.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any, Final
 
 from agentq.events import now_ms
@@ -35,6 +39,23 @@ from bench.stack import Stage
 # clock runs ahead, while its holder's child is fenced 1.5 s before its lease ends:
 # 0.5 s with the run's 6 s leases and 2 s offsets, and a margin for a loaded host.
 LIMIT_SLACK_S: Final = 1.0
+# What a worker logs as it parks a message, and as the park ends (a seat taken, or the
+# message sent back: its park time over, no room, or a drain).
+PARKED: Final = "tenant at its concurrency limit; parked"
+UNPARKED: Final = ("parked task took a seat", "tenant at its concurrency limit; backing off")
+# A mark an injected fault refused: the reconciler may then re-send the task (promised
+# only as "at worst the lock runs the reconciler's copy once", agentq.store.waiting).
+MARK_FAILED: Final = "could not mark a waiting task"
+
+
+@dataclass(frozen=True)
+class Park:
+    """A stretch a worker held a task's message parked (epoch seconds)."""
+
+    worker: str
+    since: float
+    until: float
+    mark_failed: bool = False
 
 
 def verify_schedule(
@@ -50,8 +71,11 @@ def verify_schedule(
 ) -> None:
     """Judge the mix into `report` (its violations, and `schedule`: the counts)."""
     runs = executions_of(side_log, kills, fenced_children(fleet), freezes)
+    horizon = time.time()
+    parks = parked_stretches({w.name: w.log_records() for w in fleet}, kills, horizon)
     verdict = judge(stage, mix.plan, mix.answers, runs, frozen_windows(freezes),
-                    report.violations, budget_s=budget_s, horizon=time.time())  # fmt: skip
+                    report.violations, budget_s=budget_s, horizon=horizon, parks=parks,
+                    freezes=freezes, findings=report.findings)  # fmt: skip
     report.violations.extend(mix.errors)
     report.schedule = asdict(verdict)
 
@@ -66,11 +90,14 @@ def judge(
     *,
     budget_s: float,
     horizon: float,
+    parks: Mapping[str, Sequence[Park]],
+    freezes: Sequence[Freeze],
+    findings: list[str],
 ) -> ScheduleVerdict:
     ddb, table = stage.clients["dynamodb"], stage.resources.table_name
     tasks = TaskStore(ddb, table)
     events = EventStore(ddb, table, app_name=stage.resources.names.app_name)
-    verdict = ScheduleVerdict(tasks=len(plan.planned), limits=dict(LIMITS))
+    verdict = ScheduleVerdict(tasks=len(plan.planned), limits=dict(LIMITS), parked_tasks=len(parks))
     for answer in answers:
         verdict.cancels[answer.outcome] = verdict.cancels.get(answer.outcome, 0) + 1
         record = tasks.get(plan.tenant_of[answer.request_id], answer.request_id)
@@ -119,11 +146,87 @@ def judge(
             continue
         for repair in repairs:
             payload = repair.get("payload") or {}
-            if payload.get("repair") == "pending_lost" and not repair.get("attempt"):
+            if payload.get("repair") != "pending_lost" or repair.get("attempt"):
+                continue
+            at = datetime.fromisoformat(str(repair.get("timestamp"))).timestamp()
+            holder = parked_at(parks.get(rid, ()), freezes, at)
+            line = f"{rid} ({tenant}): re-sent by the reconciler ({payload.get('detail')})"
+            if holder is None:
+                verdict.queued_resent += 1
+                findings.append(f"{line}: its message was in no worker's hands")
+            else:
                 verdict.waiting_resent += 1
-                violations.append(f"{rid} ({item.envelope.tenant}): re-sent by the reconciler "
-                                  f"while its own message went round ({payload.get('detail')})")  # fmt: skip
+                violations.append(f"{line} while {holder} held it parked")
     return verdict
+
+
+def parked_stretches(
+    logs: Mapping[str, Sequence[Mapping[str, Any]]], kills: Sequence[Kill], horizon: float
+) -> dict[str, list[Park]]:
+    """Each task's parked stretches, from each worker's log (its incarnations one after
+    another): from its "parked" line to the line that ends the park, or to the kill of
+    the incarnation that held it."""
+    stretches: dict[str, list[Park]] = {}
+    for worker, records in logs.items():
+        deaths = sorted(k.at for k in kills if k.worker == worker and not k.child_only)
+        for rid, park in _parks_of(worker, records, deaths, horizon):
+            stretches.setdefault(rid, []).append(park)
+    return stretches
+
+
+def _parks_of(
+    worker: str, records: Sequence[Mapping[str, Any]], deaths: Sequence[float], horizon: float
+) -> list[tuple[str, Park]]:
+    parks: list[tuple[str, Park]] = []
+    open_since: dict[str, float] = {}
+    failed: set[str] = set()  # a mark refused during the open park
+
+    def close(rid: str, until: float) -> None:
+        parks.append((rid, Park(worker, open_since.pop(rid), until, rid in failed)))
+        failed.discard(rid)
+
+    for record in records:
+        message, rid = record.get("message"), record.get("requestId")
+        if not isinstance(rid, str):
+            continue
+        if message == MARK_FAILED:
+            failed.add(rid)
+            continue
+        if message != PARKED and message not in UNPARKED:
+            continue
+        at = _log_time(record)
+        for rid_open, since in list(open_since.items()):
+            death = next((d for d in deaths if since <= d <= at), None)
+            if death is not None:
+                close(rid_open, death)
+        if message == PARKED:
+            if rid not in open_since:
+                failed.discard(rid)  # one refused as it went back before: not this park
+            open_since.setdefault(rid, at)
+        elif rid in open_since:
+            close(rid, at)
+    for rid_open, since in list(open_since.items()):
+        close(rid_open, next((d for d in deaths if d >= since), horizon))
+    return parks
+
+
+def parked_at(parks: Sequence[Park], freezes: Sequence[Freeze], at: float) -> str | None:
+    """The worker that held the message parked at `at`, thawed all the while it had to
+    keep the task marked (the reconciler's bound before `at`); else None."""
+    for park in parks:
+        if park.mark_failed or not park.since <= at <= park.until:
+            continue
+        if any(f.worker == park.worker and f.at <= at and f.until >= park.since
+               for f in freezes):  # fmt: skip
+            continue  # a frozen worker writes no mark: its message looks lost
+        return park.worker
+    return None
+
+
+def _log_time(record: Mapping[str, Any]) -> float:
+    # Powertools' format: "2026-12-01 22:51:54,018+0000" (the worker's wall clock, which
+    # the chaos clock offsets do not move).
+    return datetime.strptime(str(record["timestamp"]), "%Y-%m-%d %H:%M:%S,%f%z").timestamp()
 
 
 def _check_cancel(

@@ -1,14 +1,25 @@
-"""The scheduling verdict's own logic, on made-up executions (no stack): a tenant over
-its limit longer than the skew budget, frozen time not counted as running, and the
-cancel answers' rules."""
+"""The scheduling verdict's own logic, on made-up executions and logs (no stack): a
+tenant over its limit longer than the skew budget, frozen time not counted as running,
+the cancel answers' rules, and when a task counts as parked."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from agentq.states import TaskState
 from bench.chaos_executions import Execution
-from bench.chaos_model import ScheduleVerdict
+from bench.chaos_model import Freeze, Kill, ScheduleVerdict
 from bench.chaos_sched import CancelAnswer
-from bench.chaos_sched_verify import _check_cancel, running_over
+from bench.chaos_sched_verify import (
+    MARK_FAILED,
+    PARKED,
+    UNPARKED,
+    Park,
+    _check_cancel,
+    parked_at,
+    parked_stretches,
+    running_over,
+)
 
 
 def execution(
@@ -58,3 +69,42 @@ def test_a_cancel_answer_is_broken_by_a_newer_attempt_or_another_end() -> None:
         runs = [execution("t", float(n), float(n) + 0.5, attempt=n) for n in attempts]
         _check_cancel(given, state, attempt, runs, verdict, violations)
         assert len(violations) == expected, (given, state, attempt, violations)
+
+
+def log(message: str, rid: str, second: float) -> dict[str, object]:
+    stamp = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+    return {"message": message, "requestId": rid, "timestamp": f"{stamp}+0000"}
+
+
+def kill(worker: str, at: float) -> Kill:
+    return Kill(at=at, worker=worker, worker_id=f"{worker}-1", pids=(), child_only=False)
+
+
+def test_a_park_lasts_from_its_line_to_its_seat_or_its_workers_death() -> None:
+    logs = {
+        "w0": [log(PARKED, "a", 100.0), log(PARKED, "b", 101.0), log(UNPARKED[0], "a", 104.5),
+               log(PARKED, "c", 110.0)],
+        "w1": [log(PARKED, "d", 100.0)],
+    }  # fmt: skip
+    parks = parked_stretches(logs, [kill("w0", 103.0), kill("w1", 90.0)], horizon=200.0)
+
+    # a: its worker died at 103 s (the seat line is another incarnation's, after it).
+    assert parks["a"] == [Park("w0", 100.0, 103.0)]
+    assert parks["b"] == [Park("w0", 101.0, 103.0)]
+    assert parks["c"] == [Park("w0", 110.0, 200.0)]  # still parked at the end
+    assert parks["d"] == [Park("w1", 100.0, 200.0)]  # its worker died before it parked
+    assert parked_at(parks["a"], [], 102.0) == "w0"
+    assert parked_at(parks["a"], [], 103.5) is None
+
+
+def test_a_re_send_while_frozen_or_after_a_refused_mark_is_not_held_against_the_park() -> None:
+    logs = {"w0": [log(PARKED, "a", 100.0), log(MARK_FAILED, "a", 101.0),
+                   log(PARKED, "b", 100.0), log(UNPARKED[1], "a", 112.0),
+                   log(UNPARKED[1], "b", 112.0)]}  # fmt: skip
+    parks = parked_stretches(logs, [], horizon=200.0)
+    freeze = Freeze(at=104.0, until=106.0, worker="w0", worker_id="w0-1", pids=())
+
+    assert parks["a"] == [Park("w0", 100.0, 112.0, mark_failed=True)]
+    assert parked_at(parks["a"], [], 110.0) is None
+    assert parked_at(parks["b"], [], 110.0) == "w0"
+    assert parked_at(parks["b"], [freeze], 110.0) is None

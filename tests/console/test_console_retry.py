@@ -121,7 +121,7 @@ def test_a_retried_uncount_changes_the_job_once(failed_job: AgentqClient) -> Non
     assert failed_job.get_job("j").counts["done"] == 1
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_chromium_retries_a_failed_task_from_the_job_page(
     failed_job: AgentqClient, browser: Browser
 ) -> None:

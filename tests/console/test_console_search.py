@@ -91,7 +91,7 @@ def test_bad_filters_are_refused_before_any_read(http: Http, query: str) -> None
         assert HOSTILE not in reply.text
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_chromium_search_lives_in_the_url_and_draws_text(
     work: dict[str, str], browser: Browser
 ) -> None:

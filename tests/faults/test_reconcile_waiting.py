@@ -92,6 +92,36 @@ def test_a_parked_task_older_than_the_bound_gets_no_duplicate(stack: Stack) -> N
     assert record.state is TaskState.PENDING and "repairedAt" not in record.raw
 
 
+def test_a_task_parked_longer_than_the_bound_is_marked_again_at_its_wakes(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker's bound of 1 s: it marks a waiting task again after 0.25 s at most.
+    monkeypatch.setenv("RECONCILE_LOST_AFTER", "1")
+    parts = worker_parts(stack)
+    _seated(stack, parts)
+    envelope, message, entry = _waiting_task(stack, parts)
+    seats = SeatWaits(slots=4, retry_s=0.3, park_s=NEVER)  # wakes, looks, parks on
+
+    def mark() -> int | None:
+        seen = parts.store.require("acme", envelope.request_id).raw.get(WAIT_SEEN_AT)
+        return seen if isinstance(seen, int) else None
+
+    with ThreadPoolExecutor(1) as pool:
+        preparation = pool.submit(parts.handler.prepare, message, entry, seats)
+        wait_for(lambda: mark() is not None, timeout=30, message="the park's first mark")
+        first = mark() or 0
+        # Parked for longer than the bound since its first mark, still marked lately.
+        wait_for(lambda: (mark() or 0) > first + 1200, timeout=30,
+                 message="a mark newer than the bound, written while it stays parked")  # fmt: skip
+        latest = mark() or 0
+        report = _reconciler(stack).run(at_ms=latest + 900)
+        assert seats.parked == 1
+
+        seats.close()
+        assert preparation.result(timeout=30) == "tenant_limit"
+    assert envelope.request_id not in [r.subject for r in report.repairs], "re-sent"
+
+
 def test_a_task_sent_back_for_its_limit_is_not_lost_until_no_worker_sees_it(
     stack: Stack,
 ) -> None:

@@ -166,7 +166,9 @@ def test_iam_enforced_run_notices_a_permission_taken_away(tmp_path: Path) -> Non
 def test_iam_enforced_worker_requeues_a_task_held_elsewhere(tmp_path: Path, granted: bool) -> None:
     # A task whose lease a dead worker holds, its message already received twice: the
     # worker backs off by requeueing a fresh copy (sqs:SendMessage), so the wait does
-    # not spend the receives SQS allows before it dead-letters the message.
+    # not spend the receives SQS allows before it dead-letters the message. The lease
+    # is taken once the worker is up, so however slowly it starts the lease is still
+    # held when the message reaches it (long enough, without the grant, never to lapse).
     without = {} if granted else {"worker": "sqs:SendMessage"}
     with _stack(tmp_path, "iamrq" if granted else "iamnorq", without, workers=0) as stack:
         assert stack.resources is not None and stack.moto is not None
@@ -175,15 +177,19 @@ def test_iam_enforced_worker_requeues_a_task_held_elsewhere(tmp_path: Path, gran
         envelope = TaskEnvelope(request_id="iam-held", tenant="acme", definition="sample-echo",
                                 input={"v": 4})  # fmt: skip
         tasks.create(envelope)
-        tasks.acquire(envelope, worker_id="dead-worker", lease_seconds=4, max_attempts=3)
         queue = stack.resources.queue_url
         operator["sqs"].send_message(QueueUrl=queue, MessageBody=envelope.to_body(),
                                      MessageAttributes=envelope.message_attributes())  # fmt: skip
-        (received,) = operator["sqs"].receive_message(QueueUrl=queue, WaitTimeSeconds=2)["Messages"]
+        (received,) = operator["sqs"].receive_message(
+            QueueUrl=queue, WaitTimeSeconds=2, VisibilityTimeout=600
+        )["Messages"]
+        worker = stack.add_worker("requeuer")
+        worker.wait_for_output("worker started", timeout=90)
+        tasks.acquire(envelope, worker_id="dead-worker", lease_seconds=8 if granted else 600,
+                      max_attempts=3)  # fmt: skip
         operator["sqs"].change_message_visibility(
             QueueUrl=queue, ReceiptHandle=received["ReceiptHandle"], VisibilityTimeout=0
         )
-        worker = stack.add_worker("requeuer")
         if granted:
             record = wait_for(lambda: (r := tasks.get("acme", "iam-held")) and r.state.terminal and r,
                               timeout=90, message="the takeover")  # fmt: skip

@@ -47,7 +47,7 @@ from agentq.local.moto_iam import ACCOUNT_ID
 from agentq.resources import ResourceNames
 from lambdas import _common, definitions_loader
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "definitions" / "samples"

@@ -231,15 +231,18 @@ class Preparer:
         if not seats.room(envelope.tenant):
             raise TenantAtLimit(envelope.request_id, envelope.tenant, limit)
         parked_at = time.monotonic()
-        # Its message lives here now: the reconciler must not count the task lost.
-        self._refusals.waits.mark(envelope.tenant, envelope.request_id)
         logger.info("tenant at its concurrency limit; parked",
                     extra={"requestId": envelope.request_id, "tenant": envelope.tenant,
                            "tried": tried})  # fmt: skip
         return parked_at, self._park_on(envelope, seats, limit, parked_at)
 
-    @staticmethod
-    def _park_on(envelope: TaskEnvelope, seats: SeatWaits, limit: int, parked_at: float) -> Wake:
+    def _park_on(
+        self, envelope: TaskEnvelope, seats: SeatWaits, limit: int, parked_at: float
+    ) -> Wake:
+        # Its message lives here: the reconciler must not count the task lost. Marked
+        # again at each wake (`WaitMarks` writes at most once per its interval), so a
+        # park longer than the reconciler's bound keeps the mark fresh.
+        self._refusals.waits.mark(envelope.tenant, envelope.request_id)
         wake = seats.park(envelope.tenant, parked_at)
         if wake is None:
             raise TenantAtLimit(envelope.request_id, envelope.tenant, limit)
