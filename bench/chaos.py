@@ -165,6 +165,9 @@ def run(
             "AGENTQ_FAULTS_LOG": str(fault_log),
             "RECONCILE_LOST_AFTER": str(config.reconcile_lost_after_s),
             "RECONCILE_STALL_AFTER": str(config.reconcile_stall_after_s),
+            # The limited tenants' messages park up to 30 s, several of the reconciler's
+            # bounds: a parked task whose mark aged would be re-sent, and seen.
+            "TENANT_LIMIT_PARK": "30000",
         }
         offset = config.clock_offset_ms
         per_worker = {"w0": {"AGENTQ_TEST_CLOCK_OFFSET_MS": str(offset)},

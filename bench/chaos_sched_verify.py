@@ -1,18 +1,14 @@
 """The scheduling promises, judged after a --faults chaos run (bench.chaos_sched):
 
-- cancel: a task answered "cancelled" ends CANCELLED; after any answer ("cancelled" or
-  "requested") no attempt newer than the one the task then had is locked or runs, and
-  a "requested" one ends CANCELLED or by that attempt;
-- delay: no execution of a delayed task starts before its not-before (less the
-  clock-skew budget: a worker whose clock runs ahead judges "due" that much early);
-- tenant limits: from the executions' own times (frozen time excluded), never more of
-  a limited tenant's tasks running at once than its limit for longer than
-  LIMIT_SLACK_S, and no seat held once the run is over;
-- reconciler: every task stored without a message was re-sent and ran; no task was
-  re-sent while a live, unfrozen worker held its message parked for its tenant's seat
-  (from the workers' logs). A re-send of a task whose message sat unreceived in its
-  queue longer than the bound is what the reconciler does not promise to avoid: a
-  finding, counted.
+- cancel: after a "cancelled" or "requested" answer no newer attempt is locked or runs;
+  "cancelled" ends CANCELLED, "requested" CANCELLED or by the attempt it had;
+- delay: no execution of a delayed task starts before its not-before (less the skew);
+- tenant limits: from the executions' own times (frozen time excluded), never more than
+  the limit running for longer than LIMIT_SLACK_S, no seat held once the run is over;
+- reconciler: every task stored without a message re-sent and run; no waiting task
+  re-sent while a live, unfrozen worker held it parked (from the workers' logs); a
+  re-send of a message that sat in its queue past the bound is a finding, counted.
+docs/benchmarks/chaos.md has the method and the runs.
 """
 
 from __future__ import annotations
@@ -33,16 +29,20 @@ from bench.chaos_executions import Execution, executions_of, fenced_children, fr
 from bench.chaos_model import ChaosReport, Freeze, Kill, ScheduleVerdict
 from bench.chaos_sched import LIMITS, CancelAnswer, ScheduleMix, SchedulePlan
 from bench.stack import Stage
+from worker.receive.send_back import LOG_LINE
 
 # How long a limited tenant may run one task more than its limit: a seat is freed by
 # the write that ends its task, so only a lapsed one is taken early, by a taker whose
 # clock runs ahead, while its holder's child is fenced 1.5 s before its lease ends:
 # 0.5 s with the run's 6 s leases and 2 s offsets, and a margin for a loaded host.
 LIMIT_SLACK_S: Final = 1.0
-# What a worker logs as it parks a message, and as the park ends (a seat taken, or the
-# message sent back: its park time over, no room, or a drain).
+# What a worker logs as it parks a message, and as the park ends: a seat taken, the
+# message sent back (its park time over, no room, a drain), or any end of a message of
+# the task there (another copy's end cuts the stretch short: a park missed, never one
+# made up).
 PARKED: Final = "tenant at its concurrency limit; parked"
-UNPARKED: Final = ("parked task took a seat", "tenant at its concurrency limit; backing off")
+UNPARKED: Final = ("parked task took a seat", "tenant at its concurrency limit; backing off",
+                   "message settled", LOG_LINE["draining"], LOG_LINE["passed_on"])  # fmt: skip
 # A mark an injected fault refused: the reconciler may then re-send the task (promised
 # only as "at worst the lock runs the reconciler's copy once", agentq.store.waiting).
 MARK_FAILED: Final = "could not mark a waiting task"
@@ -146,8 +146,8 @@ def judge(
             continue
         for repair in repairs:
             payload = repair.get("payload") or {}
-            if payload.get("repair") != "pending_lost" or repair.get("attempt"):
-                continue
+            if payload.get("repair") not in ("pending_lost", "retrying_lost"):
+                continue  # a lapsed lease's re-send is the core chaos's to judge
             at = datetime.fromisoformat(str(repair.get("timestamp"))).timestamp()
             holder = parked_at(parks.get(rid, ()), freezes, at)
             line = f"{rid} ({tenant}): re-sent by the reconciler ({payload.get('detail')})"

@@ -15,7 +15,6 @@ import pickle
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 from hypothesis import given, settings
@@ -29,6 +28,7 @@ from moto_support import (  # noqa: F401 (in_process_moto: a fixture)
     assert_answers_as_moto,
     in_process_moto,
     keep_moto_originals,
+    moto_client,
 )
 
 from agentq.errors import IncompatibleDependency
@@ -125,7 +125,7 @@ _overlapping = st.lists(
 
 def _overlap_answers(expressions: list[str]) -> list[Any]:
     with mock_aws():
-        ddb = boto3.client("dynamodb", region_name=REGION)
+        ddb = moto_client("dynamodb", region_name=REGION)
         _table(ddb)
         key = {"PK": {"S": "k"}}
         ddb.put_item(TableName="t", Item={**key, "m": {"M": {"x": {"M": {"y": {"S": "1"}}}}},
@@ -202,7 +202,7 @@ def _response_answers(items: list[dict[str, Any]]) -> list[Any]:
     as botocore parses them and the bodies as moto sent them."""
     bodies: list[bytes] = []
     with mock_aws():
-        ddb = boto3.client("dynamodb", region_name=REGION)
+        ddb = moto_client("dynamodb", region_name=REGION)
         _table(ddb)
         ddb.meta.events.register(
             "after-call.dynamodb.*", lambda http_response, **_: bodies.append(http_response.content)

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
-import boto3
 import jsonpath_ng.ext
 import moto.dynamodb.models as dynamodb_models
 import moto.sqs.models as sqs_models
@@ -31,6 +30,7 @@ from moto_support import (  # noqa: F401 (in_process_moto: a fixture)
     assert_answers_as_moto,
     in_process_moto,
     keep_moto_originals,
+    moto_client,
 )
 
 from agentq.errors import IncompatibleDependency
@@ -57,7 +57,7 @@ pytestmark = pytest.mark.usefixtures("in_process_moto")
 def _sqs_answers() -> list[Any]:
     """Send, delay, receive, hide and receive again: what a worker's queue sees."""
     with mock_aws():
-        sqs = boto3.client("sqs", region_name=REGION)
+        sqs = moto_client("sqs", region_name=REGION)
         url = sqs.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "30"})["QueueUrl"]
         for body in ("a", "b"):
             sqs.send_message(QueueUrl=url, MessageBody=body)
@@ -90,7 +90,7 @@ def _sqs_answers() -> list[Any]:
 def _dynamodb_answers() -> list[Any]:
     """A transaction that commits, then one whose last condition fails and rolls back."""
     with mock_aws():
-        ddb = boto3.client("dynamodb", region_name=REGION)
+        ddb = moto_client("dynamodb", region_name=REGION)
         ddb.create_table(TableName="t", BillingMode="PAY_PER_REQUEST",
                          KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}],
                          AttributeDefinitions=[{"AttributeName": "PK", "AttributeType": "S"}])  # fmt: skip
@@ -129,7 +129,7 @@ def _dynamodb_answers() -> list[Any]:
 def _query_answers() -> list[Any]:
     """Queries of a base table (the patched path) and of an index, then a scan."""
     with mock_aws():
-        ddb = boto3.client("dynamodb", region_name=REGION)
+        ddb = moto_client("dynamodb", region_name=REGION)
         ddb.create_table(
             TableName="t", BillingMode="PAY_PER_REQUEST",
             KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"},
@@ -234,7 +234,7 @@ _expressions = st.lists(
 def _update_answers(expressions: list[str]) -> list[Any]:
     """Each expression applied (or refused) in turn on one item: the item or the error."""
     with mock_aws():
-        ddb = boto3.client("dynamodb", region_name=REGION)
+        ddb = moto_client("dynamodb", region_name=REGION)
         ddb.create_table(TableName="t", BillingMode="PAY_PER_REQUEST",
                          KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}],
                          AttributeDefinitions=[{"AttributeName": "PK", "AttributeType": "S"}])  # fmt: skip

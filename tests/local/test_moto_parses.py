@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 from hypothesis import given, settings
@@ -19,7 +18,7 @@ from hypothesis import strategies as st
 from moto import mock_aws
 from moto.dynamodb.parsing import validators
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
-from moto_support import in_process_moto, keep_moto_originals  # noqa: F401 (a fixture)
+from moto_support import in_process_moto, keep_moto_originals, moto_client  # noqa: F401 (a fixture)
 
 from agentq.errors import IncompatibleDependency
 from agentq.local.moto_server import speed_up_moto
@@ -43,7 +42,7 @@ _step = st.tuples(st.sampled_from(_UPDATES), st.sampled_from(_CONDITIONS), _name
 
 def _answers(steps: list[tuple[str, str, str, str, str, int, int]]) -> list[Any]:
     with mock_aws():
-        ddb = boto3.client("dynamodb", region_name="eu-west-1")
+        ddb = moto_client("dynamodb", region_name="eu-west-1")
         ddb.create_table(TableName="t", BillingMode="PAY_PER_REQUEST",
                          KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}],
                          AttributeDefinitions=[{"AttributeName": "PK", "AttributeType": "S"}])  # fmt: skip
