@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, Protocol, get_args
 
 from agentq.config.light import clock_offset_ms
 from agentq.envelope import validate_request_id
@@ -212,6 +212,31 @@ def task_event(
         effective_until_ms=effective_until_ms,
         payload={k: v for k, v in payload.items() if v is not None},
     )
+
+
+class TaskIdentity(Protocol):
+    """What names a task in its events: a stored record or an envelope."""
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def job_id(self) -> str | None: ...
+    @property
+    def definition(self) -> str | None: ...
+
+
+def event_of(
+    detail_type: DetailType, task: TaskIdentity, *, attempt: int | None = None, **payload: Any
+) -> Event:
+    """A task event named by `task` (a record's attempt unless `attempt` is given); the
+    keyword arguments form the payload."""
+    if attempt is None:
+        attempt = getattr(task, "attempt", 0)
+    return task_event(detail_type, request_id=task.request_id, tenant=task.tenant,
+                      job_id=task.job_id, definition=task.definition, attempt=attempt,
+                      **payload)  # fmt: skip
 
 
 def job_event(

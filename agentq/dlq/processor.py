@@ -27,7 +27,7 @@ from agentq.dlq.malformed import close_out_malformed
 from agentq.dlq.returns import DlqReturner
 from agentq.envelope import TENANT_PATTERN, TaskEnvelope, parse_message
 from agentq.errors import InvalidInput
-from agentq.events import Event, now_ms, task_event
+from agentq.events import Event, event_of, now_ms
 from agentq.publisher import EventPublisher
 from agentq.states import LIVE_STATES, TaskState
 from agentq.store import TaskRecord, TaskStore
@@ -123,16 +123,7 @@ class DlqProcessor:
             "message": DLQ_REASON,
             "reason": "dlq",
         }
-        event = task_event(
-            "Task Failed",
-            request_id=before.request_id,
-            tenant=before.tenant,
-            job_id=before.job_id,
-            attempt=before.attempt,
-            definition=before.definition,
-            error=error,
-            reason=DLQ_REASON,
-        )
+        event = event_of("Task Failed", before, error=error, reason=DLQ_REASON)
         # The event is stored with the transition, then published: if PutEvents fails or
         # this Lambda dies in between, its retry finds the task terminal and re-sends the
         # stored event (same id, deduplicated downstream), so the job still hears of it.
@@ -246,12 +237,10 @@ class Redriver:
         self._archive.mark_redriven(message)
         if self._publisher is not None and record is not None:
             self._publisher.publish(
-                task_event(
+                event_of(
                     "Task Pending",
-                    request_id=record.request_id,
-                    tenant=record.tenant,
-                    job_id=record.job_id,
-                    definition=record.definition,
+                    record,
+                    attempt=0,
                     redriven=True,
                     dlqMessageId=message.message_id,
                 )

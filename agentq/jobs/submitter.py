@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError
 
 from agentq.envelope import MAX_BODY_BYTES, TaskEnvelope
 from agentq.errors import InvalidInput
-from agentq.events import now_ms, task_event
+from agentq.events import event_of, now_ms
 from agentq.publisher import EventPublisher
 from agentq.schedule import SQS_MAX_DELAY_S, remaining_s
 from agentq.states import TaskState
@@ -127,12 +127,10 @@ class TaskSubmitter:
         for envelope in envelopes:
             by_queue.setdefault(self.queue_for(envelope), []).append(envelope)
         self._publisher.publish_all(
-            task_event(
+            event_of(
                 "Task Pending",
-                request_id=envelope.request_id,
-                tenant=envelope.tenant,
-                job_id=envelope.job_id,
-                definition=envelope.definition,
+                envelope,
+                attempt=0,
                 task_key=envelope.task_key,
                 notBefore=envelope.not_before_ms,
             )

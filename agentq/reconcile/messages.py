@@ -21,7 +21,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from agentq.envelope import TaskEnvelope
 from agentq.errors import AgentqError
-from agentq.events import task_event
+from agentq.events import event_of
 from agentq.publisher import EventPublisher
 from agentq.reconcile.cursor import Cursors
 from agentq.reconcile.model import Repair, RepairKind
@@ -137,13 +137,9 @@ class LostMessages:
             raise
         detail = _describe(record, kind, now)
         self._publisher.publish(
-            task_event(
+            event_of(
                 "Task Repaired",
-                request_id=record.request_id,
-                tenant=record.tenant,
-                job_id=record.job_id,
-                attempt=record.attempt,
-                definition=record.definition,
+                record,
                 repair=kind,
                 observedState=record.state.value,
                 detail=detail,

@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 
 from agentq.envelope import TaskEnvelope
 from agentq.errors import LockNotAcquired, NotCancellable
-from agentq.events import now_ms, task_event
+from agentq.events import event_of, now_ms
 from agentq.states import TaskState
 from agentq.store import idempotent
 from agentq.store._dynamo import condition_failed
@@ -49,15 +49,8 @@ def not_yet_due(store: TaskStore, envelope: TaskEnvelope) -> TaskRecord:
 
 
 def cancelled_event_detail(record: TaskRecord, reason: str) -> dict[str, Any]:
-    return task_event(
-        "Task Cancelled",
-        request_id=record.request_id,
-        tenant=record.tenant,
-        job_id=record.job_id,
-        attempt=record.attempt,
-        definition=record.definition,
-        reason=reason,
-        task_key=record.raw.get("taskKey"),
+    return event_of(
+        "Task Cancelled", record, reason=reason, task_key=record.raw.get("taskKey")
     ).to_detail()
 
 
