@@ -1,8 +1,9 @@
 """The synthesized policy statements of each local component's role, for the
 IAM-enforced local stack (agentq.local.iam runs this module in a child process, so
-jsii and node stay out of its caller and `agentq` never imports `infra`).
+jsii and node stay out of its caller and `agentq` never imports `infra`). What to
+extract comes on stdin from that caller, so infra imports no local emulation either.
 
-    python -m infra.local_policies    # JSON: component -> statements, on stdout
+    python -m infra.local_policies < request.json   # JSON: component -> statements
 """
 
 from __future__ import annotations
@@ -13,28 +14,51 @@ import re
 import sys
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from agentq.local.iam import (
-    COMPONENTS,
-    NAMED_RESOURCES,
-    REPO_ROOT,
-    SYNTH_STAGE,
-    UNRESOLVED,
-    Statement,
-)
+REPO_ROOT = Path(__file__).resolve().parents[1]
+Statement = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PolicyRequest:
+    """What agentq.local.iam asks for (its COMPONENTS, NAMED_RESOURCES, SYNTH_STAGE and
+    UNRESOLVED, as JSON on stdin)."""
+
+    components: Mapping[str, str]  # component -> its role's attribute path in the app
+    named_resources: tuple[str, ...]  # ResourceNames attributes kept as tokens
+    stage: str
+    unresolved: str  # the ARN prefix of what the resolver cannot name
+
+    @classmethod
+    def from_json(cls, text: str) -> PolicyRequest:
+        data = json.loads(text)
+        return cls(components=dict(data["components"]),
+                   named_resources=tuple(data["namedResources"]), stage=str(data["stage"]),
+                   unresolved=str(data["unresolved"]))  # fmt: skip
 
 
 class _Resolver:
-    def __init__(self, templates: Mapping[str, dict[str, Any]], names: Any, bucket_ids: set[str]):
+    def __init__(
+        self,
+        templates: Mapping[str, dict[str, Any]],
+        names: Any,
+        bucket_ids: set[str],
+        *,
+        named_resources: tuple[str, ...],
+        unresolved: str,
+    ):
         self._templates = templates
+        self._unresolved = unresolved
         self._exports = {
             str(output["Export"]["Name"]): (stack, output["Value"])
             for stack, template in templates.items()
             for output in template.get("Outputs", {}).values()
             if isinstance(output.get("Export", {}).get("Name"), str)
         }
-        self._tokens = {getattr(names, attr): f"${{agentq:{attr}}}" for attr in NAMED_RESOURCES}
+        self._tokens = {getattr(names, attr): f"${{agentq:{attr}}}" for attr in named_resources}
         # Every priority tier's queue (the default tier's is the task queue itself).
         for tier, queue in names.tier_queues().items():
             self._tokens.setdefault(queue, f"${{agentq:tier:{tier}}}")
@@ -88,12 +112,11 @@ class _Resolver:
             return "arn:aws:s3:::${agentq:bucket}"
         return self._missing(stack, logical_id)
 
-    @staticmethod
-    def _missing(stack: str, what: str) -> str:
-        return f"{UNRESOLVED}:{stack}/{what}"
+    def _missing(self, stack: str, what: str) -> str:
+        return f"{self._unresolved}:{stack}/{what}"
 
 
-def _synthesize() -> dict[str, list[Statement]]:
+def _synthesize(request: PolicyRequest) -> dict[str, list[Statement]]:
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     import aws_cdk as cdk
 
@@ -101,7 +124,7 @@ def _synthesize() -> dict[str, list[Statement]]:
 
     context = json.loads((REPO_ROOT / "cdk.json").read_text()).get("context", {})
     with tempfile.TemporaryDirectory(prefix="agentq-iam-synth-") as outdir:
-        app = cdk.App(outdir=outdir, context={**context, "stage": SYNTH_STAGE})
+        app = cdk.App(outdir=outdir, context={**context, "stage": request.stage})
         stacks = build_app(app, nag=False)
         assembly = app.synth()
         templates = {s.stack_name: dict(s.template) for s in assembly.stacks}
@@ -109,9 +132,11 @@ def _synthesize() -> dict[str, list[Statement]]:
     bucket_id = (
         f"{bucket.stack.stack_name}/{bucket.stack.get_logical_id(bucket.node.default_child)}"  # type: ignore[arg-type]
     )
-    resolver = _Resolver(templates, stacks.settings.names, {bucket_id})
+    resolver = _Resolver(templates, stacks.settings.names, {bucket_id},
+                         named_resources=request.named_resources,
+                         unresolved=request.unresolved)  # fmt: skip
     policies: dict[str, list[Statement]] = {}
-    for component, path in COMPONENTS.items():
+    for component, path in request.components.items():
         construct: Any = stacks
         for attribute in path.split("."):
             construct = getattr(construct, attribute)
@@ -134,7 +159,7 @@ def _synthesize() -> dict[str, list[Statement]]:
 
 
 def main() -> None:
-    json.dump(_synthesize(), sys.stdout)
+    json.dump(_synthesize(PolicyRequest.from_json(sys.stdin.read())), sys.stdout)
 
 
 if __name__ == "__main__":

@@ -115,8 +115,10 @@ def synthesized_policies() -> dict[str, list[Statement]]:
         cached: dict[str, list[Statement]] = json.loads(cache.read_text())
         return cached
     cache.parent.mkdir(parents=True, exist_ok=True)
+    request = {"components": COMPONENTS, "namedResources": NAMED_RESOURCES,
+               "stage": SYNTH_STAGE, "unresolved": UNRESOLVED}  # fmt: skip
     done = subprocess.run(
-        [sys.executable, "-m", "infra.local_policies"],
+        [sys.executable, "-m", "infra.local_policies"], input=json.dumps(request),
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     if done.returncode != 0:

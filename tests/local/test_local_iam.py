@@ -23,6 +23,7 @@ from agentq.local.aws import (
 )
 from agentq.local.iam import (
     COMPONENTS,
+    NAMED_RESOURCES,
     UNRESOLVED,
     Credentials,
     _remove_action,
@@ -117,7 +118,8 @@ def test_iam_resolver_follows_imports_joins_and_names_what_does_not_exist_locall
         },
         "fn": {"Resources": {"L": {"Type": "AWS::Logs::LogGroup", "Properties": {}}}},
     }
-    resolver = _Resolver(templates, names, {"core/B"})
+    resolver = _Resolver(templates, names, {"core/B"}, named_resources=NAMED_RESOURCES,
+                         unresolved=UNRESOLVED)  # fmt: skip
     statement = {
         "Effect": "Allow",
         "Action": "s3:GetObject",

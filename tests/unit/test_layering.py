@@ -67,6 +67,20 @@ def test_no_package_imports_from_a_floor_above_or_beside_it() -> None:
     assert wrong == []
 
 
+def test_what_is_deployed_never_imports_the_local_emulation() -> None:
+    # The worker, the Lambdas and the CDK app run on AWS; agentq.local (moto, the local
+    # IAM, the stand-ins) is for laptops and tests, and only the CLI's `local` and
+    # `demo` commands reach it.
+    wrong = sorted(
+        f"{source} imports {target}"
+        for source, targets in graph().items()
+        if source.split(".")[0] in ("worker", "lambdas", "infra")
+        for target in targets
+        if target == "agentq.local" or target.startswith("agentq.local.")
+    )
+    assert wrong == []
+
+
 def test_no_import_circle() -> None:
     edges = graph()
     # A package's __init__ importing its own submodules is how packages re-export,
