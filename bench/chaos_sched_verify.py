@@ -101,9 +101,13 @@ def judge(
     for answer in answers:
         verdict.cancels[answer.outcome] = verdict.cancels.get(answer.outcome, 0) + 1
         record = tasks.get(plan.tenant_of[answer.request_id], answer.request_id)
+        seen = len(violations)
         _check_cancel(answer, record.state if record else None,
                       record.attempt if record else None,
                       runs.get(answer.request_id, ()), verdict, violations)  # fmt: skip
+        if len(violations) > seen:  # what happened, for whoever reads the violation
+            violations[-1] += _what_happened(events, plan.tenant_of[answer.request_id],
+                                             answer, runs.get(answer.request_id, ()))  # fmt: skip
     for rid, not_before in plan.not_before_ms.items():
         verdict.delayed += 1
         for execution in runs.get(rid, ()):
@@ -128,35 +132,7 @@ def judge(
                 verdict.seats_left += 1
                 violations.append(f"{tenant}: seat {seat.index} still held by "
                                   f"{seat.request_id} after the run")  # fmt: skip
-    lost = {p.envelope.request_id for p in plan.lost}
-    verdict.lost_planted = len(lost)
-    for item in plan.planned:
-        rid, tenant = item.envelope.request_id, item.envelope.tenant
-        repairs = [
-            e for e in events.timeline(tenant, rid) if e.get("detailType") == "Task Repaired"
-        ]
-        if rid in lost:
-            record = tasks.get(tenant, rid)
-            if repairs and record is not None and record.state is TaskState.COMPLETED:
-                verdict.lost_repaired += 1
-            else:
-                violations.append(f"{rid}: stored without a message, "
-                                  f"{'re-sent' if repairs else 'never re-sent'}, "
-                                  f"{record and record.state.value}")  # fmt: skip
-            continue
-        for repair in repairs:
-            payload = repair.get("payload") or {}
-            if payload.get("repair") not in ("pending_lost", "retrying_lost"):
-                continue  # a lapsed lease's re-send is the core chaos's to judge
-            at = datetime.fromisoformat(str(repair.get("timestamp"))).timestamp()
-            holder = parked_at(parks.get(rid, ()), freezes, at)
-            line = f"{rid} ({tenant}): re-sent by the reconciler ({payload.get('detail')})"
-            if holder is None:
-                verdict.queued_resent += 1
-                findings.append(f"{line}: its message was in no worker's hands")
-            else:
-                verdict.waiting_resent += 1
-                violations.append(f"{line} while {holder} held it parked")
+    _check_repairs(plan, tasks, events, parks, freezes, verdict, violations, findings)
     return verdict
 
 
@@ -227,6 +203,57 @@ def _log_time(record: Mapping[str, Any]) -> float:
     # Powertools' format: "2026-12-01 22:51:54,018+0000" (the worker's wall clock, which
     # the chaos clock offsets do not move).
     return datetime.strptime(str(record["timestamp"]), "%Y-%m-%d %H:%M:%S,%f%z").timestamp()
+
+
+def _check_repairs(
+    plan: SchedulePlan,
+    tasks: TaskStore,
+    events: EventStore,
+    parks: Mapping[str, Sequence[Park]],
+    freezes: Sequence[Freeze],
+    verdict: ScheduleVerdict,
+    violations: list[str],
+    findings: list[str],
+) -> None:
+    """Every lost task re-sent and run; no waiting task re-sent while parked."""
+    lost = {p.envelope.request_id for p in plan.lost}
+    verdict.lost_planted = len(lost)
+    for item in plan.planned:
+        rid, tenant = item.envelope.request_id, item.envelope.tenant
+        repairs = [
+            e for e in events.timeline(tenant, rid) if e.get("detailType") == "Task Repaired"
+        ]
+        if rid in lost:
+            record = tasks.get(tenant, rid)
+            if repairs and record is not None and record.state is TaskState.COMPLETED:
+                verdict.lost_repaired += 1
+            else:
+                violations.append(f"{rid}: stored without a message, "
+                                  f"{'re-sent' if repairs else 'never re-sent'}, "
+                                  f"{record and record.state.value}")  # fmt: skip
+            continue
+        for repair in repairs:
+            payload = repair.get("payload") or {}
+            if payload.get("repair") not in ("pending_lost", "retrying_lost"):
+                continue  # a lapsed lease's re-send is the core chaos's to judge
+            at = datetime.fromisoformat(str(repair.get("timestamp"))).timestamp()
+            holder = parked_at(parks.get(rid, ()), freezes, at)
+            line = f"{rid} ({tenant}): re-sent by the reconciler ({payload.get('detail')})"
+            if holder is None:
+                verdict.queued_resent += 1
+                findings.append(f"{line}: its message was in no worker's hands")
+            else:
+                verdict.waiting_resent += 1
+                violations.append(f"{line} while {holder} held it parked")
+
+
+def _what_happened(
+    events: EventStore, tenant: str, answer: CancelAnswer, executions: Sequence[Execution]
+) -> str:
+    timeline = [(e.get("detailType"), e.get("attempt"), e.get("workerId"), e.get("timestamp"))
+                for e in events.timeline(tenant, answer.request_id)]  # fmt: skip
+    ran = [(e.attempt, e.pid, round(e.start, 3), e.end and round(e.end, 3)) for e in executions]
+    return f" | answered at {answer.answered_at:.3f}; events: {timeline}; executions: {ran}"
 
 
 def _check_cancel(

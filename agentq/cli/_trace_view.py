@@ -58,7 +58,7 @@ def print_trace(console: Console, trace: Mapping[str, Any], safe: Callable[[str]
         # structured answer is "2 turns"); the table lists the model's responses.
         f"[bold]agent trace[/bold]: {number(len(trace['turns']))} model response(s), "
         f"{number(trace.get('num_turns'))} turn(s) by the CLI's count, "
-        f"{ms(trace.get('duration_ms'))}, "
+        f"{ms(trace.get('duration_ms'))} of model time, "
         f"{money(float(cost)) if isinstance(cost, int | float) else '—'}; "
         f"the CLI's result {text(trace.get('result_subtype') or 'none')}, "
         f"attempts {number(len(trace['attempts']) if isinstance(trace.get('attempts'), list) else None)}"

@@ -18,7 +18,7 @@ from typing import Any, Final
 from agentq.errors import AgentqError
 from agentq.jobs.spec import TaskSpec, task_request_id
 from agentq.jobs.store import JobRecord
-from agentq.jobs.summary import cost_of
+from agentq.jobs.summary import cost_of, ended_run_ms
 from agentq.states import TaskState
 from agentq.store import TaskRecord, keys
 from agentq.store.batchread import batch_get
@@ -28,7 +28,7 @@ ATTEMPTS: Final = 6  # for keys left unprocessed
 # What a row is made of (task_row); everything else of the item stays in DynamoDB.
 ROW_ATTRIBUTES: Final = ("requestId", "tenant", "state", "attempt", "owner", "createdAt",
                          "startedAt", "finishedAt", "costUsd", "cost_usd", "error",
-                         "cancelReason", "definition")  # fmt: skip
+                         "cancelReason", "definition", "durationMs")  # fmt: skip
 _NAMES: Final = {f"#a{i}": name for i, name in enumerate(ROW_ATTRIBUTES)}
 _PROJECTION: Final = ", ".join(_NAMES)
 FINAL_STATES: Final = frozenset({TaskState.COMPLETED, TaskState.CANCELLED})
@@ -138,6 +138,7 @@ def state_row(record: TaskRecord) -> dict[str, Any]:
         "createdMs": record.created_at_ms,
         "startedMs": raw.get("startedAt") if isinstance(raw.get("startedAt"), int) else None,
         "finishedMs": raw.get("finishedAt") if isinstance(raw.get("finishedAt"), int) else None,
+        "durationMs": ended_run_ms(record),
         "costUsd": cost_of(record),
         "errorCategory": error.get("category") if isinstance(error, Mapping) else None,
         "errorMessage": error.get("message") if isinstance(error, Mapping) else None,

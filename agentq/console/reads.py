@@ -174,10 +174,14 @@ def attempts_of(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             payload = event.get("payload") or {}
             error = payload.get("error") if isinstance(payload, Mapping) else None
             entry.update(endedMs=at, exit=kind, worker=entry.get("worker") or event.get("workerId"))
+            ran = payload.get("duration_ms") if isinstance(payload, Mapping) else None
+            if isinstance(ran, int | float) and not isinstance(ran, bool):
+                # The worker's own measure of the child's run, as status and stats show.
+                entry["durationMs"] = int(ran)
             if isinstance(error, Mapping):
                 entry.update(category=error.get("category"),
                              fenced=error.get("exception_type") in ("LeaseFenced", "LeaseExpired"))  # fmt: skip
-        if entry.get("startedMs") and entry.get("endedMs"):
+        if entry.get("startedMs") and entry.get("endedMs") and "durationMs" not in entry:
             entry["durationMs"] = entry["endedMs"] - entry["startedMs"]
     return [attempts[n] for n in sorted(attempts)]
 

@@ -1,7 +1,7 @@
 """Running the console: its parts from the stage's settings, uvicorn on loopback.
 
-`ConsoleServer` binds 127.0.0.1 on a free port (or the one asked for) before uvicorn
-starts, so the URL is known at once, and serves in the foreground (`run`, for the
+`ConsoleServer` binds and listens on 127.0.0.1 on a free port (or the one asked for)
+before uvicorn starts, so the URL is known and reachable at once, and serves in the foreground (`run`, for the
 command) or on a thread (`start`/`stop`, for `agentq local up`, the demo and tests).
 The operator's own credentials are used, through the same clients as every agentq
 command; nothing is deployed and nothing listens beyond loopback.
@@ -74,6 +74,9 @@ class ConsoleServer:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", port))
+        # Listening from here: a browser opening the printed URL before uvicorn serves
+        # waits in the backlog instead of being refused.
+        self._socket.listen(128)
         self.port: int = self._socket.getsockname()[1]
         config = uvicorn.Config(create_app(parts), log_level="warning", access_log=False,
                                 lifespan="off")  # fmt: skip

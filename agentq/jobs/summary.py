@@ -8,9 +8,10 @@ from typing import Any
 from agentq.events import iso_ms, now_ms
 from agentq.jobs.store import JobRecord
 from agentq.schedule import MAX_EPOCH_MS
+from agentq.states import TaskState
 from agentq.store import TaskRecord
 
-__all__ = ["cost_of", "duration_ms", "job_dict", "task_dict"]
+__all__ = ["cost_of", "duration_ms", "ended_run_ms", "job_dict", "task_dict"]
 
 
 def task_dict(record: TaskRecord) -> dict[str, Any]:
@@ -41,12 +42,27 @@ def task_dict(record: TaskRecord) -> dict[str, Any]:
 
 
 def duration_ms(record: TaskRecord) -> int | None:
+    """A task's run time, the one every view shows: its last ended attempt's child run
+    as the worker measured it (`durationMs`, the same number as its end event's
+    `duration_ms`, the console's attempt row and `agentq stats`); for an attempt still
+    running, the time since its lock. A trace's time is the model's, not this."""
+    ended = ended_run_ms(record)
+    if ended is not None:
+        return ended
     started = record.raw.get("startedAt")
-    if not isinstance(started, int):
+    if record.state is not TaskState.PROCESSING or not isinstance(started, int):
         return None
-    finished = record.raw.get("finishedAt")
-    end = finished if isinstance(finished, int) else now_ms()
-    return max(0, end - started)
+    return max(0, now_ms() - started)
+
+
+def ended_run_ms(record: TaskRecord) -> int | None:
+    """`duration_ms` of a task whose attempt is not running (None while one runs: a
+    page that refreshes counts that from `startedAt` itself, so its rows stay the same
+    between changes)."""
+    stored = record.raw.get("durationMs")
+    if record.state is TaskState.PROCESSING or not isinstance(stored, int | float):
+        return None
+    return int(stored)
 
 
 def cost_of(record: TaskRecord) -> float:

@@ -157,9 +157,10 @@ def test_agent_auth_parse_stall_and_step_timeout_end_the_task_for_good(stack: St
         agent_definition("note"),
         # The stalled run is stopped by the worker's child timeout, not the step timeout.
         agent_definition("slow", timeout_s=20, settings={"step_timeout_s": 120}),
-        # Here the child's own step timeout fires first: a cancellation, classified.
+        # Here the child's own step timeout fires first: a cancellation, classified. Long
+        # enough for the CLI to start and ask on a loaded machine, shorter than `slow`'s.
         agent_definition(
-            "impatient", max_attempts=1, settings={"step_timeout_s": 8, "retry_attempts": 1}
+            "impatient", max_attempts=1, settings={"step_timeout_s": 15, "retry_attempts": 1}
         ),
     ]
     liar = '[[model: key liar; output {"title": "t", "points": [], "score": 99}]]'
@@ -203,7 +204,7 @@ def test_agent_auth_parse_stall_and_step_timeout_end_the_task_for_good(stack: St
     assert hasty_failed["payload"]["error"]["category"] == "timeout"
     hasty_trace = rig.s3_json(rig.prefix(hasty.request_id) + "traces/session_trace.json")
     assert [a["outcome"] for a in hasty_trace["attempts"]] == ["timeout"]
-    assert "exceeded 8 s" in hasty_trace["attempts"][0]["error"]["message"]
+    assert "exceeded 15 s" in hasty_trace["attempts"][0]["error"]["message"]
 
     # The child used the kill grace to leave its trace and summary for the operator.
     stuck_files = rig.s3_files(stuck.request_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import re
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +16,7 @@ from support import EventLog
 from agentq.client import AgentqClient
 from agentq.config import Settings
 from agentq.console import ConsoleServer
+from agentq.console.server import ConsoleOptions
 from agentq.envelope import TaskEnvelope
 from agentq.events import now_ms
 from agentq.states import TaskState
@@ -301,3 +303,16 @@ def test_a_stack_that_is_down_is_a_page_naming_the_endpoint_not_a_traceback(
             assert page.status == 502 and dead in html.unescape(page.text)
     captured = capfd.readouterr()
     assert "Traceback" not in captured.out + captured.err
+
+
+def test_the_printed_address_accepts_a_connection_before_the_server_runs(
+    inproc_stack: Stack,
+) -> None:
+    # `agentq console` prints its URL, then starts uvicorn: a browser (or a test) that
+    # opens it at once must wait for the page, not be refused.
+    server = ConsoleServer.from_settings(Settings.from_env(), ConsoleOptions())
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5):
+            pass
+    finally:
+        server.stop()

@@ -98,7 +98,13 @@ def test_a_task_parked_longer_than_the_bound_is_marked_again_at_its_wakes(
     # The worker's bound of 1 s: it marks a waiting task again after 0.25 s at most.
     monkeypatch.setenv("RECONCILE_LOST_AFTER", "1")
     parts = worker_parts(stack)
-    _seated(stack, parts)
+    # The seat's holder keeps it for the whole test (a prepared task's 3 s lease could
+    # lapse on a loaded machine, and the parked task would take the seat).
+    parts.store.tenant_limits().set("acme", 1)
+    holder, _, _ = send_and_receive(stack, "sample-echo")
+    seated = parts.store.acquire(holder, worker_id="holder", lease_seconds=NEVER,
+                                 max_attempts=3, tenant_limit=1)  # fmt: skip
+    assert seated.seat is not None
     envelope, message, entry = _waiting_task(stack, parts)
     seats = SeatWaits(slots=4, retry_s=0.3, park_s=NEVER)  # wakes, looks, parks on
 

@@ -91,9 +91,12 @@ def test_a_delay_longer_than_sqs_holds_is_re_delayed_without_spending_attempts(
     # at a time (as it would 15 minutes, then 12 hours at a time, in production).
     client = client_with(monkeypatch, MAX_MESSAGE_DELAY="1")
     events = EventLog(stack)
-    record = client.submit("sample-echo", {"v": 2}, delay=5)
-    due = int(record.raw["notBefore"])
     with running_worker(stack, MAX_REDELAY="1") as worker:
+        # Submitted once the worker receives: however slowly it started, the wait left
+        # is the whole delay (several re-delays), not what its start-up left of it.
+        worker.wait_for_output("worker started", timeout=90)
+        record = client.submit("sample-echo", {"v": 2}, delay=5)
+        due = int(record.raw["notBefore"])
         started = events.wait(record.request_id, "Task Processing Started")[0]
         events.wait(record.request_id, "Task Completed")
         output = worker.output()

@@ -53,6 +53,13 @@ const AQ = (() => {
     return `${(s / 86400).toFixed(0)} d`;
   }
 
+  // A task row's run time: its last ended attempt's (the server's `durationMs`, the
+  // number every view shows), or, while an attempt runs, the time since its lock.
+  function runTime(t) {
+    if (t.durationMs !== null && t.durationMs !== undefined) return span(t.durationMs);
+    return t.state === "PROCESSING" && t.startedMs ? span(Date.now() - t.startedMs) : "—";
+  }
+
   function time(ms) {
     if (!ms) return "—";
     return new Date(ms).toISOString().replace("T", " ").replace("Z", "").slice(0, 23);
@@ -135,6 +142,6 @@ const AQ = (() => {
     return el("span", {}, button, " ", out);
   }
 
-  return { el, append, badge, ago, span, time, cost, num, json, table, kv, post, actionsOn,
+  return { el, append, badge, ago, span, runTime, time, cost, num, json, table, kv, post, actionsOn,
     actionButton, jobHref, taskHref, withTenant, tenantParam, pages: {}, refresh: () => {} };
 })();

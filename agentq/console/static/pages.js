@@ -74,7 +74,7 @@
       el("td", {}, t.definition || ""),
       el("td", {}, badge(t.state)),
       el("td", { class: "num" }, String(t.attempt || 0)),
-      el("td", { class: "num" }, t.startedMs ? AQ.span((t.finishedMs || Date.now()) - t.startedMs) : "—"),
+      el("td", { class: "num" }, AQ.runTime(t)),
       el("td", { class: "num" }, AQ.cost(t.costUsd)),
       el("td", {}, t.createdMs ? AQ.ago(t.createdMs) : ""),
       el("td", {}, t.errorCategory ? `${t.errorCategory}: ${t.errorMessage || ""}` : (t.cancelReason || ""))));
@@ -122,7 +122,7 @@
       el("td", {}, badge(t.state)),
       el("td", { class: "num" }, String(t.attempt || 0)),
       el("td", {}, (t.dependsOn || []).join(", ")),
-      el("td", { class: "num" }, t.startedMs ? AQ.span((t.finishedMs || Date.now()) - t.startedMs) : "—"),
+      el("td", { class: "num" }, AQ.runTime(t)),
       el("td", { class: "num" }, AQ.cost(t.costUsd)),
       el("td", {}, t.errorCategory ? `${t.errorCategory}: ${t.errorMessage || ""}` : (t.cancelReason || ""),
         retryButton(job, t))));

@@ -36,7 +36,7 @@
     const outcome = t.outcome ? (t.error ? `${t.outcome} (${t.error.category}: ${t.error.message || ""})` : t.outcome) : null;
     const totals = kv([
       ["outcome", outcome],
-      ["turns", AQ.num(t.num_turns)], ["cost", AQ.cost(t.cost_usd)], ["duration", AQ.span(t.duration_ms)],
+      ["turns", AQ.num(t.num_turns)], ["cost", AQ.cost(t.cost_usd)], ["model time", AQ.span(t.duration_ms)],
       ["input tokens", AQ.num(usage.input_tokens)], ["output tokens", AQ.num(usage.output_tokens)],
       ["cache read", AQ.num(usage.cache_read_input_tokens)], ["cache written", AQ.num(usage.cache_creation_input_tokens)],
       ["cache efficiency", t.cache_efficiency_pct !== undefined ? `${t.cache_efficiency_pct}%` : null],
