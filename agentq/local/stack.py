@@ -59,7 +59,7 @@ class LocalStackOptions:
     iam: bool | None = None  # None: AGENTQ_LOCAL_IAM=enforce turns it on
     # Component -> actions (or statements' Sids) taken out of its synthesized policy
     # (tests prove each is needed).
-    iam_without: dict[str, str | tuple[str, ...]] = field(default_factory=dict)
+    iam_without: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
 
 
 class LocalStack:
