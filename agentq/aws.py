@@ -98,14 +98,22 @@ class AwsClients:
         *,
         counter: CallCounter | None = None,
         config_options: Mapping[str, Any] | None = None,
+        credentials: Mapping[str, str] | None = None,
     ) -> None:
+        """`credentials`: `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` to sign with instead
+        of the environment's (the IAM-enforced local stack's operator)."""
         import boto3
 
         self.region = region
         self.counter = counter
         # A command line wants to give up sooner than a worker (see agentq.cli.common).
         self._config_options = dict(config_options or {})
-        self._session = boto3.session.Session(region_name=region)
+        keys = credentials or {}
+        self._session = boto3.session.Session(
+            region_name=region,
+            aws_access_key_id=keys.get("AWS_ACCESS_KEY_ID"),
+            aws_secret_access_key=keys.get("AWS_SECRET_ACCESS_KEY"),
+        )
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
 

@@ -27,7 +27,7 @@ from typing import Any, Final, Literal
 from agentq.envelope import TENANT_PATTERN
 from agentq.errors import ConfigError, InvalidInput, PrincipalNotMapped, shown
 from agentq.events import now_ms
-from agentq.resources import INDEX_BY_TYPE
+from agentq.resources import INDEX_BY_TYPE, PRINCIPAL_PK_PREFIX
 from agentq.store._dynamo import query_all
 
 MAPPING_SK: Final = "TENANT"
@@ -107,7 +107,7 @@ def mappable_principal(arn: object) -> Principal:
 
 
 def principal_pk(principal: Principal) -> str:
-    return f"PRINCIPAL#{principal.key}"
+    return f"{PRINCIPAL_PK_PREFIX}{principal.key}"
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ def _mapping(item: dict[str, Any]) -> PrincipalMapping:
     return PrincipalMapping(
         principal=item.get("principal", {}).get("S", ""),
         key=item.get(INDEX_BY_TYPE.sort_key, {}).get(
-            "S", item["PK"]["S"].removeprefix("PRINCIPAL#")
+            "S", item["PK"]["S"].removeprefix(PRINCIPAL_PK_PREFIX)
         ),
         tenant=item.get("tenant", {}).get("S", ""),
         mapped_at_ms=int(mapped_at) if mapped_at else None,

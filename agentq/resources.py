@@ -237,3 +237,9 @@ SECRET_PLACEHOLDER: Final = "agentq-placeholder-set-this-secret-before-starting-
 ARTIFACTS_PREFIX: Final = "task/"
 EVENT_OVERFLOW_PREFIX: Final = "events/overflow/"
 DLQ_ARCHIVE_PREFIX: Final = "dlq/archive/"
+
+# Partition key prefixes of the events table's operator-owned items: a tenant's limit
+# override and seats (agentq.store.tenants), a principal's tenant mapping
+# (agentq.principals). The operator's DeleteItem is scoped to them (infra).
+TENANT_PK_PREFIX: Final = "TENANT#"
+PRINCIPAL_PK_PREFIX: Final = "PRINCIPAL#"

@@ -122,7 +122,7 @@ def _serve(
 ) -> int:
     from agentq.local.stack import LocalStack
 
-    with LocalStack(options) as stack, _console(args) as web:
+    with LocalStack(options) as stack, _console(args, stack) as web:
         running.append(stack)
         env_file = stack.write_env_file(args.env_file.resolve())
         written = env_file.read_text()
@@ -181,11 +181,20 @@ def _watch(health: StackHealth, stopping: threading.Event) -> list[str]:
 
 
 @contextlib.contextmanager
-def _console(args: argparse.Namespace) -> Iterator[ConsoleServer | None]:
+def _console(args: argparse.Namespace, stack: LocalStack) -> Iterator[ConsoleServer | None]:
     if args.no_console:
         yield None
         return
+    from agentq.aws import AwsClients
+    from agentq.config import Settings
     from agentq.console import ConsoleOptions, serving
 
-    with serving(ConsoleOptions(allow_actions=args.allow_actions)) as web:
+    # The console is the operator's: with IAM enforced it signs with the operator's key,
+    # not the environment's (the producer's).
+    aws = (
+        AwsClients(Settings.from_env().region, credentials=stack.credentials["operator"].env())
+        if stack.iam
+        else None
+    )
+    with serving(ConsoleOptions(allow_actions=args.allow_actions), aws=aws) as web:
         yield web

@@ -133,8 +133,11 @@ class ConsoleServer:
 
 
 @contextlib.contextmanager
-def serving(options: ConsoleOptions | None = None) -> Iterator[ConsoleServer]:
-    """A console on the stage the environment names, on a thread, for the block's length."""
-    server = ConsoleServer.from_settings(Settings.from_env(), options or ConsoleOptions())
+def serving(
+    options: ConsoleOptions | None = None, *, aws: AwsClients | None = None
+) -> Iterator[ConsoleServer]:
+    """A console on the stage the environment names, on a thread, for the block's length
+    (signing with `aws`'s credentials when given, else the environment's)."""
+    server = ConsoleServer.from_settings(Settings.from_env(), options or ConsoleOptions(), aws=aws)
     with server:
         yield server

@@ -6,9 +6,9 @@ whose policy is exactly what the CDK templates grant that component's role.
 1. `synthesized_policies()` synthesizes the app (the `dev` stage, no cdk-nag) in a
    child process (`python -m infra.local_policies`: the ground floor names infra, never
    imports it) and reads, for each component in `COMPONENTS`, every statement of
-   every policy attached to its role (the producer: the `ProducerPolicy` managed
-   policy). CloudFormation intrinsics are resolved to stage-independent tokens:
-   the stage's queues, tables, bus and artifacts bucket become `${agentq:<name>}`,
+   every policy attached to its role (the producer and the operator: the
+   `ProducerPolicy` and `OperatorPolicy` managed policies). CloudFormation
+   intrinsics are resolved to stage-independent tokens: the stage's queues, tables, bus and artifacts bucket become `${agentq:<name>}`,
    region and account `${AWS::Region}`/`${AWS::AccountId}`. A resource that does not
    exist locally (log groups, the failed-event queues, secrets, ECS tasks) becomes an
    ARN naming it under `arn:aws:agentq-local-unresolved:::...`, which matches nothing, so
@@ -50,6 +50,7 @@ COMPONENTS: Final = {
     "reconciler": "health_check.reconciler.handler.role",
     "producer-api": "producer_api.handler.role",
     "producer": "infrastructure.producer_policy",
+    "operator": "infrastructure.operator_policy",
     # Roles only AWS services assume, proven by their named operations
     # (tests/infra/test_iam_named_operations.py); the loader also runs with IAM enforced.
     "definitions-loader": "definitions.handler.role",
@@ -161,15 +162,17 @@ def create_component_users(
     *,
     region: str,
     account: str,
-    without: Mapping[str, str] | None = None,
+    without: Mapping[str, str | tuple[str, ...]] | None = None,
 ) -> dict[str, Credentials]:
     """One IAM user per component holding exactly its statements; `without` maps a
-    component to an action its policy must not grant (to prove a test notices)."""
+    component to actions, or statements' Sids, its policy must not grant (to prove a
+    test notices)."""
     created: dict[str, Credentials] = {}
     for component, statements in policies.items():
         document = local_statements(statements, resources, region=region, account=account)
-        if without and component in without:
-            document = _remove_action(document, without[component])
+        removed = (without or {}).get(component, ())
+        for action in (removed,) if isinstance(removed, str) else removed:
+            document = _remove_action(document, action)
         user = f"{resources.names.prefix}-{component}"
         iam.create_user(UserName=user)
         iam.put_user_policy(
@@ -183,6 +186,9 @@ def create_component_users(
 
 
 def _remove_action(statements: list[Statement], action: str) -> list[Statement]:
+    """Without `action` wherever it is granted, or without the statement whose Sid it is."""
+    if any(statement.get("Sid") == action for statement in statements):
+        return [statement for statement in statements if statement.get("Sid") != action]
     kept = []
     found = False
     for statement in statements:

@@ -6,7 +6,7 @@ enforced each function gets a process of its own whose environment holds its own
 user's key (agentq.local.iam). What the Lambda service does itself keeps the service's
 rights: EventBridge delivering to a function is allowed by the function's resource
 policy, so the rule-target queues (the local stand-in for that delivery) are polled
-with the operator's key; the DLQ's event source mapping polls with the function's role
+with the stack's admin key; the DLQ's event source mapping polls with the function's role
 on AWS, so the DLQ is polled with the dlq-processor's own key.
 
     python -m agentq.local.lambda_procs --function save-event --resources r.json

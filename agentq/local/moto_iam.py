@@ -20,9 +20,9 @@ AWS checks it:
   the statements evaluated by agentq.local.iam_policy, where moto skips every condition
   operator but `StringEquals` and is never handed a key.
 
-It also creates the operator: an IAM user holding the local stack's fixed
-`testing` key with every permission, so provisioning, tests and `agentq` commands an
-operator runs keep working while each component signs with its own user's key.
+It also creates the admin: an IAM user holding the local stack's fixed `testing` key
+with every permission, so provisioning and tests' own inspection keep working while
+each component (the operator too: agentq.local.iam) signs with its own user's key.
 
 Only the moto server process calls `enforce_iam` (`moto_server --iam`).
 """
@@ -38,7 +38,8 @@ from urllib.parse import parse_qs, urlsplit
 from agentq.local.iam_policy import Decision, decide
 from agentq.local.moto_guards import refuse, source_of
 
-OPERATOR_USER: Final = "agentq-local-operator"
+# Not `agentq-<stage>-operator`: the operator's own user (agentq.local.iam) has that name.
+ADMIN_USER: Final = "agentq-local-admin"
 ADMIN_POLICY: Final = {
     "Version": "2012-10-17",
     "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
@@ -270,22 +271,22 @@ def _install_request_checks() -> None:
     IAMRequestBase.check_action_permitted = check_action_permitted  # type: ignore[method-assign]
 
 
-def _create_operator(access_key_id: str, secret_access_key: str) -> None:
+def _create_admin(access_key_id: str, secret_access_key: str) -> None:
     from moto.iam.models import iam_backends
 
     backend = iam_backends[ACCOUNT_ID]["aws"]
-    user = backend.create_user("us-east-1", OPERATOR_USER)
-    backend.put_user_policy(OPERATOR_USER, "everything", json.dumps(ADMIN_POLICY))
+    user = backend.create_user("us-east-1", ADMIN_USER)
+    backend.put_user_policy(ADMIN_USER, "everything", json.dumps(ADMIN_POLICY))
     key = user.create_access_key(prefix="AKIA")
-    # The stack's fixed key, so every existing caller is the operator without new config.
+    # The stack's fixed key, so provisioning and tests keep working without new config.
     key.access_key_id = access_key_id
     key.secret_access_key = secret_access_key
 
 
-def enforce_iam(*, operator_key: str, operator_secret: str) -> None:
+def enforce_iam(*, admin_key: str, admin_secret: str) -> None:
     """From now on every request must be signed by an IAM user and allowed by its policies."""
     from moto import settings
 
     _install_request_checks()
-    _create_operator(operator_key, operator_secret)
+    _create_admin(admin_key, admin_secret)
     settings.INITIAL_NO_AUTH_ACTION_COUNT = 0  # type: ignore[assignment]

@@ -93,7 +93,7 @@ class MotoServer:
     (the same URL when IAM is enforced; see the module doc)."""
 
     def __init__(self, port: int | None = None, *, iam: bool = False) -> None:
-        self.iam = iam  # enforce IAM (agentq.local.moto_iam): only the operator key is admin
+        self.iam = iam  # enforce IAM (agentq.local.moto_iam): only the fixed `testing` key is admin
         self._main = _MotoProcess(port, iam=iam)
         self._dynamodb = None if iam else _MotoProcess(None, iam=False)
 

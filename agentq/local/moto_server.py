@@ -156,8 +156,8 @@ def main(argv: list[str] | None = None) -> None:
         from agentq.local.moto_iam import enforce_iam
 
         enforce_iam(
-            operator_key=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            operator_secret=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            admin_key=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            admin_secret=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
         )
     app = SerializedDynamoDB(_dispatcher(create_backend_app))
     run_simple(

@@ -57,8 +57,9 @@ class LocalStackOptions:
     worker_env: dict[str, str] = field(default_factory=dict)
     work_dir: Path | None = None
     iam: bool | None = None  # None: AGENTQ_LOCAL_IAM=enforce turns it on
-    # Component -> an action taken out of its synthesized policy (tests prove it is needed).
-    iam_without: dict[str, str] = field(default_factory=dict)
+    # Component -> actions (or statements' Sids) taken out of its synthesized policy
+    # (tests prove each is needed).
+    iam_without: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
 
 
 class LocalStack:
@@ -258,6 +259,14 @@ class LocalStack:
             # A user's shell is a producer of an IAM-enforced stack, as the env is.
             env["AGENTQ_LOCAL_IAM"] = "enforce"
             env.update(self.credentials["producer"].env())
+        return env
+
+    def operator_env(self) -> dict[str, str]:
+        """A user's shell acting as the operator (`agentq dlq`, `tenants`, `stats`, the
+        console's actions): with IAM enforced, the `OperatorPolicy` user's key."""
+        env = self.user_env()
+        if self.iam:
+            env.update(self.credentials["operator"].env())
         return env
 
     @property

@@ -22,7 +22,7 @@ from typing import Any, Final
 from agentq.envelope import TENANT_PATTERN
 from agentq.errors import InvalidInput, shown
 from agentq.events import now_ms
-from agentq.resources import INDEX_BY_TENANT
+from agentq.resources import INDEX_BY_TENANT, TENANT_PK_PREFIX
 from agentq.store._dynamo import query_all
 from agentq.store.codec import from_item, to_item, values
 
@@ -45,7 +45,7 @@ SEAT_TTL_S: Final = 86_400
 
 
 def tenant_pk(tenant: str) -> str:
-    return f"TENANT#{tenant}"
+    return f"{TENANT_PK_PREFIX}{tenant}"
 
 
 def seat_sk(index: int) -> str:

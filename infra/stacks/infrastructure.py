@@ -24,10 +24,13 @@ from agentq.resources import (
     ARTIFACTS_PREFIX,
     DEFAULT_TIER,
     DEFINITIONS_TABLE,
+    DLQ_ARCHIVE_PREFIX,
     EVENT_OVERFLOW_PREFIX,
     EVENTS_TABLE,
+    PRINCIPAL_PK_PREFIX,
     RULES,
     TASK_QUEUE,
+    TENANT_PK_PREFIX,
     RuleSpec,
     TableSpec,
 )
@@ -174,34 +177,140 @@ class InfrastructureStack(cdk.Stack):
             removal_policy=cdk.RemovalPolicy.RETAIN,
         )
         self.producer_policy = self._producer_policy()
+        self.operator_policy = self._operator_policy()
+
+    def producer_statements(self) -> list[iam.PolicyStatement]:
+        """What a producer (agentq.client, the CLI's submit/status/wait/job) may do."""
+        return [
+            *self.client_statements(),
+            iam.PolicyStatement(
+                actions=["s3:GetObject"],
+                resources=[self.bucket.arn_for_objects(f"{ARTIFACTS_PREFIX}*")],
+            ),
+            iam.PolicyStatement(
+                actions=["s3:PutObject"],
+                resources=[self.bucket.arn_for_objects(f"{EVENT_OVERFLOW_PREFIX}*")],
+            ),
+            # `agentq logs`/`trace` and AgentqClient.artifacts() list a task's attempt
+            # folder; listing is allowed under the task prefix only.
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[self.bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{ARTIFACTS_PREFIX}*"]}},
+            ),
+        ]
 
     def _producer_policy(self) -> iam.ManagedPolicy:
-        """What a producer (agentq.client, the CLI's submit/status/wait/job) may do: attach
-        it to the services, CI roles and people that submit tasks. The local stack's
-        producer signs with exactly these statements (agentq.local.iam)."""
+        """Attach to the services, CI roles and people that submit tasks. The local
+        stack's producer signs with exactly these statements (agentq.local.iam)."""
         policy = iam.ManagedPolicy(
             self,
             "ProducerPolicy",
             description=f"{self.settings.names.prefix} producers: submit and read tasks and jobs",
+            statements=self.producer_statements(),
+        )
+        self._acknowledge_producer_objects(policy, "Producers")
+        cdk.CfnOutput(
+            self,
+            "ProducerPolicyArn",
+            value=policy.managed_policy_arn,
+            description="Attach to every principal that submits or reads agentq tasks",
+        )
+        return policy
+
+    def _operator_policy(self) -> iam.ManagedPolicy:
+        """What an operator's commands need beyond a producer's: the dead-letter archive
+        (`agentq dlq`, the console's redrive and discard), queue depths (`agentq stats`,
+        the console's queues), tenant limits removed (`agentq tenants limit T default`).
+        Cancel, retry and resubmit are a producer's rights. The local stack's operator
+        signs with exactly these statements (agentq.local.iam)."""
+        archive = self.bucket.arn_for_objects(f"{DLQ_ARCHIVE_PREFIX}*")
+        policy = iam.ManagedPolicy(
+            self,
+            "OperatorPolicy",
+            description=f"{self.settings.names.prefix} operators: dead letters, tenant "
+            "limits and mappings, stats and the console's actions, besides a producer's rights",
             statements=[
-                *self.client_statements(),
+                *self.producer_statements(),
+                # `agentq dlq list|redrive` and the console list the archive only.
                 iam.PolicyStatement(
-                    actions=["s3:GetObject"],
-                    resources=[self.bucket.arn_for_objects(f"{ARTIFACTS_PREFIX}*")],
-                ),
-                iam.PolicyStatement(
-                    actions=["s3:PutObject"],
-                    resources=[self.bucket.arn_for_objects(f"{EVENT_OVERFLOW_PREFIX}*")],
-                ),
-                # `agentq logs`/`trace` and AgentqClient.artifacts() list a task's attempt
-                # folder; listing is allowed under the task prefix only.
-                iam.PolicyStatement(
+                    sid="ListDeadLetterArchive",
                     actions=["s3:ListBucket"],
                     resources=[self.bucket.bucket_arn],
-                    conditions={"StringLike": {"s3:prefix": [f"{ARTIFACTS_PREFIX}*"]}},
+                    conditions={"StringLike": {"s3:prefix": [f"{DLQ_ARCHIVE_PREFIX}*"]}},
+                ),
+                iam.PolicyStatement(
+                    sid="ReadDeadLetterArchive", actions=["s3:GetObject"], resources=[archive]
+                ),
+                # A redrive rewrites the archived letter with its redrive time.
+                iam.PolicyStatement(
+                    sid="MarkDeadLettersRedriven", actions=["s3:PutObject"], resources=[archive]
+                ),
+                # The console's discard deletes the archived letter.
+                iam.PolicyStatement(
+                    sid="DiscardDeadLetters", actions=["s3:DeleteObject"], resources=[archive]
+                ),
+                # `agentq dlq list --peek`: a receive with visibility 0 (the DLQ has no
+                # redrive policy, so a peek dead-letters nothing).
+                iam.PolicyStatement(
+                    sid="PeekDeadLetterQueue",
+                    actions=["sqs:ReceiveMessage"],
+                    resources=[self.dead_letter_queue.queue_arn],
+                ),
+                iam.PolicyStatement(
+                    sid="ReadQueueDepths",
+                    actions=["sqs:GetQueueAttributes"],
+                    resources=[*self.tier_queue_arns, self.dead_letter_queue.queue_arn],
+                ),
+                # `agentq tenants limit T default` deletes the override's item, `agentq
+                # tenants unmap` the principal's mapping: only such items, never a task's.
+                iam.PolicyStatement(
+                    sid="RemoveTenantSettings",
+                    actions=["dynamodb:DeleteItem"],
+                    resources=[self.events_table.table_arn],
+                    conditions={
+                        "ForAllValues:StringLike": {
+                            "dynamodb:LeadingKeys": [
+                                f"{TENANT_PK_PREFIX}*",
+                                f"{PRINCIPAL_PK_PREFIX}*",
+                            ]
+                        }
+                    },
+                ),
+                # The oldest message's age per queue: `agentq stats` (GetMetricData) and
+                # the console's queues (GetMetricStatistics), on AWS.
+                iam.PolicyStatement(
+                    sid="ReadQueueAgeMetrics",
+                    actions=["cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics"],
+                    resources=["*"],
                 ),
             ],
         )
+        self._acknowledge_producer_objects(policy, "Operators")
+        logical_id = self.get_logical_id(self.bucket.node.default_child)  # type: ignore[arg-type]
+        acknowledge(
+            policy,
+            "IAM5",
+            "Operators read, rewrite and delete only archived dead letters (objects under "
+            f"{DLQ_ARCHIVE_PREFIX}); their keys are per task, so the key part is a wildcard",
+            applies_to=f"Resource::<{logical_id}.Arn>/{DLQ_ARCHIVE_PREFIX}*",
+        )
+        acknowledge(
+            policy,
+            "IAM5",
+            "cloudwatch:GetMetricData and GetMetricStatistics (the queues' oldest-message "
+            "age) support no resource-level permissions; AWS allows only Resource '*'",
+            applies_to="Resource::*",
+        )
+        cdk.CfnOutput(
+            self,
+            "OperatorPolicyArn",
+            value=policy.managed_policy_arn,
+            description="Attach to the people and CI roles that run agentq's operator commands",
+        )
+        return policy
+
+    def _acknowledge_producer_objects(self, policy: iam.ManagedPolicy, who: str) -> None:
         logical_id = self.get_logical_id(self.bucket.node.default_child)  # type: ignore[arg-type]
         for prefix, action in (
             (ARTIFACTS_PREFIX, "GetObject"),
@@ -210,17 +319,10 @@ class InfrastructureStack(cdk.Stack):
             acknowledge(
                 policy,
                 "IAM5",
-                f"Producers get s3:{action} only on objects under {prefix} of the agentq "
+                f"{who} get s3:{action} only on objects under {prefix} of the agentq "
                 "bucket; object keys are per task, so the key part must be a wildcard",
                 applies_to=f"Resource::<{logical_id}.Arn>/{prefix}*",
             )
-        cdk.CfnOutput(
-            self,
-            "ProducerPolicyArn",
-            value=policy.managed_policy_arn,
-            description="Attach to every principal that submits or reads agentq tasks",
-        )
-        return policy
 
     def _task_queue(self, construct_id: str, name: str) -> sqs.Queue:
         return sqs.Queue(

@@ -1,6 +1,7 @@
 """The infrastructure review's findings, each asserted on the synthesized templates:
 alarms that can fire, stage-scoped metrics, a health check, placeholder secrets that
-never block a redeploy, a DLQ on the Task Requested target, a producer policy."""
+never block a redeploy, a DLQ on the Task Requested target, producer and operator
+policies."""
 
 from __future__ import annotations
 
@@ -197,10 +198,17 @@ def test_infra_worker_health_check_reads_the_heartbeats_liveness_file(
     }
 
 
+def _managed_policy(stage: SynthesizedStage, construct_id: str) -> dict[str, Any]:
+    infrastructure = stage.stacks.infrastructure
+    construct = infrastructure.node.find_child(construct_id).node.default_child
+    logical_id = infrastructure.get_logical_id(construct)  # type: ignore[arg-type]
+    return dict(stage.resources("infrastructure", "AWS::IAM::ManagedPolicy")[logical_id])
+
+
 def test_infra_producer_policy_grants_what_a_client_does_and_nothing_else(
     stage: SynthesizedStage,
 ) -> None:
-    (policy,) = stage.resources("infrastructure", "AWS::IAM::ManagedPolicy").values()
+    policy = _managed_policy(stage, "ProducerPolicy")
     by_action: dict[str, str] = {}
     for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
         actions = (
@@ -221,6 +229,39 @@ def test_infra_producer_policy_grants_what_a_client_does_and_nothing_else(
     assert listing["Condition"] == {"StringLike": {"s3:prefix": ["task/*"]}}
     assert "/" not in json.dumps(listing["Resource"])  # the bucket, not its objects
     stage.templates["infrastructure"].has_output("ProducerPolicyArn", Match.any_value())
+
+
+def test_infra_operator_policy_is_the_producers_and_scoped_operator_rights(
+    stage: SynthesizedStage,
+) -> None:
+    producer = _managed_policy(stage, "ProducerPolicy")["Properties"]["PolicyDocument"]
+    operator = _managed_policy(stage, "OperatorPolicy")["Properties"]["PolicyDocument"]
+    statements = operator["Statement"]
+    # A producer's rights first, as the producer has them (not a copy that could drift).
+    assert statements[: len(producer["Statement"])] == producer["Statement"]
+    own = {s["Sid"]: s for s in statements[len(producer["Statement"]) :]}
+    archive = json.dumps(own["ReadDeadLetterArchive"]["Resource"])
+    assert "/dlq/archive/*" in archive
+    for sid in ("MarkDeadLettersRedriven", "DiscardDeadLetters"):
+        assert json.dumps(own[sid]["Resource"]) == archive, sid
+    assert own["ListDeadLetterArchive"]["Condition"] == {
+        "StringLike": {"s3:prefix": ["dlq/archive/*"]}
+    }
+    # Only the DLQ is received from; no queue is purged, deleted from or changed.
+    assert own["PeekDeadLetterQueue"]["Action"] == "sqs:ReceiveMessage"
+    assert "DeadLetterQueue" in json.dumps(own["PeekDeadLetterQueue"]["Resource"])
+    # Deletes reach tenant settings and principal mappings only, never a task's items.
+    assert own["RemoveTenantSettings"]["Condition"] == {
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["TENANT#*", "PRINCIPAL#*"]}
+    }
+    # "*" only where AWS offers no resource-level permission.
+    for sid, statement in own.items():
+        if statement["Resource"] == "*":
+            assert sid == "ReadQueueAgeMetrics", sid
+    actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str)
+                                               else s["Action"])}  # fmt: skip
+    assert not {a for a in actions if a.endswith(("*", "PurgeQueue", "Scan", "DeleteMessage"))}
+    stage.templates["infrastructure"].has_output("OperatorPolicyArn", Match.any_value())
 
 
 def _role_actions(stage: SynthesizedStage, stack: str, role: Any) -> dict[str, list[Any]]:

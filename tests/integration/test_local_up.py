@@ -12,10 +12,12 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import boto3
 import psutil
 import pytest
+import requests
 from support import wait_for
 
 from agentq.cli._localenv import allowed_variable, parse_env_file
@@ -54,6 +56,38 @@ def _local_up(
         stderr=subprocess.PIPE if stderr_file is None else stderr_file.open("w"),
     )  # fmt: skip
     return LocalUp(process, marker, env_file)
+
+
+def _summary(up: subprocess.Popen[str]) -> dict[str, Any]:
+    """`local up --json`'s summary, read as it is printed (the stack keeps running)."""
+    assert up.stdout is not None
+    lines = []
+    for line in up.stdout:
+        lines.append(line)
+        if line.rstrip() == "}":
+            return dict(json.loads("".join(lines)))
+    raise AssertionError(f"local up ended before its summary: {''.join(lines)[-2000:]}")
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(240)
+def test_local_up_with_iam_enforced_serves_the_console_as_the_operator(tmp_path: Path) -> None:
+    # The env file is a producer's; the console is the operator's, whose dead letters
+    # page lists the archive (which the producer may not).
+    stack = _local_up(tmp_path, "--workers", "0", "--json", AGENTQ_LOCAL_IAM="enforce")
+    up = stack.process
+    try:
+        summary = _summary(up)
+        session = requests.Session()
+        assert session.get(summary["console"], timeout=60).ok  # trades the token for a cookie
+        base = summary["console"].split("/jobs")[0]
+        letters = session.get(f"{base}/api/dlq", timeout=60)
+        assert letters.status_code == 200, letters.text[-2000:]
+        assert letters.json()["total"] == 0
+    finally:
+        up.send_signal(signal.SIGINT)
+        _, err = up.communicate(timeout=120)
+    assert up.returncode == 0, err[-3000:]
 
 
 @pytest.mark.e2e

@@ -152,6 +152,15 @@ def test_iam_removing_an_action_keeps_the_rest_and_refuses_one_never_granted() -
         _remove_action(statements, "a:W")
 
 
+def test_iam_removing_a_statement_by_its_sid_keeps_the_rest() -> None:
+    statements: list[dict[str, Any]] = [
+        {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "r/task/*"},
+        {"Sid": "ReadArchive", "Effect": "Allow", "Action": "s3:GetObject", "Resource": "r/dlq/*"},
+    ]
+    # The same action another statement grants stays granted there.
+    assert _remove_action(statements, "ReadArchive") == [statements[0]]
+
+
 # -- moto's server enforcing it ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def enforced() -> Iterator[tuple[MotoServer, LocalResources]]:
@@ -228,7 +237,7 @@ def test_iam_enforced_moto_allows_exactly_the_named_table_queue_and_bus(
         == 0
     )
     _denied(lambda: events.put_events(Entries=[entry]), "events:PutEvents")  # the default bus
-    # The operator's fixed key keeps every right.
+    # The stack's fixed admin key keeps every right.
     local_session_clients(server.url)["sqs"].send_message(
         QueueUrl=resources.dlq_url, MessageBody="y"
     )
@@ -248,7 +257,7 @@ def test_iam_component_policies_name_only_this_stages_resources(
     ]
     assert set(COMPONENTS) == {"worker", "save-event", "dlq-processor", "dispatcher",
                                "health-check", "reconciler", "producer-api", "producer",
-                               "definitions-loader", "provider-framework",
+                               "operator", "definitions-loader", "provider-framework",
                                "execution-role"}  # fmt: skip
 
 
@@ -283,4 +292,5 @@ def test_iam_synthesized_policies_cover_every_component_with_local_resources() -
                 )
                 assert set(actions) <= {"xray:PutTraceSegments", "xray:PutTelemetryRecords",
                                         "cloudwatch:GetMetricStatistics",
+                                        "cloudwatch:GetMetricData",
                                         "ecr:GetAuthorizationToken"}, statement  # fmt: skip
