@@ -238,8 +238,13 @@ ARTIFACTS_PREFIX: Final = "task/"
 EVENT_OVERFLOW_PREFIX: Final = "events/overflow/"
 DLQ_ARCHIVE_PREFIX: Final = "dlq/archive/"
 
+# Partition key prefixes of the events table's items producers write: a task's STATE
+# and events, a job and its events (agentq.store.keys). A producer's PutItem and
+# UpdateItem are scoped to them (infra), so it cannot write the items below.
+TASK_PK_PREFIX: Final = "TASK#"
+JOB_PK_PREFIX: Final = "JOB#"
 # Partition key prefixes of the events table's operator-owned items: a tenant's limit
 # override and seats (agentq.store.tenants), a principal's tenant mapping
-# (agentq.principals). The operator's DeleteItem is scoped to them (infra).
+# (agentq.principals). The operator's PutItem and DeleteItem are scoped to them (infra).
 TENANT_PK_PREFIX: Final = "TENANT#"
 PRINCIPAL_PK_PREFIX: Final = "PRINCIPAL#"

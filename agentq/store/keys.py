@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from agentq.resources import ARTIFACTS_PREFIX, status_shard
+from agentq.resources import ARTIFACTS_PREFIX, JOB_PK_PREFIX, TASK_PK_PREFIX, status_shard
 
 STATE_SK: Final = "STATE"
 JOB_SK: Final = "JOB"
@@ -21,11 +21,11 @@ _DUE_DIGITS: Final = 15
 
 
 def task_pk(tenant: str, request_id: str) -> str:
-    return f"TASK#{tenant}#{request_id}"
+    return f"{TASK_PK_PREFIX}{tenant}#{request_id}"
 
 
 def job_pk(tenant: str, job_id: str) -> str:
-    return f"JOB#{tenant}#{job_id}"
+    return f"{JOB_PK_PREFIX}{tenant}#{job_id}"
 
 
 def event_sk(timestamp_iso: str, event_id: str) -> str:

@@ -27,8 +27,10 @@ from agentq.resources import (
     DLQ_ARCHIVE_PREFIX,
     EVENT_OVERFLOW_PREFIX,
     EVENTS_TABLE,
+    JOB_PK_PREFIX,
     PRINCIPAL_PK_PREFIX,
     RULES,
+    TASK_PK_PREFIX,
     TASK_QUEUE,
     TENANT_PK_PREFIX,
     RuleSpec,
@@ -51,6 +53,14 @@ def event_pattern(rule: RuleSpec, app_name: str) -> events.EventPattern:
     return events.EventPattern(
         source=pattern["source"], detail_type=detail_type, detail=pattern.get("detail")
     )
+
+
+def _leading_keys(*prefixes: str) -> dict[str, Any]:
+    """A condition that lets an item call through only on partitions with these prefixes
+    (every item of a transaction is checked as its own call)."""
+    return {
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{prefix}*" for prefix in prefixes]}
+    }
 
 
 def _attribute(name: str) -> dynamodb.Attribute:
@@ -221,7 +231,8 @@ class InfrastructureStack(cdk.Stack):
     def _operator_policy(self) -> iam.ManagedPolicy:
         """What an operator's commands need beyond a producer's: the dead-letter archive
         (`agentq dlq`, the console's redrive and discard), queue depths (`agentq stats`,
-        the console's queues), tenant limits removed (`agentq tenants limit T default`).
+        the console's queues), tenant limits and principal mappings set and removed (`agentq
+        tenants limit`, `tenants map`, `tenants unmap`).
         Cancel, retry and resubmit are a producer's rights. The local stack's operator
         signs with exactly these statements (agentq.local.iam)."""
         archive = self.bucket.arn_for_objects(f"{DLQ_ARCHIVE_PREFIX}*")
@@ -262,20 +273,21 @@ class InfrastructureStack(cdk.Stack):
                     actions=["sqs:GetQueueAttributes"],
                     resources=[*self.tier_queue_arns, self.dead_letter_queue.queue_arn],
                 ),
+                # `agentq tenants limit T N` puts the override's item, `agentq tenants
+                # map` the principal's mapping (whole items): producers may not.
+                iam.PolicyStatement(
+                    sid="SetTenantSettings",
+                    actions=["dynamodb:PutItem"],
+                    resources=[self.events_table.table_arn],
+                    conditions=_leading_keys(TENANT_PK_PREFIX, PRINCIPAL_PK_PREFIX),
+                ),
                 # `agentq tenants limit T default` deletes the override's item, `agentq
                 # tenants unmap` the principal's mapping: only such items, never a task's.
                 iam.PolicyStatement(
                     sid="RemoveTenantSettings",
                     actions=["dynamodb:DeleteItem"],
                     resources=[self.events_table.table_arn],
-                    conditions={
-                        "ForAllValues:StringLike": {
-                            "dynamodb:LeadingKeys": [
-                                f"{TENANT_PK_PREFIX}*",
-                                f"{PRINCIPAL_PK_PREFIX}*",
-                            ]
-                        }
-                    },
+                    conditions=_leading_keys(TENANT_PK_PREFIX, PRINCIPAL_PK_PREFIX),
                 ),
                 # The oldest message's age per queue: `agentq stats` (GetMetricData) and
                 # the console's queues (GetMetricStatistics), on AWS.
@@ -388,10 +400,16 @@ class InfrastructureStack(cdk.Stack):
         """
         return [
             table_statement(
-                self.events_table,
-                EVENTS_TABLE,
-                ["GetItem", "BatchGetItem", "PutItem", "UpdateItem", "Query"],
-                indexes=True,
+                self.events_table, EVENTS_TABLE, ["GetItem", "BatchGetItem", "Query"], indexes=True
+            ),
+            # Writes reach a task's and a job's items only (their events sit in the same
+            # partitions): never a tenant's limit or seats, nor a principal's tenant
+            # mapping, which would let a producer lift its limit or act for another tenant.
+            iam.PolicyStatement(
+                sid="WriteTasksAndJobs",
+                actions=["dynamodb:PutItem", "dynamodb:UpdateItem"],
+                resources=[self.events_table.table_arn],
+                conditions=_leading_keys(TASK_PK_PREFIX, JOB_PK_PREFIX),
             ),
             table_statement(self.definitions_table, DEFINITIONS_TABLE, ["GetItem"]),
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=self.tier_queue_arns),

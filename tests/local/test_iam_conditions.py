@@ -22,10 +22,14 @@ from agentq.local.aws import (
     local_session_clients,
     provision,
 )
-from agentq.local.iam import Credentials, create_component_users
+from agentq.local.iam import Credentials, create_component_users, synthesized_policies
 from agentq.local.iam_policy import Decision, condition_holds, decide
 from agentq.local.moto_iam import ACCOUNT_ID, authorizations
+from agentq.principals import mappable_principal, principal_pk
 from agentq.resources import ResourceNames
+from agentq.store import keys
+from agentq.store.tenants import LIMITS_SK, seat_sk, tenant_pk
+from agentq.store.workers import ROSTER_PK
 
 TEXT = st.text(alphabet="abcdefghij/#-", max_size=12)
 
@@ -88,6 +92,65 @@ def test_iam_request_condition_keys_are_read_from_the_request() -> None:
                                         region=LOCAL_REGION, account=ACCOUNT_ID,
                                         hash_key_of=lambda table: "PK")  # fmt: skip
     assert context == {"dynamodb:LeadingKeys": ["TENANT#acme"]}
+
+
+# -- the synthesized roles' writes, by partition (pure) -----------------------------------
+SYNTH_TABLE_ARN = "arn:aws:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${agentq:events_table}"
+# The items each writer builds, with the key functions the stores use.
+TASK_ITEM = keys.state_key("acme", "r-1")
+JOB_ITEM = {"PK": {"S": keys.job_pk("acme", "j-1")}, "SK": {"S": keys.JOB_SK}}
+LIMITS_ITEM = {"PK": {"S": tenant_pk("acme")}, "SK": {"S": LIMITS_SK}}
+SEAT_ITEM = {"PK": {"S": tenant_pk("acme")}, "SK": {"S": seat_sk(0)}}
+MAPPING_ITEM = {
+    "PK": {"S": principal_pk(mappable_principal("arn:aws:iam::123456789012:role/ci"))},
+    "SK": {"S": "TENANT"},
+}
+ROSTER_ITEM = {"PK": {"S": ROSTER_PK}, "SK": {"S": "w-1"}}
+
+
+def _may(statements: list[dict[str, Any]], action: str, item: dict[str, Any]) -> bool:
+    """Whether the statements allow `action` on this item, as moto's enforced server
+    asks (agentq.local.moto_iam: the item's partition key as dynamodb:LeadingKeys)."""
+    ((checked, resource, context),) = authorizations(
+        f"dynamodb:{action}", "*", json.dumps({"TableName": SYNTH_TABLE_ARN, "Key": item}).encode(),
+        region=LOCAL_REGION, account=ACCOUNT_ID, hash_key_of=lambda table: "PK",
+    )  # fmt: skip
+    return decide([{"Statement": statements}], checked, resource, context) is Decision.ALLOW
+
+
+@pytest.fixture(scope="module")
+def synthesized() -> dict[str, list[dict[str, Any]]]:
+    return synthesized_policies()
+
+
+@pytest.mark.parametrize("role", ["producer", "dispatcher", "producer-api"])
+def test_iam_producers_write_tasks_and_jobs_only(
+    synthesized: dict[str, list[dict[str, Any]]], role: str
+) -> None:
+    # A producer that could put a PRINCIPAL# item would map itself to another tenant
+    # (and read that tenant's tasks through the producer API); a TENANT# item, lift
+    # its own tenant's limit or hold its seats.
+    statements = synthesized[role]
+    for action in ("PutItem", "UpdateItem"):
+        assert _may(statements, action, TASK_ITEM) and _may(statements, action, JOB_ITEM)
+        for item in (MAPPING_ITEM, LIMITS_ITEM, SEAT_ITEM, ROSTER_ITEM):
+            assert not _may(statements, action, item), (role, action, item["PK"])
+    if role == "producer-api":  # the caller's tenant, read from its principal's mapping
+        assert _may(statements, "GetItem", MAPPING_ITEM)
+
+
+def test_iam_operators_and_workers_keep_their_tenant_items(
+    synthesized: dict[str, list[dict[str, Any]]],
+) -> None:
+    operator, worker = synthesized["operator"], synthesized["worker"]
+    # `agentq tenants limit` / `map` put whole items; `limit T default` / `unmap` delete.
+    for item in (LIMITS_ITEM, MAPPING_ITEM):
+        assert _may(operator, "PutItem", item) and _may(operator, "DeleteItem", item)
+    assert not _may(operator, "DeleteItem", TASK_ITEM)
+    assert not _may(operator, "PutItem", ROSTER_ITEM)
+    # The worker's lock transaction takes, renews and frees seats under TENANT#.
+    assert _may(worker, "UpdateItem", SEAT_ITEM) and _may(worker, "UpdateItem", TASK_ITEM)
+    assert _may(worker, "PutItem", ROSTER_ITEM)
 
 
 # -- moto's server enforcing them --------------------------------------------------------
