@@ -279,6 +279,7 @@ OPERATOR_ONLY: Final = (
     "DiscardDeadLetters",
     "PeekDeadLetterQueue",
     "ReadQueueDepths",
+    "SetTenantSettings",
     "RemoveTenantSettings",
     "ReadQueueAgeMetrics",
 )
@@ -290,9 +291,9 @@ REMOVED_TOGETHER: Final = {
         "ListDeadLetterArchive", "ReadDeadLetterArchive", "ReadQueueDepths",
         "RemoveTenantSettings",
     ),
-    "archive-writes-peek-metrics": (
+    "archive-writes-peek-metrics-tenant-puts": (
         "MarkDeadLettersRedriven", "DiscardDeadLetters", "PeekDeadLetterQueue",
-        "ReadQueueAgeMetrics",
+        "ReadQueueAgeMetrics", "SetTenantSettings",
     ),
 }  # fmt: skip
 
@@ -317,7 +318,8 @@ def _without_archive_reads_depths_tenants(stack: LocalStack, parts: Any) -> None
     # ReadQueueDepths: `agentq stats` and the console's queues.
     _denied_cli(stack, "GetQueueAttributes", "stats", "--json")
     _denied_to_console("GetQueueAttributes", parts.operations.snapshot)
-    # RemoveTenantSettings: an override and a mapping are set, never removed.
+    # RemoveTenantSettings: an override and a mapping are set (SetTenantSettings), never
+    # removed.
     _ok(_cli(stack, "tenants", "limit", TENANT, "3", "--json"))
     _denied_cli(stack, "DeleteItem", "tenants", "limit", TENANT, "default")
     _ok(_cli(stack, "tenants", "map", MAPPED_ROLE, TENANT, "--json"))
@@ -341,6 +343,9 @@ def _without_archive_writes_peek_metrics(
     parts.operations.snapshot()
     assert {d.split(":")[0] for d in denials.seen} == {"GetMetricData", "GetMetricStatistics"}
     assert all(f"{DENIED}: cloudwatch:" in d for d in denials.seen)
+    # SetTenantSettings: the producer's rights put no override and no mapping.
+    _denied_cli(stack, "PutItem", "tenants", "limit", TENANT, "3")
+    _denied_cli(stack, "PutItem", "tenants", "map", MAPPED_ROLE, TENANT)
 
 
 @pytest.mark.parametrize("group", list(REMOVED_TOGETHER))

@@ -1,7 +1,7 @@
 """The producer API's handler signing as the producer-api role's user, with IAM enforced:
 Powertools' resolver with API Gateway events carrying the caller's principal. A mapped
-tenant submits, reads and lists; an admin principal changes the shared definitions;
-a tenant's change is refused before any write."""
+tenant submits, creates a job and adds to it, cancels, reads and lists; an admin
+principal changes the shared definitions; a tenant's change is refused before any write."""
 
 from __future__ import annotations
 
@@ -86,6 +86,14 @@ def test_iam_enforced_producer_api_role_serves_tenants_and_operators(
     assert status == 201 and task["tenant"] == "billing", task
     status, read = _api("GET", f"/tasks/{task['requestId']}", tenant)
     assert status == 200 and read["state"] == "PENDING", read
+    # Its writes reach its tasks' and jobs' items (the role's writes are scoped to them).
+    echo = {"definition": "sample-echo", "input": {}}
+    status, job = _api("POST", "/jobs", tenant, {"job_id": "api-job", "tasks": {"A": echo}})
+    assert status == 201 and job["tenant"] == "billing", job
+    added = {"tasks": {"B": {**echo, "depends_on": ["A"]}}}
+    assert _api("POST", "/jobs/api-job/tasks", tenant, added)[0] == 201
+    status, cancelled = _api("POST", f"/tasks/{task['requestId']}/cancel", tenant)
+    assert status == 200 and cancelled["state"] == "CANCELLED", cancelled
     assert _api("GET", "/task-definitions", tenant)[0] == 200  # a Scan of the table
 
     definition = {"kind": "python", "settings": {"callable": "agentq.samples.echo:run"}}
