@@ -221,6 +221,12 @@ def test_infra_producer_policy_grants_what_a_client_does_and_nothing_else(
     assert "/task/*" in by_action["s3:GetObject"]
     assert "/events/overflow/*" in by_action["s3:PutObject"]
     assert "dynamodb:DeleteItem" not in by_action and "dynamodb:Scan" not in by_action
+    # Writes reach a task's and a job's items only: a tenant's limit and seats and a
+    # principal's tenant mapping are the operator's and the worker's.
+    writes = [s for s in policy["Properties"]["PolicyDocument"]["Statement"]
+              if {"dynamodb:PutItem", "dynamodb:UpdateItem"} & set(_listed(s["Action"]))]  # fmt: skip
+    assert [s.get("Sid") for s in writes] == ["WriteTasksAndJobs"]
+    assert writes[0]["Condition"] == PRODUCER_WRITES
     # No producer transaction checks an item on its own.
     assert "dynamodb:ConditionCheckItem" not in by_action
     # Listing (agentq logs / trace, AgentqClient.artifacts) only under the task prefix.
@@ -250,10 +256,13 @@ def test_infra_operator_policy_is_the_producers_and_scoped_operator_rights(
     # Only the DLQ is received from; no queue is purged, deleted from or changed.
     assert own["PeekDeadLetterQueue"]["Action"] == "sqs:ReceiveMessage"
     assert "DeadLetterQueue" in json.dumps(own["PeekDeadLetterQueue"]["Resource"])
-    # Deletes reach tenant settings and principal mappings only, never a task's items.
-    assert own["RemoveTenantSettings"]["Condition"] == {
-        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["TENANT#*", "PRINCIPAL#*"]}
-    }
+    # Puts and deletes reach tenant settings and principal mappings only, never a task's
+    # items (and the producer's own writes do not reach them).
+    for sid, action in (("SetTenantSettings", "PutItem"), ("RemoveTenantSettings", "DeleteItem")):
+        assert own[sid]["Action"] == f"dynamodb:{action}"
+        assert own[sid]["Condition"] == {
+            "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["TENANT#*", "PRINCIPAL#*"]}
+        }
     # "*" only where AWS offers no resource-level permission.
     for sid, statement in own.items():
         if statement["Resource"] == "*":
@@ -278,6 +287,42 @@ def _role_actions(stage: SynthesizedStage, stack: str, role: Any) -> dict[str, l
             for action in actions if isinstance(actions, list) else [actions]:
                 found.setdefault(action, []).append(statement["Resource"])
     return found
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+PRODUCER_WRITES = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["TASK#*", "JOB#*"]}}
+
+
+def _write_conditions(stage: SynthesizedStage, stack: str, role: Any) -> list[Any]:
+    """The Condition of every statement granting the role a PutItem or UpdateItem."""
+    owner = getattr(stage.stacks, stack)
+    role_id = owner.get_logical_id(role.node.default_child)
+    template = owner.stack_name.removeprefix(f"{stage.stacks.settings.names.prefix}-")
+    return [
+        statement.get("Condition")
+        for policy in stage.resources(template, "AWS::IAM::Policy").values()
+        if {"Ref": role_id} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if {"dynamodb:PutItem", "dynamodb:UpdateItem"} & set(_listed(statement["Action"]))
+    ]
+
+
+def test_infra_clients_write_tasks_and_jobs_while_the_worker_keeps_its_seats(
+    stage: SynthesizedStage,
+) -> None:
+    stacks = stage.stacks
+    # The dispatcher and the producer API are clients: the producer's scoped writes
+    # (the producer API's definitions writes are on the definitions table).
+    assert _write_conditions(stage, "dispatcher", stacks.dispatcher.handler.role) == [
+        PRODUCER_WRITES
+    ]
+    api = _write_conditions(stage, "producer_api", stacks.producer_api.handler.role)
+    assert PRODUCER_WRITES in api and api.count(None) == 1  # PutItem on definitions
+    # The worker's lock transaction takes seats under TENANT#: its writes stay unscoped.
+    assert _write_conditions(stage, "worker", stacks.worker.task_role) == [None]
 
 
 def test_infra_roles_hold_no_grant_nothing_uses(stage: SynthesizedStage) -> None:
