@@ -117,6 +117,19 @@ class Stack:
         return AwsClients(LOCAL_REGION)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _environment_per_module() -> Iterator[None]:
+    """Each module leaves the process environment as it found it. A test process runs
+    many modules: one whose stack failed to stop, or that ran a command in-process
+    with `--local-env`, must not have the next module sign with that stack's keys and
+    enforce its IAM (seen: a whole test process's later modules denied)."""
+    before = dict(os.environ)
+    yield
+    if os.environ != before:
+        os.environ.clear()
+        os.environ.update(before)
+
+
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:
     with MotoServer() as server:

@@ -180,7 +180,18 @@ class LocalStack:
         return worker
 
     def stop(self) -> None:
-        """Drain workers, then stop the Lambda host, model server and moto. Idempotent."""
+        """Drain workers, then stop the Lambda host, model server and moto, and give the
+        process its environment back, whatever failed on the way. Idempotent."""
+        try:
+            self._stop_parts()
+        finally:
+            # An in-process caller (a test, the demo) must not go on signing with this
+            # stack's keys or enforcing its IAM after it is gone.
+            self._restore_environment()
+        if self._own_work_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def _stop_parts(self) -> None:
         # All workers drain at once: each first waits for its long poll to end (up to
         # WAIT_TIME_SECONDS), which one worker after another paid once per worker.
         workers = list(self.workers)
@@ -208,9 +219,6 @@ class LocalStack:
         if self.moto is not None:
             self.moto.stop()
             self.moto = None
-        self._restore_environment()
-        if self._own_work_dir:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def kill_workers(self) -> None:
         """SIGKILL every worker and its task children now (a second Ctrl-C): their

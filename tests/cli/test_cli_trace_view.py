@@ -76,7 +76,7 @@ def test_a_worker_trace_reads_as_totals_tokens_turns_tools_and_todos() -> None:
     assert is_worker_trace(TRACE)
     shown = drawn(TRACE)
     assert (
-        "agent trace: 1 model response(s), 2 turn(s) by the CLI's count, 3.2s, $0.0123; "
+        "agent trace: 1 model response(s), 2 turn(s) by the CLI's count, 3.2s of model time, $0.0123; "
         "the CLI's result success, attempts 1" in shown
     )
     assert "tokens: input 1,234, output 567, cache read 0, cache write 89" in shown
