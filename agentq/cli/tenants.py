@@ -90,19 +90,25 @@ def _limit(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     store, default = _store()
-    overrides = {o.tenant: o for o in store.overrides()}
-    tenants = [validate_tenant(args.tenant)] if args.tenant else sorted(overrides)
+    if args.tenant:
+        # By key, strongly: the override set a moment ago shows in the listing index
+        # only a moment later.
+        tenants = [validate_tenant(args.tenant)]
+        override = store.get(tenants[0], consistent=True)
+        overrides = {} if override is None else {tenants[0]: override}
+    else:
+        overrides = {o.tenant: o.limit for o in store.overrides()}
+        tenants = sorted(overrides)
     now = now_ms()
     rows: list[dict[str, Any]] = []
     for tenant in tenants:
-        override = overrides.get(tenant)
-        limit = override.limit if override else default
+        limit = overrides.get(tenant, default)
         seats = store.seats(tenant)
         held = [s for s in seats if s.live(now)]
         rows.append({
             "tenant": tenant,
             "limit": limit,
-            "override": override is not None,
+            "override": tenant in overrides,
             "running": len(held),
             "free": len(free_seats(seats, limit, now)) if limit else None,
             "holders": sorted(s.request_id or "?" for s in held),

@@ -139,11 +139,12 @@ class TenantLimitStore:
     def _key(self, tenant: str, sort_key: str) -> dict[str, Any]:
         return {"PK": {"S": tenant_pk(tenant)}, "SK": {"S": sort_key}}
 
-    def get(self, tenant: str) -> int | None:
-        """The tenant's override, or None. Eventually consistent: the cache is older."""
-        item = self._ddb.get_item(TableName=self._table, Key=self._key(tenant, LIMITS_SK)).get(
-            "Item"
-        )
+    def get(self, tenant: str, *, consistent: bool = False) -> int | None:
+        """The tenant's override, or None. Eventually consistent unless `consistent`: the
+        cache is older anyway; an operator reading back what they set reads strongly."""
+        item = self._ddb.get_item(
+            TableName=self._table, Key=self._key(tenant, LIMITS_SK), ConsistentRead=consistent
+        ).get("Item")
         return stored_limit(from_item(item).get("concurrencyLimit")) if item else None
 
     def set(self, tenant: str, limit: int) -> None:

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import pytest
 from conftest import Stack
-from support import EventLog, wait_for
+from support import EventLog, settle_indexes, wait_for
 
 from agentq.client import AgentqClient
 from agentq.config import Settings
@@ -68,6 +68,7 @@ def test_a_delayed_task_is_scheduled_then_runs_after_its_time(
     due = int(record.raw["notBefore"])
     assert record.state is TaskState.SCHEDULED
     # Due at its notBefore in the status index: not "waiting" (health, reconciler) before.
+    settle_indexes(stack)
     scheduled = client.tasks.tasks_by_status(TaskState.SCHEDULED)
     assert record.request_id in {r.request_id for r in scheduled}
     early = client.tasks.tasks_by_status(TaskState.SCHEDULED, due_before_ms=due)

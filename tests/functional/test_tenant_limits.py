@@ -194,11 +194,11 @@ class _CountingStore(TenantLimitStore):
         self.listings = 0
         self.fail = fail
 
-    def get(self, tenant: str) -> int | None:
+    def get(self, tenant: str, *, consistent: bool = False) -> int | None:
         self.reads += 1
         if self.fail:
             raise RuntimeError("throttled past every retry")
-        return self.inner.get(tenant)
+        return self.inner.get(tenant, consistent=consistent)
 
     def overrides(self) -> list[TenantLimit]:
         self.listings += 1

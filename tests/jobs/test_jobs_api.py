@@ -11,6 +11,7 @@ import pytest
 from conftest import Stack
 from jobs_support import client_for, drain, eventbridge, finish
 from openapi_spec_validator import validate
+from support import settle_indexes
 
 from agentq.principals import PrincipalTenants
 from lambdas import dispatcher, producer_api
@@ -80,6 +81,7 @@ def test_jobs_api_jobs_and_tasks_are_per_tenant(stack: Stack) -> None:
     assert status == 200
     assert {t["key"]: t["state"] for t in seen["tasks"]} == {"A": "PENDING", "B": "BLOCKED"}
     assert call("GET", "/tasks/api-1-A")[1]["state"] == "PENDING"
+    settle_indexes(stack)  # jobs are listed through the byTenant index
     assert [j["jobId"] for j in call("GET", "/jobs", query={"limit": "5"})[1]["jobs"]] == ["api-1"]
 
     # Another tenant: nothing of acme's exists for it.

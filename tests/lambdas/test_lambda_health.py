@@ -10,7 +10,7 @@ import pytest
 from conftest import Stack
 from lambda_support import scheduled_event, slack_for_health_check
 from slack_sdk.errors import SlackApiError
-from support import wait_for
+from support import settle_indexes, wait_for
 
 from agentq.envelope import TaskEnvelope
 from agentq.events import now_ms
@@ -40,6 +40,7 @@ def _stuck(stack: Stack, request_id: str) -> None:
     lease = tasks.acquire(_envelope(request_id), worker_id="w-gone", lease_seconds=0.05,
                           max_attempts=5)  # fmt: skip
     wait_for(lambda: now_ms() > lease.effective_until_ms, timeout=5, message="lease expiry")
+    settle_indexes(stack)  # the health check finds it through the status index
 
 
 def test_a_stuck_task_alerts_exactly_once_across_two_runs(

@@ -268,3 +268,70 @@ def test_a_rule_refuses_a_moto_whose_internals_moved(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(DynamoHandler, "transact_write_items", transact_write_items)
     with pytest.raises(IncompatibleDependency, match="transact_write_items"):
         dynamodb_idempotency.install()
+
+
+# -- on by default -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def default_stack() -> Iterator[tuple[dict[str, Any], LocalResources]]:
+    """A moto server started with neither rule's variable in its environment."""
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv(dynamodb_transaction_conflict.VARIABLE, raising=False)
+        env.delenv(dynamodb_index_lag.VARIABLE, raising=False)
+        server = MotoServer().start()
+    try:
+        yield provision_on(server, ResourceNames(stage="d" + uuid.uuid4().hex[:10]))
+    finally:
+        server.stop()
+
+
+def test_indexes_lag_on_a_server_started_without_the_variable(
+    default_stack: tuple[dict[str, Any], LocalResources],
+) -> None:
+    """Off, an index query never misses a write it follows; with the default lag (far
+    longer than a request) it misses it, here asked up to five times."""
+    clients, resources = default_stack
+    missed = 0
+    for _attempt in range(5):
+        job = f"JOB#acme#{uuid.uuid4().hex[:8]}"
+        item = {**_key(f"default-{job}"), "jobPK": {"S": job}, "jobSK": {"S": "a"}}
+        clients["dynamodb"].put_item(TableName=resources.table_name, Item=item)
+        missed += _by_job(clients, resources.table_name, job) == []
+        if missed:
+            break
+    assert missed, "an index query right after a write saw it every time: no lag"
+
+
+def test_transactions_stay_in_flight_on_a_server_started_without_the_variable(
+    default_stack: tuple[dict[str, Any], LocalResources],
+) -> None:
+    """Writes to an item, sent back to back while a transaction on it runs, meet its
+    time in flight at least once (off, none ever conflicts); up to five transactions."""
+    clients, resources = default_stack
+    ddb, table = clients["dynamodb"], resources.table_name
+    conflicts: list[str] = []
+    for attempt in range(5):
+        name = f"default-held-{attempt}"
+        done = threading.Event()
+        writer = threading.Thread(target=_write_until, args=(ddb, table, name, done, conflicts))
+        writer.start()
+        ddb.transact_write_items(TransactItems=[
+            {"Update": {"TableName": table, "Key": _key(name), "UpdateExpression": "SET t = :t",
+                        "ExpressionAttributeValues": {":t": {"N": "1"}}}},
+        ])  # fmt: skip
+        done.set()
+        writer.join(timeout=30)
+        if conflicts:
+            break
+    assert conflicts == ["TransactionConflictException"] * len(conflicts) != []
+
+
+def _write_until(
+    ddb: Any, table: str, name: str, done: threading.Event, conflicts: list[str]
+) -> None:
+    while not done.is_set():
+        try:
+            ddb.put_item(TableName=table, Item={**_key(name), "w": {"N": "1"}})
+        except ClientError as error:
+            conflicts.append(_code(error))

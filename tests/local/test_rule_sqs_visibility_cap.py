@@ -18,7 +18,13 @@ from moto import mock_aws
 from moto_support import in_process_moto  # noqa: F401 (a fixture)
 
 from agentq.errors import IncompatibleDependency
-from agentq.local.rules import RULES, install_all, sqs_visibility_cap
+from agentq.local.rules import (
+    RULES,
+    dynamodb_index_lag,
+    dynamodb_transaction_conflict,
+    install_all,
+    sqs_visibility_cap,
+)
 
 REGION = "eu-west-1"
 HOUR_S = 3600
@@ -119,8 +125,13 @@ def batch_with_one_too_long(sqs: Any, clock: Clock) -> dict[str, Any]:
     ))  # fmt: skip
 
 
-def test_the_rule_is_listed_and_installed_by_install_all(clock: Clock) -> None:
+def test_the_rule_is_listed_and_installed_by_install_all(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert "sqs_visibility_cap" in RULES
+    # In this process no server ends a transaction in flight nor needs indexes to lag.
+    monkeypatch.setenv(dynamodb_transaction_conflict.VARIABLE, "0")
+    monkeypatch.setenv(dynamodb_index_lag.VARIABLE, "0")
     install_all()
     install_all()  # idempotent
     assert hasattr(sqs_models.SQSBackend.change_message_visibility, "agentq_rule")

@@ -86,10 +86,10 @@ def run_deferred() -> None:
         work()
 
 
-def milliseconds_knob(variable: str) -> float:
-    """A rule's knob from the moto process's environment: whole ms, 0 (off) to 60000; in
-    seconds."""
-    raw = os.environ.get(variable, "0")
+def milliseconds_knob(variable: str, default_ms: int) -> float:
+    """A rule's knob from the moto process's environment: whole ms, 0 (off) to 60000,
+    `default_ms` when unset; in seconds."""
+    raw = os.environ.get(variable, str(default_ms))
     try:
         value = int(raw)
     except ValueError:

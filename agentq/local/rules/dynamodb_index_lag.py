@@ -7,10 +7,10 @@ unique" and, on synchronization, "changes to the table data are propagated to th
 global secondary indexes within a fraction of a second, under normal conditions".
 
 moto answers an index query from the table as it is now. Here a Query or Scan with
-`IndexName` sees every item written in the last `AGENTQ_LOCAL_INDEX_LAG_MS` (default 0:
-off) as it was before that window: a new item is missing, a changed one shows its old
-attributes (and old index keys), a deleted one is still there. Table reads are not
-affected. Each write keeps its item's previous version for the lag, only while on.
+`IndexName` sees every item written in the last `AGENTQ_LOCAL_INDEX_LAG_MS` (default
+500: a slow "fraction of a second"; 0: off) as it was before that window: a new item
+is missing, a changed one old, a deleted one still there. Table reads are not affected.
+Each write keeps its item's previous version for the lag, only while on.
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ from agentq.local import moto_guards
 from agentq.local.rules import _dynamodb
 
 VARIABLE: Final = "AGENTQ_LOCAL_INDEX_LAG_MS"
+DEFAULT_MS: Final = 500
 _lock = threading.Lock()
 # table name -> (hash, range) -> [(written at, the item before that write or None)]
 _history: dict[str, dict[tuple[Any, Any], list[tuple[float, Any]]]] = {}
 
 
 def lag_s() -> float:
-    return _dynamodb.milliseconds_knob(VARIABLE)
+    return _dynamodb.milliseconds_knob(VARIABLE, DEFAULT_MS)
 
 
 def install() -> None:

@@ -9,10 +9,10 @@ with a TransactionCanceledException whose CancellationReasons name TransactionCo
 
 moto applies a transaction at once, and the local server runs DynamoDB requests one at
 a time, so no transaction is ever in flight beside another request. Here each
-TransactWriteItems stays in flight for `AGENTQ_LOCAL_TRANSACTION_MS` (default 0: off)
-after it applied, before its answer goes out: writes to its items from other requests
-meanwhile are refused as above. A transaction's own caller never meets it, since it
-gets its answer only once the transaction is over.
+TransactWriteItems stays in flight for `AGENTQ_LOCAL_TRANSACTION_MS` (default 30, about
+a small transaction's own duration on AWS; 0: off) after it applied, before its answer
+goes out: writes to its items from other requests meanwhile are refused as above. A
+transaction's own caller never meets it: its answer comes once the transaction is over.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any, Final
 from agentq.local.rules import _dynamodb
 
 VARIABLE: Final = "AGENTQ_LOCAL_TRANSACTION_MS"
+DEFAULT_MS: Final = 30
 MESSAGE: Final = "Transaction is ongoing for the item"
 _lock = threading.Lock()
 _held: dict[str, int] = {}  # item key -> the transaction in flight that holds it
@@ -34,7 +35,7 @@ _ids = itertools.count(1)
 
 
 def hold_s() -> float:
-    return _dynamodb.milliseconds_knob(VARIABLE)
+    return _dynamodb.milliseconds_knob(VARIABLE, DEFAULT_MS)
 
 
 def install() -> None:
