@@ -29,7 +29,10 @@ from bench.chaos_executions import Execution, executions_of, fenced_children, fr
 from bench.chaos_model import ChaosReport, Freeze, Kill, ScheduleVerdict
 from bench.chaos_sched import LIMITS, CancelAnswer, ScheduleMix, SchedulePlan
 from bench.stack import Stage
+from worker.receive.consumer import SETTLED_LINE
 from worker.receive.send_back import LOG_LINE
+from worker.settle.prepare import PARKED_LINE, SEATED_LINE
+from worker.settle.refusals import BACKING_OFF_LINE
 
 # How long a limited tenant may run one task more than its limit: a seat is freed by
 # the write that ends its task, so only a lapsed one is taken early, by a taker whose
@@ -40,9 +43,9 @@ LIMIT_SLACK_S: Final = 1.0
 # message sent back (its park time over, no room, a drain), or any end of a message of
 # the task there (another copy's end cuts the stretch short: a park missed, never one
 # made up).
-PARKED: Final = "tenant at its concurrency limit; parked"
-UNPARKED: Final = ("parked task took a seat", "tenant at its concurrency limit; backing off",
-                   "message settled", LOG_LINE["draining"], LOG_LINE["passed_on"])  # fmt: skip
+PARKED: Final = PARKED_LINE
+UNPARKED: Final = (SEATED_LINE, BACKING_OFF_LINE, SETTLED_LINE, LOG_LINE["draining"],
+                   LOG_LINE["passed_on"])  # fmt: skip
 # A mark an injected fault refused: the reconciler may then re-send the task (promised
 # only as "at worst the lock runs the reconciler's copy once", agentq.store.waiting).
 MARK_FAILED: Final = "could not mark a waiting task"

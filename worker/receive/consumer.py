@@ -43,6 +43,7 @@ from worker.sqs.eventbatch import EventBatcher
 logger = logging.getLogger(__name__)
 # Preparing is a definition lookup and one conditional write; beyond this it is stuck.
 PREPARE_TIMEOUT_S: Final = 60.0
+SETTLED_LINE: Final = "message settled"
 
 
 class ExitCode(IntEnum):
@@ -376,7 +377,7 @@ class Consumer:
                 self._limited.task_ended(entry.envelope.tenant, seat)
         self._count(verdict)
         logger.info(
-            "message settled",
+            SETTLED_LINE,
             extra={"messageId": message.get("MessageId"), "verdict": verdict, "slot": slotted,
                    "seconds": round(time.monotonic() - started, 3)},
         )  # fmt: skip

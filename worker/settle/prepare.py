@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -42,6 +42,10 @@ from worker.settle.refusals import Refusals
 from worker.sqs.batcher import SqsBatcher
 
 logger = logging.getLogger(__name__)
+
+# What the log says as a park begins and as it ends in a seat (the chaos verdict reads them).
+PARKED_LINE: Final = "tenant at its concurrency limit; parked"
+SEATED_LINE: Final = "parked task took a seat"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,7 +211,7 @@ class Preparer:
                 continue
             lock_ms = round((time.monotonic() - began) * 1000)
             if parked_at is not None:
-                logger.info("parked task took a seat",
+                logger.info(SEATED_LINE,
                             extra={"requestId": envelope.request_id,
                                    "parked_s": round(time.monotonic() - parked_at, 3)})  # fmt: skip
             return lease, lock_ms
@@ -231,7 +235,7 @@ class Preparer:
         if not seats.room(envelope.tenant):
             raise TenantAtLimit(envelope.request_id, envelope.tenant, limit)
         parked_at = time.monotonic()
-        logger.info("tenant at its concurrency limit; parked",
+        logger.info(PARKED_LINE,
                     extra={"requestId": envelope.request_id, "tenant": envelope.tenant,
                            "tried": tried})  # fmt: skip
         return parked_at, self._park_on(envelope, seats, limit, parked_at)

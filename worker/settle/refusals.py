@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 # A lock refused for an unclear reason (a concurrent change) is looked at again soon.
 CONTENTION_BACKOFF_S: Final = 5.0
+BACKING_OFF_LINE: Final = "tenant at its concurrency limit; backing off"
 _LIVE: Final = (TaskState.SCHEDULED, TaskState.PENDING, TaskState.RETRYING, TaskState.PROCESSING)
 
 
@@ -217,7 +218,7 @@ class Refusals:
             # attempt nor a receive is spent however long its tenant stays at its limit.
             base = self._settings.tenant_limit_backoff_ms / 1000
             delay = random.uniform(base / 2, base)
-            logger.info("tenant at its concurrency limit; backing off",
+            logger.info(BACKING_OFF_LINE,
                         extra={**log, "tenant": refusal.tenant, "limit": refusal.limit,
                                "delay_s": delay})  # fmt: skip
             self._back_off(entry, delay, message, always_fresh=True)
