@@ -20,6 +20,7 @@ import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import wait_for
 
 from agentq.local.workers import WorkerProcess
 from bench.chaos_executions import executions_of, frozen_windows, overlap_s
@@ -141,7 +142,10 @@ def test_the_killer_records_when_each_thawed_child_ended(rig: Rig) -> None:
     child = rig.start(sys.executable, "-c", WAKES_AND_ENDS, stdout=subprocess.PIPE)
     assert child.stdout is not None and child.stdout.readline() == b"ready\n"
     rig.killer._freeze(rig.worker, [child.pid])
-    assert psutil.Process(child.pid).status() == psutil.STATUS_STOPPED
+    # A stop signal is delivered asynchronously: the kernel may show the child running
+    # for a moment after kill() returns.
+    wait_for(lambda: psutil.Process(child.pid).status() == psutil.STATUS_STOPPED,
+             timeout=30, message="the child stopped")  # fmt: skip
     rig.killer._resume("w0")
     (freeze,) = rig.killer.freezes
     assert [pid for pid, _ in freeze.ended] == [child.pid]

@@ -17,7 +17,7 @@ from agentq.definitions import DefinitionsTable, load_directory
 from agentq.definitions.bundle import stage_bundle
 from agentq.definitions.sync import DefinitionSource
 from agentq.errors import InvalidInput, OutOfTime
-from agentq.local.lambda_host import LocalContext, local_context
+from agentq.local.lambda_host import LocalContext
 from lambdas import definitions_loader
 
 pytestmark = pytest.mark.timeout(120)
@@ -25,7 +25,9 @@ pytestmark = pytest.mark.timeout(120)
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "definitions" / "samples"
 # The Lambda service's context object, as the local Lambda host builds it.
-CTX: Any = local_context("definitions-loader")
+# The loader's deployed timeout (infra/definitions.py LOADER_TIMEOUT, 5 minutes): with
+# the local context's 30 s, its 15 s safety margin left a loaded test machine too little.
+CTX: Any = LocalContext(function_name="definitions-loader", timeout_ms=300_000)
 
 
 def _zip(directory: Path) -> bytes:

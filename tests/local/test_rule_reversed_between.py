@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 from conftest import Stack
+from support import settle_indexes
 
 from agentq.errors import IncompatibleDependency
 from agentq.local.rules import dynamodb_reversed_between
@@ -37,6 +38,7 @@ def test_a_reversed_between_is_a_validation_exception_on_tables_and_indexes(
 ) -> None:
     type_pk = f"BETWEEN#{uuid.uuid4().hex[:8]}"
     _events_of(stack, type_pk, ["a", "b", "c"])
+    settle_indexes(stack)
     assert _by_type(stack, type_pk, "a", "b") == ["a", "b"]
     assert _by_type(stack, type_pk, "b", "b") == ["b"], "equal bounds are a valid range"
 
