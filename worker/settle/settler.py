@@ -11,9 +11,8 @@ upload only into its own attempt's folder and its finalize is refused, so the ST
 never names a loser's objects. The lease is renewed by the heartbeat until that write: a
 slow upload does not invite a takeover. A retry is finalized `RETRYING` and its message
 made visible after the backoff; a lost lease touches neither the task nor its message. A
-shutdown's release keeps the attempt's number (its child started) but not its cost to the
-budget, and requeues a fresh copy of the message, so the interrupted attempt spends none
-of the queue's receives either.
+shutdown's release keeps the attempt's number but costs no budget, and requeues a fresh
+copy of the message, so the interrupted attempt spends none of the queue's receives.
 """
 
 from __future__ import annotations
