@@ -3,7 +3,7 @@
 A worker asked to stop gives back the messages it holds but has not started (buffered
 or prefetched: `message given back` in its log) and, once the drain timeout (200 ms
 here) lapses, stops its running tasks and releases them (`message settled`, verdict
-`released`). Neither ran an attempt, so neither may spend one of the queue's receives:
+`released`). Neither failed an attempt, so neither may spend one of the queue's receives:
 each message must come back as a fresh copy, which names the message it replaces
 (`requeuedFrom`, worker.sqs.batcher), not as the same message made visible again (which
 counts one more receive toward the DLQ).

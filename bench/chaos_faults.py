@@ -112,9 +112,10 @@ class _Checker:
             report.violations.append(
                 f"{where}: {record.state.value} with {len(terminal)} stored terminal events"
             )
-        # The task's own budget, as its lock recorded it (a one-attempt task has 1).
+        # The task's own budget, as its lock recorded it (a one-attempt task has 1), and
+        # one more for each attempt a drain released (agentq.store.records).
         budget = record.raw.get("maxAttempts")
-        limit = budget if isinstance(budget, int) else self._max_attempts
+        limit = record.attempt_budget(budget if isinstance(budget, int) else self._max_attempts)
         if _dead_lettered(record) and record.attempt < limit:
             report.dead_lettered_with_attempts += 1
             report.violations.append(

@@ -51,6 +51,12 @@ class Lease:
     effective_until_ms: int
     # The tenant seat this attempt holds (agentq.store.tenants), when its tenant is limited.
     seat: int | None = None
+    # The task's attempt allowance as this lock found it (agentq.store.records).
+    allowance: int = 0
+
+    def attempt_budget(self, max_attempts: int) -> int:
+        """The attempts this task may reach: `max_attempts`, raised by its releases."""
+        return max(max_attempts, self.allowance)
 
     def extended(self, effective_until_ms: int) -> Lease:
         return replace(self, effective_until_ms=effective_until_ms)

@@ -22,19 +22,21 @@ from agentq.states import TaskState
 from agentq.store import idempotent, keys
 from agentq.store.codec import serialize, values
 from agentq.store.leases import Lease
-from agentq.store.records import TaskRecord
+from agentq.store.records import ATTEMPT_ALLOWANCE, TaskRecord
 from agentq.store.seated import acquire_seated
 from agentq.store.tenants import TenantLimitStore, free_seats
 
-# Who may take a task: new, waiting, due, or held by a lapsed lease; attempts left; and
-# never a task whose cancel was requested, whatever its state: from the moment a caller
-# is told "cancel requested", no new attempt starts (the refusal ends it CANCELLED).
+# Who may take a task: new, waiting, due, or held by a lapsed lease; attempts left (its
+# budget, or its allowance: agentq.store.records); and never a task whose cancel was
+# requested, whatever its state: from the moment a caller is told "cancel requested", no
+# new attempt starts (the refusal ends it CANCELLED).
 LOCK_CONDITION: Final = (
     "(attribute_not_exists(PK) OR ((#state IN (:pending, :retrying) "
     "OR (#state = :scheduled AND notBefore <= :now) "
     "OR (#state = :processing AND effectiveUntil < :now)) "
     "AND attribute_not_exists(cancelRequested))) "
-    "AND (attribute_not_exists(#attempt) OR #attempt < :max)"
+    "AND (attribute_not_exists(#attempt) OR #attempt < :max "
+    f"OR #attempt < {ATTEMPT_ALLOWANCE})"
 )
 
 
@@ -98,6 +100,7 @@ class TaskLock:
             worker_id=worker_id,
             attempt=record.attempt,
             effective_until_ms=effective_until,
+            allowance=record.attempt_allowance,
         )
 
     def _lock_request(
@@ -197,7 +200,7 @@ class TaskLock:
             return TaskHeldElsewhere(
                 envelope.request_id, record.owner, int(record.effective_until_ms or 0)
             )
-        if record.attempt >= max_attempts:
+        if record.attempt >= record.attempt_budget(max_attempts):
             return AttemptsExhausted(envelope.request_id, record.attempt)
         return LockNotAcquired(
             envelope.request_id, record.state.value, "lock refused: task changed concurrently"

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store.codec import from_item
+
+# The attempt number a task may reach whatever its definition's budget: one more for
+# each attempt a shutdown released after its child started (that number is spent, the
+# budget is not). Set by the worker's release, cleared by an operator's retry or redrive.
+ATTEMPT_ALLOWANCE: Final = "attemptAllowance"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +37,15 @@ class TaskRecord:
     def envelope(self) -> Mapping[str, Any] | None:
         value = self.raw.get("envelope")
         return value if isinstance(value, Mapping) else None
+
+    @property
+    def attempt_allowance(self) -> int:
+        allowance = self.raw.get(ATTEMPT_ALLOWANCE)
+        return allowance if isinstance(allowance, int) else 0
+
+    def attempt_budget(self, max_attempts: int) -> int:
+        """The attempts the task may reach: `max_attempts`, or its allowance if higher."""
+        return max(max_attempts, self.attempt_allowance)
 
     def lease_live(self, at_ms: int | None = None) -> bool:
         if self.state is not TaskState.PROCESSING or self.effective_until_ms is None:

@@ -20,6 +20,7 @@ from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store import idempotent, keys
 from agentq.store.codec import values
+from agentq.store.records import ATTEMPT_ALLOWANCE
 from agentq.store.tasks import TaskRecord
 
 DLQ_RETURNS: Final = "dlqReturns"
@@ -43,15 +44,16 @@ def returned_letter(record: TaskRecord) -> str | None:
 
 def attempts_left(record: TaskRecord, at_ms: int | None = None) -> bool:
     """Whether a worker may still lock the task: waiting (or its holder's lease lapsed)
-    and attempts remain. A task acquired before `maxAttempts` was recorded counts as
-    having attempts left only if it never ran (attempt 0)."""
+    and attempts remain (its budget, or its allowance: agentq.store.records). A task
+    acquired before `maxAttempts` was recorded counts as having attempts left only if
+    it never ran (attempt 0) or a release allows it more."""
     waiting = record.state in RETURNABLE_STATES or (
         record.state is TaskState.PROCESSING and not record.lease_live(at_ms)
     )
     budget = record.raw.get(MAX_ATTEMPTS)
     if isinstance(budget, int):
-        return waiting and record.attempt < budget
-    return waiting and record.attempt == 0
+        return waiting and record.attempt < record.attempt_budget(budget)
+    return waiting and (record.attempt == 0 or record.attempt < record.attempt_allowance)
 
 
 def count_return(dynamodb: Any, table_name: str, record: TaskRecord, *, message_id: str) -> bool:
@@ -78,7 +80,7 @@ def count_return(dynamodb: Any, table_name: str, record: TaskRecord, *, message_
             "OR (#state = :processing AND effectiveUntil < :now)) "
             f"AND ((attribute_not_exists({MAX_ATTEMPTS}) AND "
             "(attribute_not_exists(#attempt) OR #attempt = :zero)) "
-            f"OR #attempt < {MAX_ATTEMPTS}) AND {counted}"
+            f"OR #attempt < {MAX_ATTEMPTS} OR #attempt < {ATTEMPT_ALLOWANCE}) AND {counted}"
         ),
         ExpressionAttributeNames={"#state": "state", "#attempt": "attempt"},
         ExpressionAttributeValues=values(

@@ -49,6 +49,7 @@ def acquire_seated(
     first_seat: int | None = None,
 ) -> Lease:
     expected = 0
+    allowance = 0  # the attempt allowance seen with `expected` (agentq.store.records)
     seat = seat_start(envelope.request_id, limit)
     if first_seat is not None and 0 <= first_seat < limit:
         seat = first_seat
@@ -72,15 +73,17 @@ def acquire_seated(
                     # Our own transaction, applied, its answer lost and botocore's retry
                     # refused by what it wrote (moto ignores the ClientRequestToken that
                     # makes AWS answer such a retry with success).
-                    attempt = TaskRecord.from_item(item).attempt if item else expected + 1
-                    return _lease(envelope, token, worker_id, attempt, until, seat)
+                    mine = TaskRecord.from_item(item) if item else None
+                    attempt = mine.attempt if mine else expected + 1
+                    allowance = mine.attempt_allowance if mine else allowance
+                    return _lease(envelope, token, worker_id, attempt, until, seat, allowance)
                 record = TaskRecord.from_item(item) if item else None
                 if (
                     record is not None
                     and record.attempt != expected
                     and _lockable(record, now, max_attempts)
                 ):
-                    expected = record.attempt
+                    expected, allowance = record.attempt, record.attempt_allowance
                     continue
                 raise refusal(item, now) from None
             if transact.code(found, 1) != transact.CONDITION:
@@ -93,7 +96,7 @@ def acquire_seated(
                 raise TenantAtLimit(envelope.request_id, envelope.tenant, limit) from None
             seat = free[seat_start(envelope.request_id, len(free))]
             continue
-        return _lease(envelope, token, worker_id, expected + 1, until, seat)
+        return _lease(envelope, token, worker_id, expected + 1, until, seat, allowance)
     raise TenantAtLimit(envelope.request_id, envelope.tenant, limit)
 
 
@@ -108,7 +111,7 @@ def _expect_attempt(request: dict[str, Any], expected: int) -> None:
 
 def _lockable(record: TaskRecord, now: int, max_attempts: int) -> bool:
     """Whether the lock's condition (agentq.store.lock.LOCK_CONDITION) admits `record`."""
-    if record.attempt >= max_attempts or record.raw.get("cancelRequested"):
+    if record.attempt >= record.attempt_budget(max_attempts) or record.raw.get("cancelRequested"):
         return False
     if record.state in (TaskState.PENDING, TaskState.RETRYING):
         return True
@@ -120,8 +123,14 @@ def _lockable(record: TaskRecord, now: int, max_attempts: int) -> bool:
 
 
 def _lease(
-    envelope: TaskEnvelope, token: str, worker_id: str, attempt: int, until: int, seat: int
+    envelope: TaskEnvelope,
+    token: str,
+    worker_id: str,
+    attempt: int,
+    until: int,
+    seat: int,
+    allowance: int,
 ) -> Lease:
     return Lease(request_id=envelope.request_id, tenant=envelope.tenant, token=token,
                  worker_id=worker_id, attempt=attempt, effective_until_ms=until,
-                 seat=seat)  # fmt: skip
+                 seat=seat, allowance=allowance)  # fmt: skip

@@ -16,7 +16,7 @@ from agentq.states import TaskState
 from agentq.store import idempotent, keys, transact
 from agentq.store.codec import serialize, values
 from agentq.store.leases import Lease, cancel_flagged
-from agentq.store.records import TaskRecord
+from agentq.store.records import ATTEMPT_ALLOWANCE, TaskRecord
 from agentq.store.tenants import TenantLimitStore
 
 
@@ -265,7 +265,7 @@ class TaskTransitions:
                 "SET #state = :pending, #attempt = :zero, updatedAt = :now, "
                 "retriedAt = :now, statusPK = :spk, statusSK = :ssk, #wid = :wid "
                 "REMOVE effectiveUntil, leaseToken, finishedAt, retryAt, deadlineAt, "
-                "dlqReturns, dlqReturnOf, cancelRequested"
+                f"dlqReturns, dlqReturnOf, cancelRequested, {ATTEMPT_ALLOWANCE}"
             ),
             ConditionExpression="attribute_exists(PK) AND #state IN (:failed, :timeout)",
             ExpressionAttributeNames={"#state": "state", "#attempt": "attempt",
@@ -316,7 +316,7 @@ class TaskTransitions:
                 "SET #state = :pending, #attempt = :zero, updatedAt = :now, "
                 "redrivenAt = :now, statusPK = :spk, statusSK = :ssk, #wid = :wid "
                 "REMOVE effectiveUntil, leaseToken, finishedAt, retryAt, deadlineAt, "
-                "dlqReturns, dlqReturnOf, cancelRequested"
+                f"dlqReturns, dlqReturnOf, cancelRequested, {ATTEMPT_ALLOWANCE}"
             ),
             ConditionExpression=(
                 f"attribute_exists(PK) AND #state IN ({', '.join(placeholders)}) "

@@ -18,6 +18,7 @@ from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store import TaskStore, keys
 from agentq.store.codec import to_item
+from agentq.store.records import ATTEMPT_ALLOWANCE
 from agentq.store.returns import attempts_left, count_return, returns_of
 
 STATES = st.sampled_from([TaskState.PENDING, TaskState.RETRYING, TaskState.PROCESSING,
@@ -32,9 +33,17 @@ STATES = st.sampled_from([TaskState.PENDING, TaskState.RETRYING, TaskState.PROCE
     budget=st.one_of(st.none(), st.integers(min_value=1, max_value=4)),
     lapsed=st.booleans(),
     returns=st.integers(min_value=0, max_value=3),
+    # Raised by a shutdown's release (agentq.store.records): one more attempt each.
+    allowance=st.one_of(st.none(), st.integers(min_value=1, max_value=5)),
 )
 def test_attempts_left_is_what_the_return_write_allows(
-    stack: Stack, state: TaskState, attempt: int, budget: int | None, lapsed: bool, returns: int
+    stack: Stack,
+    state: TaskState,
+    attempt: int,
+    budget: int | None,
+    lapsed: bool,
+    returns: int,
+    allowance: int | None,
 ) -> None:
     request_id = f"p-{uuid.uuid4().hex[:12]}"
     now = now_ms()
@@ -45,7 +54,7 @@ def test_attempts_left_is_what_the_return_write_allows(
             "requestId": request_id, "tenant": "acme", "state": state.value,
             "attempt": attempt, "maxAttempts": budget,
             "effectiveUntil": now - 60_000 if lapsed else now + 60_000,
-            "dlqReturns": returns or None,
+            "dlqReturns": returns or None, ATTEMPT_ALLOWANCE: allowance,
         }),
     )  # fmt: skip
     tasks = TaskStore(stack.dynamodb, stack.resources.table_name)
@@ -58,3 +67,20 @@ def test_attempts_left_is_what_the_return_write_allows(
     after = tasks.require("acme", request_id)
     assert returns_of(after) == returns + (1 if counted else 0)
     assert (after.raw.get("dlqReturnOf") == letter) == counted
+
+
+def test_a_released_attempt_leaves_the_task_an_attempt_to_return_to(stack: Stack) -> None:
+    """Attempt 3 of 3 was run, but attempt 1 was released at a shutdown: one is left."""
+    request_id = f"p-{uuid.uuid4().hex[:12]}"
+    stack.dynamodb.put_item(
+        TableName=stack.resources.table_name,
+        Item=to_item({
+            "PK": keys.task_pk("acme", request_id), "SK": keys.STATE_SK,
+            "requestId": request_id, "tenant": "acme", "state": TaskState.RETRYING.value,
+            "attempt": 3, "maxAttempts": 3, ATTEMPT_ALLOWANCE: 4,
+        }),
+    )  # fmt: skip
+    record = TaskStore(stack.dynamodb, stack.resources.table_name).require("acme", request_id)
+
+    assert attempts_left(record)
+    assert count_return(stack.dynamodb, stack.resources.table_name, record, message_id="m-1")

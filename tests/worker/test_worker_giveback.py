@@ -77,10 +77,13 @@ def test_a_shutdown_release_spends_no_receive(stack: Stack, tmp_path: Path) -> N
 
     The queue dead-letters on the fourth receive. A release that gave the message back
     in place spent one, so the third attempt's receive was its fourth: dead-lettered
-    with an attempt left. A release requeues a fresh copy instead.
+    with an attempt left. A release requeues a fresh copy instead. The released
+    attempt keeps its number (1) and costs no budget: attempts 2 to 4 are the three.
     """
     side_log = tmp_path / "runs.jsonl"
-    payload = {"seconds": 2, "mode": "flaky", "fail_times": 2, "side_log": str(side_log)}
+    # Fails on attempts 1 to 3 (the first is released before it can): attempt 4 runs
+    # only if the release cost no attempt of the task's budget (3).
+    payload = {"seconds": 2, "mode": "flaky", "fail_times": 3, "side_log": str(side_log)}
     with running_worker(stack, "leaving", **_bench_env(DRAIN_TIMEOUT="200")) as leaving:
         task = send(stack, "bench-work", payload)
         wait_for(lambda: _ended(side_log) or _started(side_log), timeout=60,
@@ -100,7 +103,7 @@ def test_a_shutdown_release_spends_no_receive(stack: Stack, tmp_path: Path) -> N
     assert queue_counts(stack, stack.resources.dlq_url) == (0, 0), "dead-lettered"
     record = state(stack, task)
     assert record is not None and record.state is TaskState.COMPLETED, record
-    assert record.attempt == 3
+    assert record.attempt == 4
     assert _verdicts(staying) == ["retrying", "retrying", "completed"]
 
 

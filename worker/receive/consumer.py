@@ -8,7 +8,7 @@ One heartbeat keeps every held message, prefetched or running, invisible and eve
 alive.
 
 Shutdown (first SIGTERM/SIGINT): stop receiving; running tasks keep their heartbeats
-until DRAIN_TIMEOUT; then they are stopped and released (attempt given back). Every
+until DRAIN_TIMEOUT; then they are stopped and released (their attempt costs no budget). Every
 message given back without having run an attempt (prefetched, released, received while
 draining) is requeued as a fresh copy (worker.sqs.batcher `give_back`): only real attempts
 spend the queue's receives. A second signal exits at once. Exit codes: see `ExitCode`.

@@ -154,6 +154,8 @@ class Preparer:
         entry.lease = lease
         # Arms the worker's fence and the child's lease file from the first moment.
         entry.stop.hold(lease_times(lease.effective_until_ms, self._settings))
+        # Raised by attempts a shutdown released (agentq.store.records): those did not fail.
+        max_attempts = lease.attempt_budget(max_attempts)
         return Prepared(entry=entry, envelope=envelope, definition=definition, lease=lease,
                         attributes=attributes, max_attempts=max_attempts,
                         timeout_ms=timeout_ms, lock_ms=lock_ms)  # fmt: skip
@@ -253,10 +255,12 @@ class Preparer:
         return wake
 
     def unprepare(self, prepared: Prepared) -> None:
-        """A prepared task that will not start here (drain): give its lock back.
+        """A prepared task that will not start here (drain, surplus): give its lock back.
 
-        Nothing ran and no event said it started, so the attempt is not counted and no
-        event is sent; the message becomes visible again for any worker.
+        Nothing ran and no event said it started, so the attempt is not counted (its
+        number is taken again by the next lock) and no event is sent; the message
+        becomes visible again for any worker. Only for a lock no slot took: once a child
+        may have started, its attempt is released by the settler, never given back.
         """
         entry = prepared.entry
         entry.lease = None

@@ -11,8 +11,8 @@ upload only into its own attempt's folder and its finalize is refused, so the ST
 never names a loser's objects. The lease is renewed by the heartbeat until that write: a
 slow upload does not invite a takeover. A retry is finalized `RETRYING` and its message
 made visible after the backoff; a lost lease touches neither the task nor its message. A
-shutdown's release gives the attempt back and requeues a fresh copy of the message, so
-the interrupted attempt spends none of the queue's receives either.
+shutdown's release keeps the attempt's number but costs no budget, and requeues a fresh
+copy of the message, so the interrupted attempt spends none of the queue's receives.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from agentq.envelope import TaskEnvelope
 from agentq.errors import CancelRequested, LeaseLost
 from agentq.events import DetailType, now_ms
 from agentq.states import TaskState
+from agentq.store.records import ATTEMPT_ALLOWANCE
 from agentq.store.tasks import Lease, TaskStore
 from agentq.taxonomy import info
 from worker.child.runner import RESULT_FILE
@@ -81,7 +82,7 @@ class Settler:
             )
             return "lease_lost"
         if outcome.verdict == "released":
-            return self._release(entry, envelope, lease)
+            return self._release(entry, envelope, lease, max_attempts)
         if outcome.fenced:
             # Before its files could overwrite a newer attempt's: is the lease still ours?
             try:
@@ -175,16 +176,23 @@ class Settler:
                            extra={"requestId": lease.request_id})  # fmt: skip
             return "lease_lost"
 
-    def _release(self, entry: InFlight, envelope: TaskEnvelope, lease: Lease) -> Result:
-        """Shutdown stopped the child: give the attempt back, and the message as a fresh
-        copy (a release in place would spend one of the queue's receives, and enough of
-        them dead-letter a task with attempts left)."""
+    def _release(
+        self, entry: InFlight, envelope: TaskEnvelope, lease: Lease, max_attempts: int
+    ) -> Result:
+        """Shutdown stopped the child: RETRYING, and the message back as a fresh copy (a
+        release in place would spend one of the queue's receives, and enough of them
+        dead-letter a task with attempts left).
+
+        The child started, so its attempt number stays spent: task code saw it (with
+        the lease token, its fencing token), `Task Processing Started` named it, and a
+        cancel answered now must be answered at it. The attempt was interrupted, not
+        failed, so it costs no budget: the allowance admits one more lock."""
         entry.lease = None
         try:
             self._store.end_attempt(
                 lease, TaskState.RETRYING, retry_at_ms=now_ms(),
-                # The attempt did not fail; it was interrupted: do not count it.
-                fields={"attempt": max(0, lease.attempt - 1), "releasedBy": self._worker_id},
+                fields={ATTEMPT_ALLOWANCE: lease.attempt_budget(max_attempts) + 1,
+                        "releasedBy": self._worker_id},
             )  # fmt: skip
             error = info("timeout", "worker shut down before the task finished", "WorkerShutdown")
             self._outbox.emit("Task Processing Failed", envelope=envelope, attempt=lease.attempt,
