@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
-from claude_agent_sdk import SessionKey
+from claude_agent_sdk import SessionKey, SessionStoreEntry
 
 from agentq.config import Settings
 from agentq.errors import InvalidInput
@@ -52,6 +52,10 @@ def _turn(n: int, *, answered: bool = True) -> list[dict[str, Any]]:
     return entries
 
 
+async def _append(store: TranscriptStore, key: Any, entries: list[dict[str, Any]]) -> None:
+    await store.append(key, cast("list[SessionStoreEntry]", entries))
+
+
 def test_resume_is_off_unless_the_definition_turns_it_on() -> None:
     assert _spec().resume is False
     assert _spec(resume=True).resume is True
@@ -76,14 +80,14 @@ def test_the_store_writes_a_checkpoint_after_each_completed_turn_only(tmp_path: 
     store = TranscriptStore(tmp_path / CHECKPOINT_FILE)
 
     async def feed() -> None:
-        await store.append(KEY, [{"type": "user", "message": {"content": "Do it"}}])
+        await _append(store, KEY, [{"type": "user", "message": {"content": "Do it"}}])
         assert not (tmp_path / CHECKPOINT_FILE).exists()
-        await store.append(KEY, _turn(1)[:1])  # the call, its result not yet in
+        await _append(store, KEY, _turn(1)[:1])  # the call, its result not yet in
         assert not (tmp_path / CHECKPOINT_FILE).exists()
-        await store.append(KEY, _turn(1)[1:])
+        await _append(store, KEY, _turn(1)[1:])
         assert read_checkpoint(tmp_path / CHECKPOINT_FILE).turns == 1
-        await store.append({**KEY, "subpath": "subagents/a"}, _turn(7))  # not kept
-        await store.append(KEY, _turn(2))
+        await _append(store, {**KEY, "subpath": "subagents/a"}, _turn(7))  # not kept
+        await _append(store, KEY, _turn(2))
 
     anyio.run(feed)
     saved = read_checkpoint(tmp_path / CHECKPOINT_FILE)
@@ -98,7 +102,7 @@ def test_a_resumed_store_hands_back_the_restored_session_and_extends_it(tmp_path
         other = await store.load({"project_key": "p", "session_id": str(uuid.uuid4())})
         assert other is None
         loaded = await store.load(KEY)
-        await store.append(KEY, _turn(2))
+        await _append(store, KEY, _turn(2))
         return loaded
 
     assert anyio.run(resume) == _turn(1)
@@ -153,7 +157,7 @@ def test_a_readable_checkpoint_resumes_its_session_with_the_note(tmp_path: Path)
     spec = _spec(resume=True)
     opts = session.options(spec, cwd=tmp_path, recorder=TraceRecorder(), stderr=print,
                            store=plan.store, resume=SESSION)  # type: ignore[arg-type]  # fmt: skip
-    assert opts.resume == SESSION and opts.session_store is plan.store
+    assert opts.resume == SESSION and opts.session_store is cast(Any, plan.store)
     assert opts.system_prompt == f"{spec.system_prompt}\n\n{RESUME_NOTE}"
     fresh = session.options(spec, cwd=tmp_path, recorder=TraceRecorder(), stderr=print)
     assert fresh.resume is None and fresh.system_prompt == spec.system_prompt

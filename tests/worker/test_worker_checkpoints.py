@@ -16,7 +16,7 @@ from conftest import Stack
 
 from agentq import security
 from agentq.aws import make_client
-from agentq.faults.config import FaultRule, FaultSpec
+from agentq.faults.config import FaultRule, FaultSpec, Kind
 from agentq.faults.injector import FaultInjector, install
 from agentq.local.aws import LOCAL_CREDENTIALS, LOCAL_REGION
 from worker.child.files import read_usage
@@ -93,7 +93,7 @@ def test_a_checkpoint_s3_keeps_refusing_is_a_fresh_start_not_a_failure(
     # Two attempts, not agentq's ten: the same story (botocore retried, then gave up), sooner.
     s3 = session.client("s3", endpoint_url=stack.resources.endpoint_for("s3"),
                         config=Config(retries={"mode": "standard", "max_attempts": 2}))  # fmt: skip
-    throttled = FaultRule(op="s3:GetObject", kind="throttle", rate=1.0)
+    throttled = FaultRule(op="s3:GetObject", kind=Kind.THROTTLE, rate=1.0)
     install(s3, FaultInjector(FaultSpec(rules=(throttled,)), seed=3))
 
     offered = _restore(stack, 2, tmp_path, s3=s3)
@@ -178,7 +178,7 @@ def test_an_upload_applied_then_failed_leaves_the_same_checkpoint(
         aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
     )
     s3 = make_client(session, "s3", endpoint_url=stack.resources.endpoint_for("s3"))
-    applied = FaultRule(op="s3:PutObject", kind="applied_then_failed", rate=1.0, limit=1)
+    applied = FaultRule(op="s3:PutObject", kind=Kind.APPLIED_THEN_FAILED, rate=1.0, limit=1)
     install(s3, FaultInjector(FaultSpec(rules=(applied,)), seed=3))
     data = _checkpoint(2, "x" * 5000)
     _write(tmp_path, data)
