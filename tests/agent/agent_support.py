@@ -74,9 +74,11 @@ class AgentRig:
         self.others.append(worker)
         return worker.start(self.env)
 
-    def send(self, definition: str, payload: Mapping[str, Any]) -> TaskEnvelope:
+    def send(
+        self, definition: str, payload: Mapping[str, Any], *, request_id: str | None = None
+    ) -> TaskEnvelope:
         envelope = TaskEnvelope(
-            request_id=f"ag-{uuid.uuid4().hex[:12]}",
+            request_id=request_id or f"ag-{uuid.uuid4().hex[:12]}",
             tenant="acme",
             definition=definition,
             input=dict(payload),

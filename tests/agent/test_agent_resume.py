@@ -91,3 +91,30 @@ def test_a_task_killed_at_a_turn_resumes_from_its_checkpoint_on_another_worker(
     assert f"resuming the session of attempt 1 from its checkpoint ({KILLED_AT} turns)" in summary
     trace = json.loads(rig.s3_text(winner + "traces/session_trace.json"))
     assert trace["resume"]["from_attempt"] == 1
+
+
+def test_a_corrupt_checkpoint_starts_the_session_afresh_and_says_so(stack: Stack) -> None:
+    definition = agent_definition("long", settings={"resume": True, "allowed_tools": ["Bash"]})
+    with agent_rig(stack, [definition], AGENT_CHECKPOINT_INTERVAL="100") as rig:
+        request_id = "ag-corrupt-checkpoint"
+        # What a crash in the middle of a (non-atomic) copy would leave: a cut transcript.
+        cut = b'{"agentq_checkpoint": 1, "session_id": "6c1f5bd0-0000-4000-8000-00000000000'
+        stack.s3.put_object(Bucket=stack.resources.bucket,
+                            Key=checkpoint_key("acme", request_id, 1), Body=cut)  # fmt: skip
+        task = rig.send(
+            "long",
+            {"text": 'Go. [[model: key fresh; tool Bash {"command": "echo one"}]]'},
+            request_id=request_id,
+        )
+        completed = rig.events.wait(task.request_id, "Task Completed")[0]
+        requests = rig.model.requests("fresh")
+
+    resume = completed["payload"]["resume"]
+    assert resume["status"] == "fresh"
+    assert resume["reason"].startswith("checkpoint of attempt 1 is corrupt")
+    assert requests[0].turn == 0  # the conversation began at its first turn
+    assert [r.outcome for r in requests] == ["tool_use:Bash", "tool_use:StructuredOutput"]
+    summary = rig.s3_text(attempt_prefix("acme", task.request_id, 1) + "logs/summary.log")
+    assert "starting afresh: checkpoint of attempt 1 is corrupt" in summary
+    # The attempt's own, good checkpoint replaced the cut one.
+    assert _checkpoint_turns(stack, checkpoint_key("acme", task.request_id, 1)) == 2
