@@ -203,6 +203,15 @@ class Child(BaseSettings):
     kill_grace_ms: Int = var(
         "CLAUDE_KILL_GRACE", 5_000, "SIGTERM → SIGKILL grace (ms).", "worker", ge=0, le=600_000
     )
+    checkpoint_interval_ms: Int = var(
+        "AGENT_CHECKPOINT_INTERVAL",
+        5_000,
+        "Least time (ms) between two uploads of a resumable agent task's session "
+        "checkpoint to S3; a checkpoint is uploaded only when the transcript changed.",
+        "worker",
+        ge=50,
+        le=3_600_000,
+    )
     warm_children: Flag = var(
         "WARM_CHILDREN",
         True,

@@ -121,6 +121,11 @@ class WorkerStack(cdk.Stack):
         grant_objects(
             self.task_role, core.bucket, [ARTIFACTS_PREFIX, EVENT_OVERFLOW_PREFIX], ["PutObject"]
         )
+        # A resumable agent task's retry reads the session checkpoint an earlier attempt
+        # wrote under the task's own prefix (worker/settle/checkpoints.py).
+        grant_objects(
+            self.task_role, core.bucket, [ARTIFACTS_PREFIX], ["GetObject"], "CheckpointReads"
+        )
 
         self.task_definition = ecs.FargateTaskDefinition(
             self,

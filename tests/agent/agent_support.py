@@ -8,7 +8,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +64,21 @@ class AgentRig:
     model: ModelServer
     worker: WorkerProcess
     events: EventLog
+    env: dict[str, str] = field(default_factory=dict)
+    log_dir: Path | None = None
+    others: list[WorkerProcess] = field(default_factory=list)
 
-    def send(self, definition: str, payload: Mapping[str, Any]) -> TaskEnvelope:
+    def another_worker(self, name: str) -> WorkerProcess:
+        """A second worker like the first (same definitions, model server and HOME)."""
+        worker = WorkerProcess(name, log_dir=self.log_dir)
+        self.others.append(worker)
+        return worker.start(self.env)
+
+    def send(
+        self, definition: str, payload: Mapping[str, Any], *, request_id: str | None = None
+    ) -> TaskEnvelope:
         envelope = TaskEnvelope(
-            request_id=f"ag-{uuid.uuid4().hex[:12]}",
+            request_id=request_id or f"ag-{uuid.uuid4().hex[:12]}",
             tenant="acme",
             definition=definition,
             input=dict(payload),
@@ -136,14 +147,18 @@ def agent_rig(
         **(extra_env or {}),
     }
     worker.start(env)
+    rig = AgentRig(stack=stack, model=model, worker=worker, events=EventLog(stack), env=env,
+                   log_dir=scratch)  # fmt: skip
     try:
-        yield AgentRig(stack=stack, model=model, worker=worker, events=EventLog(stack))
+        yield rig
     except BaseException:
-        print(f"--- worker output ---\n{worker.output()[-8000:]}")
+        for each in [worker, *rig.others]:
+            print(f"--- {each.name} output ---\n{each.output()[-8000:]}")
         raise
     finally:
-        if worker.alive():
-            worker.stop(timeout=30)
+        for each in [worker, *rig.others]:
+            if each.alive():
+                each.stop(timeout=30)
         model.stop()
 
 

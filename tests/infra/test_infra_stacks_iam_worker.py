@@ -93,6 +93,8 @@ def test_infra_worker_task_role_is_least_privilege(stage: SynthesizedStage) -> N
         "dynamodb:Scan",
         "events:PutEvents",
         "s3:PutObject",
+        # A resumable agent task's retry reads an earlier attempt's session checkpoint.
+        "s3:GetObject",
         # The ECS agent's task-protection endpoint acts with the task role.
         "ecs:UpdateTaskProtection",
         "ecs:GetTaskProtection",
@@ -116,6 +118,9 @@ def test_infra_worker_task_role_is_least_privilege(stage: SynthesizedStage) -> N
     assert f"/{ARTIFACTS_PREFIX}*" in put_objects
     assert f"/{EVENT_OVERFLOW_PREFIX}*" in put_objects
     assert len(by_action["s3:PutObject"]) == 2
+    # Reads only under the task prefix (never the overflowed events nor the DLQ archive).
+    (get_objects,) = by_action["s3:GetObject"]
+    assert f"/{ARTIFACTS_PREFIX}*" in json.dumps(get_objects)
 
 
 # -- worker -------------------------------------------------------------------------------

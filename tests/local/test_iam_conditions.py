@@ -253,3 +253,26 @@ def test_iam_enforced_a_missing_key_is_403_without_list_bucket_and_404_with_it(
     # The operator may list: moto's own 404.
     operator = local_session_clients(server.url)["s3"]
     assert _status(lambda: operator.get_object(Bucket=bucket, Key=missing)) == 404
+
+
+def test_iam_enforced_the_worker_finds_an_earlier_attempts_checkpoint_past_a_403(
+    enforced: tuple[MotoServer, LocalResources],
+    synthesized: dict[str, list[dict[str, Any]]],
+    tmp_path: Any,
+) -> None:
+    # The worker's own role (as the stacks grant it) reads `task/*` but may not list the
+    # bucket: the missing attempt-2 checkpoint is a 403, the attempt-1 one is read.
+    from worker.settle.checkpoints import checkpoint_key, restore
+
+    server, resources = enforced
+    worker = _client(server, _user(server, resources, "ckpt-worker", synthesized["worker"]), "s3")
+    operator = local_session_clients(server.url)["s3"]
+    key = checkpoint_key("acme", "r-ckpt", 1)
+    operator.put_object(Bucket=resources.bucket, Key=key, Body=b"checkpoint")
+    missing = checkpoint_key("acme", "r-ckpt", 2)
+    assert _status(lambda: worker.get_object(Bucket=resources.bucket, Key=missing)) == 403
+
+    offered = restore(worker, resources.bucket, tenant="acme", request_id="r-ckpt", attempt=2,
+                      task_dir=tmp_path)  # fmt: skip
+
+    assert offered == {"from_attempt": 1}

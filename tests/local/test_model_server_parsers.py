@@ -128,3 +128,30 @@ def test_a_marker_is_parsed_and_cut_out_wherever_it_stands(
 def test_any_marker_body_parses_or_is_a_script_error(body: str) -> None:
     with contextlib.suppress(ScriptError):
         parse_markers(f"{MARKER_OPEN}{body}")
+
+
+def test_a_resumed_conversation_counts_the_models_turns_and_goes_on_with_the_script() -> None:
+    from agentq.local.model_server.request import Request, plan_turn
+    from agentq.local.model_server.scenario import CLI_SYNTHETIC_ANSWER
+
+    scenario = parse_directives('tool Bash {"command": "echo 1"}; tool Bash {"command": "echo 2"}')
+
+    def call(n: int) -> list[dict[str, object]]:
+        use = {"type": "tool_use", "id": f"toolu_offline_s{n}_x", "name": "Bash", "input": {}}
+        result = {"type": "tool_result", "tool_use_id": use["id"], "content": "ok"}
+        return [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
+
+    # What the CLI sends when it resumes a session stopped after the first tool result:
+    # the earlier turn, its own closing answer, then the new prompt.
+    messages = [
+        {"role": "user", "content": "Do it"},
+        *call(0),
+        {"role": "assistant", "content": [{"type": "text", "text": CLI_SYNTHETIC_ANSWER}]},
+        {"role": "user", "content": "Continue from where the conversation stopped."},
+    ]
+    request = Request.parse({"messages": messages}, raw_size=100)
+
+    assert request.turn == 1
+    assert request.prompt == "Do it"
+    content, stop = plan_turn(scenario, request, request.prompt, "k")
+    assert stop == "tool_use" and content[0]["input"] == {"command": "echo 2"}

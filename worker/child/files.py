@@ -33,6 +33,8 @@ USAGE_FILE: Final = "usage.json"
 MAX_CHILD_JSON_BYTES: Final = 64 * 1024
 # Kept on the STATE item and sent in events: small, whatever the child wrote.
 MAX_USAGE_BYTES: Final = 8 * 1024
+# Where an agent attempt's session resumed from, or why it started afresh.
+MAX_RESUME_BYTES: Final = 1024
 # No single task costs this much; a larger figure is the child's mistake, not a bill.
 MAX_COST_USD: Final = 1_000_000.0
 
@@ -70,7 +72,7 @@ def read_json(path: Path, *, limit: int = MAX_CHILD_JSON_BYTES) -> Any:
 
 
 def read_usage(task_dir: Path) -> dict[str, Any] | None:
-    """`{"usage": {...}, "cost_usd": n}` from the child's usage.json, each part kept
+    """`{"usage": {...}, "cost_usd": n, "resume": {...}}` from the child's usage.json, each part kept
     only if agentq can store and send it; None when nothing usable is there."""
     data = read_json(task_dir / USAGE_FILE)
     if not isinstance(data, Mapping):
@@ -91,7 +93,26 @@ def read_usage(task_dir: Path) -> dict[str, Any] | None:
             kept["cost_usd"] = cost
         else:
             _ignored(task_dir / USAGE_FILE, "cost_usd is not a number of dollars")
+    resume = data.get("resume")
+    if resume is not None:
+        problem = _unstorable_record(resume, "resume", MAX_RESUME_BYTES)
+        if problem:
+            _ignored(task_dir / USAGE_FILE, f"resume {problem}")
+        else:
+            kept["resume"] = resume
     return kept or None
+
+
+def _unstorable_record(record: object, name: str, limit: int) -> str | None:
+    if not isinstance(record, Mapping):
+        return "is not a JSON object"
+    try:
+        check_storable(record, name=name, depth=2)
+    except InvalidInput as invalid:
+        return f"{invalid.field}: {invalid.problem}"
+    if len(json.dumps(record).encode()) > limit:
+        return f"is larger than {limit} bytes"
+    return None
 
 
 def _unstorable_usage(usage: object) -> str | None:

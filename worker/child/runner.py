@@ -72,6 +72,7 @@ def load_context(task_dir: Path) -> ChildContext:
         task_dir=task_dir,
         settings=ChildSettings.from_env(),
         lease_token=task.get("leaseToken"),
+        resume=task.get("resume"),
     )
 
 

@@ -118,6 +118,9 @@ class ChildContext:
     # This attempt's lease token (None from a worker that predates it): with `attempt`,
     # the fencing token for side effects of the task's own (docs/child-protocol.md).
     lease_token: str | None = None
+    # What the worker found to resume this attempt from (an agent definition with
+    # `resume: true`): {"from_attempt": n} beside the restored file, or {"unreadable": why}.
+    resume: Mapping[str, Any] | None = None
 
     @property
     def fencing_token(self) -> str:

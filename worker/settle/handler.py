@@ -33,11 +33,12 @@ from worker.child.env import child_environment
 from worker.child.isolation import ChildUser
 from worker.child.runner import TASK_FILE
 from worker.child.spares import SparePool
-from worker.child.supervisor import run_child
+from worker.child.supervisor import ChildExit, run_child
 from worker.inflight import InFlight, InFlightRegistry
 from worker.parking import SeatWaits
 from worker.routes import tier_urls
 from worker.settle import artifacts
+from worker.settle.checkpoints import CheckpointUploader, checkpoint_key, restore, resumable
 from worker.settle.outbox import EventSink, Outbox
 from worker.settle.outcome import decide
 from worker.settle.prepare import Prepared, Preparer
@@ -76,6 +77,8 @@ class MessageHandler:
         self._outbox = Outbox(publisher=publisher, store=store, batcher=batcher,
                               worker_id=worker_id)  # fmt: skip
         self._store = store
+        self._s3 = s3
+        self._bucket = settings.required("bucket")
         refusals = Refusals(settings=settings, store=store, batcher=batcher, outbox=self._outbox)
         self._refusals = refusals
         self._preparer = Preparer(
@@ -210,7 +213,6 @@ class MessageHandler:
             return "lease_lost"
         lease = entry.lease or ready.lease  # renewed by the heartbeat while it waited
         attributes, max_attempts = ready.attributes, ready.max_attempts
-        timeout_ms = ready.timeout_ms
         sent = attributes.get("SentTimestamp")
         # A message without a priority has its queue's tier: the attempt's events say
         # which, so `agentq stats` counts every task under its tier.
@@ -238,22 +240,12 @@ class MessageHandler:
             # Anything raised from here on leaves the message unsettled: SQS redelivers it
             # once the lease has expired, and the STATE item counts the attempt.
             task_dir = self._write_task(envelope, definition, lease)
-            child = run_child(
-                task_dir,
-                env=self._child_env,
-                timeout_s=timeout_ms / 1000,
-                grace_s=self._settings.kill_grace_ms / 1000,
-                stop=entry.stop,
-                log_line=lambda stream, line: logger.info(
-                    f"[task:{envelope.request_id}] {child_line(line)}",
-                    extra={"requestId": envelope.request_id, "stream": stream},
-                ),
-                on_start=lambda pid: setattr(entry, "child_pid", pid),
-                spares=self.spares,
-                kind=definition.kind,
-                bulk=tier in self._bulk_tiers,
-                user=self._child_user,
-            )
+            uploader = self._checkpoints(definition, lease, task_dir, entry)
+            try:
+                child = self._run_child(ready, task_dir, envelope, tier)
+            finally:
+                if uploader is not None:
+                    uploader.stop()  # the last turn uploaded before the attempt settles
             # The lease stays with the heartbeat until the settler's finalize: the upload
             # between may be slow, and a lapsed lease there would invite a takeover.
             _safely(lambda _: on_child_exit(), None)
@@ -281,6 +273,40 @@ class MessageHandler:
                 _safely(middleware.after_process, end)
         return result
 
+    def _run_child(
+        self, ready: Prepared, task_dir: Path, envelope: TaskEnvelope, tier: str
+    ) -> ChildExit:
+        entry = ready.entry
+        return run_child(
+            task_dir,
+            env=self._child_env,
+            timeout_s=ready.timeout_ms / 1000,
+            grace_s=self._settings.kill_grace_ms / 1000,
+            stop=entry.stop,
+            log_line=lambda stream, line: logger.info(
+                f"[task:{envelope.request_id}] {child_line(line)}",
+                extra={"requestId": envelope.request_id, "stream": stream},
+            ),
+            on_start=lambda pid: setattr(entry, "child_pid", pid),
+            spares=self.spares,
+            kind=ready.definition.kind,
+            bulk=tier in self._bulk_tiers,
+            user=self._child_user,
+        )
+
+    def _checkpoints(
+        self, definition: TaskDefinition, lease: Lease, task_dir: Path, entry: InFlight
+    ) -> CheckpointUploader | None:
+        """The uploader of a resumable agent task's session checkpoints (None otherwise)."""
+        if not resumable(definition.kind, definition.settings):
+            return None
+        return CheckpointUploader(
+            self._s3, self._bucket,
+            checkpoint_key(lease.tenant, lease.request_id, lease.attempt), task_dir,
+            interval_s=self._settings.checkpoint_interval_ms / 1000,
+            allowed=lambda: entry.stop.reason != "lease_lost",
+        ).start()  # fmt: skip
+
     def _write_task(self, envelope: TaskEnvelope, definition: TaskDefinition, lease: Lease) -> Path:
         task_dir = Path(
             tempfile.mkdtemp(prefix=f"agentq-{envelope.request_id[:40]}-",
@@ -295,6 +321,12 @@ class MessageHandler:
             "definition": definition.to_dict(),
             "input": dict(envelope.input),
         }
+        if resumable(definition.kind, definition.settings):
+            # The child holds no AWS credentials: the worker fetches what it resumes from.
+            task["resume"] = restore(
+                self._s3, self._bucket, tenant=lease.tenant, request_id=lease.request_id,
+                attempt=lease.attempt, task_dir=task_dir,
+            )  # fmt: skip
         (task_dir / TASK_FILE).write_text(json.dumps(task))
         if self._child_user is not None:
             self._child_user.hand_over(task_dir)

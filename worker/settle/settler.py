@@ -117,17 +117,19 @@ class Settler:
         if usage:
             fields.update(usage=usage.get("usage"), costUsd=usage.get("cost_usd"))
         error = outcome.error.to_record() if outcome.error else None
+        # An agent attempt's session: resumed from which attempt, or started afresh and why.
+        resumed = {"resume": usage["resume"]} if usage.get("resume") else {}
 
         def emit(detail_type: DetailType, **payload: Any) -> None:
             self._outbox.emit(detail_type, envelope=envelope, attempt=lease.attempt,
-                              duration_ms=duration_ms, **payload)  # fmt: skip
+                              duration_ms=duration_ms, **resumed, **payload)  # fmt: skip
 
         def finish(state: TaskState, detail_type: DetailType, **payload: Any) -> None:
             # Outbox: the terminal event rides on the STATE item's final write, and the
             # message goes only once the event is sent. A crash in between brings the
             # message back as a duplicate, which sends the same event (same id) again.
             event = self._outbox.event(detail_type, envelope=envelope, attempt=lease.attempt,
-                                       duration_ms=duration_ms, **payload)  # fmt: skip
+                                       duration_ms=duration_ms, **resumed, **payload)  # fmt: skip
             extra = {"result": payload["result"]} if "result" in payload else {}
             if error is not None:
                 extra["error"] = error

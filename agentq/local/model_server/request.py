@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentq.local.model_server.scenario import (
+    CLI_SYNTHETIC_ANSWER,
     SCRIPTED_ID,
     STRUCTURED_OUTPUT_TOOL,
     SYSTEM_REMINDER,
@@ -27,6 +28,12 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
 
 def _texts(content: Any) -> list[str]:
     return [str(b.get("text", "")) for b in _blocks(content) if b.get("type") == "text"]
+
+
+def _synthetic(message: dict[str, Any]) -> bool:
+    """An answer the CLI wrote itself (resuming an interrupted session), not a model turn."""
+    blocks = _blocks(message.get("content"))
+    return len(blocks) == 1 and blocks[0].get("text") == CLI_SYNTHETIC_ANSWER
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,8 @@ class Request:
             for t in body.get("tools", []) or []
             if isinstance(t, dict) and t.get("name")
         }
-        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        # The model's own turns: a resumed conversation counts on from where it stopped.
+        turn = sum(1 for m in messages if m.get("role") == "assistant" and not _synthetic(m))
         return cls(
             body=body,
             raw_size=raw_size,

@@ -15,6 +15,9 @@ SYSTEM_REMINDER: Final = "<system-reminder>"
 SNIPPET_LEN: Final = 60
 SSE_CHUNK: Final = 24
 SCRIPTED_ID: Final = "toolu_offline_s"
+# What the CLI puts in the transcript for a turn no model answered: resuming a session
+# whose last message is the user's (tool results), it closes that turn with this text.
+CLI_SYNTHETIC_ANSWER: Final = "No response requested."
 
 ERROR_TYPES: Final[Mapping[int, str]] = {
     400: "invalid_request_error",

@@ -13,15 +13,16 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import anyio
-from claude_agent_sdk import ResultMessage
+from claude_agent_sdk import ResultMessage, SessionStore
 from jsonschema import Draft202012Validator
 
 from agentq.taxonomy import ErrorInfo, classify_exception, info
 from worker.kinds import ChildContext
 from worker.kinds.agent import session
+from worker.kinds.agent.checkpoint import RESUME_PROMPT, ResumePlan, plan_resume
 from worker.kinds.agent.errors import classify_sdk_exception
 from worker.kinds.agent.retry import Failure, RetryPolicy, with_retry
 from worker.kinds.agent.spec import AgentSpec
@@ -68,6 +69,7 @@ class AgentRun:
         self.spec: AgentSpec | None = None
         self.outcome = "failed"
         self.error: ErrorInfo | None = None
+        self.resume_record: dict[str, Any] | None = None
         self._finished = False
 
     def run(self) -> Any:
@@ -105,7 +107,15 @@ class AgentRun:
         workspace = self.ctx.task_dir / "workspace"
         workspace.mkdir(parents=True, exist_ok=True)
         cli_log = CliLog(self.ctx.logs_dir / "cli.log")
-        opts = session.options(spec, cwd=workspace, recorder=self.recorder, stderr=cli_log)
+        plan = self._plan_resume(spec)
+        # TranscriptStore has the two methods a store needs; the SDK probes for the rest.
+        store = cast(SessionStore, plan.store) if plan else None
+        resume = plan.restored.session_id if plan and plan.restored else None
+        opts = session.options(spec, cwd=workspace, recorder=self.recorder, stderr=cli_log,
+                               store=store, resume=resume)  # fmt: skip
+        if resume is not None:
+            # The session carries the task's prompt already: a resumed run says only why.
+            prompt = RESUME_PROMPT
         policy = RetryPolicy(
             attempts=spec.retry_attempts,
             base_s=spec.retry_backoff_s,
@@ -130,6 +140,21 @@ class AgentRun:
             )
         finally:
             cli_log.close()
+
+    def _plan_resume(self, spec: AgentSpec) -> ResumePlan | None:
+        """None unless the definition opts in; else the checkpoint store of this attempt
+        and the earlier attempt's session it resumes, if one could be read."""
+        if not spec.resume:
+            return None
+        plan = plan_resume(self.ctx.task_dir, self.ctx.resume)
+        self.resume_record = plan.record
+        record = plan.record or {}
+        if plan.restored is not None:
+            self.log.line(f"resuming the session of attempt {record['from_attempt']} from its "
+                          f"checkpoint ({plan.restored.turns} turns)")  # fmt: skip
+        elif record:
+            self.log.line(f"starting afresh: {record['reason']}")
+        return plan
 
     def _on_failure(self, failure: Failure) -> None:
         error = failure.error
@@ -169,6 +194,9 @@ class AgentRun:
             error=self.error.to_record() if self.error else None,
             started_unix=self.started_unix,
         )
+        if self.resume_record is not None:
+            # Read back by the worker into the attempt's events (worker/child/files.py).
+            totals["resume"] = trace["resume"] = self.resume_record
         try:
             write_json(ctx.traces_dir / "session_trace.json", trace)
             write_json(ctx.usage_file, totals)

@@ -8,17 +8,26 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Final, cast
 
-from claude_agent_sdk import ClaudeAgentOptions, Message, ResultMessage, query
+from claude_agent_sdk import ClaudeAgentOptions, Message, ResultMessage, SessionStore, query
 
 from agentq.errors import TaskError
+from worker.kinds.agent.checkpoint import RESUME_NOTE
 from worker.kinds.agent.errors import classify_result
 from worker.kinds.agent.spec import AgentSpec
 from worker.kinds.agent.trace import TraceRecorder
 
 
 def options(
-    spec: AgentSpec, *, cwd: Path, recorder: TraceRecorder, stderr: Callable[[str], None]
+    spec: AgentSpec,
+    *,
+    cwd: Path,
+    recorder: TraceRecorder,
+    stderr: Callable[[str], None],
+    store: SessionStore | None = None,
+    resume: str | None = None,
 ) -> ClaudeAgentOptions:
+    """The SDK options of a run; with `store` the transcript is mirrored there (checkpoints),
+    and `resume` (a session id the store holds) continues that session."""
     env = {
         # agentq's own retry (classified, jittered, traced) replaces the CLI's ten silent
         # ones; a definition may hand some back with cli_max_retries.
@@ -29,7 +38,9 @@ def options(
     }
     return ClaudeAgentOptions(
         model=spec.model,
-        system_prompt=spec.system_prompt,
+        system_prompt=(
+            spec.system_prompt if resume is None else f"{spec.system_prompt}\n\n{RESUME_NOTE}"
+        ),
         max_turns=spec.max_turns,
         max_budget_usd=spec.max_budget_usd,
         # `tools` is what exists at all, `allowed_tools` what runs without asking:
@@ -44,6 +55,10 @@ def options(
         # Settings files of the machine or a repo must not change what a task may do.
         setting_sources=[],
         stderr=stderr,
+        session_store=store,
+        # Every frame reaches the store at once, so a turn's end is checkpointed at its end.
+        session_store_flush="eager",
+        resume=resume,
     )
 
 

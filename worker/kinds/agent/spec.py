@@ -76,6 +76,10 @@ class AgentSettings(BaseModel):
     retry_backoff_s: Number = 2.0
     retry_backoff_max_s: Number = 30.0
     cli_max_retries: Annotated[int, Field(ge=0, strict=True)] = 0
+    resume: Annotated[bool, Field(strict=True)] = Field(
+        default=False,
+        description="checkpoint the session after each turn; a retry resumes it",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +99,7 @@ class AgentSpec:
     retry_backoff_s: float
     retry_backoff_max_s: float
     cli_max_retries: int
+    resume: bool = False
 
     @classmethod
     def from_settings(cls, raw: Mapping[str, Any], settings: ChildDefaults) -> AgentSpec:
@@ -119,6 +124,7 @@ class AgentSpec:
             retry_backoff_s=given.retry_backoff_s,
             retry_backoff_max_s=given.retry_backoff_max_s,
             cli_max_retries=given.cli_max_retries,
+            resume=given.resume,
         )
 
 

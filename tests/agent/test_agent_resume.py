@@ -1,0 +1,120 @@
+"""A resumable agent task killed mid-conversation goes on from its checkpoint on another worker.
+
+Real workers, the bundled CLI, the offline model server: the first worker is SIGKILLed
+(with its task child, like a host that died) once the checkpoint of turn 3 is in S3;
+a second worker takes the retry, restores that checkpoint and finishes the conversation
+without running its first three turns again. Two CLI runs in all.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from agent_support import agent_definition, agent_rig
+from conftest import Stack
+from support import wait_for
+
+from agentq.store.keys import attempt_prefix
+from agentq.store.tasks import TaskStore
+from worker.kinds.agent.checkpoint import decode
+from worker.settle.checkpoints import checkpoint_key
+
+pytestmark = pytest.mark.timeout(240)
+
+STEPS = 5
+KILLED_AT = 3  # the turn attempt 1 stalls at, its first three done and checkpointed
+
+
+def _checkpoint_turns(stack: Stack, key: str) -> int:
+    try:
+        body = stack.s3.get_object(Bucket=stack.resources.bucket, Key=key)["Body"].read()
+    except stack.s3.exceptions.NoSuchKey:
+        return -1
+    return decode(body).turns
+
+
+def test_a_task_killed_at_a_turn_resumes_from_its_checkpoint_on_another_worker(
+    stack: Stack,
+) -> None:
+    definition = agent_definition(
+        "long",
+        max_attempts=3,
+        settings={"resume": True, "allowed_tools": ["Bash"], "max_turns": 12,
+                  "retry_attempts": 1},
+    )  # fmt: skip
+    tools = "; ".join(f'tool Bash {{"command": "echo step-{n}"}}' for n in range(1, STEPS + 1))
+    script = f"[[model: key resume; {tools}; stall x1 turn {KILLED_AT}]]"
+    with agent_rig(stack, [definition], AGENT_CHECKPOINT_INTERVAL="100") as rig:
+        task = rig.send("long", {"text": f"Work through the steps. {script}"})
+        first = checkpoint_key("acme", task.request_id, 1)
+        wait_for(
+            lambda: _checkpoint_turns(stack, first) == KILLED_AT,
+            timeout=120,
+            message=f"the checkpoint of turn {KILLED_AT} in S3",
+        )
+        wait_for(lambda: rig.model.requests("resume")[-1].outcome == "stall",
+                 timeout=60, message="attempt 1 waiting on its model")  # fmt: skip
+        rig.worker.kill()
+        rig.another_worker("agent-worker-2")
+        completed = rig.events.wait(task.request_id, "Task Completed", timeout=180)[0]
+        requests = rig.model.requests("resume")
+        second_checkpoint = _checkpoint_turns(stack, checkpoint_key("acme", task.request_id, 2))
+
+    # Attempt 1 answered three turns and stalled on the fourth; attempt 2's first request
+    # carried those three turns, and the conversation went on from the fourth step.
+    stalled = [r.index for r in requests if r.outcome == "stall"]
+    assert len(stalled) == 1
+    before = [r for r in requests if r.index < stalled[0]]
+    after = [r for r in requests if r.index > stalled[0]]
+    assert [r.outcome for r in before] == ["tool_use:Bash"] * KILLED_AT
+    assert after[0].turn == KILLED_AT
+    assert [r.outcome for r in after] == ["tool_use:Bash"] * (STEPS - KILLED_AT) + [
+        "tool_use:StructuredOutput"
+    ]
+    fresh_start_turns = STEPS + 1
+    assert len(after) < fresh_start_turns
+
+    # The winner is attempt 2: its result, its checkpoint, and it says where it resumed.
+    assert completed["attempt"] == 2
+    assert completed["payload"]["resume"] == {
+        "status": "resumed",
+        "from_attempt": 1,
+        "turns": KILLED_AT,
+    }
+    winner = attempt_prefix("acme", task.request_id, 2)
+    assert completed["payload"]["result"]["key"].startswith(winner)
+    record = TaskStore(stack.dynamodb, stack.resources.table_name).require("acme", task.request_id)
+    assert record.raw["artifacts"]["prefix"] == winner
+    assert second_checkpoint == fresh_start_turns  # every step and the structured answer
+    summary = rig.s3_text(winner + "logs/summary.log")
+    assert f"resuming the session of attempt 1 from its checkpoint ({KILLED_AT} turns)" in summary
+    trace = json.loads(rig.s3_text(winner + "traces/session_trace.json"))
+    assert trace["resume"]["from_attempt"] == 1
+
+
+def test_a_corrupt_checkpoint_starts_the_session_afresh_and_says_so(stack: Stack) -> None:
+    definition = agent_definition("long", settings={"resume": True, "allowed_tools": ["Bash"]})
+    with agent_rig(stack, [definition], AGENT_CHECKPOINT_INTERVAL="100") as rig:
+        request_id = "ag-corrupt-checkpoint"
+        # What a crash in the middle of a (non-atomic) copy would leave: a cut transcript.
+        cut = b'{"agentq_checkpoint": 1, "session_id": "6c1f5bd0-0000-4000-8000-00000000000'
+        stack.s3.put_object(Bucket=stack.resources.bucket,
+                            Key=checkpoint_key("acme", request_id, 1), Body=cut)  # fmt: skip
+        task = rig.send(
+            "long",
+            {"text": 'Go. [[model: key fresh; tool Bash {"command": "echo one"}]]'},
+            request_id=request_id,
+        )
+        completed = rig.events.wait(task.request_id, "Task Completed")[0]
+        requests = rig.model.requests("fresh")
+
+    resume = completed["payload"]["resume"]
+    assert resume["status"] == "fresh"
+    assert resume["reason"].startswith("checkpoint of attempt 1 is corrupt")
+    assert requests[0].turn == 0  # the conversation began at its first turn
+    assert [r.outcome for r in requests] == ["tool_use:Bash", "tool_use:StructuredOutput"]
+    summary = rig.s3_text(attempt_prefix("acme", task.request_id, 1) + "logs/summary.log")
+    assert "starting afresh: checkpoint of attempt 1 is corrupt" in summary
+    # The attempt's own, good checkpoint replaced the cut one.
+    assert _checkpoint_turns(stack, checkpoint_key("acme", task.request_id, 1)) == 2

@@ -1,0 +1,206 @@
+"""Session checkpoints in S3 (worker/settle/checkpoints.py): fenced keys, newest-below reads,
+uploads only of what changed, scrubbed, none after a lost lease, and faults that end in
+a fresh start rather than a failed task. Real boto3 against moto."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from conftest import Stack
+
+from agentq import security
+from agentq.aws import make_client
+from agentq.faults.config import FaultRule, FaultSpec, Kind
+from agentq.faults.injector import FaultInjector, install
+from agentq.local.aws import LOCAL_CREDENTIALS, LOCAL_REGION
+from worker.child.files import read_usage
+from worker.kinds.agent.checkpoint import (
+    CHECKPOINT_FILE,
+    RESTORE_FILE,
+    Checkpoint,
+    decode,
+    encode,
+)
+from worker.settle.checkpoints import CheckpointUploader, checkpoint_key, restore, resumable
+
+SESSION = str(uuid.uuid4())
+
+
+def _checkpoint(turns: int, text: str = "hello") -> bytes:
+    entries = [{"type": "user", "message": {"role": "user", "content": text}}]
+    return encode(Checkpoint(session_id=SESSION, turns=turns, entries=entries))
+
+
+def _put(stack: Stack, key: str, body: bytes) -> None:
+    stack.s3.put_object(Bucket=stack.resources.bucket, Key=key, Body=body)
+
+
+def _restore(stack: Stack, attempt: int, task_dir: Path, *, s3: Any = None) -> Any:
+    return restore(s3 or stack.s3, stack.resources.bucket, tenant="acme", request_id="r-1",
+                   attempt=attempt, task_dir=task_dir)  # fmt: skip
+
+
+def test_the_key_carries_tenant_and_attempt() -> None:
+    assert checkpoint_key("acme", "r-1", 2) == "task/acme/r-1/attempt-2/checkpoint/session.jsonl"
+    assert len({checkpoint_key(t, "r-1", a) for t in ("acme", "zeta") for a in (1, 2)}) == 4
+
+
+def test_only_an_agent_definition_that_opts_in_is_resumable() -> None:
+    assert resumable("agent", {"resume": True})
+    assert not resumable("agent", {"resume": "yes"})
+    assert not resumable("agent", {})
+    assert not resumable("python", {"resume": True})
+
+
+def test_a_retry_reads_the_newest_checkpoint_at_or_below_its_attempt(
+    inproc_stack: Stack, tmp_path: Path
+) -> None:
+    stack = inproc_stack
+    _put(stack, checkpoint_key("acme", "r-1", 1), _checkpoint(1))
+    # A later attempt's checkpoint (a newer holder's) is never taken by an older attempt.
+    _put(stack, checkpoint_key("acme", "r-1", 3), _checkpoint(3))
+    # Another tenant's task of the same id is never read.
+    _put(stack, checkpoint_key("zeta", "r-1", 2), _checkpoint(9))
+
+    assert _restore(stack, 2, tmp_path / "a2") == {"from_attempt": 1}
+    assert decode((tmp_path / "a2" / RESTORE_FILE).read_bytes()).turns == 1
+    assert _restore(stack, 5, tmp_path / "a5") == {"from_attempt": 3}
+    assert decode((tmp_path / "a5" / RESTORE_FILE).read_bytes()).turns == 3
+    # An attempt given back at a drain keeps its number: its own checkpoint is its resume.
+    assert _restore(stack, 3, tmp_path / "a3") == {"from_attempt": 3}
+
+
+def test_no_checkpoint_is_no_resume(inproc_stack: Stack, tmp_path: Path) -> None:
+    assert _restore(inproc_stack, 3, tmp_path) is None
+    assert not (tmp_path / RESTORE_FILE).exists()
+
+
+def test_a_checkpoint_s3_keeps_refusing_is_a_fresh_start_not_a_failure(
+    stack: Stack, tmp_path: Path
+) -> None:
+    _put(stack, checkpoint_key("acme", "r-1", 1), _checkpoint(2))
+    session = boto3.session.Session(
+        region_name=LOCAL_REGION,
+        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    )
+    # Two attempts, not agentq's ten: the same story (botocore retried, then gave up), sooner.
+    s3 = session.client("s3", endpoint_url=stack.resources.endpoint_for("s3"),
+                        config=Config(retries={"mode": "standard", "max_attempts": 2}))  # fmt: skip
+    throttled = FaultRule(op="s3:GetObject", kind=Kind.THROTTLE, rate=1.0)
+    install(s3, FaultInjector(FaultSpec(rules=(throttled,)), seed=3))
+
+    offered = _restore(stack, 2, tmp_path, s3=s3)
+
+    assert offered == {"unreadable": "checkpoint of attempt 2 unreadable (ClientError)"}
+    assert not (tmp_path / RESTORE_FILE).exists()
+
+
+def _uploader(stack: Stack, task_dir: Path, allowed: list[bool], s3: Any = None) -> Any:
+    return CheckpointUploader(
+        s3 or stack.s3, stack.resources.bucket, checkpoint_key("acme", "r-1", 1), task_dir,
+        interval_s=3600, allowed=lambda: allowed[0],
+    )  # fmt: skip
+
+
+def _write(task_dir: Path, data: bytes) -> None:
+    path = task_dir / CHECKPOINT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name("partial")
+    partial.write_bytes(data)
+    partial.replace(path)  # as the child writes it
+
+
+def _stored(stack: Stack) -> bytes:
+    key = checkpoint_key("acme", "r-1", 1)
+    body = stack.s3.get_object(Bucket=stack.resources.bucket, Key=key)["Body"]
+    return bytes(body.read())
+
+
+def test_the_uploader_sends_only_a_changed_checkpoint(inproc_stack: Stack, tmp_path: Path) -> None:
+    uploader = _uploader(inproc_stack, tmp_path, [True])
+    assert not uploader.sync()  # nothing written yet
+    _write(tmp_path, _checkpoint(1))
+    assert uploader.sync()
+    assert not uploader.sync()  # unchanged: no request
+    _write(tmp_path, _checkpoint(2, "hello again"))
+    assert uploader.sync()
+    assert uploader.uploads == 2
+    assert decode(_stored(inproc_stack)).turns == 2
+
+
+def test_the_uploaded_transcript_is_scrubbed_of_the_workers_secrets(
+    inproc_stack: Stack, tmp_path: Path
+) -> None:
+    secret = "sk-ant-api03-" + "q" * 40
+    security.remember_environment({"ANTHROPIC_API_KEY": secret})
+    try:
+        _write(tmp_path, _checkpoint(1, f"the key is {secret}"))
+        assert _uploader(inproc_stack, tmp_path, [True]).sync()
+    finally:
+        security.remember_environment({})
+    stored = _stored(inproc_stack)
+    assert secret.encode() not in stored
+    (entry,) = decode(stored).entries
+    assert entry["message"]["content"] == f"the key is {security.REDACTED}"
+
+
+def test_nothing_is_uploaded_once_the_lease_is_lost(inproc_stack: Stack, tmp_path: Path) -> None:
+    allowed = [True]
+    uploader = _uploader(inproc_stack, tmp_path, allowed).start()
+    _write(tmp_path, _checkpoint(1))
+    assert uploader.sync()
+    allowed[0] = False
+    _write(tmp_path, _checkpoint(2, "after the lease"))
+    uploader.stop()  # its last pass too
+    assert decode(_stored(inproc_stack)).turns == 1
+
+
+def test_the_last_pass_at_stop_uploads_the_final_turn(inproc_stack: Stack, tmp_path: Path) -> None:
+    uploader = _uploader(inproc_stack, tmp_path, [True]).start()
+    _write(tmp_path, _checkpoint(4))
+    uploader.stop()
+    assert decode(_stored(inproc_stack)).turns == 4
+
+
+def test_an_upload_applied_then_failed_leaves_the_same_checkpoint(
+    stack: Stack, tmp_path: Path
+) -> None:
+    session = boto3.session.Session(
+        region_name=LOCAL_REGION,
+        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    )
+    s3 = make_client(session, "s3", endpoint_url=stack.resources.endpoint_for("s3"))
+    applied = FaultRule(op="s3:PutObject", kind=Kind.APPLIED_THEN_FAILED, rate=1.0, limit=1)
+    install(s3, FaultInjector(FaultSpec(rules=(applied,)), seed=3))
+    data = _checkpoint(2, "x" * 5000)
+    _write(tmp_path, data)
+    assert _uploader(stack, tmp_path, [True], s3=s3).sync()
+    assert _stored(stack) == data  # botocore rewound the body and sent the same bytes
+
+
+@pytest.mark.parametrize(
+    ("resume", "kept"),
+    [
+        ({"status": "resumed", "from_attempt": 1, "turns": 3}, True),
+        ({"status": "fresh", "reason": "corrupt"}, True),
+        ("resumed", False),
+        ({"reason": "x" * 5000}, False),
+    ],
+)
+def test_the_childs_resume_record_reaches_the_events_only_when_storable(
+    tmp_path: Path, resume: Any, kept: bool
+) -> None:
+    (tmp_path / "usage.json").write_text(json.dumps({"cost_usd": 0.1, "resume": resume}))
+    usage = read_usage(tmp_path)
+    assert usage is not None
+    assert ("resume" in usage) is kept
+    if kept:
+        assert usage["resume"] == resume

@@ -1,0 +1,155 @@
+"""Agent session checkpoints in S3, moved by the worker on its child's behalf.
+
+Key: `{attempt prefix}checkpoint/session.jsonl` (`checkpoint_key`), so a holder writes only
+its own attempt's checkpoint and a stale one can never replace the winner's. While a
+resumable task runs, `CheckpointUploader` uploads the child's checkpoint file when it
+changed, at most once per AGENT_CHECKPOINT_INTERVAL, scrubbed like every upload.
+`restore` puts the newest checkpoint of this attempt or an earlier one (an attempt given
+back at a drain keeps its number) into the new task dir; a missing one is no resume, one
+that cannot be read is a fresh start the child records, never a failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from agentq.store.keys import attempt_prefix
+from worker.kinds.agent.checkpoint import CHECKPOINT_FILE, MAX_CHECKPOINT_BYTES, RESTORE_FILE
+from worker.settle.scrub import scrub_file
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_NAME: Final = "checkpoint/session.jsonl"
+# Without s3:ListBucket, S3 answers a missing key with 403 (agentq/local/rules/s3_missing_key.py).
+MISSING: Final = frozenset({"NoSuchKey", "404", "AccessDenied", "403"})
+
+
+def checkpoint_key(tenant: str, request_id: str, attempt: int) -> str:
+    return attempt_prefix(tenant, request_id, attempt) + CHECKPOINT_NAME
+
+
+def resumable(kind: str, settings: Mapping[str, Any]) -> bool:
+    """An agent definition that opted in (the child checks the spec whole)."""
+    return kind == "agent" and settings.get("resume") is True
+
+
+def restore(
+    s3: Any, bucket: str, *, tenant: str, request_id: str, attempt: int, task_dir: Path
+) -> dict[str, Any] | None:
+    """Fetch the newest checkpoint at or below `attempt` into the task dir.
+
+    Returns what the child is told (task.json's `resume`): `{"from_attempt": n}` with the
+    file in place, `{"unreadable": why}`, or None when no attempt left one.
+    """
+    for earlier in range(attempt, 0, -1):
+        key = checkpoint_key(tenant, request_id, earlier)
+        try:
+            found = s3.get_object(Bucket=bucket, Key=key)
+            if found.get("ContentLength", 0) > MAX_CHECKPOINT_BYTES:
+                return {"unreadable": f"checkpoint of attempt {earlier} is too large"}
+            data = found["Body"].read(MAX_CHECKPOINT_BYTES + 1)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in MISSING:
+                continue
+            return _unreadable(request_id, earlier, exc)
+        except (BotoCoreError, OSError) as exc:
+            # botocore already retried a throttle or a dropped connection.
+            return _unreadable(request_id, earlier, exc)
+        target = task_dir / RESTORE_FILE
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        return {"from_attempt": earlier}
+    return None
+
+
+def _unreadable(request_id: str, attempt: int, exc: BaseException) -> dict[str, Any]:
+    logger.warning("checkpoint unreadable; the session starts afresh",
+                   extra={"requestId": request_id, "fromAttempt": attempt,
+                          "error": type(exc).__name__})  # fmt: skip
+    return {"unreadable": f"checkpoint of attempt {attempt} unreadable ({type(exc).__name__})"}
+
+
+class CheckpointUploader:
+    """Uploads a running child's checkpoint file to its attempt's key, when it changed.
+
+    One pass every `interval_s`, and a last one when stopped (after the child is gone,
+    before the attempt settles, so a retry finds the latest turn). `allowed` is asked
+    before each upload: once the attempt's lease is lost nothing more is written.
+    """
+
+    def __init__(
+        self,
+        s3: Any,
+        bucket: str,
+        key: str,
+        task_dir: Path,
+        *,
+        interval_s: float,
+        allowed: Callable[[], bool],
+    ) -> None:
+        self._s3, self._bucket, self._key = s3, bucket, key
+        self._task_dir = task_dir
+        self._interval_s = interval_s
+        self._allowed = allowed
+        self._stopped = threading.Event()
+        self._last: tuple[int, int] | None = None
+        self.uploads = 0
+        self._thread = threading.Thread(target=self._loop, name="checkpoint", daemon=True)
+
+    def start(self) -> CheckpointUploader:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+        self.sync()
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self._interval_s):
+            self.sync()
+
+    def sync(self) -> bool:
+        """Upload the checkpoint if it changed since the last upload; True if it did."""
+        if not self._allowed():
+            return False
+        path = self._task_dir / CHECKPOINT_FILE
+        try:
+            # O_NOFOLLOW: the child owns the directory; a link it left is not followed.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return False
+        with os.fdopen(fd, "rb") as source:
+            info = os.fstat(source.fileno())
+            version = (info.st_size, info.st_mtime_ns)
+            if not stat.S_ISREG(info.st_mode) or version == self._last:
+                return False
+            if info.st_size > MAX_CHECKPOINT_BYTES:
+                return False
+            try:
+                self._put(source)
+            except (ClientError, BotoCoreError, OSError):
+                # The next pass tries again; the previous checkpoint stays the resume point.
+                logger.warning("checkpoint upload failed", extra={"key": self._key},
+                               exc_info=True)  # fmt: skip
+                return False
+        self._last = version
+        self.uploads += 1
+        return True
+
+    def _put(self, source: Any) -> None:
+        # Scrubbed into a file botocore can rewind: a retried PutObject sends the same bytes.
+        with tempfile.TemporaryFile(dir=self._task_dir.parent) as body:
+            scrub_file(source, body)
+            body.seek(0)
+            self._s3.put_object(Bucket=self._bucket, Key=self._key, Body=body,
+                                ContentType="application/x-ndjson")  # fmt: skip
