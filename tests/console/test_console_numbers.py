@@ -1,30 +1,41 @@
 """One set of numbers: a task's run time, attempts and state read the same in every
-view: `agentq status --json` and `job status` (agentq.jobs.summary.task_dict), the
-console's tasks page (whose rows its job page shares), task page and its attempts,
-and the task's end event, which `agentq stats` counts.
+view: `agentq status --json` and `job status` (agentq.jobs.summary.task_dict), `agentq
+watch` (its JSON and the table it draws), the console's tasks page (whose rows its job
+page shares), task page and its attempts, and the task's end event; and `agentq stats`
+counts exactly those events' attempts and run times.
 
 Real worker and children against moto's server: a task that sleeps, and one that fails
 once then completes (two attempts)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Stack
-from support import EventLog
+from support import EventLog, settle_indexes
 
 from agentq.aws import AwsClients
+from agentq.cli._views import duration
 from agentq.client import AgentqClient
+from agentq.config import Settings
 from agentq.console.artifacts import TaskArtifacts
 from agentq.console.reads import ConsoleReader, attempts_of
 from agentq.console.search import Filters
 from agentq.definitions import DefinitionRegistry, DefinitionsTable
+from agentq.events import Event
 from agentq.jobs.summary import task_dict
 from agentq.local.aws import LOCAL_REGION
 from agentq.local.workers import SAMPLE_DEFINITIONS, WorkerProcess, fast_env
+from agentq.stats import StatsReader, percentile
+from agentq.store import EventStore
 
 pytestmark = pytest.mark.timeout(180)
+AGENTQ = Path(sys.executable).with_name("agentq")
 
 TASKS: dict[str, tuple[str, dict[str, Any]]] = {
     "slow": ("sample-sleep", {"seconds": 0.4}),
@@ -46,6 +57,14 @@ def test_every_view_gives_a_task_the_same_run_time_attempts_and_state(stack: Sta
         ends = {key: events.wait(rid, "Task Completed")[0] for key, rid in ids.items()}
     aws = AwsClients(LOCAL_REGION)
     reader = ConsoleReader(client, TaskArtifacts(aws.s3, client.results, client.outputs))
+    # Stored as the save-event Lambda stores them (none runs beside this stack): `watch`
+    # finds recent tasks by their stored events, `stats` counts them.
+    saved = EventStore(stack.dynamodb, stack.resources.table_name, app_name="agentq")
+    for event in events.poll():
+        detail = {k: v for k, v in event.items() if k != "detail-type"}
+        saved.append(Event.from_detail(detail, event["detail-type"]))
+    settle_indexes(stack)  # both read them through indexes
+    watched = _watch(stack)
 
     for key, end in ends.items():
         ran = end["payload"]["duration_ms"]  # the worker's measure, as stats counts it
@@ -65,6 +84,39 @@ def test_every_view_gives_a_task_the_same_run_time_attempts_and_state(stack: Sta
                           page["task"]["state"]),
             "its last attempt": (last["durationMs"], last["attempt"],
                                  "COMPLETED" if last["exit"] == "Task Completed" else last["exit"]),
+            "watch": watched["json"][ids[key]],
         }  # fmt: skip
+        # The table `watch` draws, its row of the task: the same run time, as text.
+        assert f"{ids[key]} " in watched["table"]
+        [drawn] = [line for line in watched["table"].splitlines() if ids[key] in line]
+        assert f" {duration(ran)} " in f"{drawn} ", (key, ran, drawn)
         assert set(seen.values()) == {(ran, end["attempt"], "COMPLETED")}, (key, ran, seen)
     assert ends["flaky"]["attempt"] == 2 and ends["slow"]["payload"]["duration_ms"] >= 400
+
+    # `agentq stats` counts the attempts' end events: the same attempts, the same times.
+    figures = StatsReader(Settings.from_env(), sqs=aws.sqs, dynamodb=aws.dynamodb).read(3600)
+    [acme] = [t for t in figures["tenants"] if t["tenant"] == "acme"]
+    ran_all = sorted(e["payload"]["duration_ms"] for e in events.poll()
+                     if e["detail-type"] in ("Task Completed", "Task Processing Failed"))  # fmt: skip
+    assert (acme["claims"], acme["completions"], acme["retries"]) == (3, 2, 1), acme
+    assert acme["processingMs"] == {"count": 3, "p50": percentile(ran_all, 0.5),
+                                    "p95": percentile(ran_all, 0.95)}, (acme, ran_all)  # fmt: skip
+
+
+def _watch(stack: Stack) -> dict[str, Any]:
+    """`agentq watch --once` as a user runs it: its JSON (request id -> run time, attempt,
+    state) and the table it draws."""
+    env = {**stack.env(), "COLUMNS": "200"}
+
+    def run(*args: str) -> str:
+        done = subprocess.run([str(AGENTQ), "watch", "--once", "--tenant", "acme", *args],
+                              env=env, capture_output=True, text=True, timeout=60,
+                              check=False)  # fmt: skip
+        assert done.returncode == 0, done
+        return done.stdout
+
+    tasks = json.loads(run("--json"))["tasks"]
+    return {
+        "json": {t["requestId"]: (t["durationMs"], t["attempt"], t["state"]) for t in tasks},
+        "table": run(),
+    }
