@@ -1,7 +1,7 @@
-"""docs/deploy.md's runbook, executed as far as this machine can: every command that
-needs no account runs (`make synth`: slow), and agentq's own account commands run
-without credentials, where each must stop with one line that shows the region and
-says what to do. Every other command must be one that needs the account."""
+"""docs/deploy.md's runbook, executed as far as this machine can: agentq's own account
+commands run without credentials, where each must stop with one line that shows the
+region and says what to do; every other command must be one that needs the account or
+runs anywhere (`make synth`, run by tests/infra/test_infra_cli.py)."""
 
 from __future__ import annotations
 
@@ -12,43 +12,12 @@ from pathlib import Path
 
 import pytest
 from infra_synth import synthesized
+from runbook import ACCOUNT, LOCAL, OWN, RUNBOOK, runbook_commands
 
 from agentq.local.stack import format_env_file
 from agentq.resources import ResourceNames
 
 REPO = Path(__file__).resolve().parents[2]
-RUNBOOK = REPO / "docs" / "deploy.md"
-
-# Needs an AWS account (not run here): CloudFormation, the AWS CLI, what reads their output.
-ACCOUNT = re.compile(
-    r"^(npx cdk (bootstrap|deploy|destroy)|aws |make deploy|for |[A-Z_]+=\$\(aws |source )"
-)
-# agentq's own commands against the account: run here without credentials.
-OWN = re.compile(r"^(agentq (env|submit)|\.venv/bin/python -m infra\.secrets_ready)\b")
-LOCAL = re.compile(r"^(make synth|export [A-Z_]+=\S+)")
-
-
-def runbook_commands() -> list[str]:
-    """The commands of the `<!-- runbook -->` blocks, in order: continuations joined, a
-    `for` loop as one command, comments dropped."""
-    text = RUNBOOK.read_text()
-    blocks = re.findall(r"<!-- runbook -->\n```bash\n(.*?)```", text, re.S)
-    commands: list[str] = []
-    for block in blocks:
-        lines = re.sub(r"\\\n\s*", "", block).splitlines()
-        loop: list[str] = []
-        for raw in lines:
-            line = re.sub(r"\s+#.*$", "", raw).strip()
-            if not line:
-                continue
-            if loop or line.startswith("for "):
-                loop.append(line)
-                if line == "done":
-                    commands.append("; ".join(loop))
-                    loop = []
-                continue
-            commands.append(line)
-    return commands
 
 
 def test_every_runbook_command_is_local_agentqs_own_or_needs_the_account() -> None:
@@ -126,25 +95,3 @@ def test_agentqs_account_commands_without_credentials_end_in_one_line_with_the_r
         assert "region ?" not in lines[0]
         assert re.search(r"configure|AWS_PROFILE", lines[0]), lines[0]  # what to do
     assert ran == 3
-
-
-@pytest.mark.e2e
-@pytest.mark.timeout(2400)
-def test_the_runbooks_local_commands_run(tmp_path: Path) -> None:
-    """`make synth` as the runbook says, with the install stamps taken as done (the test
-    environment is installed already)."""
-    for command in runbook_commands():
-        if not LOCAL.match(command) or command.startswith("export "):
-            continue
-        assert command == "make synth"
-        result = subprocess.run(
-            ["make", "-o", ".venv/.installed", "-o", "node_modules/.installed", "synth"],
-            check=False,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=2300,
-            env={**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"},
-        )
-        assert result.returncode == 0, result.stderr[-4000:]
-        assert "rehearsal: " in result.stdout and " 0 errors" in result.stdout

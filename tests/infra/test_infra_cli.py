@@ -1,19 +1,17 @@
-"""The real `cdk` CLI (pinned npm aws-cdk) synthesizes both stages with cdk-nag on, and
-cfn-lint accepts every template. This is what `make synth` runs."""
+"""`make synth`, as the deploy runbook runs it: the real `cdk` CLI (pinned npm aws-cdk)
+synthesizes both stages with cdk-nag on, cfn-lint accepts every template, and the
+deploy rehearsal finds no error in either stage."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from infra_synth import stage_context
+from runbook import LOCAL, runbook_commands
 
 from infra.nag import ACKNOWLEDGED_METADATA
 from infra.rehearsal import Severity, load_templates, rehearse
@@ -22,51 +20,39 @@ pytestmark = pytest.mark.timeout(900)
 
 REPO = Path(__file__).resolve().parents[2]
 CDK = REPO / "node_modules" / ".bin" / "cdk"
-CFN_LINT = Path(sys.executable).with_name("cfn-lint")
 STAGES = ("dev", "prod")
 
 
 @pytest.fixture(scope="module")
-def cloud_assemblies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+def make_synth() -> subprocess.CompletedProcess[str]:
+    """The runbook's (docs/deploy.md) commands that need no account, as it gives them:
+    `make synth`, with the install stamps taken as done (the test environment is
+    installed already). It synthesizes both stages with cdk-nag on into cdk.out/, runs
+    cfn-lint on every template and rehearses the deploy; the tests below read that."""
+    local = [c for c in runbook_commands() if LOCAL.match(c) and not c.startswith("export ")]
+    assert local == ["make synth"], local
     if not CDK.exists():
         pytest.fail("node_modules/.bin/cdk is missing: run `npm ci` (the Makefile does)")
-    env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
-    outputs = {stage: tmp_path_factory.mktemp(f"cdk-{stage}") for stage in STAGES}
-    # Both stages at once: each synth is mostly single-threaded node + python.
-    running = {
-        stage: subprocess.Popen(
-            [
-                str(CDK),
-                "synth",
-                "--quiet",
-                "--output",
-                str(out),
-                *(
-                    arg
-                    for key, value in stage_context(stage).items()
-                    for arg in ("-c", f"{key}={value}")
-                ),
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for stage, out in outputs.items()
-    }
-    try:
-        for stage, process in running.items():
-            _, stderr = process.communicate(timeout=600)
-            assert process.returncode == 0, f"cdk synth {stage} failed:\n{stderr[-4000:]}"
-    finally:
-        for process in running.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait(timeout=30)
-    yield outputs
-    for out in outputs.values():
-        shutil.rmtree(out, ignore_errors=True)
+    return subprocess.run(
+        ["make", "-o", ".venv/.installed", "-o", "node_modules/.installed", "synth"],
+        check=False, cwd=REPO, capture_output=True, text=True, timeout=1500,
+        env={**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cloud_assemblies(make_synth: subprocess.CompletedProcess[str]) -> dict[str, Path]:
+    assert make_synth.returncode == 0, make_synth.stdout[-4000:] + make_synth.stderr[-4000:]
+    return {stage: REPO / "cdk.out" / stage for stage in STAGES}
+
+
+def test_the_runbooks_make_synth_rehearses_both_stages_without_an_error(
+    make_synth: subprocess.CompletedProcess[str],
+) -> None:
+    assert make_synth.returncode == 0, make_synth.stderr[-4000:]
+    rehearsals = [line for line in make_synth.stdout.splitlines() if "rehearsal: " in line]
+    assert len(rehearsals) == len(STAGES), make_synth.stdout[-4000:]
+    assert all(" 0 errors" in line for line in rehearsals), rehearsals
 
 
 def _templates(out: Path) -> list[Path]:
@@ -93,17 +79,15 @@ def test_infra_cli_synthesizes_every_stack_of_both_stages(
         }
 
 
-def test_infra_cfn_lint_passes_on_every_template(cloud_assemblies: dict[str, Path]) -> None:
-    templates = [str(p) for out in cloud_assemblies.values() for p in _templates(out)]
-    result = subprocess.run(
-        [str(CFN_LINT), *templates],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+def test_infra_cfn_lint_passes_on_every_template(
+    make_synth: subprocess.CompletedProcess[str], cloud_assemblies: dict[str, Path]
+) -> None:
+    # `make synth` ran cfn-lint over both stages' templates (make echoes the command) and
+    # would have failed on a finding.
+    (lint,) = [line for line in make_synth.stdout.splitlines() if "cfn-lint " in line]
+    for stage, out in cloud_assemblies.items():
+        assert _templates(out), stage
+        assert f"cdk.out/{stage}/*.template.json" in lint, lint
 
 
 def _nag_report(out: Path) -> dict[str, Any]:
