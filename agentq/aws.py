@@ -11,6 +11,7 @@ first invocation, and boto3's import (≈150 ms) belongs with the clients.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import Counter
 from collections.abc import Mapping
@@ -69,6 +70,28 @@ def client_config(
     )
 
 
+@functools.cache
+def _models() -> Any:
+    from botocore.loaders import create_loader
+
+    return create_loader()
+
+
+def new_session(
+    region: str, *, access_key_id: str | None = None, secret_access_key: str | None = None
+) -> Any:
+    """A boto3 session whose service models come from one loader per process. Each new
+    session would otherwise read and parse the same model files again: about 0.4 s for
+    four clients, against 0.04 s with the loader shared (its caches are read-only data,
+    as the default session shares them between all of its clients)."""
+    import boto3
+
+    session = boto3.session.Session(region_name=region, aws_access_key_id=access_key_id,
+                                    aws_secret_access_key=secret_access_key)  # fmt: skip
+    session._session.register_component("data_loader", _models())
+    return session
+
+
 def make_client(
     session: Any,
     service: str,
@@ -102,18 +125,13 @@ class AwsClients:
     ) -> None:
         """`credentials`: `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` to sign with instead
         of the environment's (the IAM-enforced local stack's operator)."""
-        import boto3
-
         self.region = region
         self.counter = counter
         # A command line wants to give up sooner than a worker (see agentq.cli.common).
         self._config_options = dict(config_options or {})
         keys = credentials or {}
-        self._session = boto3.session.Session(
-            region_name=region,
-            aws_access_key_id=keys.get("AWS_ACCESS_KEY_ID"),
-            aws_secret_access_key=keys.get("AWS_SECRET_ACCESS_KEY"),
-        )
+        self._session = new_session(region, access_key_id=keys.get("AWS_ACCESS_KEY_ID"),
+                                    secret_access_key=keys.get("AWS_SECRET_ACCESS_KEY"))  # fmt: skip
         self._clients: dict[str, Any] = {}
         self._lock = threading.Lock()
 

@@ -14,9 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import boto3
-
-from agentq.aws import make_client
+from agentq.aws import make_client, new_session
 from agentq.local.moto_process import LOCAL_CREDENTIALS, LOCAL_REGION, MotoServer, free_port
 from agentq.resources import (
     DEFAULT_TIER,
@@ -135,11 +133,8 @@ def local_session_clients(
 ) -> dict[str, Any]:
     """Clients of the services agentq uses, at the local endpoints (`dynamodb_url` for
     DynamoDB when it has a server of its own)."""
-    session = boto3.session.Session(
-        region_name=LOCAL_REGION,
-        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-    )
+    session = new_session(LOCAL_REGION, access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                          secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
     return {
         name: make_client(
             session,

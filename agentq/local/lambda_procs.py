@@ -98,17 +98,12 @@ class LambdaProcesses:
 
 
 def _service_sqs(function: str) -> object:
-    import boto3
-
-    from agentq.aws import AwsClients, client_config
+    from agentq.aws import AwsClients, client_config, new_session
 
     if function == "dlq-processor":
         return AwsClients(os.environ.get("AWS_REGION", LOCAL_REGION)).sqs
-    session = boto3.session.Session(
-        region_name=LOCAL_REGION,
-        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-    )
+    session = new_session(LOCAL_REGION, access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                          secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
     return session.client("sqs", config=client_config())
 
 

@@ -6,10 +6,9 @@ import threading
 from collections import Counter
 from typing import Any
 
-import boto3
 from conftest import Stack
 
-from agentq.aws import make_client
+from agentq.aws import make_client, new_session
 from agentq.faults.config import FaultRule, FaultSpec, Kind
 from agentq.faults.injector import FaultInjector, install
 from agentq.local.aws import LOCAL_CREDENTIALS, LOCAL_REGION
@@ -42,11 +41,8 @@ class Attempts:
 
 def faulty_client(stack: Stack, service: str, faults: FaultInjector) -> Any:
     """A client built the way agentq builds them, with `faults` installed."""
-    session = boto3.session.Session(
-        region_name=LOCAL_REGION,
-        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-    )
+    session = new_session(LOCAL_REGION, access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                          secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
     client = make_client(session, service, endpoint_url=stack.resources.endpoint_for(service))
     return install(client, faults)
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import boto3
 import pytest
 from conftest import Stack
 from jobs_support import bus_events, client_for, drain, eventbridge, finish, of_type, start
 from support import settle_indexes, wait_for
 
-from agentq.aws import make_client
+from agentq.aws import make_client, new_session
 from agentq.client import AgentqClient
 from agentq.config import Settings
 from agentq.envelope import TaskEnvelope, parse_message
@@ -270,11 +269,8 @@ def test_the_local_host_runs_the_reconciler_on_its_timer(stack: Stack) -> None:
 
 def _faulty(stack: Stack, service: str, *rules: FaultRule) -> Any:
     """A client built the way agentq builds them, with these faults installed."""
-    session = boto3.session.Session(
-        region_name=LOCAL_REGION,
-        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-    )
+    session = new_session(LOCAL_REGION, access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                          secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
     client = make_client(session, service, endpoint_url=stack.resources.endpoint_for(service))
     return install(client, FaultInjector(FaultSpec(rules=rules), seed=3))
 

@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentq.aws import new_session
 from agentq.local.aws import (
     LOCAL_CREDENTIALS,
     LOCAL_REGION,
@@ -170,11 +171,8 @@ def enforced() -> Iterator[tuple[MotoServer, LocalResources]]:
 
 
 def _session(server: MotoServer, credentials: Credentials, service: str) -> Any:
-    session = boto3.session.Session(
-        region_name=LOCAL_REGION,
-        aws_access_key_id=credentials.access_key_id,
-        aws_secret_access_key=credentials.secret_access_key,
-    )
+    session = new_session(LOCAL_REGION, access_key_id=credentials.access_key_id,
+                          secret_access_key=credentials.secret_access_key)  # fmt: skip
     return session.client(service, endpoint_url=server.url)
 
 

@@ -9,13 +9,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from botocore.config import Config
 from conftest import Stack
 
 from agentq import security
-from agentq.aws import make_client
+from agentq.aws import make_client, new_session
 from agentq.faults.config import FaultRule, FaultSpec, Kind
 from agentq.faults.injector import FaultInjector, install
 from agentq.local.aws import LOCAL_CREDENTIALS, LOCAL_REGION
@@ -85,11 +84,8 @@ def test_a_checkpoint_s3_keeps_refusing_is_a_fresh_start_not_a_failure(
     stack: Stack, tmp_path: Path
 ) -> None:
     _put(stack, checkpoint_key("acme", "r-1", 1), _checkpoint(2))
-    session = boto3.session.Session(
-        region_name=LOCAL_REGION,
-        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-    )
+    session = new_session(LOCAL_REGION, access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                          secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
     # Two attempts, not agentq's ten: the same story (botocore retried, then gave up), sooner.
     s3 = session.client("s3", endpoint_url=stack.resources.endpoint_for("s3"),
                         config=Config(retries={"mode": "standard", "max_attempts": 2}))  # fmt: skip
@@ -172,11 +168,8 @@ def test_the_last_pass_at_stop_uploads_the_final_turn(inproc_stack: Stack, tmp_p
 def test_an_upload_applied_then_failed_leaves_the_same_checkpoint(
     stack: Stack, tmp_path: Path
 ) -> None:
-    session = boto3.session.Session(
-        region_name=LOCAL_REGION,
-        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-    )
+    session = new_session(LOCAL_REGION, access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                          secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
     s3 = make_client(session, "s3", endpoint_url=stack.resources.endpoint_for("s3"))
     applied = FaultRule(op="s3:PutObject", kind=Kind.APPLIED_THEN_FAILED, rate=1.0, limit=1)
     install(s3, FaultInjector(FaultSpec(rules=(applied,)), seed=3))
