@@ -25,6 +25,7 @@ from agentq.store.tasks import TaskRecord
 
 DLQ_RETURNS: Final = "dlqReturns"
 RETURNED_LETTER: Final = "dlqReturnOf"
+RETURNED_AT: Final = "dlqReturnedAt"
 MAX_ATTEMPTS: Final = "maxAttempts"
 # Waiting states: a SCHEDULED task's message is re-delayed receive after receive until
 # its time, so its dead letter goes back too (its notBefore kept, on the item and in the
@@ -40,6 +41,12 @@ def returns_of(record: TaskRecord) -> int:
 def returned_letter(record: TaskRecord) -> str | None:
     value = record.raw.get(RETURNED_LETTER)
     return value if isinstance(value, str) else None
+
+
+def returned_at(record: TaskRecord) -> int | None:
+    """When the last return was counted (epoch ms): its copy was sent after it."""
+    value = record.raw.get(RETURNED_AT)
+    return value if isinstance(value, int) else None
 
 
 def attempts_left(record: TaskRecord, at_ms: int | None = None) -> bool:
@@ -74,7 +81,10 @@ def count_return(dynamodb: Any, table_name: str, record: TaskRecord, *, message_
             "PK": {"S": keys.task_pk(record.tenant, record.request_id)},
             "SK": {"S": keys.STATE_SK},
         },
-        UpdateExpression=f"SET {DLQ_RETURNS} = :next, {RETURNED_LETTER} = :mid, updatedAt = :now",
+        UpdateExpression=(
+            f"SET {DLQ_RETURNS} = :next, {RETURNED_LETTER} = :mid, {RETURNED_AT} = :now, "
+            "updatedAt = :now"
+        ),
         ConditionExpression=(
             "attribute_exists(PK) AND (#state IN (:scheduled, :pending, :retrying) "
             "OR (#state = :processing AND effectiveUntil < :now)) "
