@@ -231,9 +231,11 @@ def _check_repairs(
             if repairs and record is not None and record.state is TaskState.COMPLETED:
                 verdict.lost_repaired += 1
             else:
+                error = record.raw.get("error") if record is not None else None
                 violations.append(f"{rid}: stored without a message, "
                                   f"{'re-sent' if repairs else 'never re-sent'}, "
-                                  f"{record and record.state.value}")  # fmt: skip
+                                  f"{record and record.state.value} at attempt "
+                                  f"{record and record.attempt} (error: {error})")  # fmt: skip
             continue
         for repair in repairs:
             payload = repair.get("payload") or {}
