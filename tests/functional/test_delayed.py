@@ -139,10 +139,12 @@ def test_a_foreign_delayed_message_gets_a_scheduled_item_and_no_attempt(stack: S
     item: the worker that receives it early records it SCHEDULED, then runs it once due."""
     events = EventLog(stack)
     store = TaskStore(stack.dynamodb, stack.resources.table_name)
-    due = now_ms() + 3000
-    envelope = TaskEnvelope(request_id=new_id(), tenant="acme", definition="sample-echo",
-                            not_before_ms=due)  # fmt: skip
-    with running_worker(stack):
+    with running_worker(stack) as worker:
+        # Due a while after the worker is up, so it receives the message early.
+        worker.wait_for_output("worker started", timeout=90)
+        due = now_ms() + 3000
+        envelope = TaskEnvelope(request_id=new_id(), tenant="acme", definition="sample-echo",
+                                not_before_ms=due)  # fmt: skip
         stack.sqs.send_message(
             QueueUrl=stack.resources.queue_url,
             MessageBody=envelope.to_body(),

@@ -315,10 +315,12 @@ def test_a_failed_send_or_a_conflicting_claim_leaves_the_repair_to_the_next_run(
     failing_sqs = _faulty(stack, "sqs", FaultRule(op="sqs:SendMessage",
                           kind=Kind.SERVER_ERROR, rate=1.0))  # fmt: skip
     unsent = sweeper(stack.dynamodb, failing_sqs).run()
+    settle_indexes(stack)  # its claim, given back, shows in the status index again
     # A transaction conflict on the claim (botocore does not retry it): nothing claimed.
     conflicted_ddb = _faulty(stack, "dynamodb", FaultRule(op="dynamodb:UpdateItem",
                              kind=Kind.TRANSACTION_CONFLICT, rate=1.0, match="repairToken"))  # fmt: skip
     conflicted = sweeper(conflicted_ddb, stack.sqs).run()
+    settle_indexes(stack)
     healthy = sweeper(stack.dynamodb, stack.sqs).run()
 
     assert unsent.repairs == [] and len(unsent.errors) == 1

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from conftest import Stack
 from lambda_support import scheduled_event, slack_for_health_check
-from support import wait_for
+from support import settle_indexes, wait_for
 
 from agentq.envelope import TaskEnvelope
 from agentq.events import Event, now_ms
@@ -49,6 +49,7 @@ def test_forty_stuck_tasks_and_the_dlq_post_one_message_slack_accepts(
     stack.sqs.send_message(QueueUrl=stack.resources.dlq_url, MessageBody="{}")
     last = max(lease.effective_until_ms for lease in leases)
     wait_for(lambda: now_ms() > last, timeout=10, message="every lease expired")
+    settle_indexes(stack)  # the check finds stuck tasks through the status index
 
     first = health_check.handler(scheduled_event(), CTX)
     second = health_check.handler(scheduled_event(), CTX)
@@ -76,6 +77,7 @@ def test_a_forged_repair_event_cannot_mention_the_channel_or_break_the_post(
     events.append(Event(detail_type="Task Repaired", request_id="r-forged", tenant="acme",
                         payload={"repair": "<!here>", "detail": detail,
                                  "observedState": "<!channel>"}))  # fmt: skip
+    settle_indexes(stack)  # the check reads repairs through the event-type index
 
     result = health_check.handler(scheduled_event(), CTX)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import Stack
-from support import wait_for
+from support import settle_indexes, wait_for
 
 from agentq.config import Settings
 from agentq.envelope import TaskEnvelope
@@ -53,6 +53,7 @@ def test_a_flood_of_a_tenant_at_its_limit_keeps_no_free_slot_from_another_tenant
                        "TASK_DEFINITIONS_DIR": str(SAMPLE_DEFINITIONS)}.items():  # fmt: skip
         monkeypatch.setenv(key, value)
     TenantLimitStore(stack.dynamodb, stack.resources.table_name).set("flood", 1)
+    settle_indexes(stack)  # the worker reads the limits through the listing index
     consumer = build(Settings.from_env()).consumer
     # The flood's tenant is at its limit, its parked messages here first in line.
     monkeypatch.setattr(consumer._limited.seats, "full", lambda tenant: tenant == "flood")
