@@ -4,9 +4,9 @@ Key: `{attempt prefix}checkpoint/session.jsonl` (`checkpoint_key`), so a holder 
 its own attempt's checkpoint and a stale one can never replace the winner's. While a
 resumable task runs, `CheckpointUploader` uploads the child's checkpoint file when it
 changed, at most once per AGENT_CHECKPOINT_INTERVAL, scrubbed like every upload.
-`restore` puts the newest checkpoint of this attempt or an earlier one (an attempt given
-back at a drain keeps its number) into the new task dir; a missing one is no resume, one
-that cannot be read is a fresh start the child records, never a failure.
+`restore` puts the newest checkpoint at or below this attempt into the new task dir
+(attempt numbers are never reused once a child ran, so only earlier attempts have one); a
+missing one is no resume, one that cannot be read is a fresh start the child records.
 """
 
 from __future__ import annotations
