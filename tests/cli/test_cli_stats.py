@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from cli_support import agentq, fresh_shell, one_line_error
 from conftest import Stack
-from support import store_events, wait_for
+from support import settle_indexes, store_events, wait_for
 
 from agentq.aws import CallCounter
 from agentq.client import AgentqClient
@@ -99,6 +99,7 @@ def test_stats_counts_each_tier_and_tenant_and_the_worker_emits_them(
     finally:
         worker.stop()  # SIGTERM: the worker sends its last events and metrics, then exits
     stored = store_events(stack)
+    settle_indexes(stack)  # stats reads the events through the event-type index
     # An attempt the worker had to give up (a lease fenced on a loaded machine) is retried:
     # the retries the bus saw are the ones stats must count, per tier and per tenant.
     retried = [e for e in stored if e["detail-type"] == "Task Processing Failed"]

@@ -8,6 +8,7 @@ import uuid
 import pytest
 from conftest import Stack
 from fault_support import Attempts, faulty_client, injector, rule
+from support import settle_indexes
 
 from agentq.envelope import TaskEnvelope
 from agentq.events import now_ms
@@ -177,6 +178,7 @@ def test_the_listing_of_limits_throttled_gives_no_guess_and_is_not_asked_again_a
     retry, there is no guess (the message is gated and its lock reads the limit), and the
     listing is not asked again for `LIMIT_RETRY_S`."""
     TaskStore(stack.dynamodb, stack.resources.table_name).tenant_limits().set("seated", 3)
+    settle_indexes(stack)  # the worker's guess lists the limits through an index
     once, _, once_attempts = _stores(stack, rule("dynamodb:Query", Kind.THROTTLE, limit=1))
     assert CachedTenantLimits(once.tenant_limits(), default=0).guess("seated") == 3
     assert once_attempts.counts["Query"] == 2, "throttled, then answered"

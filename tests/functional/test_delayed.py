@@ -213,6 +213,8 @@ def test_health_and_reconciler_leave_a_scheduled_task_alone_until_its_time(
     envelope = TaskEnvelope(request_id=new_id(), tenant="acme", definition="sample-echo",
                             not_before_ms=due)  # fmt: skip
     store.create(envelope, state=TaskState.SCHEDULED)
+    # Both read the status index: "not found yet" must not pass for "left alone".
+    settle_indexes(stack)
     health = HealthChecker(
         tasks=store,
         events=EventStore(stack.dynamodb, stack.resources.table_name, app_name="agentq"),
