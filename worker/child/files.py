@@ -20,7 +20,7 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 from agentq.envelope import check_storable
 from agentq.errors import InvalidInput
@@ -47,19 +47,30 @@ def plain_file(path: Path) -> bool:
         return False
 
 
-def read_json(path: Path, *, limit: int = MAX_CHILD_JSON_BYTES) -> Any:
-    """The file's JSON value, or None if it is missing, not a plain file, larger than
-    `limit`, not UTF-8 or not strict JSON (see `agentq.json_text.decode_json`)."""
+def open_plain(path: Path) -> BinaryIO | None:
+    """The child's file opened for reading if it is a plain file; None if it is missing,
+    a link, or anything but a regular file (that one with a warning)."""
     try:
         # O_NOFOLLOW and O_NONBLOCK: a link or FIFO put in its place after any check
         # is refused by the open itself, and a FIFO cannot hold the open.
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as source:
-        info = os.fstat(source.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            return _ignored(path, "not a plain file")
+    source = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
+        source.close()
+        _ignored(path, "not a plain file")
+        return None
+    return source
+
+
+def read_json(path: Path, *, limit: int = MAX_CHILD_JSON_BYTES) -> Any:
+    """The file's JSON value, or None if it is missing, not a plain file, larger than
+    `limit`, not UTF-8 or not strict JSON (see `agentq.json_text.decode_json`)."""
+    opened = open_plain(path)
+    if opened is None:
+        return None
+    with opened as source:
         data = source.read(limit + 1)
     if len(data) > limit:
         return _ignored(path, f"larger than {limit} bytes")

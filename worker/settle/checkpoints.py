@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
@@ -23,6 +22,7 @@ from typing import Any, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from agentq.store.keys import attempt_prefix
+from worker.child.files import open_plain
 from worker.kinds.agent.checkpoint import CHECKPOINT_FILE, MAX_CHECKPOINT_BYTES, RESTORE_FILE
 from worker.settle.scrub import scrub_file
 
@@ -122,16 +122,14 @@ class CheckpointUploader:
         """Upload the checkpoint if it changed since the last upload; True if it did."""
         if not self._allowed():
             return False
-        path = self._task_dir / CHECKPOINT_FILE
-        try:
-            # O_NOFOLLOW: the child owns the directory; a link it left is not followed.
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+        # The child owns the directory: a link or FIFO it left there is not read.
+        opened = open_plain(self._task_dir / CHECKPOINT_FILE)
+        if opened is None:
             return False
-        with os.fdopen(fd, "rb") as source:
+        with opened as source:
             info = os.fstat(source.fileno())
             version = (info.st_size, info.st_mtime_ns)
-            if not stat.S_ISREG(info.st_mode) or version == self._last:
+            if version == self._last:
                 return False
             if info.st_size > MAX_CHECKPOINT_BYTES:
                 return False
