@@ -12,6 +12,7 @@ the lock admits one more attempt per release.
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -22,6 +23,7 @@ from worker_parts import Parts, worker_parts
 
 from agentq.envelope import TaskEnvelope
 from agentq.errors import AttemptsExhausted
+from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store.tenants import TenantLimitStore
 from worker.inflight import InFlight
@@ -121,3 +123,40 @@ def test_an_operators_fresh_start_clears_the_allowance(stack: Stack, reset: str)
         record = parts.store.reset_for_redrive("acme", envelope.request_id)
 
     assert record is not None and (record.attempt, record.attempt_allowance) == (0, 0)
+
+
+def test_a_last_attempt_whose_lease_ran_short_before_its_child_started_runs_again(
+    stack: Stack,
+) -> None:
+    """Renewals failed while the task waited for its slot, so the slot found its lease
+    about to lapse and started no child. Nothing ran: the task must not end FAILED
+    `LeaseFenced` on its only attempt with no execution (the faults chaos run's finding,
+    issue 38); it is released like a drain's stop, and runs again."""
+    parts = worker_parts(stack)
+    envelope, message, entry = _received(stack, "acme")
+    parts.inflight.add(entry)
+    prepared = parts.handler.prepare(message, entry)
+    assert isinstance(prepared, Prepared)
+    prepared = dataclasses.replace(prepared, max_attempts=1)
+    lease = entry.stop.lease
+    assert lease is not None
+    # The last renewal that succeeded is long ago: the fence is already behind us.
+    entry.stop.lease = dataclasses.replace(lease, fence_at_ms=now_ms() - 1_000)
+
+    assert parts.handler.handle(message, entry=entry, prepared=prepared) == "released"
+    assert entry.child_pid is None  # no child, so no task code ran
+    assert parts.batcher.flush()
+
+    record = parts.store.require("acme", envelope.request_id)
+    assert (record.state, record.attempt) == (TaskState.RETRYING, 1)
+    [failed] = parts.sink.of("Task Processing Failed")
+    assert failed.payload["error"]["exception_type"] == "LeaseFenced"
+    assert not parts.sink.of("Task Failed")
+    # The message is back as a fresh copy (its receive count starts again) ...
+    copies = stack.sqs.receive_message(QueueUrl=stack.resources.queue_url, WaitTimeSeconds=5,
+                                       AttributeNames=["All"])["Messages"]  # fmt: skip
+    assert [c["Attributes"]["ApproximateReceiveCount"] for c in copies] == ["1"]
+    assert json.loads(copies[0]["Body"])["requestId"] == envelope.request_id
+    # ... and the task may be locked once more within its budget of one.
+    again = parts.store.acquire(envelope, worker_id="w2", lease_seconds=30, max_attempts=1)
+    assert (again.attempt, again.attempt_budget(1)) == (2, 2)

@@ -163,8 +163,9 @@ def test_worker_lease_supervisor_starts_no_child_on_a_lease_about_to_lapse(
                       log_line=lambda stream, line: None)  # fmt: skip
     assert (child.started, child.stopped) == (False, "lease_lost")
     assert not marker.exists()
-    never_ran = decide(child, task_dir, attempt=1, max_attempts=3)
-    assert never_ran.fenced and never_ran.verdict == "retry"
+    # Nothing ran, so it costs no attempt of the budget, not even the last one.
+    never_ran = decide(child, task_dir, attempt=1, max_attempts=1)
+    assert never_ran.fenced and never_ran.verdict == "released"
 
 
 def test_worker_lease_watchdog_ends_a_real_claude_cli_and_records_lease_expired(

@@ -119,6 +119,15 @@ def test_a_fenced_attempt_without_a_result_is_retried_if_the_lease_is_still_ours
     assert decide(stopped, tmp_path, attempt=3, max_attempts=3).verdict == "failed"
 
 
+def test_an_attempt_fenced_before_its_child_started_is_released_even_on_its_last_attempt(
+    tmp_path: Path,
+) -> None:
+    unstarted = ChildExit(returncode=0, duration_ms=0, stopped="lease_lost", started=False)
+    outcome = decide(unstarted, tmp_path, attempt=1, max_attempts=1)
+    assert (outcome.verdict, outcome.fenced) == ("released", True)
+    assert outcome.error is not None and outcome.error.exception_type == "LeaseFenced"
+
+
 def test_worker_backoff_grows_with_jitter_and_a_cap() -> None:
     for attempt in range(1, 12):
         delay = backoff_s(attempt, base_s=1, max_s=30)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final, Literal
 
+from agentq.events import now_ms
 from worker.child.isolation import ChildUser, popen_options
 from worker.child.leasefile import FENCE_MESSAGE, FENCED_MESSAGE, LeaseTimes, write_lease
 from worker.child.proctree import POLL_S, ChildProcess, descendants, reap_leftovers, terminate_tree
@@ -209,8 +210,11 @@ class _Fence:
             except OSError as exc:
                 # The worker's own fence still holds; only the frozen-worker backstop is off.
                 logger.warning("lease file not written: %s", exc)
-        left_ms = lease.effective_until_ms - int(time.time() * 1000)
-        if time.time() * 1000 >= lease.fence_at_ms and not self._stop.is_set():
+        # The worker's clock, as the lease was written and is renewed by (the chaos
+        # harness skews it per worker; on a host it is the wall clock).
+        now = now_ms()
+        left_ms = lease.effective_until_ms - now
+        if now >= lease.fence_at_ms and not self._stop.is_set():
             logger.warning(FENCE_MESSAGE, extra={"taskDir": str(self._task_dir),
                                                  "effectiveUntil": lease.effective_until_ms,
                                                  "leftMs": left_ms})  # fmt: skip
@@ -221,13 +225,13 @@ class _Fence:
         lease = self._stop.lease
         if lease is None:
             return POLL_S * 4
-        return max(0.0, lease.fence_at_ms / 1000 - time.time())
+        return max(0.0, (lease.fence_at_ms - now_ms()) / 1000)
 
     def grace(self, grace_s: float) -> float:
         """A fenced child is SIGKILLed by the lease's `kill_at`, whatever CLAUDE_KILL_GRACE."""
         if self.fired is None:
             return grace_s
-        return min(grace_s, max(0.0, self.fired.kill_at_ms / 1000 - time.time()))
+        return min(grace_s, max(0.0, (self.fired.kill_at_ms - now_ms()) / 1000))
 
 
 def _exit_watch(pid: int) -> int | None:

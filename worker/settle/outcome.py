@@ -10,6 +10,7 @@
 | failed, retryable, last attempt            | FAILED    | Task Failed            | delete  |
 | failed, not retryable (programming, auth…) | FAILED    | Task Failed            | delete  |
 | killed by a signal the worker did not send | as a retryable `server` failure (OOM kill, operator)  |
+| not started: its lease was about to lapse  | RETRYING  | Task Processing Failed | a fresh copy; the attempt costs no budget |
 
 The worker reads the child's structured error record, never its stderr text.
 """
@@ -59,6 +60,13 @@ def decide(child: ChildExit, task_dir: Path, *, attempt: int, max_attempts: int)
             error=info("timeout", f"killed after {child.duration_ms} ms", "TaskTimeout"),
             usage=usage,
         )
+    if child.stopped == "lease_lost" and not child.started:
+        # The slot reached the task too late to start it inside its lease (renewals
+        # failing meanwhile): no task code ran, so this costs the task nothing. As a
+        # shutdown's release: a fresh copy, one more attempt allowed (the settler).
+        unstarted = info("server", "not started: its lease was about to lapse",
+                         "LeaseFenced")  # fmt: skip
+        return Outcome(verdict="released", error=unstarted, fenced=True)
     if child.stopped == "lease_lost":
         # Stopped because its lease was lost, or could not be renewed in time (a slow
         # or unreachable DynamoDB). Only the token-conditional finalize can tell which:

@@ -29,7 +29,7 @@ from agentq.events import DetailType, now_ms
 from agentq.states import TaskState
 from agentq.store.records import ATTEMPT_ALLOWANCE
 from agentq.store.tasks import Lease, TaskStore
-from agentq.taxonomy import info
+from agentq.taxonomy import ErrorInfo, info
 from worker.child.runner import RESULT_FILE
 from worker.inflight import InFlight, InFlightRegistry
 from worker.settle import artifacts
@@ -82,7 +82,7 @@ class Settler:
             )
             return "lease_lost"
         if outcome.verdict == "released":
-            return self._release(entry, envelope, lease, max_attempts)
+            return self._release(entry, envelope, lease, max_attempts, outcome.error)
         if outcome.fenced:
             # Before its files could overwrite a newer attempt's: is the lease still ours?
             try:
@@ -179,16 +179,22 @@ class Settler:
             return "lease_lost"
 
     def _release(
-        self, entry: InFlight, envelope: TaskEnvelope, lease: Lease, max_attempts: int
+        self,
+        entry: InFlight,
+        envelope: TaskEnvelope,
+        lease: Lease,
+        max_attempts: int,
+        error: ErrorInfo | None = None,
     ) -> Result:
-        """Shutdown stopped the child: RETRYING, and the message back as a fresh copy (a
-        release in place would spend one of the queue's receives, and enough of them
-        dead-letter a task with attempts left).
+        """Shutdown stopped the child, or its lease ran short before it could start:
+        RETRYING, and the message back as a fresh copy (a release in place would spend
+        one of the queue's receives, and enough of them dead-letter a task with
+        attempts left).
 
-        The child started, so its attempt number stays spent: task code saw it (with
-        the lease token, its fencing token), `Task Processing Started` named it, and a
-        cancel answered now must be answered at it. The attempt was interrupted, not
-        failed, so it costs no budget: the allowance admits one more lock."""
+        Its attempt number stays spent: task code may have seen it (with the lease
+        token, its fencing token), `Task Processing Started` named it, and a cancel
+        answered now must be answered at it. The attempt was interrupted, not failed,
+        so it costs no budget: the allowance admits one more lock."""
         entry.lease = None
         try:
             self._store.end_attempt(
@@ -196,7 +202,9 @@ class Settler:
                 fields={ATTEMPT_ALLOWANCE: lease.attempt_budget(max_attempts) + 1,
                         "releasedBy": self._worker_id},
             )  # fmt: skip
-            error = info("timeout", "worker shut down before the task finished", "WorkerShutdown")
+            if error is None:
+                error = info("timeout", "worker shut down before the task finished",
+                             "WorkerShutdown")  # fmt: skip
             self._outbox.emit("Task Processing Failed", envelope=envelope, attempt=lease.attempt,
                               error=error.to_record(), retryAt=now_ms())  # fmt: skip
         except CancelRequested:
