@@ -248,3 +248,5 @@ JOB_PK_PREFIX: Final = "JOB#"
 # (agentq.principals). The operator's PutItem and DeleteItem are scoped to them (infra).
 TENANT_PK_PREFIX: Final = "TENANT#"
 PRINCIPAL_PK_PREFIX: Final = "PRINCIPAL#"
+# The workers' roster (agentq.store.workers): `agentq stats` and the console read it.
+ROSTER_PK: Final = "WORKERS"

@@ -10,9 +10,12 @@ Lambda host finds no attempt left and closes the task out FAILED, and its `PutEv
 meets aimed server errors (`closeout_rules`: every call naming these tasks fails until
 the rule's limit is spent), so its first publish fails and the Lambda is retried.
 
-The invariant: each close-out task is FAILED by the DLQ with exactly one stored
-`Task Failed` (the retry found the stored event and sent it again), and its job, if it
-has one, closed. A close-out that publishes an event it has not stored loses it here.
+The invariant: each close-out task is FAILED with exactly one stored `Task Failed`
+(the retry found the stored event and sent it again), and its job, if it has one,
+closed. A close-out that publishes an event it has not stored loses it here. The DLQ
+closes it, or (when the host's backlog keeps the dead letter waiting past the
+reconciler's bound) the reconciler re-sends the lapsed task and a worker's lock finds
+no attempt left: both are the product's own ways to end it, counted apart.
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ _BOTOCORE_ATTEMPTS: Final = 5
 PHANTOM: Final = "phantom"
 PHANTOM_LEASE_S: Final = 0.3
 VIOLATION: Final = "DLQ close-outs without exactly one stored Task Failed"
+# The DLQ processor's reason, and a worker's lock refused for want of attempts.
+BY_DLQ: Final = "dlq"
+BY_WORKER: Final = "attempts exhausted"
+CLOSERS: Final = (BY_DLQ, BY_WORKER)
 
 
 def closeout_rules(count: int = CLOSEOUT_TASKS) -> list[dict[str, Any]]:
@@ -109,7 +116,7 @@ class CloseoutSeen:
 
     request_id: str
     state: str | None  # the STATE item's, None if it has none
-    dlq_reason: bool  # its error says the DLQ processor failed it
+    closed_by: str | None  # its error's reason: "dlq" or "attempts exhausted" (a worker)
     terminal_events: tuple[str, ...]  # stored terminal events' detail types
     job_id: str | None = None
     job_state: str | None = None
@@ -121,8 +128,8 @@ def closeout_violations(seen: Sequence[CloseoutSeen]) -> list[str]:
     violations = []
     for task in seen:
         problems = []
-        if task.state != "FAILED" or not task.dlq_reason:
-            problems.append(f"state {task.state} (closed out by the DLQ: {task.dlq_reason})")
+        if task.state != "FAILED" or task.closed_by not in CLOSERS:
+            problems.append(f"state {task.state} (closed by {task.closed_by})")
         if list(task.terminal_events) != ["Task Failed"]:
             problems.append(f"stored terminal events {list(task.terminal_events)}")
         if task.job_id is not None and task.job_state in (None, "RUNNING"):
@@ -130,6 +137,16 @@ def closeout_violations(seen: Sequence[CloseoutSeen]) -> list[str]:
         if problems:
             violations.append(f"{VIOLATION}: {task.request_id}: {'; '.join(problems)}")
     return violations
+
+
+def closer_of(item: Mapping[str, Any]) -> str | None:
+    """Who failed it: the DLQ processor says so in the error, a worker's refused lock
+    beside it (agentq/dlq/processor.py, worker/settle/refusals.py)."""
+    error = item.get("error")
+    if isinstance(error, Mapping) and error.get("reason") == BY_DLQ:
+        return BY_DLQ
+    reason = item.get("reason")
+    return str(reason) if reason is not None else None
 
 
 def verify_closeouts(stage: Stage, closeouts: Closeouts, report: ChaosReport) -> None:
@@ -142,7 +159,6 @@ def verify_closeouts(stage: Stage, closeouts: Closeouts, report: ChaosReport) ->
     seen = []
     for task in closeouts.planned:
         record = tasks.get(task.tenant, task.request_id)
-        error = record.raw.get("error") if record else None
         job = jobs.get(task.tenant, record.job_id) if record and record.job_id else None
         timeline = events.timeline(task.tenant, task.request_id)
         # Closed out, its publish failed, and the Lambda's retry found the task FAILED.
@@ -151,7 +167,7 @@ def verify_closeouts(stage: Stage, closeouts: Closeouts, report: ChaosReport) ->
         seen.append(CloseoutSeen(
             request_id=task.request_id,
             state=record.state.value if record else None,
-            dlq_reason=isinstance(error, Mapping) and error.get("reason") == "dlq",
+            closed_by=closer_of(record.raw if record else {}),
             terminal_events=tuple(e["detailType"] for e in timeline
                                   if e.get("detailType") in TERMINAL_EVENTS),
             job_id=record.job_id if record else None,
@@ -161,4 +177,5 @@ def verify_closeouts(stage: Stage, closeouts: Closeouts, report: ChaosReport) ->
     report.closeouts = len(seen)
     report.closeouts_bad = len(found)
     report.closeouts_retried = retried
+    report.closeouts_by_worker = sum(task.closed_by == BY_WORKER for task in seen)
     report.violations.extend([*closeouts.errors, *found])

@@ -127,6 +127,7 @@ class ChaosReport:
     # were retried after their publish failed, how many lack their one stored Task Failed.
     closeouts: int = 0
     closeouts_retried: int = 0
+    closeouts_by_worker: int = 0
     closeouts_bad: int = 0
     # Drain strikes (bench.chaos_drains): messages they gave back or released, and those
     # never replaced by a fresh copy.
@@ -184,7 +185,8 @@ class ChaosReport:
             "INV job tasks dispatched without a message": self.dispatched_unsent,
             "INV DLQ close-outs without exactly one stored Task Failed": (
                 f"{self.closeouts_bad} of {self.closeouts} "
-                f"({self.closeouts_retried} retried after a failed publish)"
+                f"({self.closeouts_retried} retried after a failed publish, "
+                f"{self.closeouts_by_worker} failed by a worker after a re-send)"
             ),
             "INV drain give-backs not requeued fresh": (
                 f"{self.drain_givebacks_spent} of {self.drain_givebacks} ({self.drains} drains)"

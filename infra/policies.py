@@ -7,7 +7,7 @@ knows its index names and key prefixes, so its roles name them instead.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
@@ -20,6 +20,14 @@ from constructs import Construct
 
 from agentq.resources import TableSpec
 from infra.nag import acknowledge
+
+
+def leading_keys(*prefixes: str) -> dict[str, Any]:
+    """A condition that lets an item call through only on partitions with these prefixes
+    (every item of a transaction or batch is checked as its own call)."""
+    return {
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{prefix}*" for prefix in prefixes]}
+    }
 
 
 def table_statement(

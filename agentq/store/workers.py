@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from agentq.resources import ROSTER_PK
 from agentq.store.codec import from_item, to_item
 
-ROSTER_PK: Final = "WORKERS"
 ANNOUNCE_EVERY_MS: Final = 30_000
 # Four announcements missed: a worker killed without a word (SIGKILL, a lost host).
 GONE_AFTER_MS: Final = 4 * ANNOUNCE_EVERY_MS

@@ -29,6 +29,7 @@ from agentq.resources import (
     EVENTS_TABLE,
     JOB_PK_PREFIX,
     PRINCIPAL_PK_PREFIX,
+    ROSTER_PK,
     RULES,
     TASK_PK_PREFIX,
     TASK_QUEUE,
@@ -37,7 +38,7 @@ from agentq.resources import (
     TableSpec,
 )
 from infra.nag import acknowledge
-from infra.policies import table_statement
+from infra.policies import leading_keys, table_statement
 from infra.stages import StageSettings
 
 DLQ_PROCESSOR_TIMEOUT_S: Final = 60
@@ -53,14 +54,6 @@ def event_pattern(rule: RuleSpec, app_name: str) -> events.EventPattern:
     return events.EventPattern(
         source=pattern["source"], detail_type=detail_type, detail=pattern.get("detail")
     )
-
-
-def _leading_keys(*prefixes: str) -> dict[str, Any]:
-    """A condition that lets an item call through only on partitions with these prefixes
-    (every item of a transaction is checked as its own call)."""
-    return {
-        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{prefix}*" for prefix in prefixes]}
-    }
 
 
 def _attribute(name: str) -> dynamodb.Attribute:
@@ -273,13 +266,21 @@ class InfrastructureStack(cdk.Stack):
                     actions=["sqs:GetQueueAttributes"],
                     resources=[*self.tier_queue_arns, self.dead_letter_queue.queue_arn],
                 ),
+                # `agentq tenants` reads limits, seats and mappings, `agentq stats` and
+                # the console the workers' roster: items a producer may not even read.
+                iam.PolicyStatement(
+                    sid="ReadTenantsAndWorkers",
+                    actions=["dynamodb:GetItem", "dynamodb:Query"],
+                    resources=[self.events_table.table_arn],
+                    conditions=leading_keys(TENANT_PK_PREFIX, PRINCIPAL_PK_PREFIX, ROSTER_PK),
+                ),
                 # `agentq tenants limit T N` puts the override's item, `agentq tenants
                 # map` the principal's mapping (whole items): producers may not.
                 iam.PolicyStatement(
                     sid="SetTenantSettings",
                     actions=["dynamodb:PutItem"],
                     resources=[self.events_table.table_arn],
-                    conditions=_leading_keys(TENANT_PK_PREFIX, PRINCIPAL_PK_PREFIX),
+                    conditions=leading_keys(TENANT_PK_PREFIX, PRINCIPAL_PK_PREFIX),
                 ),
                 # `agentq tenants limit T default` deletes the override's item, `agentq
                 # tenants unmap` the principal's mapping: only such items, never a task's.
@@ -287,7 +288,7 @@ class InfrastructureStack(cdk.Stack):
                     sid="RemoveTenantSettings",
                     actions=["dynamodb:DeleteItem"],
                     resources=[self.events_table.table_arn],
-                    conditions=_leading_keys(TENANT_PK_PREFIX, PRINCIPAL_PK_PREFIX),
+                    conditions=leading_keys(TENANT_PK_PREFIX, PRINCIPAL_PK_PREFIX),
                 ),
                 # The oldest message's age per queue: `agentq stats` (GetMetricData) and
                 # the console's queues (GetMetricStatistics), on AWS.
@@ -399,8 +400,22 @@ class InfrastructureStack(cdk.Stack):
         enqueue and the event. Its bucket access is per prefix (infra.policies.grant_objects).
         """
         return [
-            table_statement(
-                self.events_table, EVENTS_TABLE, ["GetItem", "BatchGetItem", "Query"], indexes=True
+            # Reads of items reach a task's and a job's partitions only (their events
+            # included): a principal's tenant mapping and a tenant's limit and seats are
+            # the operator's. Index queries carry no item key to condition on.
+            iam.PolicyStatement(
+                sid="ReadTasksAndJobs",
+                actions=["dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"],
+                resources=[self.events_table.table_arn],
+                conditions=leading_keys(TASK_PK_PREFIX, JOB_PK_PREFIX),
+            ),
+            iam.PolicyStatement(
+                sid="QueryTaskIndexes",
+                actions=["dynamodb:Query"],
+                resources=[
+                    f"{self.events_table.table_arn}/index/{index.name}"
+                    for index in EVENTS_TABLE.indexes
+                ],
             ),
             # Writes reach a task's and a job's items only (their events sit in the same
             # partitions): never a tenant's limit or seats, nor a principal's tenant
@@ -409,7 +424,7 @@ class InfrastructureStack(cdk.Stack):
                 sid="WriteTasksAndJobs",
                 actions=["dynamodb:PutItem", "dynamodb:UpdateItem"],
                 resources=[self.events_table.table_arn],
-                conditions=_leading_keys(TASK_PK_PREFIX, JOB_PK_PREFIX),
+                conditions=leading_keys(TASK_PK_PREFIX, JOB_PK_PREFIX),
             ),
             table_statement(self.definitions_table, DEFINITIONS_TABLE, ["GetItem"]),
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=self.tier_queue_arns),

@@ -17,10 +17,15 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from agentq.config import env_name
-from agentq.resources import ARTIFACTS_PREFIX, DEFINITIONS_TABLE, EVENT_OVERFLOW_PREFIX
+from agentq.resources import (
+    ARTIFACTS_PREFIX,
+    DEFINITIONS_TABLE,
+    EVENT_OVERFLOW_PREFIX,
+    PRINCIPAL_PK_PREFIX,
+)
 from infra.function import AgentqFunction
 from infra.nag import acknowledge
-from infra.policies import grant_objects, table_statement
+from infra.policies import grant_objects, leading_keys, table_statement
 from infra.stacks.infrastructure import InfrastructureStack
 from infra.stages import StageSettings
 
@@ -71,6 +76,7 @@ class ProducerApiStack(cdk.Stack):
                     sid="ReadPrincipalTenantMappings",
                     actions=["dynamodb:GetItem"],
                     resources=[core.events_table.table_arn],
+                    conditions=leading_keys(PRINCIPAL_PK_PREFIX),
                 ),
             ],
         )

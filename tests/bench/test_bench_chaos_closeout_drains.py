@@ -6,7 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.chaos_closeout import CLOSEOUT_PREFIX, CloseoutSeen, closeout_rules, closeout_violations
+from bench.chaos_closeout import (
+    BY_DLQ,
+    BY_WORKER,
+    CLOSEOUT_PREFIX,
+    CloseoutSeen,
+    closeout_rules,
+    closeout_violations,
+    closer_of,
+)
 from bench.chaos_drains import (
     GIVEN_BACK,
     RECEIVED,
@@ -18,7 +26,7 @@ from bench.chaos_drains import (
 
 
 def _closed(**changes: object) -> CloseoutSeen:
-    seen = {"request_id": f"{CLOSEOUT_PREFIX}1", "state": "FAILED", "dlq_reason": True,
+    seen = {"request_id": f"{CLOSEOUT_PREFIX}1", "state": "FAILED", "closed_by": BY_DLQ,
             "terminal_events": ("Task Failed",)}  # fmt: skip
     return CloseoutSeen(**{**seen, **changes})  # type: ignore[arg-type]
 
@@ -26,6 +34,16 @@ def _closed(**changes: object) -> CloseoutSeen:
 def test_a_close_out_with_its_one_stored_task_failed_holds() -> None:
     assert closeout_violations([_closed()]) == []
     assert closeout_violations([_closed(job_id="j", job_state="FAILED")]) == []
+    # The reconciler re-sent it before the host reached its dead letter; a worker's
+    # lock found no attempt left: the same single Task Failed.
+    assert closeout_violations([_closed(closed_by=BY_WORKER)]) == []
+
+
+def test_the_closer_is_read_where_each_writes_it() -> None:
+    dlq = {"error": {"category": "server", "reason": "dlq"}, "reason": "moved to the DLQ"}
+    worker = {"error": {"exception_type": "AttemptsExhausted"}, "reason": "attempts exhausted"}
+    assert (closer_of(dlq), closer_of(worker)) == (BY_DLQ, BY_WORKER)
+    assert closer_of({"error": {"category": "timeout"}}) is None
 
 
 def test_a_close_out_whose_event_was_published_unstored_fails() -> None:
@@ -38,7 +56,10 @@ def test_a_close_out_whose_event_was_published_unstored_fails() -> None:
 
 def test_a_close_out_not_done_or_its_job_left_open_fails() -> None:
     assert closeout_violations([_closed(state="PROCESSING", terminal_events=())])
-    assert closeout_violations([_closed(dlq_reason=False)])  # FAILED, but not by the DLQ
+    # FAILED for another reason than the DLQ's or a lock finding no attempt left.
+    [violation] = closeout_violations([_closed(closed_by="timeout")])
+    assert "state FAILED (closed by timeout)" in violation
+    assert closeout_violations([_closed(closed_by=None)])
     [violation] = closeout_violations([_closed(job_id="j", job_state="RUNNING")])
     assert "job j left RUNNING" in violation
 

@@ -10,6 +10,7 @@ from aws_cdk.assertions import Match, Template
 from infra_synth import SynthesizedStage, synthesized
 
 from agentq.config import env_name
+from agentq.resources import PRINCIPAL_PK_PREFIX
 from infra.stacks.worker import WorkerStack
 from infra.stages import StageError
 
@@ -41,6 +42,12 @@ def test_the_producer_api_role_reads_principal_mappings_from_the_events_table(
                             "Effect": "Allow",
                             "Action": "dynamodb:GetItem",
                             "Resource": exported,
+                            # Mappings only, never a tenant's limit or another's task.
+                            "Condition": {
+                                "ForAllValues:StringLike": {
+                                    "dynamodb:LeadingKeys": [f"{PRINCIPAL_PK_PREFIX}*"]
+                                }
+                            },
                         }
                     ]
                 )

@@ -35,6 +35,7 @@ from agentq.states import TaskState
 from agentq.stats import StatsReader
 from agentq.store import TaskStore
 from agentq.store import keys as store_keys
+from agentq.store.workers import WorkerRoster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -279,6 +280,7 @@ OPERATOR_ONLY: Final = (
     "DiscardDeadLetters",
     "PeekDeadLetterQueue",
     "ReadQueueDepths",
+    "ReadTenantsAndWorkers",
     "SetTenantSettings",
     "RemoveTenantSettings",
     "ReadQueueAgeMetrics",
@@ -289,7 +291,7 @@ OPERATOR_ONLY: Final = (
 REMOVED_TOGETHER: Final = {
     "archive-reads-depths-tenants": (
         "ListDeadLetterArchive", "ReadDeadLetterArchive", "ReadQueueDepths",
-        "RemoveTenantSettings",
+        "ReadTenantsAndWorkers", "RemoveTenantSettings",
     ),
     "archive-writes-peek-metrics-tenant-puts": (
         "MarkDeadLettersRedriven", "DiscardDeadLetters", "PeekDeadLetterQueue",
@@ -324,6 +326,11 @@ def _without_archive_reads_depths_tenants(stack: LocalStack, parts: Any) -> None
     _denied_cli(stack, "DeleteItem", "tenants", "limit", TENANT, "default")
     _ok(_cli(stack, "tenants", "map", MAPPED_ROLE, TENANT, "--json"))
     _denied_cli(stack, "DeleteItem", "tenants", "unmap", MAPPED_ROLE)
+    # ReadTenantsAndWorkers: a tenant's limit and seats, the workers' roster.
+    _denied_cli(stack, "GetItem", "tenants", "show", TENANT)
+    assert stack.resources is not None
+    roster = WorkerRoster(parts.operations._client.dynamodb, stack.resources.table_name)
+    _denied_to_console("Query", roster.entries)
 
 
 def _without_archive_writes_peek_metrics(

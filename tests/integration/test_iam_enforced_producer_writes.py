@@ -32,7 +32,7 @@ from agentq.principals import PrincipalTenants, mappable_principal, principal_pk
 from agentq.states import TaskState
 from agentq.store import TaskStore
 from agentq.store import keys as store_keys
-from agentq.store.tenants import TenantLimitStore, seat_sk, tenant_pk
+from agentq.store.tenants import LIMITS_SK, TenantLimitStore, seat_sk, tenant_pk
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -162,6 +162,14 @@ def test_iam_enforced_producer_writes_tasks_and_jobs_but_no_tenant_settings(
     with pytest.raises(ClientError, match="AccessDenied"):
         dynamodb.transact_write_items(TransactItems=[{"Update": own_task}, {"Update": hold}])
     dynamodb.update_item(**own_task)  # its own task's item alone is a producer's write
+    # Nor may it read them: another principal's mapping, a tenant's limit or its seats.
+    for key in (mapping, seat, {"PK": {"S": tenant_pk(TENANT)}, "SK": {"S": LIMITS_SK}}):
+        with pytest.raises(ClientError, match=f"{DENIED}: dynamodb:GetItem"):
+            dynamodb.get_item(TableName=table, Key={"PK": key["PK"], "SK": key["SK"]})
+    with pytest.raises(ClientError, match=f"{DENIED}: dynamodb:Query"):
+        dynamodb.query(TableName=table, KeyConditionExpression="PK = :pk",
+                       ExpressionAttributeValues={":pk": {"S": tenant_pk(TENANT)}})  # fmt: skip
+    assert "Item" in dynamodb.get_item(TableName=table, Key=own_task["Key"])
 
     admin = local_session_clients(stack.moto.url)["dynamodb"]
     assert PrincipalTenants(admin, table).all() == []

@@ -26,10 +26,9 @@ from agentq.local.iam import Credentials, create_component_users, synthesized_po
 from agentq.local.iam_policy import Decision, condition_holds, decide
 from agentq.local.moto_iam import ACCOUNT_ID, authorizations
 from agentq.principals import mappable_principal, principal_pk
-from agentq.resources import ResourceNames
+from agentq.resources import ROSTER_PK, ResourceNames
 from agentq.store import keys
 from agentq.store.tenants import LIMITS_SK, seat_sk, tenant_pk
-from agentq.store.workers import ROSTER_PK
 
 TEXT = st.text(alphabet="abcdefghij/#-", max_size=12)
 
@@ -135,8 +134,12 @@ def test_iam_producers_write_tasks_and_jobs_only(
         assert _may(statements, action, TASK_ITEM) and _may(statements, action, JOB_ITEM)
         for item in (MAPPING_ITEM, LIMITS_ITEM, SEAT_ITEM, ROSTER_ITEM):
             assert not _may(statements, action, item), (role, action, item["PK"])
-    if role == "producer-api":  # the caller's tenant, read from its principal's mapping
-        assert _may(statements, "GetItem", MAPPING_ITEM)
+    # Nor read them: another principal's mapping, another tenant's limit or seats.
+    assert _may(statements, "GetItem", TASK_ITEM) and _may(statements, "GetItem", JOB_ITEM)
+    for item in (LIMITS_ITEM, SEAT_ITEM, ROSTER_ITEM):
+        assert not _may(statements, "GetItem", item), (role, item["PK"])
+    # The producer API reads the caller's tenant from its principal's mapping.
+    assert _may(statements, "GetItem", MAPPING_ITEM) is (role == "producer-api")
 
 
 def test_iam_operators_and_workers_keep_their_tenant_items(
@@ -147,6 +150,9 @@ def test_iam_operators_and_workers_keep_their_tenant_items(
     for item in (LIMITS_ITEM, MAPPING_ITEM):
         assert _may(operator, "PutItem", item) and _may(operator, "DeleteItem", item)
     assert not _may(operator, "DeleteItem", TASK_ITEM)
+    # `agentq tenants` and `agentq stats` read what a producer may not.
+    for item in (LIMITS_ITEM, SEAT_ITEM, MAPPING_ITEM, ROSTER_ITEM, TASK_ITEM):
+        assert _may(operator, "GetItem", item), item["PK"]
     assert not _may(operator, "PutItem", ROSTER_ITEM)
     # The worker's lock transaction takes, renews and frees seats under TENANT#.
     assert _may(worker, "UpdateItem", SEAT_ITEM) and _may(worker, "UpdateItem", TASK_ITEM)
