@@ -72,7 +72,9 @@ class TaskArtifacts:
         if 0 < sizes.get(TRACE_NAME, 0) <= MAX_INLINE_BYTES:
             trace = self._json(bucket, prefix + TRACE_NAME)
         result: Any = None
-        result_state = "none"
+        # Only a completed task has a result; say why the others have none.
+        result_state = (f"left no result (it ended {record.state.value})" if record.state.terminal
+                        else f"no result yet (attempt {record.attempt} is {record.state.value})")  # fmt: skip
         if record.state is TaskState.COMPLETED:
             size = sizes.get(RESULT_FILE)
             if size is not None and size > MAX_INLINE_BYTES:

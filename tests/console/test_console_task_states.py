@@ -17,9 +17,12 @@ from playwright.sync_api import Browser
 from agentq.client import AgentqClient
 from agentq.console import ConsoleServer
 from agentq.envelope import TaskEnvelope
+from agentq.events import REJECTED_REASON, Event, now_ms
 from agentq.states import TaskState
+from agentq.store.events import EventStore
 from agentq.store.leases import Lease
 from agentq.store.tenants import TenantLimitStore
+from agentq.taxonomy import info
 
 __all__ = ["browser"]
 
@@ -53,6 +56,23 @@ def tasks(inproc_stack: Stack) -> dict[str, tuple[str, str]]:
         error = {"category": "timeout" if name == "timeout" else "network", "retryable": True,
                  "message": "killed after 20 ms", "exception_type": "TaskTimeout"}  # fmt: skip
         client.tasks.finalize(_hold(client, found[name]), state, fields={"error": error})
+    # A failed attempt with attempts left, and a finished one.
+    found["retrying"] = client.submit("noop", {"n": "retrying"}).request_id
+    network = {"category": "network", "retryable": True, "message": "connection reset",
+               "exception_type": "ConnectionError"}  # fmt: skip
+    client.tasks.finalize(_hold(client, found["retrying"]), TaskState.RETRYING,
+                          retry_at_ms=now_ms() + 60_000, fields={"error": network})  # fmt: skip
+    found["completed"] = client.submit("noop", {"n": "completed"}).request_id
+    client.tasks.finalize(_hold(client, found["completed"]), TaskState.COMPLETED)
+    # A message a worker rejected at receive: no STATE item, only the `Task Failed` it
+    # stored (as the save-event Lambda stores it).
+    found["rejected"] = "rejected-at-receive-1"
+    refused = info("validation", "input.document: field required", "InvalidInput")
+    EventStore(client.dynamodb, client.settings.required("table_name"),
+               app_name=client.settings.app_name).append(Event(
+        detail_type="Task Failed", request_id=found["rejected"], tenant=me,
+        payload={"error": refused.to_record(), "reason": REJECTED_REASON, "messageId": "m-1"},
+    ))  # fmt: skip
     client.create_job({"tasks": {"first": {"definition": "noop"},
                                  "second": {"definition": "noop", "depends_on": ["first"]}}},
                       job_id="states")  # fmt: skip
@@ -83,11 +103,15 @@ EXPECTED = {
     "at-limit": ("PENDING", "queued: tenant busy is at its limit (1 of 1 running)"),
     "timeout": ("TIMEOUT", None),
     "failed": ("FAILED", None),
+    "retrying": ("RETRYING", "retrying: attempt 1 failed (network); the next attempt starts"),
+    "completed": ("COMPLETED", None),
+    "rejected": ("FAILED", None),
 }
 # What the page says of a retryable error the task did not retry.
 RETRY_NOTES = {
     "timeout": "its deadline passed: a timeout ends the task, not retried",
     "failed": "retryable, but no attempt was left",
+    "rejected": "input.document: field required",
 }
 
 
@@ -106,7 +130,8 @@ def test_a_task_in_any_state_has_a_page_that_says_why_it_waits(
     else:
         assert data["waiting"].startswith(why), data["waiting"]
     said = data["artifacts"]["resultState"]
-    assert "no output yet" in said or "left no output" in said or name == "processing"
+    assert any(words in said for words in ("no output yet", "left no output", "no result yet",
+                                           "left no result")), said  # fmt: skip
     page = http.request("GET", f"/tasks/{request_id}?tenant={tenant}")
     assert page.status == 200
 
