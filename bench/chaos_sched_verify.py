@@ -23,7 +23,7 @@ from agentq.events import now_ms
 from agentq.local.workers import WorkerProcess
 from agentq.states import TaskState
 from agentq.store.events import EventStore
-from agentq.store.tasks import TaskStore
+from agentq.store.tasks import TaskRecord, TaskStore
 from agentq.store.tenants import TenantLimitStore
 from bench.chaos_executions import Execution, executions_of, fenced_children, frozen_windows
 from bench.chaos_model import ChaosReport, Freeze, Kill, ScheduleVerdict
@@ -223,19 +223,14 @@ def _check_repairs(
     verdict.lost_planted = len(lost)
     for item in plan.planned:
         rid, tenant = item.envelope.request_id, item.envelope.tenant
-        repairs = [
-            e for e in events.timeline(tenant, rid) if e.get("detailType") == "Task Repaired"
-        ]
+        timeline = events.timeline(tenant, rid)
+        repairs = [e for e in timeline if e.get("detailType") == "Task Repaired"]
         if rid in lost:
-            record = tasks.get(tenant, rid)
-            if repairs and record is not None and record.state is TaskState.COMPLETED:
+            problem = lost_task_problem(timeline, tasks.get(tenant, rid))
+            if problem is None:
                 verdict.lost_repaired += 1
             else:
-                error = record.raw.get("error") if record is not None else None
-                violations.append(f"{rid}: stored without a message, "
-                                  f"{'re-sent' if repairs else 'never re-sent'}, "
-                                  f"{record and record.state.value} at attempt "
-                                  f"{record and record.attempt} (error: {error})")  # fmt: skip
+                violations.append(f"{rid}: stored without a message, {problem}")
             continue
         for repair in repairs:
             payload = repair.get("payload") or {}
@@ -250,6 +245,26 @@ def _check_repairs(
             else:
                 verdict.waiting_resent += 1
                 violations.append(f"{line} while {holder} held it parked")
+
+
+def lost_task_problem(
+    timeline: Sequence[Mapping[str, Any]], record: TaskRecord | None
+) -> str | None:
+    """None when a task stored without a message was re-sent and a worker then locked
+    it and it ended; what went wrong else. Having no message, it can have been locked
+    only after a re-send (event times come from skewed clocks, so not their order).
+
+    How it ended is the core verdict's to judge (chaos_verify: a task whose holders the
+    strikes hit may fairly end FAILED); this promise is the reconciler's re-send."""
+    if not any(e.get("detailType") == "Task Repaired" for e in timeline):
+        return f"never re-sent, {record and record.state.value}"
+    taken = any(e.get("detailType") == "Task Processing Started" for e in timeline)
+    if record is None or not record.state.terminal or not taken:
+        error = record.raw.get("error") if record is not None else None
+        return (f"re-sent, {'locked' if taken else 'never locked'} after, "
+                f"{record and record.state.value} at attempt {record and record.attempt} "
+                f"(error: {error})")  # fmt: skip
+    return None
 
 
 def _what_happened(

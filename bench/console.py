@@ -230,6 +230,7 @@ def screenshots(directory: Path, *, timeout_s: float = 400.0) -> list[Path]:
     from agentq.console import serving
     from agentq.demo import DEMO_DEFINITIONS, DEMO_WORKER_ENV, SAMPLES, demo_spec
     from agentq.local.stack import LocalStack, LocalStackOptions
+    from bench.console_states import tasks_in_each_state
 
     directory.mkdir(parents=True, exist_ok=True)
     from agentq.local.workers import SAMPLE_DEFINITIONS
@@ -300,6 +301,10 @@ def screenshots(directory: Path, *, timeout_s: float = 400.0) -> list[Path]:
             shot("job-200", f"/jobs/{big}")
             page.locator("#dag").scroll_into_view_if_needed()
             page.screenshot(path=str(taken[-1]))
+            # A task page in each state, made without a worker (the demo's are done).
+            stack.kill_workers()
+            for name, (request_id, tenant) in tasks_in_each_state(client, "sample-echo").items():
+                shot(f"state-{name}", f"/tasks/{request_id}?tenant={tenant}", "#task-state")
             browser.close()
     return taken
 

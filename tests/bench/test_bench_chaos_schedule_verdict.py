@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from agentq.states import TaskState
+from agentq.store.tasks import TaskRecord
 from bench.chaos_executions import Execution
 from bench.chaos_model import Freeze, Kill, ScheduleVerdict
 from bench.chaos_sched import CancelAnswer
@@ -16,6 +17,7 @@ from bench.chaos_sched_verify import (
     UNPARKED,
     Park,
     _check_cancel,
+    lost_task_problem,
     parked_at,
     parked_stretches,
     running_over,
@@ -108,3 +110,28 @@ def test_a_re_send_while_frozen_or_after_a_refused_mark_is_not_held_against_the_
     assert parked_at(parks["a"], [], 110.0) is None
     assert parked_at(parks["b"], [], 110.0) == "w0"
     assert parked_at(parks["b"], [freeze], 110.0) is None
+
+
+def _record(state: TaskState, attempt: int = 1) -> TaskRecord:
+    return TaskRecord(request_id="lost-1", tenant="t", state=state, attempt=attempt,
+                      definition="bench-work", job_id=None, owner=None, lease_token=None,
+                      effective_until_ms=None, created_at_ms=None, updated_at_ms=None,
+                      raw={"error": {"category": "server"}})  # fmt: skip
+
+
+def test_a_lost_task_is_repaired_once_re_sent_and_taken_up_however_it_ended() -> None:
+    repaired = {"detailType": "Task Repaired"}
+    started = {"detailType": "Task Processing Started"}
+    # Re-sent, locked by a worker, ended: the reconciler kept its promise. A FAILED end
+    # (its holders struck by the killer) is the core verdict's to judge, not this one's.
+    for state in (TaskState.COMPLETED, TaskState.FAILED):
+        assert lost_task_problem([repaired, started], _record(state, attempt=3)) is None
+    # A worker's event may carry an earlier time than the repair (a skewed clock).
+    assert lost_task_problem([started, repaired], _record(TaskState.COMPLETED)) is None
+    # Never re-sent; re-sent but never locked (closed some other way); not ended.
+    never = lost_task_problem([], _record(TaskState.PENDING, attempt=0))
+    assert never is not None and never.startswith("never re-sent")
+    unlocked = lost_task_problem([repaired], _record(TaskState.FAILED, attempt=0))
+    assert unlocked is not None and "never locked" in unlocked
+    assert lost_task_problem([repaired, started], _record(TaskState.PROCESSING)) is not None
+    assert lost_task_problem([repaired], None) is not None

@@ -16,73 +16,16 @@ from playwright.sync_api import Browser
 
 from agentq.client import AgentqClient
 from agentq.console import ConsoleServer
-from agentq.envelope import TaskEnvelope
-from agentq.events import REJECTED_REASON, Event, now_ms
-from agentq.states import TaskState
-from agentq.store.events import EventStore
-from agentq.store.leases import Lease
-from agentq.store.tenants import TenantLimitStore
-from agentq.taxonomy import info
+from bench.console_states import tasks_in_each_state
 
 __all__ = ["browser"]
-
-
-def _hold(client: AgentqClient, request_id: str, *, tenant: str | None = None,
-          limit: int = 0) -> Lease:  # fmt: skip
-    """Lock the task as a worker would (PROCESSING, attempt 1), through the real lock."""
-    record = client.get_task(request_id, tenant=tenant)
-    envelope = TaskEnvelope.from_dict(record.envelope or {}, default_tenant=record.tenant)
-    return client.tasks.acquire(envelope, worker_id="w-test", lease_seconds=600,
-                                max_attempts=3, tenant_limit=limit)  # fmt: skip
 
 
 @pytest.fixture
 def tasks(inproc_stack: Stack) -> dict[str, tuple[str, str]]:
     """(request id, tenant) of a task in each state no worker needs to reach."""
     define(inproc_stack, "noop")
-    client = AgentqClient.from_env()
-    me = client.settings.tenant_id
-    found = {
-        "pending": client.submit("noop", {"n": 1}).request_id,
-        "scheduled": client.submit("noop", {"n": 2}, delay=3600).request_id,
-        "cancelled": client.submit("noop", {"n": 3}).request_id,
-        "processing": client.submit("noop", {"n": 4}).request_id,
-    }
-    client.cancel(found["cancelled"])
-    _hold(client, found["processing"])
-    # Ended as the worker ends a task past its deadline, and as it ends a last attempt.
-    for name, state in (("timeout", TaskState.TIMEOUT), ("failed", TaskState.FAILED)):
-        found[name] = client.submit("noop", {"n": name}).request_id
-        error = {"category": "timeout" if name == "timeout" else "network", "retryable": True,
-                 "message": "killed after 20 ms", "exception_type": "TaskTimeout"}  # fmt: skip
-        client.tasks.finalize(_hold(client, found[name]), state, fields={"error": error})
-    # A failed attempt with attempts left, and a finished one.
-    found["retrying"] = client.submit("noop", {"n": "retrying"}).request_id
-    network = {"category": "network", "retryable": True, "message": "connection reset",
-               "exception_type": "ConnectionError"}  # fmt: skip
-    client.tasks.finalize(_hold(client, found["retrying"]), TaskState.RETRYING,
-                          retry_at_ms=now_ms() + 60_000, fields={"error": network})  # fmt: skip
-    found["completed"] = client.submit("noop", {"n": "completed"}).request_id
-    client.tasks.finalize(_hold(client, found["completed"]), TaskState.COMPLETED)
-    # A message a worker rejected at receive: no STATE item, only the `Task Failed` it
-    # stored (as the save-event Lambda stores it).
-    found["rejected"] = "rejected-at-receive-1"
-    refused = info("validation", "input.document: field required", "InvalidInput")
-    EventStore(client.dynamodb, client.settings.required("table_name"),
-               app_name=client.settings.app_name).append(Event(
-        detail_type="Task Failed", request_id=found["rejected"], tenant=me,
-        payload={"error": refused.to_record(), "reason": REJECTED_REASON, "messageId": "m-1"},
-    ))  # fmt: skip
-    client.create_job({"tasks": {"first": {"definition": "noop"},
-                                 "second": {"definition": "noop", "depends_on": ["first"]}}},
-                      job_id="states")  # fmt: skip
-    found["blocked"] = "states-second"
-    TenantLimitStore(client.dynamodb, client.settings.required("table_name")).set("busy", 1)
-    running = client.submit("noop", {"n": 5}, tenant="busy").request_id
-    _hold(client, running, tenant="busy", limit=1)
-    out = {name: (rid, me) for name, rid in found.items()}
-    out["at-limit"] = (client.submit("noop", {"n": 6}, tenant="busy").request_id, "busy")
-    return out
+    return tasks_in_each_state(AgentqClient.from_env(), "noop")
 
 
 @pytest.fixture
@@ -139,7 +82,7 @@ def test_a_task_in_any_state_has_a_page_that_says_why_it_waits(
 def test_chromium_shows_each_state_and_why_on_the_task_page(
     tasks: dict[str, tuple[str, str]], browser: Browser
 ) -> None:
-    with running_console() as server:
+    with running_console(allow_actions=True) as server:
         page = signed_in(browser, server)
         for name, (request_id, tenant) in sorted(tasks.items()):
             state, why = EXPECTED[name]
@@ -153,6 +96,20 @@ def test_chromium_shows_each_state_and_why_on_the_task_page(
             assert "Not found" not in page.inner_text("body"), name
             if name in RETRY_NOTES:
                 assert RETRY_NOTES[name] in page.inner_text("#error"), name
+            ended = state in ("CANCELLED", "FAILED", "TIMEOUT", "COMPLETED")
+            logs = page.inner_text("#logs")
+            assert logs == ("no logs" if ended else "no logs yet"), (name, logs)
+        # A message rejected at receive has no definition to run again.
+        request_id, tenant = tasks["rejected"]
+        page.goto(f"{server.base_url}/tasks/{request_id}?tenant={tenant}")
+        page.wait_for_selector("body[data-page='task'] #task-state")
+        assert page.inner_text("#attempts") == "no attempt ran"
+        assert page.query_selector("text=Resubmit as a new task") is None
+        request_id, tenant = tasks["failed"]
+        page.goto(f"{server.base_url}/tasks/{request_id}?tenant={tenant}")
+        page.wait_for_selector("text=Resubmit as a new task")
+        # Its attempt was locked (the STATE item counts it) but no worker stored events.
+        assert page.inner_text("#attempts") == "attempt 1 locked; its events are not stored yet"
 
 
 def _agentq(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:

@@ -9,8 +9,12 @@
     return `/api/tasks/${encodeURIComponent(requestId)}/object?tenant=${encodeURIComponent(tenant)}&name=${encodeURIComponent(name)}`;
   }
 
-  function attempts(list) {
-    if (!list.length) return el("p", { class: "muted" }, "no attempt yet");
+  function attempts(list, ended, counted) {
+    // The STATE item counts an attempt as it locks; its events reach the table later
+    // (EventBridge, then the save-event Lambda), so they may not be stored yet.
+    const none = counted > 0 ? `attempt ${counted} locked; its events are not stored yet`
+      : ended ? "no attempt ran" : "no attempt yet";
+    if (!list.length) return el("p", { class: "muted", id: "attempts" }, none);
     const t0 = Math.min(...list.map((a) => a.startedMs || a.endedMs || Date.now()));
     const t1 = Math.max(...list.map((a) => a.endedMs || Date.now()));
     const rows = list.map((a) => {
@@ -65,7 +69,8 @@
           return r.cancelled.length ? "cancelled" : "not cancelled (it started or finished)";
         }, true));
       }
-      if (TERMINAL.includes(t.state)) {
+      // A message rejected at receive names no definition: nothing to run again.
+      if (TERMINAL.includes(t.state) && t.definition) {
         buttons.push(AQ.actionButton("Resubmit as a new task", async () => {
           // The page's nonce: pressing again, or a retried request, gives the same task.
           const nonce = document.querySelector('meta[name="form-nonce"]').content;
@@ -103,9 +108,9 @@
       buttons.length ? el("p", {}, buttons) : null, error,
       el("h2", {}, "Input"), el("div", { id: "input" }, AQ.json(data.input)),
       el("h2", {}, "Result"), el("div", { id: "result" }, art.resultState === "loaded" ? AQ.json(art.result) : el("p", { class: "muted" }, art.resultState || "none")),
-      el("h2", {}, "Attempts"), attempts(data.attempts),
+      el("h2", {}, "Attempts"), attempts(data.attempts, TERMINAL.includes(t.state), t.attempt || 0),
       el("h2", {}, "Agent trace"), trace(art.trace),
-      el("h2", {}, "Logs"), logs.length ? el("div", { id: "logs" }, logs) : el("p", { class: "muted", id: "logs" }, "no logs yet"),
+      el("h2", {}, "Logs"), logs.length ? el("div", { id: "logs" }, logs) : el("p", { class: "muted", id: "logs" }, TERMINAL.includes(t.state) ? "no logs" : "no logs yet"),
       el("h2", {}, "Objects"), el("p", { class: "muted" }, art.location || ""), el("ul", { id: "objects" }, objects),
       el("h2", {}, "Events"), table(["time", "event", "attempt#", "worker", "payload"], events, { id: "events" }));
   };
