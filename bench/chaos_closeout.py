@@ -1,21 +1,16 @@
 """Dead-letter close-outs in a --faults chaos run, with the event's publish failing.
 
-A close-out (agentq/dlq/processor.py) needs a task whose every attempt *and* every receive were
-spent: kills rarely line both up in a small run. So the harness does it on purpose, for
-a few tasks of its own: "phantom holders" take each task's lease through the real
-store and lock code (`TaskStore.acquire`, as a worker does), one attempt after another,
-each lease left to lapse as a crashed worker's would; then the harness moves the task's
-message to the DLQ, as SQS does after the last receive. The DLQ processor of the local
-Lambda host finds no attempt left and closes the task out FAILED, and its `PutEvents`
-meets aimed server errors (`closeout_rules`: every call naming these tasks fails until
-the rule's limit is spent), so its first publish fails and the Lambda is retried.
+A close-out (agentq/dlq/processor.py) needs a task whose every attempt *and* receive
+were spent, which kills rarely line up; so "phantom holders" take a few tasks' leases
+through the real lock (`TaskStore.acquire`), one attempt after another, each left to
+lapse as a crashed worker's would, and the harness moves the message to the DLQ. The
+DLQ processor closes the task out FAILED while its `PutEvents` meets aimed server
+errors (`closeout_rules`), so its first publish fails and the Lambda is retried.
 
 The invariant: each close-out task is FAILED with exactly one stored `Task Failed`
-(the retry found the stored event and sent it again), and its job, if it has one,
-closed. A close-out that publishes an event it has not stored loses it here. The DLQ
-closes it, or (when the host's backlog keeps the dead letter waiting past the
-reconciler's bound) the reconciler re-sends the lapsed task and a worker's lock finds
-no attempt left: both are the product's own ways to end it, counted apart.
+(the retry re-sent the stored event) and its job, if any, closed. When the host's
+backlog keeps the dead letter waiting past the reconciler's bound, the reconciler
+re-sends the task and a worker's lock finds no attempt left: counted apart.
 """
 
 from __future__ import annotations

@@ -10,9 +10,7 @@
 | failed, retryable, last attempt            | FAILED    | Task Failed            | delete  |
 | failed, not retryable (programming, auth…) | FAILED    | Task Failed            | delete  |
 | killed by a signal the worker did not send | as a retryable `server` failure (OOM kill, operator)  |
-| not started: its lease was about to lapse  | RETRYING  | Task Processing Failed | a fresh copy; the attempt costs no budget |
-
-The worker reads the child's structured error record, never its stderr text.
+| not started: its lease was about to lapse  | RETRYING  | Task Processing Failed | a fresh copy, no budget spent |
 """
 
 from __future__ import annotations
@@ -87,7 +85,7 @@ def decide(child: ChildExit, task_dir: Path, *, attempt: int, max_attempts: int)
             return Outcome(verdict="completed", usage=usage)
         error = info("parse", "child exited 0 without artifacts/task-result.json", "ChildProtocol")
         return Outcome(verdict="failed", error=error, usage=usage)
-    record = read_json(task_dir / ERROR_FILE)
+    record = read_json(task_dir / ERROR_FILE)  # the structured record, never stderr text
     if isinstance(record, dict):
         error = from_record(record)
     elif child.returncode < 0:
