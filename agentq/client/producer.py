@@ -137,7 +137,7 @@ class AgentqClient:
         found = self._parts.check_definition(definition, "definition")
         if continues is not None and job_id is not None:
             raise InvalidInput("continues", "a job task continues another by its spec's continues")
-        if found is not None and job_id is None and continues is None:
+        if found is not None and job_id is None and continues is None and prompt is None:
             # A continuation's prompt is its follow-up: the definition's is not rendered.
             check_prompt_inputs(found, input or {})
         if job_id is not None:
