@@ -74,12 +74,12 @@ def check_continuable(
     *,
     definition: TaskDefinition | None,
 ) -> None:
-    """Refuse at submit what the worker would refuse: a continuation whose own definition
-    is not an agent's (when known), or a source without a final checkpoint."""
+    """Refuse at submit what the worker would refuse: a source without a final checkpoint,
+    or a continuation whose own definition is not an agent's (when known)."""
+    source_checkpoint(record, source_id)
     if definition is not None and definition.kind != "agent":
         raise InvalidInput(
             "definition",
             f"{definition.name!r} is a {definition.kind} definition: only an agent task can "
             "continue another",
         )
-    source_checkpoint(record, source_id)

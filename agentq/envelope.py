@@ -6,8 +6,6 @@ A message body is a JSON object::
      "input": {...}, "jobId": null, "taskKey": null, "submittedAt": 1732579200000,
      "notBefore": 1732579500000}
 
-`continues` (a request id of the same tenant) and `prompt` (the follow-up, a
-`{placeholder}` template over `input`) start an agent session from that task's final one.
 `notBefore` (optional) delays the task: it is not run before that time (epoch ms, or
 any form agentq.schedule accepts). A foreign sender or a `Task Requested` event may give
 `delay` (seconds) instead, counted from `submittedAt` (for an event: its `time`); a
@@ -153,8 +151,8 @@ class TaskEnvelope:
     submitted_at_ms: int | None = None
     not_before_ms: int | None = None
     priority: str | None = None  # None: the tier of the queue it arrived on
-    # A continuation: the task whose final agent session this one starts from, and the
-    # follow-up it adds as the next user turn (both or neither).
+    # A continuation (body fields `continues`, `prompt`): the task of the same tenant whose
+    # final agent session this one starts from, and the follow-up, its next user turn.
     continues: str | None = None
     prompt: str | None = None
 

@@ -8,9 +8,8 @@ Each value is rendered as::
     </input>
 
 so the model can tell the author's instructions from user-supplied material, and a
-value cannot close its fence early (`agentq.security.sanitize_prompt_input`). Text
-values go in as they are; anything else as indented JSON. A continuation's follow-up
-(`follow_up_prompt`) goes as written, its task's input values fenced after it.
+value cannot close its fence early (`agentq.security.sanitize_prompt_input`). Text values
+go in as they are, others as JSON; a follow-up (`follow_up_prompt`) goes before them.
 """
 
 from __future__ import annotations
