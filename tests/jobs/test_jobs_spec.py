@@ -241,7 +241,7 @@ def test_jobs_select_returns_a_value_or_names_the_missing_field(
 
 NOTES = TaskDefinition(name="notes", kind="agent",
                        settings={"prompt": "Note {text}", "resume": True})  # fmt: skip
-CONTINUED = {
+CONTINUED: dict[str, dict[str, Any]] = {
     "draft": {"definition": "notes", "input": {"text": "x"}},
     "revise": {"definition": "notes", "continues": "draft", "prompt": "Shorter, please."},
 }
