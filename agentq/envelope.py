@@ -43,6 +43,8 @@ PRIORITY_PATTERN: Final = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 MAX_BODY_BYTES: Final = 256 * 1024
 ENVELOPE_VERSION: Final = 1
 MAX_TASK_KEY: Final = 256
+# A follow-up prompt: the same bound as one prompt input value (agentq.security).
+MAX_FOLLOW_UP: Final = 100_000
 # The envelope object itself, once unwrapped: one level sits above it in the STATE item.
 MAX_ENVELOPE_DEPTH: Final = MAX_NESTING - 1
 # What a DynamoDB number can hold (38 digits, magnitude 1e-130 to below 1e126): a
@@ -149,6 +151,10 @@ class TaskEnvelope:
     submitted_at_ms: int | None = None
     not_before_ms: int | None = None
     priority: str | None = None  # None: the tier of the queue it arrived on
+    # A continuation (body fields `continues`, `prompt`): the task of the same tenant whose
+    # final agent session this one starts from, and the follow-up, its next user turn.
+    continues: str | None = None
+    prompt: str | None = None
 
     def __post_init__(self) -> None:
         validate_request_id(self.request_id)
@@ -168,10 +174,26 @@ class TaskEnvelope:
             raise InvalidInput("submittedAt", "must be epoch milliseconds up to the year 9999")
         if self.not_before_ms is not None and not 0 <= self.not_before_ms <= MAX_EPOCH_MS:
             raise InvalidInput("notBefore", "must be epoch milliseconds up to the year 9999")
+        self._check_continuation()
         # The input is kept on the STATE item (under its envelope) and sent in events.
         check_storable(self.input, name="input", depth=2)
         if self.task_key is not None:
             check_storable(self.task_key, name="taskKey")
+
+    def _check_continuation(self) -> None:
+        if self.continues is not None:
+            _validate(REQUEST_ID_PATTERN, "continues", self.continues)
+            if self.continues == self.request_id:
+                raise InvalidInput("continues", "a task cannot continue itself")
+            if self.prompt is None:
+                raise InvalidInput("prompt", "is required to continue a task (the follow-up)")
+        if self.prompt is None:
+            return
+        if self.continues is None:
+            raise InvalidInput("prompt", "is only for a task that continues another")
+        if not isinstance(self.prompt, str) or not 0 < len(self.prompt) <= MAX_FOLLOW_UP:
+            raise InvalidInput("prompt", f"must be text of 1 to {MAX_FOLLOW_UP} characters")
+        check_storable(self.prompt, name="prompt")
 
     def to_body(self) -> str:
         """The message body; `InvalidInput` if it and its attributes pass SQS's limit
@@ -197,6 +219,8 @@ class TaskEnvelope:
         }
         if self.priority is not None:
             data["priority"] = self.priority
+        if self.continues is not None:
+            data.update(continues=self.continues, prompt=self.prompt)
         return data
 
     def send_fields(self) -> dict[str, Any]:
@@ -248,6 +272,8 @@ class TaskEnvelope:
             submitted_at_ms=submitted_ms,
             not_before_ms=not_before,
             priority=data.get("priority"),
+            continues=data.get("continues"),
+            prompt=data.get("prompt"),
         )
 
 

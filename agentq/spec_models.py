@@ -84,6 +84,15 @@ class TaskIn(BaseModel):
         default=None, description=f"fan-out: one task per element (1 to {MAX_FAN_OUT})"
     )
     priority: Priority | None = Field(default=None, description="default: the job's")
+    continues: str | None = Field(
+        default=None,
+        description="an agent task of this job whose final session this one continues "
+        "(it depends on it); needs prompt",
+    )
+    prompt: str | None = Field(
+        default=None, min_length=1, max_length=100_000,
+        description="the follow-up: the next user turn of the session `continues` names",
+    )  # fmt: skip
 
 
 Tasks = Annotated[dict[TaskKey, TaskIn], AfterValidator(_some_tasks)]

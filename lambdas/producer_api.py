@@ -87,6 +87,15 @@ class SubmitIn(BaseModel):
     priority: Priority | None = Field(
         default=None, description="priority tier (default: the definition's, else normal)"
     )
+    continues: str | None = Field(
+        default=None,
+        pattern=r"^[a-zA-Z0-9_-]{1,256}$",
+        description="a COMPLETED agent task of the caller's to continue (needs prompt)",
+    )
+    prompt: str | None = Field(
+        default=None, min_length=1, max_length=100_000,
+        description="the follow-up: the next user turn of the session `continues` names",
+    )  # fmt: skip
 
 
 class CancelIn(BaseModel):
@@ -229,6 +238,7 @@ def submit_task(body: SubmitIn) -> tuple[dict[str, Any], int]:
     record = _client().submit(
         body.definition, body.input, idempotency_key=body.idempotency_key, tenant=_tenant(),
         delay=body.delay, not_before=body.not_before, priority=body.priority,
+        continues=body.continues, prompt=body.prompt,
     )  # fmt: skip
     metrics.add_metric(name="TasksSubmitted", unit=MetricUnit.Count, value=1)
     return _task_dict(record), 201

@@ -30,6 +30,15 @@ def register(subparsers: Any) -> None:
     submit.add_argument(
         "--priority", help="priority tier (PRIORITIES; default: the definition's, else normal)"
     )
+    submit.add_argument(
+        "--continue",
+        dest="continues",
+        metavar="REQUEST_ID",
+        help="start from this completed agent task's final session (needs --prompt)",
+    )
+    submit.add_argument(
+        "--prompt", help="the follow-up: the next user turn of the session --continue names"
+    )
     submit.add_argument("--wait", action="store_true", help="wait until the task is terminal")
     submit.add_argument("--timeout", type=float, default=600.0, help="--wait limit (s)")
     views.add_tenant_flag(submit)
@@ -72,6 +81,8 @@ def _submit(args: argparse.Namespace) -> int:
         delay=args.delay,
         not_before=args.not_before,
         priority=args.priority,
+        continues=args.continues,
+        prompt=args.prompt,
     )
     if args.idempotency_key and _other_work(record, args.definition, task_input):
         views.warn(

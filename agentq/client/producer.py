@@ -19,6 +19,7 @@ from agentq.client.control import TaskControl
 from agentq.client.jobs import JobCreation
 from agentq.client.parts import ClientParts, rejected_record
 from agentq.config import Settings
+from agentq.continuation import check_continuable
 from agentq.definitions import DefinitionRegistry
 from agentq.envelope import TaskEnvelope, validate_request_id
 from agentq.errors import InvalidInput
@@ -115,13 +116,17 @@ class AgentqClient:
         delay: float | None = None,
         not_before: str | float | None = None,
         priority: str | None = None,
+        continues: str | None = None,
+        prompt: str | None = None,
     ) -> TaskRecord:
         """Queue one task. The same idempotency key twice returns the existing task.
 
         With `job_id`, the task joins that (running) job as a root task. `delay`
         (seconds) or `not_before` (ISO time or epoch, agentq.schedule) hold it SCHEDULED
         until then. `priority` is a tier of PRIORITIES; without it the definition's, else
-        DEFAULT_PRIORITY.
+        DEFAULT_PRIORITY. With `continues` (a COMPLETED agent task of the same tenant whose
+        definition has resume: true) the agent session starts from that task's final one
+        and `prompt`, the follow-up, is its next user turn (docs/agent-tasks.md).
         """
         tenant = tenant or self.settings.tenant_id
         check_priority(self.settings, priority, "priority")
@@ -130,7 +135,10 @@ class AgentqClient:
         if due is not None and job_id is not None:
             raise InvalidInput("delay", "a job task is delayed by its job spec's not_before")
         found = self._parts.check_definition(definition, "definition")
-        if found is not None and job_id is None:
+        if continues is not None and job_id is not None:
+            raise InvalidInput("continues", "a job task continues another by its spec's continues")
+        if found is not None and job_id is None and continues is None and prompt is None:
+            # A continuation's prompt is its follow-up: the definition's is not rendered.
             check_prompt_inputs(found, input or {})
         if job_id is not None:
             # The key, like a request id, is derived from the idempotency key if any.
@@ -148,7 +156,12 @@ class AgentqClient:
             submitted_at_ms=submitted,
             not_before_ms=due,
             priority=resolve_priority(self.settings, priority, found),
+            continues=continues,
+            prompt=prompt,
         )
+        if continues is not None:
+            # Read under this tenant: another tenant's task of that id is not found.
+            check_continuable(self.tasks.get(tenant, continues), continues, definition=found)
         record, _ = self.submitter.submit(envelope, idempotency_key=idempotency_key)
         return record
 

@@ -221,6 +221,8 @@ class JobDispatcher:
                 not_before_ms=task.not_before_ms,
                 # Resolved when the task was created (task, job, definition).
                 priority=_stored_priority(states.get(task.key)),
+                continues=(task_request_id(job.job_id, task.continues) if task.continues else None),
+                prompt=task.prompt,
             )
             envelope.to_body()  # the size check, before the state moves
         except (InvalidInput, NotFound) as error:

@@ -52,9 +52,15 @@ class TaskSpec:
     group: str | None = None
     not_before_ms: int | None = None  # epoch ms; the task is SCHEDULED until then
     priority: str | None = None
+    # A continuation: the key of the task of this job whose final session it continues
+    # (also a dependency), and the follow-up (agentq.continuation).
+    continues: str | None = None
+    prompt: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"definition": self.definition, "input": dict(self.input)}
+        if self.continues is not None:
+            data.update(continues=self.continues, prompt=self.prompt)
         if self.depends_on:
             data["depends_on"] = list(self.depends_on)
         if self.group:
@@ -178,6 +184,7 @@ def check_definitions(tasks: Iterable[TaskSpec], lookup: Callable[[str], object]
     resolved later.
     """
     found: dict[str, object] = {}
+    tasks = list(tasks)
     for task in tasks:
         if task.definition not in found:
             try:
@@ -188,11 +195,28 @@ def check_definitions(tasks: Iterable[TaskSpec], lookup: Callable[[str], object]
                     f"unknown task definition {task.definition!r}",
                 ) from None
         definition = found[task.definition]
-        if isinstance(definition, TaskDefinition):
+        if task.continues is not None:
+            _check_continuation(task, definition, tasks, found)
+        elif isinstance(definition, TaskDefinition):
             try:
                 check_prompt_inputs(definition, task.input)
             except InvalidInput as missing:
                 raise InvalidInput(f"tasks.{task.key}.{missing.field}", missing.problem) from None
+
+
+def _check_continuation(
+    task: TaskSpec, definition: object, tasks: list[TaskSpec], found: Mapping[str, object]
+) -> None:
+    """A continuation's prompt is its follow-up (no template to fill); it and the task it
+    continues must be agent tasks, that one with resume on (else it keeps no session)."""
+    where = f"tasks.{task.key}"
+    if isinstance(definition, TaskDefinition) and definition.kind != "agent":
+        raise InvalidInput(f"{where}.definition", "only an agent task can continue another")
+    source = next((t for t in tasks if t.key == task.continues), None)
+    named = found.get(source.definition) if source is not None else None
+    if isinstance(named, TaskDefinition) and named.settings.get("resume") is not True:
+        raise InvalidInput(f"{where}.continues", f"task {task.continues!r} keeps no session "
+                           f"to continue: its definition {named.name!r} has resume off")  # fmt: skip
 
 
 def check_not_before(tasks: Iterable[TaskSpec], now_ms: int) -> None:
@@ -265,6 +289,10 @@ def _expand(key: str, raw: TaskIn) -> list[TaskSpec]:
     not_before = (
         None if raw.not_before is None else parse_time_ms(raw.not_before, f"{where}.not_before")
     )
+    if (raw.continues is None) != (raw.prompt is None):
+        missing = "prompt" if raw.prompt is None else "continues"
+        raise InvalidInput(f"{where}.{missing}", "continues and prompt go together")
+    follow_up = {"continues": raw.continues, "prompt": raw.prompt}
     if raw.for_each is None:
         if "for_each" in raw.model_fields_set:
             raise InvalidInput(f"{where}.for_each", "must be a non-empty list")
@@ -274,7 +302,7 @@ def _expand(key: str, raw: TaskIn) -> list[TaskSpec]:
         return [TaskSpec(key=key, definition=definition, input=dict(task_input),
                          depends_on=tuple(depends), group=group,
                          not_before_ms=not_before,
-                         priority=raw.priority)]  # fmt: skip
+                         priority=raw.priority, **follow_up)]  # fmt: skip
     items = raw.for_each
     if group is not None and group != key:
         raise InvalidInput(f"{where}.group", "a for_each task is its own group (its key)")
@@ -297,6 +325,7 @@ def _expand(key: str, raw: TaskIn) -> list[TaskSpec]:
                 group=key,
                 not_before_ms=not_before,
                 priority=raw.priority,
+                **follow_up,
             )
         )
     return expanded
@@ -331,12 +360,17 @@ def _with_dependencies(task: TaskSpec, keys: set[str], groups: Mapping[str, list
             needed.extend(groups[ref.name])
         else:
             raise InvalidInput(f"{where}.input", f"{ref} is only allowed in a for_each task")
+    if task.continues is not None:
+        if task.continues not in keys:
+            raise InvalidInput(f"{where}.continues", f"no task of this job named "
+                               f"{task.continues!r}")  # fmt: skip
+        needed.append(task.continues)  # it starts once the task it continues completed
     if task.key in needed:
         raise InvalidInput(where, "a task cannot depend on itself")
     return TaskSpec(key=task.key, definition=task.definition, input=task.input,
                     depends_on=tuple(dict.fromkeys(needed)), group=task.group,
-                    not_before_ms=task.not_before_ms,
-                    priority=task.priority)  # fmt: skip
+                    not_before_ms=task.not_before_ms, priority=task.priority,
+                    continues=task.continues, prompt=task.prompt)  # fmt: skip
 
 
 def _topological(tasks: list[TaskSpec]) -> list[TaskSpec]:

@@ -81,6 +81,14 @@ def attempt_prefix(tenant: str, request_id: str, attempt: int) -> str:
     return f"{task_prefix(tenant, request_id)}attempt-{attempt}/"
 
 
+# An agent attempt's session checkpoint, under its attempt's own prefix (fenced like it).
+CHECKPOINT_NAME: Final = "checkpoint/session.jsonl"
+
+
+def checkpoint_key(tenant: str, request_id: str, attempt: int) -> str:
+    return attempt_prefix(tenant, request_id, attempt) + CHECKPOINT_NAME
+
+
 def state_key(tenant: str, request_id: str) -> dict[str, Any]:
     """The DynamoDB key of a task's STATE item."""
     return {"PK": {"S": task_pk(tenant, request_id)}, "SK": {"S": STATE_SK}}

@@ -13,7 +13,7 @@ import pytest
 from claude_agent_sdk import SessionKey, SessionStoreEntry
 
 from agentq.config import Settings
-from agentq.errors import InvalidInput
+from agentq.errors import InvalidInput, TaskError
 from worker.kinds.agent import session
 from worker.kinds.agent.checkpoint import (
     CHECKPOINT_FILE,
@@ -28,6 +28,7 @@ from worker.kinds.agent.checkpoint import (
     plan_resume,
     read_checkpoint,
 )
+from worker.kinds.agent.prompt import follow_up_prompt
 from worker.kinds.agent.spec import AgentSpec
 from worker.kinds.agent.trace import TraceRecorder
 
@@ -161,3 +162,50 @@ def test_a_readable_checkpoint_resumes_its_session_with_the_note(tmp_path: Path)
     assert opts.system_prompt == f"{spec.system_prompt}\n\n{RESUME_NOTE}"
     fresh = session.options(spec, cwd=tmp_path, recorder=TraceRecorder(), stderr=print)
     assert fresh.resume is None and fresh.system_prompt == spec.system_prompt
+
+
+def test_a_sessions_final_answer_is_written_when_the_run_succeeds(tmp_path: Path) -> None:
+    store = TranscriptStore(tmp_path / CHECKPOINT_FILE)
+    answer = {"type": "assistant", "message": {"id": "m9", "content": [{"type": "text"}]}}
+
+    async def feed() -> None:
+        await _append(store, KEY, _turn(1))
+        await _append(store, KEY, [answer])  # no tool call: not a completed turn
+
+    anyio.run(feed)
+    assert len(read_checkpoint(tmp_path / CHECKPOINT_FILE).entries) == 2
+    store.flush()  # what a continuation goes on from: the conversation to its last word
+    assert read_checkpoint(tmp_path / CHECKPOINT_FILE).entries[-1] == answer
+
+
+def test_a_continuation_goes_on_from_the_source_without_the_interruption_note(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / RESTORE_FILE).parent.mkdir(parents=True)
+    checkpoint = Checkpoint(session_id=SESSION, turns=1, entries=_turn(1))
+    (tmp_path / RESTORE_FILE).write_bytes(encode(checkpoint))
+
+    plan = plan_resume(tmp_path, {"continued_from": "src-1"})
+
+    assert plan.continued and plan.restored == checkpoint
+    assert plan.record == {"status": "continued", "from_task": "src-1", "turns": 1}
+    spec = _spec()
+    opts = session.options(spec, cwd=tmp_path, recorder=TraceRecorder(), stderr=print,
+                           store=plan.store, resume=SESSION, interrupted=False)  # type: ignore[arg-type]  # fmt: skip
+    assert opts.resume == SESSION and opts.system_prompt == spec.system_prompt
+
+
+def test_a_continuation_never_starts_afresh_from_a_corrupt_source(tmp_path: Path) -> None:
+    (tmp_path / RESTORE_FILE).parent.mkdir(parents=True)
+    (tmp_path / RESTORE_FILE).write_bytes(b'{"agentq_checkpoint": 1, "session_id": "x"}\n')
+    with pytest.raises(TaskError) as failed:
+        plan_resume(tmp_path, {"continued_from": "src-1"})
+    assert failed.value.category == "not_found" and not failed.value.retryable
+    assert "the checkpoint of task src-1 is corrupt" in failed.value.message
+
+
+def test_a_follow_up_goes_as_written_with_the_input_fenced_after_it() -> None:
+    prompt = follow_up_prompt("Revise it: </input> {not a placeholder}\x07", {"review": "ok"})
+    assert prompt == (
+        'Revise it: &lt;/input> {not a placeholder}\n\n<input name="review">\nok\n</input>'
+    )

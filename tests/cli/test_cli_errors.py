@@ -10,6 +10,7 @@ from cli_support import agentq, fresh_shell, one_line_error
 from conftest import Stack
 
 from agentq.config import Settings
+from agentq.definitions import DefinitionsTable, TaskDefinition
 from agentq.local.aws import free_port
 
 pytestmark = pytest.mark.timeout(300)
@@ -131,3 +132,19 @@ def test_every_error_kind_is_explained_in_troubleshooting() -> None:
     page = (REPO / "docs" / "troubleshooting.md").read_text()
     missing = sorted(k for k in kinds if f"| `{k}` |" not in page)
     assert not missing, f"docs/troubleshooting.md lacks a row for {missing}"
+
+
+def test_continuing_a_task_the_tenant_does_not_have_is_refused_in_one_line(
+    stack: Stack,
+) -> None:
+    agent = {"prompt": "Note {text}", "output_schema": {"type": "object"}, "resume": True}
+    DefinitionsTable(stack.dynamodb, stack.resources.definitions_table).put(
+        TaskDefinition(name="notes", kind="agent", settings=agent)
+    )
+    shell = fresh_shell(**stack.env())
+    ran = agentq(shell, "submit", "notes", "--continue", "r-elsewhere", "--prompt", "And?")
+    assert ran.code == 6, ran
+    assert "continues: task r-elsewhere was not found" in one_line_error(ran)
+    ran = agentq(shell, "submit", "notes", "--prompt", "And?", "--json")
+    assert ran.code == 6, ran
+    assert "prompt: is only for a task that continues another" in ran.stdout

@@ -95,6 +95,10 @@ def test_iam_enforced_producer_api_role_serves_tenants_and_operators(
     status, cancelled = _api("POST", f"/tasks/{task['requestId']}/cancel", tenant)
     assert status == 200 and cancelled["state"] == "CANCELLED", cancelled
     assert _api("GET", "/task-definitions", tenant)[0] == 200  # a Scan of the table
+    # A continuation reads its source's STATE item (a task's partition) under the role.
+    follow_up = {"definition": "sample-echo", "continues": "r-none", "prompt": "And then?"}
+    status, refused = _api("POST", "/tasks", tenant, follow_up)
+    assert status == 400 and "task r-none was not found" in refused["message"], refused
 
     definition = {"kind": "python", "settings": {"callable": "agentq.samples.echo:run"}}
     assert _api("PUT", "/task-definitions/ops-echo", tenant, definition)[0] == 403

@@ -13,7 +13,13 @@ from jobs_support import client_for, drain, eventbridge, finish
 from openapi_spec_validator import validate
 from support import settle_indexes
 
+from agentq.definitions import DefinitionsTable, TaskDefinition
+from agentq.envelope import TaskEnvelope
+from agentq.jobs import result_key
 from agentq.principals import PrincipalTenants
+from agentq.states import TaskState
+from agentq.store import TaskStore
+from agentq.store.keys import checkpoint_key
 from lambdas import dispatcher, producer_api
 
 pytestmark = pytest.mark.timeout(120)
@@ -282,3 +288,32 @@ def test_jobs_api_refuses_definition_settings_dynamodb_cannot_store(stack: Stack
                                                                "settings": settings})  # fmt: skip
         assert status == 422 and words in answer["message"], answer
     assert call("GET", "/task-definitions/odd")[0] == 404
+
+
+def test_jobs_api_continues_a_finished_agent_task_of_the_callers_own(stack: Stack) -> None:
+    client_for(stack)
+    agent = {"prompt": "Note {text}", "output_schema": {"type": "object"}, "resume": True}
+    DefinitionsTable(stack.dynamodb, stack.resources.definitions_table).put(
+        TaskDefinition(name="notes", kind="agent", settings=agent)
+    )
+    store = TaskStore(stack.dynamodb, stack.resources.table_name)
+    source = TaskEnvelope(request_id="src-1", tenant="acme", definition="notes")
+    lease = store.acquire(source, worker_id="w", lease_seconds=60, max_attempts=3)
+    bucket = stack.resources.bucket
+    store.finalize(lease, TaskState.COMPLETED, fields={
+        "result": {"bucket": bucket, "key": result_key("acme", "src-1", 1)},
+        "checkpoint": {"bucket": bucket, "key": checkpoint_key("acme", "src-1", 1)},
+    })  # fmt: skip
+    follow_up = {"definition": "notes", "continues": "src-1", "prompt": "And then?"}
+
+    status, task = call("POST", "/tasks", follow_up)
+    assert status == 201, task
+    assert task["requestId"] != "src-1" and task["state"] == "PENDING"
+    # Another tenant naming the same id finds no such task of its own: nothing queued.
+    status, refused = call("POST", "/tasks", follow_up, tenant="zeta")
+    assert status == 400 and refused["field"] == "continues", refused
+    assert "task src-1 was not found" in refused["message"]
+    status, refused = call("POST", "/tasks", {**follow_up, "prompt": None})
+    assert status == 400 and refused["field"] == "prompt"
+    assert call("POST", "/tasks", {**follow_up, "continues": "not an id"})[0] == 422
+    assert call("POST", "/tasks", {**follow_up, "prompt": ""})[0] == 422

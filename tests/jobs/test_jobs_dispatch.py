@@ -24,6 +24,7 @@ from jobs_support import (
     start,
 )
 
+from agentq.definitions import DefinitionsTable, TaskDefinition
 from agentq.jobs import result_key, task_request_id
 from agentq.states import TaskState
 from agentq.store import TaskStore, keys
@@ -328,3 +329,22 @@ def test_jobs_a_result_the_dispatcher_cannot_use_fails_the_dependent(
     assert record.state is TaskState.FAILED
     assert words in record.raw["error"]["message"], record.raw["error"]
     assert keys_sent(stack) == ["C"]
+
+
+def test_jobs_a_continuation_is_sent_once_its_source_completed_naming_it(stack: Stack) -> None:
+    client = client_for(stack)
+    notes = {"prompt": "Note {text}", "output_schema": {"type": "object"}, "resume": True}
+    DefinitionsTable(stack.dynamodb, stack.resources.definitions_table).put(
+        TaskDefinition(name="notes", kind="agent", settings=notes)
+    )
+    spec = {"tasks": {
+        "draft": {"definition": "notes", "input": {"text": "x"}},
+        "revise": {"definition": "notes", "continues": "draft", "prompt": "Shorter."},
+    }}  # fmt: skip
+    client.create_job(spec, job_id="cont")
+    assert [m["taskKey"] for m in drain(stack)] == ["draft"]
+    deliver(finish(stack, "cont", "draft", result={"title": "t"}))
+    [revise] = drain(stack)
+    assert revise["taskKey"] == "revise"
+    assert revise["continues"] == task_request_id("cont", "draft")
+    assert revise["prompt"] == "Shorter."

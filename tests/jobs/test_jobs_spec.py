@@ -237,3 +237,52 @@ def test_jobs_select_returns_a_value_or_names_the_missing_field(
         select(value, tuple(path), "where")
     except InvalidInput as missing:
         assert missing.field == "where"
+
+
+NOTES = TaskDefinition(name="notes", kind="agent",
+                       settings={"prompt": "Note {text}", "resume": True})  # fmt: skip
+CONTINUED: dict[str, dict[str, Any]] = {
+    "draft": {"definition": "notes", "input": {"text": "x"}},
+    "revise": {"definition": "notes", "continues": "draft", "prompt": "Shorter, please."},
+}
+
+
+def test_a_job_task_continues_another_and_depends_on_it() -> None:
+    spec = parse_spec({"tasks": CONTINUED})
+    revise = spec.task("revise")
+    assert revise.depends_on == ("draft",)
+    assert (revise.continues, revise.prompt) == ("draft", "Shorter, please.")
+    # Its prompt is the follow-up: the definition's {text} is not needed.
+    check_definitions(spec.tasks, {"notes": NOTES}.__getitem__)
+    assert parse_spec(spec.to_dict()).task("revise") == revise  # as the job item keeps it
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        ({"continues": "nobody"}, "tasks.revise.continues", "no task of this job named"),
+        ({"continues": None}, "tasks.revise.continues", "go together"),
+        ({"prompt": None}, "tasks.revise.prompt", "go together"),
+    ],
+)
+def test_a_job_continuation_must_name_a_task_of_the_job_and_a_prompt(
+    change: dict[str, Any], field: str, words: str
+) -> None:
+    revise = {k: v for k, v in {**CONTINUED["revise"], **change}.items() if v is not None}
+    with pytest.raises(InvalidInput) as refused:
+        parse_spec({"tasks": {**CONTINUED, "revise": revise}})
+    assert refused.value.field == field and words in refused.value.problem
+
+
+def test_a_job_continuation_of_a_task_without_a_session_is_refused_at_creation() -> None:
+    spec = parse_spec({"tasks": CONTINUED})
+    off = TaskDefinition(name="notes", kind="agent", settings={"prompt": "Note {text}"})
+    with pytest.raises(InvalidInput) as refused:
+        check_definitions(spec.tasks, {"notes": off}.__getitem__)
+    assert refused.value.field == "tasks.revise.continues"
+    assert "has resume off" in refused.value.problem
+    python = {"notes": NOTES, "noop": TaskDefinition(name="noop", kind="python")}
+    tasks = {**CONTINUED, "revise": {**CONTINUED["revise"], "definition": "noop"}}
+    with pytest.raises(InvalidInput) as refused:
+        check_definitions(parse_spec({"tasks": tasks}).tasks, python.__getitem__)
+    assert refused.value.field == "tasks.revise.definition"

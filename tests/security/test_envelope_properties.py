@@ -170,3 +170,39 @@ def test_a_long_invalid_value_is_never_quoted_back(rest: str) -> None:
         parse_message(body, None, default_tenant="acme")
     assert "PLANTEDMARK" not in str(refused.value)
     assert f"a text of {len(value)} characters" in str(refused.value)
+
+
+@PROPERTIES
+@given(
+    source=st.from_regex(r"[a-zA-Z0-9_-]{1,40}", fullmatch=True),
+    prompt=st.text(st.characters(codec="utf-8"), min_size=1, max_size=200),
+)
+def test_every_storable_continuation_round_trips(source: str, prompt: str) -> None:
+    try:
+        envelope = TaskEnvelope(request_id="r-continuing", tenant="acme", definition="d",
+                                continues=source, prompt=prompt)  # fmt: skip
+    except InvalidInput as exc:
+        assert exc.field in ("continues", "prompt")
+        return
+    _assert_storable(envelope)
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"continues": "a b", "prompt": "p"}, "continues"),
+        ({"continues": "src"}, "prompt"),
+        ({"prompt": "p"}, "prompt"),
+        ({"continues": "src", "prompt": ""}, "prompt"),
+        ({"continues": "src", "prompt": 7}, "prompt"),
+        ({"continues": "src", "prompt": "\ud800"}, "prompt"),
+        ({"continues": "a", "prompt": "p"}, "continues"),  # the task itself
+    ],
+)
+def test_a_malformed_continuation_is_refused_naming_the_field(
+    extra: dict[str, Any], field: str
+) -> None:
+    body = json.dumps({"requestId": "a", "definition": "d", **extra})
+    with pytest.raises(InvalidInput) as refused:
+        parse_message(body, None, default_tenant="acme")
+    assert refused.value.field == field

@@ -15,9 +15,13 @@ from conftest import Stack
 
 from agentq import security
 from agentq.aws import make_client, new_session
+from agentq.envelope import TaskEnvelope
 from agentq.faults.config import FaultRule, FaultSpec, Kind
 from agentq.faults.injector import FaultInjector, install
+from agentq.jobs import result_key
 from agentq.local.aws import LOCAL_CREDENTIALS, LOCAL_REGION
+from agentq.states import TaskState
+from agentq.store import TaskRecord, TaskStore
 from worker.child.files import read_usage
 from worker.kinds.agent.checkpoint import (
     CHECKPOINT_FILE,
@@ -26,7 +30,13 @@ from worker.kinds.agent.checkpoint import (
     decode,
     encode,
 )
-from worker.settle.checkpoints import CheckpointUploader, checkpoint_key, restore, resumable
+from worker.settle.checkpoints import (
+    CheckpointUploader,
+    checkpoint_key,
+    restore,
+    restore_source,
+    resumable,
+)
 
 SESSION = str(uuid.uuid4())
 
@@ -197,3 +207,82 @@ def test_the_childs_resume_record_reaches_the_events_only_when_storable(
     assert ("resume" in usage) is kept
     if kept:
         assert usage["resume"] == resume
+
+
+def _source(stack: Stack, *, tenant: str = "acme", checkpoint: bool = True) -> TaskRecord:
+    """A completed task's STATE item as the settler leaves it (attempt 2 the winner)."""
+    store = TaskStore(stack.dynamodb, stack.resources.table_name)
+    envelope = TaskEnvelope(request_id="src-1", tenant=tenant, definition="notes")
+    lease = store.acquire(envelope, worker_id="w", lease_seconds=60, max_attempts=3)
+    bucket = stack.resources.bucket
+    fields: dict[str, Any] = {"result": {"bucket": bucket, "key": result_key(tenant, "src-1", 1)}}
+    if checkpoint:
+        fields["checkpoint"] = {"bucket": bucket, "key": checkpoint_key(tenant, "src-1", 1)}
+    store.finalize(lease, TaskState.COMPLETED, fields=fields)
+    return store.require(tenant, "src-1")
+
+
+def _continue(stack: Stack, source: TaskRecord | None, task_dir: Path, s3: Any = None) -> Any:
+    return restore_source(s3 or stack.s3, stack.resources.bucket, source=source,
+                          source_id="src-1", task_dir=task_dir)  # fmt: skip
+
+
+def test_a_continuation_takes_the_checkpoint_its_source_names(
+    inproc_stack: Stack, tmp_path: Path
+) -> None:
+    source = _source(inproc_stack)
+    _put(inproc_stack, checkpoint_key("acme", "src-1", 1), _checkpoint(4))
+    # A stale holder's later attempt left one too: the STATE item does not name it.
+    _put(inproc_stack, checkpoint_key("acme", "src-1", 2), _checkpoint(9))
+    assert _continue(inproc_stack, source, tmp_path) == {"continued_from": "src-1"}
+    assert decode((tmp_path / RESTORE_FILE).read_bytes()).turns == 4
+
+
+def test_a_continuation_without_a_checkpoint_is_refused_not_retried(
+    inproc_stack: Stack, tmp_path: Path
+) -> None:
+    source = _source(inproc_stack)
+    gone = _continue(inproc_stack, source, tmp_path)  # named, but not in S3
+    assert gone == {"refused": "the session checkpoint of task src-1 is gone from S3"}
+    missing = _continue(inproc_stack, None, tmp_path)  # not found under this tenant
+    assert missing["refused"].startswith("task src-1 was not found")
+    assert not (tmp_path / RESTORE_FILE).exists()
+
+
+def test_a_continuations_checkpoint_s3_keeps_refusing_is_retried(
+    stack: Stack, tmp_path: Path
+) -> None:
+    source = _source(stack)
+    _put(stack, checkpoint_key("acme", "src-1", 1), _checkpoint(2))
+    session = new_session(LOCAL_REGION, access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                          secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+    s3 = session.client("s3", endpoint_url=stack.resources.endpoint_for("s3"),
+                        config=Config(retries={"mode": "standard", "max_attempts": 2}))  # fmt: skip
+    throttled = FaultRule(op="s3:GetObject", kind=Kind.THROTTLE, rate=1.0)
+    install(s3, FaultInjector(FaultSpec(rules=(throttled,)), seed=3))
+    offered = _continue(stack, source, tmp_path, s3=s3)
+    assert offered == {"unreadable": "checkpoint of task src-1 unreadable (ClientError)"}
+
+
+def test_a_failed_last_upload_names_no_final_checkpoint(stack: Stack, tmp_path: Path) -> None:
+    session = new_session(LOCAL_REGION, access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                          secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+    failing = session.client("s3", endpoint_url=stack.resources.endpoint_for("s3"),
+                             config=Config(retries={"mode": "standard", "max_attempts": 2}))  # fmt: skip
+    throttled = FaultRule(op="s3:PutObject", kind=Kind.THROTTLE, rate=1.0)
+    install(failing, FaultInjector(FaultSpec(rules=(throttled,)), seed=3))
+    s3 = [stack.s3]
+
+    class Switch:  # the uploader's S3, throttled from the second upload on
+        def put_object(self, **kwargs: Any) -> Any:
+            return s3[0].put_object(**kwargs)
+
+    uploader = _uploader(stack, tmp_path, [True], s3=Switch())
+    _write(tmp_path, _checkpoint(1))
+    assert uploader.sync() and uploader.final_key == checkpoint_key("acme", "r-1", 1)
+    s3[0] = failing
+    _write(tmp_path, _checkpoint(2, "the final answer"))
+    assert uploader.sync() is False  # botocore gave up
+    assert uploader.final_key is None  # its last turn is not in S3: not named as final
+    s3[0] = stack.s3
+    assert uploader.sync() and uploader.final_key is not None

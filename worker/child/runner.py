@@ -73,6 +73,7 @@ def load_context(task_dir: Path) -> ChildContext:
         settings=ChildSettings.from_env(),
         lease_token=task.get("leaseToken"),
         resume=task.get("resume"),
+        follow_up=task.get("followUp"),
     )
 
 
@@ -87,6 +88,10 @@ def run(task_dir: Path) -> int:
         ctx = load_context(task_dir)
         for directory in (ctx.artifacts_dir, ctx.logs_dir, ctx.traces_dir):
             directory.mkdir(parents=True, exist_ok=True)
+        refused = (ctx.resume or {}).get("refused")
+        if refused:
+            # A continuation with nothing to continue from: retrying would not change that.
+            raise TaskError("not_found", f"cannot continue: {refused}", retryable=False)
         result = load_kind(ctx.definition.kind).run(ctx)
         try:
             json.dumps(result)

@@ -121,6 +121,9 @@ class ChildContext:
     # What the worker found to resume this attempt from (an agent definition with
     # `resume: true`): {"from_attempt": n} beside the restored file, or {"unreadable": why}.
     resume: Mapping[str, Any] | None = None
+    # A continuation's follow-up (TaskEnvelope.prompt): the next user turn of the session
+    # it continues, in place of the definition's prompt.
+    follow_up: str | None = None
 
     @property
     def fencing_token(self) -> str:

@@ -7,6 +7,7 @@ changed, at most once per AGENT_CHECKPOINT_INTERVAL, scrubbed like every upload.
 `restore` puts the newest checkpoint at or below this attempt into the new task dir
 (attempt numbers are never reused once a child ran, so only earlier attempts have one); a
 missing one is no resume, one that cannot be read is a fresh start the child records.
+`restore_source` puts the final checkpoint of the task a continuation continues there.
 """
 
 from __future__ import annotations
@@ -21,20 +22,19 @@ from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from agentq.store.keys import attempt_prefix
+from agentq.continuation import ContinueRefused, source_checkpoint
+from agentq.store import TaskRecord
+from agentq.store.keys import checkpoint_key
 from worker.child.files import open_plain
 from worker.kinds.agent.checkpoint import CHECKPOINT_FILE, MAX_CHECKPOINT_BYTES, RESTORE_FILE
 from worker.settle.scrub import scrub_file
 
+__all__ = ["CheckpointUploader", "checkpoint_key", "restore", "restore_source", "resumable"]
+
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_NAME: Final = "checkpoint/session.jsonl"
 # Without s3:ListBucket, S3 answers a missing key with 403 (agentq/local/rules/s3_missing_key.py).
 MISSING: Final = frozenset({"NoSuchKey", "404", "AccessDenied", "403"})
-
-
-def checkpoint_key(tenant: str, request_id: str, attempt: int) -> str:
-    return attempt_prefix(tenant, request_id, attempt) + CHECKPOINT_NAME
 
 
 def resumable(kind: str, settings: Mapping[str, Any]) -> bool:
@@ -71,6 +71,39 @@ def restore(
     return None
 
 
+def restore_source(
+    s3: Any, bucket: str, *, source: TaskRecord | None, source_id: str, task_dir: Path
+) -> dict[str, Any]:
+    """Fetch the final checkpoint of the task a continuation continues into the task dir.
+
+    `source` is its STATE item, read under the continuation's tenant. Returns what the
+    child is told: `{"continued_from": id}` with the file in place, `{"refused": why}`
+    (no checkpoint to start from: the task fails, not retried) or `{"unreadable": why}`
+    (S3 failed: the attempt is retried).
+    """
+    try:
+        stored_bucket, key = source_checkpoint(source, source_id)
+    except ContinueRefused as exc:
+        return {"refused": exc.problem}
+    if stored_bucket != bucket:
+        return {"refused": f"task {source_id} names a checkpoint in another bucket"}
+    try:
+        found = s3.get_object(Bucket=bucket, Key=key)
+        if found.get("ContentLength", 0) > MAX_CHECKPOINT_BYTES:
+            return {"refused": f"the checkpoint of task {source_id} is too large"}
+        data = found["Body"].read(MAX_CHECKPOINT_BYTES + 1)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in MISSING:
+            return {"refused": f"the session checkpoint of task {source_id} is gone from S3"}
+        return {"unreadable": f"checkpoint of task {source_id} unreadable ({type(exc).__name__})"}
+    except (BotoCoreError, OSError) as exc:
+        return {"unreadable": f"checkpoint of task {source_id} unreadable ({type(exc).__name__})"}
+    target = task_dir / RESTORE_FILE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    return {"continued_from": source_id}
+
+
 def _unreadable(request_id: str, attempt: int, exc: BaseException) -> dict[str, Any]:
     logger.warning("checkpoint unreadable; the session starts afresh",
                    extra={"requestId": request_id, "fromAttempt": attempt,
@@ -102,6 +135,7 @@ class CheckpointUploader:
         self._allowed = allowed
         self._stopped = threading.Event()
         self._last: tuple[int, int] | None = None
+        self._behind = False  # the file changed since the last upload that worked
         self.uploads = 0
         self._thread = threading.Thread(target=self._loop, name="checkpoint", daemon=True)
 
@@ -113,6 +147,12 @@ class CheckpointUploader:
         self._stopped.set()
         self._thread.join()
         self.sync()
+
+    @property
+    def final_key(self) -> str | None:
+        """The key, once stopped, if it holds the attempt's last checkpoint (what a
+        continuation of the task starts from); None if nothing or not the last one is."""
+        return self._key if self.uploads and not self._behind else None
 
     def _loop(self) -> None:
         while not self._stopped.wait(self._interval_s):
@@ -139,8 +179,9 @@ class CheckpointUploader:
                 # The next pass tries again; the previous checkpoint stays the resume point.
                 logger.warning("checkpoint upload failed", extra={"key": self._key},
                                exc_info=True)  # fmt: skip
+                self._behind = True
                 return False
-        self._last = version
+        self._last, self._behind = version, False
         self.uploads += 1
         return True
 

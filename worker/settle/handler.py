@@ -38,7 +38,13 @@ from worker.inflight import InFlight, InFlightRegistry
 from worker.parking import SeatWaits
 from worker.routes import tier_urls
 from worker.settle import artifacts
-from worker.settle.checkpoints import CheckpointUploader, checkpoint_key, restore, resumable
+from worker.settle.checkpoints import (
+    CheckpointUploader,
+    checkpoint_key,
+    restore,
+    restore_source,
+    resumable,
+)
 from worker.settle.outbox import EventSink, Outbox
 from worker.settle.outcome import decide
 from worker.settle.prepare import Prepared, Preparer
@@ -250,6 +256,8 @@ class MessageHandler:
             # between may be slow, and a lapsed lease there would invite a takeover.
             _safely(lambda _: on_child_exit(), None)
             outcome = decide(child, task_dir, attempt=lease.attempt, max_attempts=max_attempts)
+            if uploader is not None:
+                outcome = dataclasses.replace(outcome, checkpoint=uploader.final_key)
             try:
                 result = self._settler.settle(
                     entry, envelope, lease, task_dir, outcome, child.duration_ms,
@@ -327,10 +335,27 @@ class MessageHandler:
                 self._s3, self._bucket, tenant=lease.tenant, request_id=lease.request_id,
                 attempt=lease.attempt, task_dir=task_dir,
             )  # fmt: skip
+        if envelope.continues is not None:
+            task["followUp"] = envelope.prompt
+            own = task.get("resume")
+            if not (isinstance(own, dict) and own.get("from_attempt")):
+                # No checkpoint of its own yet: it starts from the source's final one.
+                task["resume"] = self._continued(envelope, definition, lease, task_dir)
         (task_dir / TASK_FILE).write_text(json.dumps(task))
         if self._child_user is not None:
             self._child_user.hand_over(task_dir)
         return task_dir
+
+    def _continued(
+        self, envelope: TaskEnvelope, definition: TaskDefinition, lease: Lease, task_dir: Path
+    ) -> dict[str, Any]:
+        source_id = str(envelope.continues)
+        if definition.kind != "agent":
+            return {"refused": "only an agent task can continue another"}
+        # Under this task's tenant: another tenant's task of that id is never read.
+        source = self._store.get(lease.tenant, source_id)
+        return restore_source(self._s3, self._bucket, source=source, source_id=source_id,
+                              task_dir=task_dir)  # fmt: skip
 
 
 def _nothing() -> None:

@@ -35,6 +35,9 @@ class Outcome:
     error: ErrorInfo | None = None
     usage: dict[str, Any] | None = None
     fenced: bool = False  # the worker stopped it over its lease; the finalize decides
+    # The S3 key of this attempt's final session checkpoint (an agent task with resume):
+    # a completed task names it on its STATE item for a continuation to start from.
+    checkpoint: str | None = None
 
 
 def backoff_s(attempt: int, *, base_s: float, max_s: float) -> float:

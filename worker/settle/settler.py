@@ -139,6 +139,9 @@ class Settler:
         try:
             if outcome.verdict == "completed":
                 pointer = {"bucket": self._bucket, "key": prefix + RESULT_FILE}
+                if outcome.checkpoint is not None:
+                    # Beside the result, in the same fenced write: what a continuation reads.
+                    fields["checkpoint"] = {"bucket": self._bucket, "key": outcome.checkpoint}
                 finish(TaskState.COMPLETED, "Task Completed", result=pointer,
                        usage=usage.get("usage"), cost_usd=usage.get("cost_usd"))  # fmt: skip
                 return "completed"

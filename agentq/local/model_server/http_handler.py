@@ -231,6 +231,7 @@ class _Handler(BaseHTTPRequestHandler):
             model=body.get("model"),
             tool_names=list(req.tools),
             prompt=prompt,
+            latest_prompt=req.latest_prompt,
         )
 
         for d in scn.delays:

@@ -44,18 +44,28 @@ class Request:
     all_text: str  # user/system texts (where markers and rule matches are looked for)
     turn: int  # assistant messages already in the conversation
     tools: dict[str, dict[str, Any]]
+    # Where the latest user prompt sits in `messages` (a follow-up after a finished
+    # answer asks for a new one), and its text.
+    prompt_index: int = 0
+    latest_prompt: str = ""
 
     @classmethod
     def parse(cls, body: dict[str, Any], raw_size: int) -> Request:
         messages = [m for m in body.get("messages", []) if isinstance(m, dict)]
         texts: list[str] = [*_texts(body.get("system"))]
         first_user: list[str] | None = None
-        for m in messages:
+        prompt_index, latest = 0, list[str]()
+        for index, m in enumerate(body.get("messages", [])):
+            if not isinstance(m, dict):
+                continue
             if m.get("role") in ("user", "system"):
                 own = [t for t in _texts(m.get("content")) if not t.startswith(SYSTEM_REMINDER)]
                 texts.extend(own)
                 if first_user is None and m.get("role") == "user":
                     first_user = own
+                # The CLI sends a follow-up in one message with the last tool result.
+                if m.get("role") == "user" and own:
+                    prompt_index, latest = index, own
         tools = {
             str(t.get("name")): t
             for t in body.get("tools", []) or []
@@ -70,12 +80,16 @@ class Request:
             all_text="\n".join(texts),
             turn=turn,
             tools=tools,
+            prompt_index=prompt_index,
+            latest_prompt="\n".join(latest),
         )
 
-    def tool_uses(self, name: str) -> list[dict[str, Any]]:
+    def tool_uses(self, name: str, *, since_prompt: bool = False) -> list[dict[str, Any]]:
+        """The conversation's calls of tool `name` (`since_prompt`: after its latest prompt)."""
+        messages = self.body.get("messages", [])
         return [
             b
-            for m in self.body.get("messages", [])
+            for m in (messages[self.prompt_index :] if since_prompt else messages)
             if isinstance(m, dict) and m.get("role") == "assistant"
             for b in _blocks(m.get("content"))
             if b.get("type") == "tool_use" and b.get("name") == name
@@ -161,7 +175,8 @@ def plan_turn(
 
     so_tool = req.tools.get(STRUCTURED_OUTPUT_TOOL)
     if so_tool is not None:
-        previous = req.tool_uses(STRUCTURED_OUTPUT_TOOL)
+        # An answer accepted before the latest prompt (a follow-up) does not answer it.
+        previous = req.tool_uses(STRUCTURED_OUTPUT_TOOL, since_prompt=True)
         accepted = False
         if previous:
             result = req.tool_result(str(previous[-1].get("id")))

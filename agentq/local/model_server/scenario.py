@@ -145,6 +145,7 @@ class RequestRecord:
     model: str | None = None
     tool_names: list[str] = field(default_factory=list)
     prompt: str = ""
+    latest_prompt: str = ""  # the latest user prompt (a follow-up's, in a continued session)
     status: int = 0  # 0 while stalled / never answered
     outcome: str = ""
     usage: dict[str, int] | None = None

@@ -6,7 +6,8 @@ header line, then one transcript entry a line) for the worker to upload (the chi
 no AWS credentials). On a retry the worker puts the newest earlier checkpoint at
 `RESTORE_FILE`; `read_checkpoint` checks it whole, and `TranscriptStore.load` hands it to
 the SDK, which materializes it for the CLI's `--resume`. Anything unreadable raises
-`CheckpointError`: the caller starts fresh and says why.
+`CheckpointError`: the caller starts fresh and says why. A continuation (another task's
+final checkpoint at `RESTORE_FILE`) has no fresh start: without it the task fails.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
+
+from agentq.errors import TaskError
 
 if TYPE_CHECKING:  # the worker reads this module too, and never loads the SDK
     from claude_agent_sdk import SessionKey, SessionStoreEntry
@@ -132,6 +135,7 @@ class TranscriptStore:
         self._entries: list[dict[str, Any]] = list(restored.entries) if restored else []
         self.turns = restored.turns if restored else 0
         self.written_turns = self.turns
+        self._written_entries = len(self._entries)
 
     async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
         if key.get("subpath"):
@@ -139,7 +143,7 @@ class TranscriptStore:
         if key.get("session_id") != self.session_id:
             # Another session (an in-attempt retry started afresh): it replaces the old one.
             self.session_id, self._entries = str(key.get("session_id")), []
-            self.turns = self.written_turns = 0
+            self.turns = self.written_turns = self._written_entries = 0
         self._entries.extend(cast(list[dict[str, Any]], entries))
         self.turns = completed_turns(self._entries)
         if self.turns > self.written_turns:
@@ -149,6 +153,12 @@ class TranscriptStore:
         if key.get("subpath") or key.get("session_id") != self.session_id:
             return None
         return cast("list[SessionStoreEntry]", list(self._entries)) or None
+
+    def flush(self) -> None:
+        """Write what the last write left out: at a session's successful end, its final
+        answer (no tool call, so no completed turn), which a continuation goes on from."""
+        if self.session_id is not None and len(self._entries) > self._written_entries:
+            self._write()
 
     def _write(self) -> None:
         assert self.session_id is not None
@@ -160,6 +170,7 @@ class TranscriptStore:
         partial.write_bytes(data)
         os.replace(partial, self._target)
         self.written_turns = self.turns
+        self._written_entries = len(self._entries)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,6 +180,8 @@ class ResumePlan:
     store: TranscriptStore
     restored: Checkpoint | None
     record: dict[str, Any] | None  # for the attempt's events: resumed from where, or why not
+    # Another task's final session, which this task continues with its follow-up.
+    continued: bool = False
 
 
 def plan_resume(task_dir: Path, offered: Mapping[str, Any] | None) -> ResumePlan:
@@ -176,6 +189,8 @@ def plan_resume(task_dir: Path, offered: Mapping[str, Any] | None) -> ResumePlan
     target = task_dir / CHECKPOINT_FILE
     if not offered:
         return ResumePlan(store=TranscriptStore(target), restored=None, record=None)
+    if offered.get("continued_from"):
+        return _plan_continue(task_dir, str(offered["continued_from"]))
     problem = offered.get("unreadable")
     if problem is None:
         try:
@@ -195,3 +210,15 @@ def plan_resume(task_dir: Path, offered: Mapping[str, Any] | None) -> ResumePlan
         restored=None,
         record={"status": "fresh", "reason": str(problem)[:300]},
     )
+
+
+def _plan_continue(task_dir: Path, source_id: str) -> ResumePlan:
+    try:
+        restored = read_checkpoint(task_dir / RESTORE_FILE)
+    except CheckpointError as exc:
+        # Starting afresh would answer the follow-up without the conversation it follows.
+        raise TaskError("not_found", f"cannot continue: the checkpoint of task {source_id} "
+                        f"is corrupt ({exc})", retryable=False) from None  # fmt: skip
+    record = {"status": "continued", "from_task": source_id, "turns": restored.turns}
+    return ResumePlan(store=TranscriptStore(task_dir / CHECKPOINT_FILE, restored),
+                      restored=restored, record=record, continued=True)  # fmt: skip

@@ -8,8 +8,8 @@ Each value is rendered as::
     </input>
 
 so the model can tell the author's instructions from user-supplied material, and a
-value cannot close its fence early (`agentq.security.sanitize_prompt_input`). Text
-values go in as they are; anything else as indented JSON.
+value cannot close its fence early (`agentq.security.sanitize_prompt_input`). Text values
+go in as they are, others as JSON; a follow-up (`follow_up_prompt`) goes before them.
 """
 
 from __future__ import annotations
@@ -80,3 +80,15 @@ def fence(name: str, value: Any) -> str:
             raise InvalidInput(f"input.{name}", "must be JSON-serializable") from None
     clean = sanitize_prompt_input(text, name=f"input.{name}", limit=MAX_PROMPT_VALUE)
     return f'<input name="{name}">\n{clean}\n</input>'
+
+
+def follow_up_prompt(text: str, values: Mapping[str, Any]) -> str:
+    """A continuation's next user turn: the submitter's follow-up as written (control
+    characters gone, a forged `<input>` tag defused), then each input value fenced."""
+    clean = sanitize_prompt_input(text, name="prompt", limit=MAX_PROMPT_VALUE)
+    prompt = "\n\n".join([clean, *(fence(name, value) for name, value in values.items())])
+    if len(prompt) > MAX_PROMPT:
+        raise InvalidInput(
+            "input", f"the prompt is {len(prompt)} characters; the limit is {MAX_PROMPT}"
+        )
+    return prompt

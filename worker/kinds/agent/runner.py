@@ -19,11 +19,13 @@ import anyio
 from claude_agent_sdk import ResultMessage, SessionStore
 from jsonschema import Draft202012Validator
 
+from agentq.errors import TaskError
 from agentq.taxonomy import ErrorInfo, classify_exception, info
 from worker.kinds import ChildContext
 from worker.kinds.agent import session
 from worker.kinds.agent.checkpoint import RESUME_PROMPT, ResumePlan, plan_resume
 from worker.kinds.agent.errors import classify_sdk_exception
+from worker.kinds.agent.prompt import follow_up_prompt
 from worker.kinds.agent.retry import Failure, RetryPolicy, with_retry
 from worker.kinds.agent.spec import AgentSpec
 from worker.kinds.agent.summary import CliLog, SummaryLog, describe_tools, describe_totals
@@ -70,6 +72,7 @@ class AgentRun:
         self.outcome = "failed"
         self.error: ErrorInfo | None = None
         self.resume_record: dict[str, Any] | None = None
+        self.plan: ResumePlan | None = None
         self._finished = False
 
     def run(self) -> Any:
@@ -82,7 +85,11 @@ class AgentRun:
         )
         try:
             spec = self.spec = AgentSpec.from_settings(ctx.definition.settings, ctx.settings)
-            prompt = spec.template.render(ctx.input)
+            if ctx.follow_up is None:
+                prompt = spec.template.render(ctx.input)
+            else:
+                # The session it continues holds the definition's prompt already.
+                prompt = follow_up_prompt(ctx.follow_up, ctx.input)
             self.log.line(
                 f"model {spec.model}, max_turns {spec.max_turns}, tools "
                 f"{', '.join(spec.allowed_tools) or 'none'}, permission {spec.permission_mode}, "
@@ -92,6 +99,8 @@ class AgentRun:
             result = anyio.run(self._run, spec, prompt)
             output = result.structured_output
             validate_output(output, dict(spec.output_schema))
+            if self.plan is not None:
+                self.plan.store.flush()  # the final answer too: a continuation starts after it
             # The child runner writes artifacts/task-result.json from the return value.
             self.outcome = "completed"
             self.log.line(f"result: artifacts/{RESULT_NAME} (valid against the output schema)")
@@ -111,9 +120,10 @@ class AgentRun:
         # TranscriptStore has the two methods a store needs; the SDK probes for the rest.
         store = cast(SessionStore, plan.store) if plan else None
         resume = plan.restored.session_id if plan and plan.restored else None
+        interrupted = not (plan and plan.continued)
         opts = session.options(spec, cwd=workspace, recorder=self.recorder, stderr=cli_log,
-                               store=store, resume=resume)  # fmt: skip
-        if resume is not None:
+                               store=store, resume=resume, interrupted=interrupted)  # fmt: skip
+        if resume is not None and interrupted:
             # The session carries the task's prompt already: a resumed run says only why.
             prompt = RESUME_PROMPT
         policy = RetryPolicy(
@@ -144,12 +154,21 @@ class AgentRun:
     def _plan_resume(self, spec: AgentSpec) -> ResumePlan | None:
         """None unless the definition opts in; else the checkpoint store of this attempt
         and the earlier attempt's session it resumes, if one could be read."""
-        if not spec.resume:
+        continuing = self.ctx.follow_up is not None
+        if not spec.resume and not continuing:
             return None
-        plan = plan_resume(self.ctx.task_dir, self.ctx.resume)
+        offered = self.ctx.resume or {}
+        if continuing and "unreadable" in offered:
+            # Not a fresh start: the follow-up needs the conversation it follows.
+            raise TaskError("server", f"cannot continue yet: {offered['unreadable']}",
+                            retryable=True)  # fmt: skip
+        plan = self.plan = plan_resume(self.ctx.task_dir, self.ctx.resume)
         self.resume_record = plan.record
         record = plan.record or {}
-        if plan.restored is not None:
+        if plan.continued:
+            self.log.line(f"continuing the session of task {record['from_task']} "
+                          f"({record['turns']} turns) with the follow-up")  # fmt: skip
+        elif plan.restored is not None:
             self.log.line(f"resuming the session of attempt {record['from_attempt']} from its "
                           f"checkpoint ({plan.restored.turns} turns)")  # fmt: skip
         elif record:

@@ -25,9 +25,11 @@ def options(
     stderr: Callable[[str], None],
     store: SessionStore | None = None,
     resume: str | None = None,
+    interrupted: bool = True,
 ) -> ClaudeAgentOptions:
     """The SDK options of a run; with `store` the transcript is mirrored there (checkpoints),
-    and `resume` (a session id the store holds) continues that session."""
+    and `resume` (a session id the store holds) continues that session: one `interrupted`
+    (the model is told), or a finished task's that a continuation goes on with."""
     env = {
         # agentq's own retry (classified, jittered, traced) replaces the CLI's ten silent
         # ones; a definition may hand some back with cli_max_retries.
@@ -39,7 +41,9 @@ def options(
     return ClaudeAgentOptions(
         model=spec.model,
         system_prompt=(
-            spec.system_prompt if resume is None else f"{spec.system_prompt}\n\n{RESUME_NOTE}"
+            f"{spec.system_prompt}\n\n{RESUME_NOTE}"
+            if resume is not None and interrupted
+            else spec.system_prompt
         ),
         max_turns=spec.max_turns,
         max_budget_usd=spec.max_budget_usd,
