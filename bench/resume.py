@@ -9,7 +9,7 @@ turns are done (and, resuming, turn k's checkpoint is in S3), SIGKILL the worker
 its child and CLI, and let a standby worker finish it. Tokens are the model server's
 (input, cache and output, every request); S3 requests go through a counting relay.
 
-    python -m bench.resume [--tasks N] [--turns T] [--seed S] [--json PATH]
+    python -m bench.resume [--tasks N] [--turns T] [--seed S] [--model-delay-ms MS] [--json PATH]
 """
 
 from __future__ import annotations
@@ -63,6 +63,9 @@ class Config:
     tasks: int = 6
     turns: int = 20  # model turns of a clean run: turns - 1 Bash calls, then the answer
     seed: int = 41
+    # Each model answer waits this long: offline answers are instant, a real model's take
+    # seconds, and the wall time a resume saves is the skipped turns' model time.
+    model_delay_ms: int = 1000
     timeout_s: float = 300.0  # for each wait of one task
 
     def kill_turns(self) -> list[int]:
@@ -83,13 +86,14 @@ class Run:
     requests: list[RequestRecord] = field(default_factory=list)
 
 
-def prompt_text(index: int, turns: int) -> str:
+def prompt_text(index: int, turns: int, delay_ms: int = 0) -> str:
     """Each step prints about a kilobyte, as a file read or a search would."""
     steps = "; ".join(
         f'tool Bash {{"command": "seq -s \' \' {n * 1000} {n * 1000 + 199}"}}'
         for n in range(1, turns)
     )
-    return f"Work through the steps. [[model: key task-{index:02d}; {steps}]]"
+    delay = f"delay {delay_ms}ms; " if delay_ms else ""
+    return f"Work through the steps. [[model: key task-{index:02d}; {delay}{steps}]]"
 
 
 def definition(turns: int, *, resume: bool) -> dict[str, Any]:
@@ -156,7 +160,7 @@ class Bench:
     def _send(self, arm: str, index: int) -> Run:
         # The same length in every arm: the CLI's prompt names the task's directory.
         run = Run(request_id=f"rb-{ARM_CODES[arm]}-{self.config.seed:04d}-{index:02d}")
-        task = envelope(DEFINITION, {"text": prompt_text(index, self.config.turns)},
+        task = envelope(DEFINITION, {"text": prompt_text(index, self.config.turns, self.config.model_delay_ms)},
                         request_id=run.request_id)  # fmt: skip
         run.sent = time.time()
         self.stage.send([task])
@@ -282,6 +286,7 @@ def run(config: Config | None = None, *, server: MotoServer | None = None) -> di
                 raw[arm] = {"tasks": [_record(r) for r in runs], "s3": _s3_figures(counter)}
     report = summarize(raw, turns=config.turns, kill_turns=config.kill_turns())
     report["config"] = {"tasks": config.tasks, "turns": config.turns, "seed": config.seed,
+                        "model_delay_ms": config.model_delay_ms,
                         "checkpoint_interval_ms": CHECKPOINT_INTERVAL_MS}  # fmt: skip
     report["runs"] = raw
     return report
@@ -292,10 +297,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=Config.tasks)
     parser.add_argument("--turns", type=int, default=Config.turns)
     parser.add_argument("--seed", type=int, default=Config.seed)
+    parser.add_argument("--model-delay-ms", type=int, default=Config.model_delay_ms,
+                        help="how long each model answer waits")  # fmt: skip
     parser.add_argument("--json", type=Path, default=RESULTS, help="where the report goes")
     args = parser.parse_args(argv)
     began = time.monotonic()
-    report = run(Config(tasks=args.tasks, turns=args.turns, seed=args.seed))
+    config = Config(tasks=args.tasks, turns=args.turns, seed=args.seed,
+                    model_delay_ms=args.model_delay_ms)  # fmt: skip
+    report = run(config)
     report["seconds"] = round(time.monotonic() - began, 1)
     report["command"] = "python -m bench.resume " + " ".join(argv or sys.argv[1:])
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ def tokens(requests: Sequence[Mapping[str, Any]]) -> int:
 
 
 def _median(values: Sequence[float]) -> float:
-    return float(statistics.median(values)) if values else float("nan")
+    return round(float(statistics.median(values)), 3) if values else float("nan")
 
 
 def _killed_task(task: Mapping[str, Any], clean: Mapping[str, Any], k: int) -> dict[str, Any]:
@@ -174,35 +174,34 @@ def _table(title: str, *columns: str) -> Table:
 
 
 def table(d: Mapping[str, Any]) -> Table:
-    config = d["config"]
+    config, arms, c = d["config"], d["arms"], d["checkpoint"]
     t = _table(
-        f"resume against restart ({config['tasks']} tasks of {config['turns']} turns, "
-        f"seed {config['seed']}, killed at a random turn)",
-        "task (killed at turn)", "clean tokens", "resume extra", "restart extra",
-        "resume ÷ restart", "resume s after kill", "restart s after kill",
+        f"resume against restart: {config['tasks']} agent tasks of {config['turns']} turns "
+        f"(model answers {config['model_delay_ms']} ms), each killed at a random turn",
+        "task (killed at)", "clean tokens", "resume extra", "restart extra", "resume ÷ restart",
+        "resume s after kill", "restart s after kill",
     )  # fmt: skip
     for n, row in enumerate(d["tasks"]):
-        t.add_row(f"{n} ({row['kill_turn']})", f"{row['clean_tokens']:,}",
+        t.add_row(f"{n} (turn {row['kill_turn']})", f"{row['clean_tokens']:,}",
                   f"{row['resume']['extra_tokens']:,}", f"{row['restart']['extra_tokens']:,}",
                   f"{row['resume_pct_of_restart']:.1f} %",
                   f"{row['resume']['wall_after_kill_s']:.1f}",
                   f"{row['restart']['wall_after_kill_s']:.1f}")  # fmt: skip
-    arms, c = d["arms"], d["checkpoint"]
     verdict = "met" if d["met"] else "[red]not met[/red]"
-    t.add_row("all tasks", f"median {arms['clean']['tokens_median']:,.0f}",
+    t.add_row("all (median)", f"{arms['clean']['tokens_median']:,.0f}",
               f"{arms['resume']['extra_tokens_total']:,}",
               f"{arms['restart']['extra_tokens_total']:,}",
               f"{d['resume_extra_pct_of_restart']:.1f} % (≤ {d['target_pct']:.0f} %: {verdict})",
-              f"median {arms['resume']['wall_after_kill_s_median']:.1f}",
-              f"median {arms['restart']['wall_after_kill_s_median']:.1f}")  # fmt: skip
-    t.add_row("clean run, wall s (median)", f"{arms['clean']['wall_s_median']:.1f}", "", "", "",
-              f"retry from {arms['resume']['kill_to_retry_s_median']:.1f}",
-              f"retry from {arms['restart']['kill_to_retry_s_median']:.1f}")  # fmt: skip
-    t.add_row("checkpoint PUT / turn; bytes / put; / task",
-              f"{c['puts_per_turn']:.2f}", f"{c['bytes_per_put']:,}", f"{c['bytes_per_task']:,}",
-              "", "", "")  # fmt: skip
-    t.add_row("checkpoint GET / resume (found); bytes",
-              f"{c['gets_per_resume']:.2f} ({c['gets_found_per_resume']:.2f})",
-              f"{c['bytes_per_resume']:,}", "", "", "", "")  # fmt: skip
-    t.add_row("violations", str(len(d["violations"])), "", "", "", "", "")
+              f"{arms['resume']['wall_after_kill_s_median']:.1f}",
+              f"{arms['restart']['wall_after_kill_s_median']:.1f}")  # fmt: skip
+    t.caption = (
+        f"clean run {arms['clean']['wall_s_median']:.1f} s (median); retry's first model "
+        f"request {arms['resume']['kill_to_retry_s_median']:.1f} s (resume) / "
+        f"{arms['restart']['kill_to_retry_s_median']:.1f} s (restart) after the kill. "
+        f"Checkpoint: {c['puts_per_turn']:.2f} PutObject a turn, {c['bytes_per_put']:,} bytes "
+        f"a put, {c['bytes_per_task']:,} a task; {c['gets_per_resume']:.2f} GetObject a resume "
+        f"({c['gets_found_per_resume']:.2f} found, {c['bytes_per_resume']:,} bytes). "
+        f"Violations: {len(d['violations'])}."
+    )
+    t.caption_justify = "left"
     return t
