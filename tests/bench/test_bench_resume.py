@@ -7,11 +7,13 @@ own: what it records is what boto3 sent and got.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from agentq.local.aws import MotoServer, local_session_clients
 from bench import report, resume
-from bench.resume_report import tokens
+from bench.resume_report import summarize, tokens
 from bench.s3_counter import S3Counter
 from bench.stack import new_stage
 
@@ -84,3 +86,44 @@ def test_a_tiny_run_reports_every_arm_and_holds_its_invariants(moto_server: Moto
 
     assert not isinstance(report.table("resume", result), str)
     assert report.verdicts({"resume": result}).row_count == 1
+
+
+def _requests(turns: list[int], at: float, usage: int = 100) -> list[dict[str, Any]]:
+    return [{"turn": t, "outcome": "tool_use:Bash", "usage": {"input_tokens": usage + t},
+             "received_at": at + n} for n, t in enumerate(turns)]  # fmt: skip
+
+
+def _raw(resume_retry_turns: list[int], resume_status: dict[str, Any] | None) -> dict[str, Any]:
+    """One four-turn task killed at turn 2, as the arms would record it."""
+    stall = [{"turn": 2, "outcome": "stall", "usage": None, "received_at": 2.5}]
+    done = {"end": "Task Completed", "sent": 0.0, "ended": 20.0}
+    s3: dict[str, Any] = {"requests": 0, "checkpoint_requests": []}
+    put = {"method": "PUT", "key": "task/bench/c/attempt-1/checkpoint/session.jsonl",
+           "status": 200, "sent_bytes": 10, "received_bytes": 0, "at": 1.0}  # fmt: skip
+    return {
+        "clean": {"tasks": [{**done, "request_id": "c", "attempt": 1, "resume": None,
+                             "killed": None, "requests": _requests([0, 1, 2, 3], 0.0)}],
+                  "s3": {**s3, "checkpoint_requests": [put]}},
+        "resume": {"tasks": [{**done, "request_id": "r", "attempt": 2, "resume": resume_status,
+                              "killed": 3.0,
+                              "requests": _requests([0, 1], 0.0) + stall
+                              + _requests(resume_retry_turns, 10.0, usage=110)}],
+                   "s3": s3},
+        "restart": {"tasks": [{**done, "request_id": "s", "attempt": 2, "resume": None,
+                               "killed": 3.0,
+                               "requests": _requests([0, 1], 0.0) + stall
+                               + _requests([0, 1, 2, 3], 10.0)}],
+                    "s3": s3},
+    }  # fmt: skip
+
+
+def test_a_retry_that_did_not_resume_at_its_turn_is_a_violation() -> None:
+    resumed = {"status": "resumed", "from_attempt": 1, "turns": 2}
+    good = summarize(_raw([2, 3], resumed), turns=4, kill_turns=[2])
+    assert good["tasks"][0]["restart"]["extra_tokens"] == 100 + 101
+    assert good["tasks"][0]["resume"]["extra_tokens"] == (112 + 113) - (102 + 103)
+    assert good["violations"] == []
+
+    started_over = summarize(_raw([0, 1, 2, 3], {"status": "fresh", "reason": "x"}),
+                             turns=4, kill_turns=[2])  # fmt: skip
+    assert any("did not resume at its turn" in v for v in started_over["violations"])
