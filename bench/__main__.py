@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from rich.console import Console
 
+from agentq.local.aws import MotoServer
 from bench import (
     chaos,
     lambda_import,
@@ -50,6 +51,7 @@ NAMES: Final = (
     "agent",
     "console",
     "reconcile",
+    "resume",
     "chaos",
 )
 
@@ -83,6 +85,16 @@ def _agent(quick: bool) -> dict[str, Any]:
     return figures
 
 
+def _resume(server: MotoServer, quick: bool) -> dict[str, Any]:
+    from bench import resume
+
+    config = resume.Config(tasks=2, turns=8) if quick else resume.Config()
+    figures = resume.run(config, server=server)
+    resume.RESULTS.write_text(json.dumps(figures, indent=1) + "\n")
+    figures.pop("runs")  # the raw records stay in bench/results/resume.json
+    return figures
+
+
 def run_all(names: tuple[str, ...], quick: bool, console: Console) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with moto_server() as server:
@@ -96,6 +108,7 @@ def run_all(names: tuple[str, ...], quick: bool, console: Console) -> dict[str, 
             "lambda_import": lambda: lambda_import.run(quick=quick),
             "agent": lambda: _agent(quick),
             "console": lambda: console_bench.run(server, quick=quick),
+            "resume": lambda: _resume(server, quick),
             # moto in-process; at full size moto takes minutes a run (its index query
             # sorts the table), so two runs give the cost, --quick the reach.
             "reconcile": lambda: (

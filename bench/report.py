@@ -150,6 +150,12 @@ def _priority(d: Data) -> Table:
     return table(d)
 
 
+def _resume(d: Data) -> Table:
+    from bench.resume_report import table  # its own renderer, beside its figures
+
+    return table(d)
+
+
 def _reconcile(d: Data) -> Table:
     from bench.reconcile import table  # its own renderer, beside its figures
 
@@ -169,6 +175,7 @@ RENDERERS: dict[str, Callable[[Data], Table]] = {
     "chaos": _chaos,
     "console": _console,
     "reconcile": _reconcile,
+    "resume": _resume,
 }
 
 
@@ -222,6 +229,10 @@ def verdicts(results: Mapping[str, Data]) -> Table:
         from bench.priority_report import checks as priority_checks
 
         checks.extend(priority_checks(results["priority"]))
+    if "resume_extra_pct_of_restart" in results.get("resume", {}):
+        r = results["resume"]
+        checks.append(("resume's extra tokens ≤ 40 % of restart's (agent task killed at a "
+                       "random turn)", f"{r['resume_extra_pct_of_restart']:.1f} %", r["met"]))  # fmt: skip
     if "summary" in results.get("chaos", {}):
         n = results["chaos"]["summary"]["violations"]
         checks.append(("chaos violations = 0", str(n), n == 0))
