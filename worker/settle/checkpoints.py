@@ -51,23 +51,16 @@ def restore(
     file in place, `{"unreadable": why}`, or None when no attempt left one.
     """
     for earlier in range(attempt, 0, -1):
-        key = checkpoint_key(tenant, request_id, earlier)
         try:
-            found = s3.get_object(Bucket=bucket, Key=key)
-            if found.get("ContentLength", 0) > MAX_CHECKPOINT_BYTES:
-                return {"unreadable": f"checkpoint of attempt {earlier} is too large"}
-            data = found["Body"].read(MAX_CHECKPOINT_BYTES + 1)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in MISSING:
-                continue
-            return _unreadable(request_id, earlier, exc)
-        except (BotoCoreError, OSError) as exc:
+            data = _fetch(s3, bucket, checkpoint_key(tenant, request_id, earlier))
+        except _TooLarge:
+            return {"unreadable": f"checkpoint of attempt {earlier} is too large"}
+        except (ClientError, BotoCoreError, OSError) as exc:
             # botocore already retried a throttle or a dropped connection.
             return _unreadable(request_id, earlier, exc)
-        target = task_dir / RESTORE_FILE
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        return {"from_attempt": earlier}
+        if data is not None:
+            _place(task_dir, data)
+            return {"from_attempt": earlier}
     return None
 
 
@@ -88,20 +81,40 @@ def restore_source(
     if stored_bucket != bucket:
         return {"refused": f"task {source_id} names a checkpoint in another bucket"}
     try:
+        data = _fetch(s3, bucket, key)
+    except _TooLarge:
+        return {"refused": f"the checkpoint of task {source_id} is too large"}
+    except (ClientError, BotoCoreError, OSError) as exc:
+        return {"unreadable": f"checkpoint of task {source_id} unreadable ({type(exc).__name__})"}
+    if data is None:
+        return {"refused": f"the session checkpoint of task {source_id} is gone from S3"}
+    _place(task_dir, data)
+    return {"continued_from": source_id}
+
+
+class _TooLarge(Exception):
+    """A checkpoint over MAX_CHECKPOINT_BYTES: never read whole."""
+
+
+def _fetch(s3: Any, bucket: str, key: str) -> bytes | None:
+    """A checkpoint's bytes; None when there is none (404, or 403 for a reader without
+    ListBucket). Raises `_TooLarge`, or what S3 and botocore raise after their retries."""
+    try:
         found = s3.get_object(Bucket=bucket, Key=key)
-        if found.get("ContentLength", 0) > MAX_CHECKPOINT_BYTES:
-            return {"refused": f"the checkpoint of task {source_id} is too large"}
-        data = found["Body"].read(MAX_CHECKPOINT_BYTES + 1)
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") in MISSING:
-            return {"refused": f"the session checkpoint of task {source_id} is gone from S3"}
-        return {"unreadable": f"checkpoint of task {source_id} unreadable ({type(exc).__name__})"}
-    except (BotoCoreError, OSError) as exc:
-        return {"unreadable": f"checkpoint of task {source_id} unreadable ({type(exc).__name__})"}
+            return None
+        raise
+    if found.get("ContentLength", 0) > MAX_CHECKPOINT_BYTES:
+        raise _TooLarge(key)
+    data: bytes = found["Body"].read(MAX_CHECKPOINT_BYTES + 1)
+    return data
+
+
+def _place(task_dir: Path, data: bytes) -> None:
     target = task_dir / RESTORE_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(data)
-    return {"continued_from": source_id}
 
 
 def _unreadable(request_id: str, attempt: int, exc: BaseException) -> dict[str, Any]:
