@@ -150,6 +150,7 @@ def test_a_job_whose_events_were_lost_is_moved_on_and_closed_once(stack: Stack) 
     start(stack, "healthy", "A")  # running: the job is waiting, not stalled
     finish(stack, "stalled", "A", result={"value": 7})  # its Task Completed never arrives
     pass_bound(1.2)
+    settle_indexes(stack)  # the sweeper finds jobs through the status index
     bus_events(stack)
     sweeper = build(client, stack, lost_after=60, stall_after=1)
 
@@ -171,6 +172,7 @@ def test_a_job_whose_events_were_lost_is_moved_on_and_closed_once(stack: Stack) 
 
     finish(stack, "stalled", "B")  # and this event is lost too
     pass_bound(1.2)
+    settle_indexes(stack)  # the sweeper finds jobs through the status index
     closing = sweeper.run()
     closed_again = sweeper.run()
 
@@ -182,6 +184,7 @@ def test_a_job_whose_events_were_lost_is_moved_on_and_closed_once(stack: Stack) 
     events = bus_events(stack)
     assert len(of_type(events, "Job Completed")) == 1
     assert len(of_type(events, "Job Repaired")) == 1
+    settle_indexes(stack)  # the closed job leaves the status index a moment later
     assert [j for _, j in sweeper.jobs.running_jobs(created_before_ms=now_ms())] == ["healthy"]
 
 
