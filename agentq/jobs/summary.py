@@ -24,6 +24,8 @@ def task_dict(record: TaskRecord) -> dict[str, Any]:
         "definition": record.definition,
         "jobId": record.job_id,
         "taskKey": raw.get("taskKey") or (record.envelope or {}).get("taskKey"),
+        # The finished task whose session this one continues (`submit --continue`).
+        "continues": (record.envelope or {}).get("continues"),
         "attempt": record.attempt,
         "owner": record.owner,
         "createdAt": _iso(record.created_at_ms),

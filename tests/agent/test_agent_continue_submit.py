@@ -14,6 +14,7 @@ from agentq.definitions import DefinitionsTable, TaskDefinition
 from agentq.envelope import MAX_FOLLOW_UP, TaskEnvelope
 from agentq.errors import InvalidInput
 from agentq.jobs import request_id_for, result_key
+from agentq.jobs.summary import task_dict
 from agentq.states import TaskState
 from agentq.store import TaskStore
 from agentq.store.keys import checkpoint_key
@@ -70,6 +71,9 @@ def test_a_continuation_is_queued_with_its_source_and_follow_up(inproc_stack: St
     assert record.envelope["continues"] == "src-1"
     assert record.envelope["prompt"] == "And then?"
     assert _queued(inproc_stack) == 1
+    # `agentq status` and the API's task view name the task it continues.
+    assert task_dict(client.get_task(record.request_id, tenant="acme"))["continues"] == "src-1"
+    assert task_dict(client.get_task("src-1", tenant="acme"))["continues"] is None
 
 
 @pytest.mark.parametrize(
