@@ -90,17 +90,23 @@ def test_no_checkpoint_is_no_resume(inproc_stack: Stack, tmp_path: Path) -> None
     assert not (tmp_path / RESTORE_FILE).exists()
 
 
-def test_a_checkpoint_s3_keeps_refusing_is_a_fresh_start_not_a_failure(
-    stack: Stack, tmp_path: Path
-) -> None:
-    _put(stack, checkpoint_key("acme", "r-1", 1), _checkpoint(2))
+def _always_throttled_s3(stack: Stack) -> Any:
+    """An S3 client whose every GetObject is throttled. Two attempts, not agentq's ten:
+    the same story (botocore retried, then gave up), sooner."""
     session = new_session(LOCAL_REGION, access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
                           secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
-    # Two attempts, not agentq's ten: the same story (botocore retried, then gave up), sooner.
     s3 = session.client("s3", endpoint_url=stack.resources.endpoint_for("s3"),
                         config=Config(retries={"mode": "standard", "max_attempts": 2}))  # fmt: skip
     throttled = FaultRule(op="s3:GetObject", kind=Kind.THROTTLE, rate=1.0)
     install(s3, FaultInjector(FaultSpec(rules=(throttled,)), seed=3))
+    return s3
+
+
+def test_a_checkpoint_s3_keeps_refusing_is_a_fresh_start_not_a_failure(
+    stack: Stack, tmp_path: Path
+) -> None:
+    _put(stack, checkpoint_key("acme", "r-1", 1), _checkpoint(2))
+    s3 = _always_throttled_s3(stack)
 
     offered = _restore(stack, 2, tmp_path, s3=s3)
 
@@ -254,12 +260,7 @@ def test_a_continuations_checkpoint_s3_keeps_refusing_is_retried(
 ) -> None:
     source = _source(stack)
     _put(stack, checkpoint_key("acme", "src-1", 1), _checkpoint(2))
-    session = new_session(LOCAL_REGION, access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                          secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
-    s3 = session.client("s3", endpoint_url=stack.resources.endpoint_for("s3"),
-                        config=Config(retries={"mode": "standard", "max_attempts": 2}))  # fmt: skip
-    throttled = FaultRule(op="s3:GetObject", kind=Kind.THROTTLE, rate=1.0)
-    install(s3, FaultInjector(FaultSpec(rules=(throttled,)), seed=3))
+    s3 = _always_throttled_s3(stack)
     offered = _continue(stack, source, tmp_path, s3=s3)
     assert offered == {"unreadable": "checkpoint of task src-1 unreadable (ClientError)"}
 
