@@ -69,6 +69,8 @@ def test_iam_enforced_job_runs_through_worker_and_lambdas(enforced: LocalStack) 
     assert stack.resources is not None and stack.moto is not None
     # This process is a producer: its environment holds the producer's key, not the operator's.
     assert os.environ["AWS_ACCESS_KEY_ID"] == stack.credentials["producer"].access_key_id
+    # A worker that died at start reads as an empty environment (a zombie's): say why.
+    assert stack.workers[0].alive(), stack.workers[0].output()[-4000:]
     worker_env = psutil.Process(stack.workers[0].pid).environ()
     assert worker_env["AWS_ACCESS_KEY_ID"] == stack.credentials["worker"].access_key_id
     assert LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"] not in {

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from support import wait_for
 
 from agentq.definitions import TaskDefinition
 from worker.child.forkclient import ForkServer
-from worker.child.leasefile import LeaseTimes, write_lease
+from worker.child.leasefile import LeaseTimes, Watchdog, write_lease
 from worker.child.leasetimer import LEASE_SIGNAL, LeaseTimer
 from worker.child.proctree import ChildProcess
 from worker.child.runner import READY_LINE
@@ -162,6 +163,30 @@ def test_lease_timer_fires_at_the_wall_clock_time_it_was_armed_for() -> None:
         wait_for(lambda: len(seen) == 2, timeout=10, message="an immediate expiry")
     finally:
         timer.disarm()
+        signal.signal(LEASE_SIGNAL, previous)
+
+
+def _blocked_signals(thread_id: int) -> set[int]:
+    status = Path(f"/proc/self/task/{thread_id}/status").read_text()
+    mask = int(
+        next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")), 16
+    )
+    return {number for number in range(1, 65) if mask >> (number - 1) & 1}
+
+
+def test_only_the_task_thread_can_take_the_lease_timers_signal(tmp_path: Path) -> None:
+    """A thawed child's lapsed lease must stop the task code itself: a signal taken by
+    the watchdog thread would only flag the main thread, which runs on until it checks."""
+    write_lease(tmp_path, _lease(600))
+    previous = signal.getsignal(LEASE_SIGNAL)
+    watchdog = Watchdog(tmp_path, on_expiry=lambda: None).start()
+    try:
+        thread = watchdog._thread
+        wait_for(lambda: LEASE_SIGNAL in _blocked_signals(thread.native_id or 0), timeout=10,
+                 message="the watchdog thread blocks the lease signal")  # fmt: skip
+        assert LEASE_SIGNAL not in _blocked_signals(threading.main_thread().native_id or 0)
+    finally:
+        watchdog.close()
         signal.signal(LEASE_SIGNAL, previous)
 
 

@@ -296,6 +296,11 @@ class Watchdog:
             os.kill(me, signal.SIGKILL)
 
     def _watch(self) -> None:
+        # The timer's signal must interrupt the main thread (the task's): taken by this
+        # thread, it would only flag the main thread, whose task code runs on until its
+        # next check, and may finish a stale attempt's work first.
+        with contextlib.suppress(ValueError, OSError):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {LEASE_SIGNAL})
         while True:
             times = self._current()
             if self._closed:
