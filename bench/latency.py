@@ -82,7 +82,9 @@ def _floors(stage: Stage, repeat: int) -> dict[str, float]:
     handles: list[str] = []
     send_only = timed_calls(lambda: sqs.send_message(QueueUrl=url, MessageBody="x"), repeat)
     # Drain what send_only left so `receive` measures one message each time.
-    while sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages"):
+    while sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0).get(
+        "Messages"
+    ):
         pass
     stage.set_visibility_timeout(0)
     receive_rtt = max(0.0, timed_calls(receive, repeat) - send_only)

@@ -50,7 +50,8 @@ def _dead_letter(stack: Stack, client: AgentqClient, request_id: str) -> Archive
 
 
 def _queued(stack: Stack) -> list[str]:
-    got = stack.sqs.receive_message(QueueUrl=stack.resources.queue_url, MaxNumberOfMessages=10)
+    got = stack.sqs.receive_message(QueueUrl=stack.resources.queue_url, MaxNumberOfMessages=10,
+                                    WaitTimeSeconds=0)  # fmt: skip
     return [json.loads(m["Body"])["requestId"] for m in got.get("Messages", [])]
 
 

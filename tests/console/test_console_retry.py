@@ -33,7 +33,9 @@ def _end(client: AgentqClient, request_id: str, state: TaskState) -> None:
 
 
 def _queued(stack: Stack) -> list[str]:
-    got = stack.sqs.receive_message(QueueUrl=stack.resources.queue_url, MaxNumberOfMessages=10)
+    # No long poll: the creation's messages are drained until none is left.
+    got = stack.sqs.receive_message(QueueUrl=stack.resources.queue_url, MaxNumberOfMessages=10,
+                                    WaitTimeSeconds=0)  # fmt: skip
     return [json.loads(m["Body"])["requestId"] for m in got.get("Messages", [])]
 
 

@@ -130,9 +130,9 @@ def test_an_unmapped_principal_is_refused_with_403(inproc_stack: Stack) -> None:
         in (api("GET", "/jobs", session("not-mapped"))[1]["message"])
     )
     assert (
-        inproc_stack.sqs.receive_message(QueueUrl=inproc_stack.resources.queue_url).get(
-            "Messages", []
-        )
+        inproc_stack.sqs.receive_message(
+            QueueUrl=inproc_stack.resources.queue_url, WaitTimeSeconds=0
+        ).get("Messages", [])
         == []
     )
 
