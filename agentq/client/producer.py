@@ -14,15 +14,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from agentq.aws import AwsClients
 from agentq.client.control import TaskControl
 from agentq.client.jobs import JobCreation
 from agentq.client.parts import ClientParts, rejected_record
 from agentq.config import Settings
 from agentq.continuation import check_continuable
+from agentq.conversation import Conversation
 from agentq.definitions import DefinitionRegistry
 from agentq.envelope import TaskEnvelope, validate_request_id
-from agentq.errors import InvalidInput
+from agentq.errors import InvalidInput, NotFound
 from agentq.events import now_ms, standalone_request_id
 from agentq.jobs import (
     JobDispatcher,
@@ -161,7 +164,8 @@ class AgentqClient:
         )
         if continues is not None:
             # Read under this tenant: another tenant's task of that id is not found.
-            check_continuable(self.tasks.get(tenant, continues), continues, definition=found)
+            check_continuable(self.tasks.get(tenant, continues), continues, definition=found,
+                              transcripts=self.transcripts(tenant))  # fmt: skip
         record, _ = self.submitter.submit(envelope, idempotency_key=idempotency_key)
         return record
 
@@ -212,6 +216,33 @@ class AgentqClient:
     def trace(self, request_id: str, *, tenant: str | None = None) -> Any:
         """An agent task's session trace (what the agent did, step by step), parsed."""
         return self.outputs.trace(self.get_task(request_id, tenant=tenant))
+
+    def conversation(self, request_id: str, *, tenant: str | None = None) -> Conversation:
+        """An agent task's conversation (prompt, messages, tool calls and results) across
+        its attempts, from its session checkpoints; `note` says why there is none."""
+        record = self.get_task(request_id, tenant=tenant)
+        return self.outputs.conversation(record, transcripts=self.transcripts(record.tenant),
+                                         resume_on=self._resume_on(record))  # fmt: skip
+
+    def transcripts(self, tenant: str) -> bool | None:
+        """Whether the tenant stores agent transcripts; None when these credentials may not
+        read tenant settings (a producer's may not: the operator's may)."""
+        try:
+            return self.tasks.tenant_limits().settings(tenant, consistent=True).transcripts
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("AccessDenied",
+                                                             "AccessDeniedException"):  # fmt: skip
+                return None
+            raise
+
+    def _resume_on(self, record: TaskRecord) -> bool | None:
+        if self.definitions is None or record.definition is None:
+            return None
+        try:
+            found = self.definitions.get(record.definition)
+        except NotFound:
+            return None
+        return found is not None and found.kind == "agent" and found.settings.get("resume") is True
 
     def artifacts(self, request_id: str, *, tenant: str | None = None) -> dict[str, str]:
         """The files (logs, traces, artifacts) of the attempt the STATE item names:
