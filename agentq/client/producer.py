@@ -23,7 +23,7 @@ from agentq.client.parts import ClientParts, rejected_record
 from agentq.config import Settings
 from agentq.continuation import check_continuable
 from agentq.conversation import Conversation
-from agentq.definitions import DefinitionRegistry
+from agentq.definitions import DefinitionRegistry, TaskDefinition
 from agentq.envelope import TaskEnvelope, validate_request_id
 from agentq.errors import InvalidInput, NotFound
 from agentq.events import now_ms, standalone_request_id
@@ -221,8 +221,12 @@ class AgentqClient:
         """An agent task's conversation (prompt, messages, tool calls and results) across
         its attempts, from its session checkpoints; `note` says why there is none."""
         record = self.get_task(request_id, tenant=tenant)
+        definition = self._definition(record)
+        if definition is not None and definition.kind != "agent":
+            return Conversation(note=f"no conversation (a {definition.kind} task)")
+        resume_on = None if definition is None else definition.settings.get("resume") is True
         return self.outputs.conversation(record, transcripts=self.transcripts(record.tenant),
-                                         resume_on=self._resume_on(record))  # fmt: skip
+                                         resume_on=resume_on)  # fmt: skip
 
     def transcripts(self, tenant: str) -> bool | None:
         """Whether the tenant stores agent transcripts; None when these credentials may not
@@ -235,14 +239,14 @@ class AgentqClient:
                 return None
             raise
 
-    def _resume_on(self, record: TaskRecord) -> bool | None:
+    def _definition(self, record: TaskRecord) -> TaskDefinition | None:
+        """The task's definition as known here now (None: unknown)."""
         if self.definitions is None or record.definition is None:
             return None
         try:
-            found = self.definitions.get(record.definition)
+            return self.definitions.get(record.definition)
         except NotFound:
             return None
-        return found is not None and found.kind == "agent" and found.settings.get("resume") is True
 
     def artifacts(self, request_id: str, *, tenant: str | None = None) -> dict[str, str]:
         """The files (logs, traces, artifacts) of the attempt the STATE item names:

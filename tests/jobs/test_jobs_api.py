@@ -198,6 +198,7 @@ def test_jobs_api_serves_its_openapi_document(stack: Stack) -> None:
         "/tasks": {"post"},
         "/tasks/{request_id}": {"get"},
         "/tasks/{request_id}/cancel": {"post"},
+        "/tasks/{request_id}/conversation": {"get"},
         "/task-definitions": {"get"},
         "/task-definitions/{name}": {"get", "put", "delete"},
     }
