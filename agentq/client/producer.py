@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from agentq.aws import AwsClients
 from agentq.client.control import TaskControl
 from agentq.client.jobs import JobCreation
@@ -231,13 +229,7 @@ class AgentqClient:
     def transcripts(self, tenant: str) -> bool | None:
         """Whether the tenant stores agent transcripts; None when these credentials may not
         read tenant settings (a producer's may not: the operator's may)."""
-        try:
-            return self.tasks.tenant_limits().settings(tenant, consistent=True).transcripts
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("AccessDenied",
-                                                             "AccessDeniedException"):  # fmt: skip
-                return None
-            raise
+        return self._parts.transcripts(tenant)
 
     def _definition(self, record: TaskRecord) -> TaskDefinition | None:
         """The task's definition as known here now (None: unknown)."""
