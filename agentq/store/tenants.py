@@ -124,6 +124,8 @@ TRANSCRIPTS_OFF: Final = "off"
 # An operator's settings change is a read then a conditional put (the operator may put
 # and delete tenant items, not update them); a concurrent change makes it read again.
 _SETTINGS_WRITE_TRIES: Final = 5
+# A limit's put or delete needs no read while the item holds no other setting.
+_NO_OTHER_SETTING: Final = "attribute_not_exists(transcripts)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,15 +181,34 @@ class TenantLimitStore:
         return stored_settings(from_item(item)) if item else TenantSettings()
 
     def set(self, tenant: str, limit: int) -> None:
-        """Set an override; the tenant's other settings stay."""
+        """Set an override; the tenant's other settings stay. One put when the item holds
+        no other setting (a retried one writes the same again), else read and put back."""
         validate_tenant(tenant)
         validate_limit(limit)
-        self._change(tenant, concurrencyLimit=limit)
+        item = {
+            "PK": tenant_pk(tenant),
+            "SK": LIMITS_SK,
+            "tenant": tenant,
+            "concurrencyLimit": limit,
+            "updatedAt": now_ms(),
+            INDEX_BY_TENANT.partition_key: LIMITS_LISTING_PK,
+            INDEX_BY_TENANT.sort_key: tenant,
+        }
+        try:
+            self._ddb.put_item(TableName=self._table, Item=to_item(item),
+                               ConditionExpression=_NO_OTHER_SETTING)  # fmt: skip
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            self._change(tenant, concurrencyLimit=limit)
 
     def clear(self, tenant: str) -> None:
-        """Remove an override: the tenant gets TENANT_CONCURRENCY_LIMIT again."""
+        """Remove an override: the tenant gets TENANT_CONCURRENCY_LIMIT again (its item
+        goes, unless it holds another setting)."""
         validate_tenant(tenant)
-        self._change(tenant, concurrencyLimit=None)
+        try:
+            self._ddb.delete_item(TableName=self._table, Key=self._key(tenant, LIMITS_SK),
+                                  ConditionExpression=_NO_OTHER_SETTING)  # fmt: skip
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            self._change(tenant, concurrencyLimit=None)
 
     def set_transcripts(self, tenant: str, *, stored: bool) -> None:
         """Whether the tenant's agent tasks may store their session transcripts."""
@@ -196,7 +217,8 @@ class TenantLimitStore:
 
     def _change(self, tenant: str, **changes: Any) -> None:
         """Read the item, change it, put it back unless someone changed it meanwhile (then
-        read again); an item left with no setting is deleted. A put or delete that was
+        read again); an item left with no setting is deleted. The operator may put and
+        delete tenant items, not update them (docs/least-privilege.md). A put or delete that was
         applied and retried by botocore meets its own result: the condition fails, the
         read shows the change made, and the next try writes the same again."""
         key = self._key(tenant, LIMITS_SK)
