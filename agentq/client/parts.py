@@ -22,8 +22,9 @@ from agentq.states import TaskState
 from agentq.store import EventStore, TaskRecord, TaskStore
 from agentq.task_outputs import TaskOutputs
 
-# What DynamoDB answers credentials without a grant (a producer reading tenant settings).
-_DENIED: Final = frozenset({"AccessDenied", "AccessDeniedException"})
+# What DynamoDB answers credentials without a grant (a producer reading tenant settings;
+# "403" where the error body is not JSON, as moto's enforced server sends it).
+_DENIED: Final = frozenset({"AccessDenied", "AccessDeniedException", "403"})
 
 
 class ClientParts:
