@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal
 
 from agentq.security import sanitize_error_message
@@ -30,6 +30,7 @@ RESUME_PROMPT: Final = (
 MAX_BLOCK_CHARS: Final = 2_000
 MAX_TURNS: Final = 200
 HEAD_TURNS: Final = 20
+_SCRUB_MARGIN: Final = 100
 # The CLI writes this model name on messages it made up itself ("No response requested.").
 _SYNTHETIC: Final = "<synthetic>"
 
@@ -123,13 +124,24 @@ def clean(text: str) -> str:
 
 
 def _block(kind: BlockKind, text: str, **extra: Any) -> Block:
-    # Cut before scrubbing (bounded work), then again: a redaction may lengthen it.
-    cut = max(0, len(text) - MAX_BLOCK_CHARS)
-    shown = clean(text[: MAX_BLOCK_CHARS * 2])
-    if len(shown) > MAX_BLOCK_CHARS:
-        cut = max(cut, len(shown) - MAX_BLOCK_CHARS)
-        shown = shown[:MAX_BLOCK_CHARS]
-    return Block(kind=kind, text=shown, cut_chars=cut, **extra)
+    """A block of raw text, cut to what may be shown plus a margin (so a secret that
+    straddles the cut is still whole for the scrubber); `_scrubbed` finishes it."""
+    return Block(kind=kind, text=text[: MAX_BLOCK_CHARS + _SCRUB_MARGIN],
+                 cut_chars=max(0, len(text) - MAX_BLOCK_CHARS), **extra)  # fmt: skip
+
+
+def _scrubbed(turn: Turn) -> Turn:
+    """Only shown turns are scrubbed: the scrubber costs ~8 µs a character on long
+    alphanumeric runs (base64 output), so the turns not shown are never paid for."""
+    blocks = []
+    for block in turn.blocks:
+        shown = clean(block.text)
+        cut = block.cut_chars
+        if len(shown) > MAX_BLOCK_CHARS:  # the margin, or a redaction that lengthened it
+            cut = max(cut, len(shown) - MAX_BLOCK_CHARS)
+            shown = shown[:MAX_BLOCK_CHARS]
+        blocks.append(replace(block, text=shown, cut_chars=cut))
+    return replace(turn, blocks=tuple(blocks))
 
 
 def _as_text(value: Any) -> str:
@@ -188,7 +200,7 @@ class _Reader:
             if item.get("type") == "text":
                 blocks.append(_block("text", _as_text(item.get("text"))))
             elif item.get("type") == "tool_use":
-                name = clean(str(item.get("name", "?")))[:200]
+                name = clean(str(item.get("name", "?"))[:200])
                 self.tool_names[str(item.get("id"))] = name
                 blocks.append(_block("tool_call", _as_text(item.get("input")), tool=name))
         return blocks
@@ -279,7 +291,8 @@ def build_conversation(
             problem=checkpoint.problem,
         ))  # fmt: skip
     conversation.total_turns = len(turns)
-    conversation.turns = _bounded(turns, max(1, max_turns), max(0, min(head_turns, max_turns)))
+    shown = _bounded(turns, max(1, max_turns), max(0, min(head_turns, max_turns)))
+    conversation.turns = [_scrubbed(turn) for turn in shown]
     conversation.omitted_turns = len(turns) - len(conversation.turns)
     return conversation
 
