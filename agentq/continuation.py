@@ -6,6 +6,8 @@ tenant's task is simply not found); it must be COMPLETED and name the session ch
 of its winning attempt (`checkpoint`, written by the same lease-fenced write as the result
 pointer, so a stale holder's checkpoint is never named). Producers check this at submit
 (`check_continuable`); the worker reads the same pointer when the continuation starts.
+A tenant whose transcripts are off (`agentq tenants transcripts T off`) has no session
+to continue, nor may its tasks continue one.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ class ContinueRefused(InvalidInput):
         super().__init__(FIELD, problem)
 
 
+def transcripts_off_reason(tenant: str) -> str:
+    return (
+        f"tenant {tenant} does not store transcripts (agentq tenants transcripts): its "
+        "agent tasks keep no session, so none is resumed or continued"
+    )
+
+
 def source_checkpoint(record: TaskRecord | None, source_id: str) -> tuple[str, str]:
     """(bucket, key) of the final session checkpoint of the task `record` is (None: not
     found for this tenant); `ContinueRefused` saying why when there is none to start from."""
@@ -36,6 +45,8 @@ def source_checkpoint(record: TaskRecord | None, source_id: str) -> tuple[str, s
         raise ContinueRefused(
             f"task {source_id} was not found (a task can only continue its own tenant's tasks)"
         )
+    if record.raw.get("transcripts") == "off":
+        raise ContinueRefused(transcripts_off_reason(record.tenant))
     if record.state is not TaskState.COMPLETED:
         raise ContinueRefused(
             f"task {source_id} is {record.state.value}: only a COMPLETED task can be continued"
@@ -73,9 +84,13 @@ def check_continuable(
     source_id: str,
     *,
     definition: TaskDefinition | None,
+    transcripts: bool | None = None,
 ) -> None:
     """Refuse at submit what the worker would refuse: a source without a final checkpoint,
-    or a continuation whose own definition is not an agent's (when known)."""
+    a tenant whose transcripts are off (`transcripts` False; None: not known here), or a
+    continuation whose own definition is not an agent's (when known)."""
+    if transcripts is False and record is not None:
+        raise ContinueRefused(transcripts_off_reason(record.tenant))
     source_checkpoint(record, source_id)
     if definition is not None and definition.kind != "agent":
         raise InvalidInput(

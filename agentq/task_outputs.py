@@ -1,26 +1,37 @@
-"""What a task's attempt left in S3 besides its result: logs and the agent's trace.
+"""What a task's attempt left in S3 besides its result: logs, the agent's trace, its
+conversation.
 
 `TaskOutputs.location` is the one place that turns a STATE item into the S3 prefix
 of its objects, from the pointers the item holds (the attempt folder the worker's
 final write named, else the result's), so the result, logs and trace are always read
-from the same attempt; no key is guessed.
+from the same attempt; no key is guessed. The conversation is every attempt's session
+checkpoint (`checkpoint_key`: each attempt writes only its own), read in attempt order.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
+from botocore.exceptions import BotoCoreError, ClientError
+
+from agentq.conversation import AttemptCheckpoint, Conversation, build_conversation
 from agentq.errors import NoOutputYet, NotFound
 from agentq.jobs import ResultReader
 from agentq.jobs.results import RESULT_FILE, artifacts_pointer
 from agentq.json_text import decode_lenient
 from agentq.store import TaskRecord
-from agentq.store.keys import attempt_prefix
+from agentq.store.keys import attempt_prefix, checkpoint_key
 
 TRACE_FILE: Final = "traces/session_trace.json"
 ERROR_FILE: Final = "error.json"
 # The worker bounds what it uploads; this cap keeps one odd object off a terminal.
 MAX_OUTPUT_BYTES: Final = 4 * 1024 * 1024
+# A view reads at most this much of one attempt's checkpoint, of this many attempts
+# (the latest): a longer transcript shows its beginning, and says it was cut.
+MAX_CONVERSATION_BYTES: Final = 16 * 1024 * 1024
+MAX_CONVERSATION_ATTEMPTS: Final = 10
+# Without s3:ListBucket, S3 answers a missing key with 403.
+_MISSING: Final = frozenset({"NoSuchKey", "404", "AccessDenied", "403"})
 
 
 class TaskOutputs:
@@ -74,3 +85,52 @@ class TaskOutputs:
     def _read_text(self, bucket: str, key: str) -> str:
         data: bytes = self._s3.get_object(Bucket=bucket, Key=key)["Body"].read(MAX_OUTPUT_BYTES)
         return data.decode("utf-8", errors="replace")
+
+    def conversation(
+        self, record: TaskRecord, *, transcripts: bool | None, resume_on: bool | None
+    ) -> Conversation:
+        """The task's conversation across its attempts, or one that says why there is none.
+
+        `transcripts`: its tenant's setting (False: nothing is read; None: unknown to this
+        reader, who then relies on the mark a worker leaves on the STATE item);
+        `resume_on`: its definition's `resume` (None: unknown)."""
+        continues = (record.envelope or {}).get("continues")
+        continues = continues if isinstance(continues, str) else None
+        if transcripts is False or record.raw.get("transcripts") == "off":
+            return Conversation(continues=continues, note=(
+                f"no conversation stored (tenant {record.tenant} does not store transcripts)"
+            ))  # fmt: skip
+        if resume_on is False and continues is None:
+            return Conversation(continues=continues, note=(
+                "no conversation stored (resume off for this definition)"
+            ))  # fmt: skip
+        first = max(1, record.attempt - MAX_CONVERSATION_ATTEMPTS + 1)
+        parts = [self._checkpoint(record, n) for n in range(first, record.attempt + 1)]
+        conversation = build_conversation(parts, continues=continues)
+        if not any(part.data for part in parts):
+            problems = {part.problem for part in parts} - {"no checkpoint"}
+            conversation.note = (
+                f"no checkpoint readable ({'; '.join(sorted(p for p in problems if p))})"
+                if problems
+                else "no checkpoint yet"
+                if not record.state.terminal
+                else "no conversation stored (no attempt left a checkpoint)"
+            )
+        return conversation
+
+    def _checkpoint(self, record: TaskRecord, attempt: int) -> AttemptCheckpoint:
+        key = checkpoint_key(record.tenant, record.request_id, attempt)
+        try:
+            found = self._s3.get_object(Bucket=self._results.bucket, Key=key)
+            data: bytes = found["Body"].read(MAX_CONVERSATION_BYTES)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _MISSING:
+                return AttemptCheckpoint(attempt=attempt, data=None, problem="no checkpoint")
+            return AttemptCheckpoint(attempt=attempt, data=None,
+                                     problem=f"unreadable ({type(exc).__name__})")  # fmt: skip
+        except BotoCoreError as exc:
+            return AttemptCheckpoint(attempt=attempt, data=None,
+                                     problem=f"unreadable ({type(exc).__name__})")  # fmt: skip
+        size = found.get("ContentLength", len(data))
+        cut = f"only its first {len(data)} of {size} bytes read" if size > len(data) else None
+        return AttemptCheckpoint(attempt=attempt, data=data, problem=cut)

@@ -249,6 +249,14 @@ def get_task(request_id: Annotated[str, Path(pattern=r"^[a-zA-Z0-9_-]{1,256}$")]
     return _task_dict(_client().get_task(request_id, tenant=_tenant()))
 
 
+@app.get("/tasks/<request_id>/conversation", summary="An agent task's conversation")
+def get_conversation(
+    request_id: Annotated[str, Path(pattern=r"^[a-zA-Z0-9_-]{1,256}$")],
+) -> dict[str, Any]:
+    # Under the caller's tenant: another tenant's task of that id is not found.
+    return _client().conversation(request_id, tenant=_tenant()).to_dict()
+
+
 @app.post("/tasks/<request_id>/cancel", summary="Cancel a task (a running one is stopped)")
 def cancel_task(
     request_id: Annotated[str, Path(pattern=r"^[a-zA-Z0-9_-]{1,256}$")],

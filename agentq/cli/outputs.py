@@ -1,4 +1,4 @@
-"""`agentq result`, `agentq logs`, `agentq trace`: what a task left behind, from S3.
+"""`agentq result`, `agentq logs`, `agentq trace [--conversation]`: what a task left behind.
 
 The S3 locations come from the producer client (`AgentqClient.result/logs/trace`),
 never from keys built here, so a change of layout flows through one function.
@@ -13,6 +13,7 @@ from typing import Any, Final
 from rich.markup import escape
 
 from agentq.cli import _views as views
+from agentq.cli._conversation_view import print_conversation
 from agentq.cli._trace_view import is_worker_trace, print_trace
 from agentq.cli.common import EXIT_NOT_FOUND, EXIT_OK, EXIT_TASK_FAILED, emit_json, fail
 from agentq.errors import NoOutputYet
@@ -33,6 +34,11 @@ def register(subparsers: Any) -> None:
         views.add_tenant_flag(command)
         views.add_json_flag(command)
         command.set_defaults(func=handler)
+        if name == "trace":
+            command.add_argument(
+                "--conversation", action="store_true",
+                help="the session itself: prompt, messages, tool calls and results, by attempt",
+            )  # fmt: skip
 
 
 def terminal_safe(text: str) -> str:
@@ -78,6 +84,8 @@ def _logs(args: argparse.Namespace) -> int:
 
 
 def _trace(args: argparse.Namespace) -> int:
+    if args.conversation:
+        return _conversation(args)
     try:
         trace = views.client().trace(args.request_id, tenant=args.tenant)
     except NoOutputYet as early:
@@ -88,6 +96,15 @@ def _trace(args: argparse.Namespace) -> int:
         print_trace(views.console, trace, terminal_safe)
     else:
         views.console.print_json(data=trace)
+    return EXIT_OK
+
+
+def _conversation(args: argparse.Namespace) -> int:
+    conversation = views.client().conversation(args.request_id, tenant=args.tenant)
+    if args.json:
+        emit_json(conversation.to_dict())
+    else:
+        print_conversation(views.console, args.request_id, conversation, terminal_safe)
     return EXIT_OK
 
 

@@ -1,7 +1,9 @@
-"""`agentq tenants limit|show`: per-tenant concurrency limits across the worker fleet.
+"""`agentq tenants limit|transcripts|show`: per-tenant settings across the worker fleet.
 
 A tenant may hold at most its limit of task locks at once (TENANT_CONCURRENCY_LIMIT,
-or the override set here; 0 is unlimited). Workers read an override within 30 s.
+or the override set here; 0 is unlimited). `transcripts T off`: the tenant's agent
+tasks store no session transcript (no checkpoint, no resume, no continue). Workers read
+a change within 30 s.
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ def register(subparsers: Any) -> None:
     limit.add_argument("limit", metavar="N", help=f"0..{MAX_LIMIT}, or '{DEFAULT_WORD}'")
     views.add_json_flag(limit)
     limit.set_defaults(func=_limit)
+    transcripts = commands.add_parser(
+        "transcripts",
+        help="store a tenant's agent session transcripts (on, the default) or not (off)",
+    )
+    transcripts.add_argument("tenant", metavar="TENANT")
+    transcripts.add_argument("setting", choices=["on", "off"])
+    views.add_json_flag(transcripts)
+    transcripts.set_defaults(func=_transcripts)
     show = commands.add_parser(
         "show", help="the default, every override and the seats in use (or one tenant's)"
     )
@@ -88,17 +98,37 @@ def _limit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _transcripts(args: argparse.Namespace) -> int:
+    tenant = validate_tenant(args.tenant)
+    stored = args.setting == "on"
+    store, _ = _store()
+    store.set_transcripts(tenant, stored=stored)
+    if args.json:
+        emit_json({"tenant": tenant, "transcripts": args.setting})
+        return EXIT_OK
+    if stored:
+        print(f"{tenant}: agent session transcripts are stored (resume and continue work); "
+              "workers apply it within 30 s")  # fmt: skip
+    else:
+        print(f"{tenant}: agent session transcripts are not stored (no checkpoint, no "
+              "resume, no continue); workers apply it within 30 s. Transcripts stored "
+              "before stay in S3 until the bucket's lifecycle removes them")  # fmt: skip
+    return EXIT_OK
+
+
 def _show(args: argparse.Namespace) -> int:
     store, default = _store()
     if args.tenant:
         # By key, strongly: the override set a moment ago shows in the listing index
         # only a moment later.
         tenants = [validate_tenant(args.tenant)]
-        override = store.get(tenants[0], consistent=True)
-        overrides = {} if override is None else {tenants[0]: override}
+        found = store.settings(tenants[0], consistent=True)
+        overrides = {} if found.limit is None else {tenants[0]: found.limit}
+        silent = set() if found.transcripts else {tenants[0]}
     else:
         overrides = {o.tenant: o.limit for o in store.overrides()}
-        tenants = sorted(overrides)
+        silent = set(store.transcripts_off())
+        tenants = sorted(set(overrides) | silent)
     now = now_ms()
     rows: list[dict[str, Any]] = []
     for tenant in tenants:
@@ -112,6 +142,7 @@ def _show(args: argparse.Namespace) -> int:
             "running": len(held),
             "free": len(free_seats(seats, limit, now)) if limit else None,
             "holders": sorted(s.request_id or "?" for s in held),
+            "transcripts": "off" if tenant in silent else "on",
         })  # fmt: skip
     if args.json:
         emit_json({"default": default, "tenants": rows})
@@ -120,11 +151,12 @@ def _show(args: argparse.Namespace) -> int:
     if not rows:
         print("no tenant has an override")
         return EXIT_OK
-    table = Table("tenant", "limit", "from", "running", "free")
+    table = Table("tenant", "limit", "from", "running", "free", "transcripts")
     for row in rows:
         table.add_row(escape(row["tenant"]), _describe(row["limit"]),
                       "override" if row["override"] else "default", str(row["running"]),
-                      "-" if row["free"] is None else str(row["free"]))  # fmt: skip
+                      "-" if row["free"] is None else str(row["free"]),
+                      row["transcripts"])  # fmt: skip
     views.console.print(table)
     return EXIT_OK
 

@@ -47,6 +47,7 @@ class JobCreation:
             task_request_id(job_id, task.key)
         if self._parts.definitions is not None:
             check_definitions(parsed.tasks, self._parts.definitions.get)
+        self._parts.check_continuations(tenant, parsed.tasks)
         job, created = self._parts.jobs.create(tenant, job_id, parsed)
         if not created and job.spec != parsed:
             raise InvalidInput("jobId", f"job {job_id} already exists with a different spec")
@@ -77,6 +78,7 @@ class JobCreation:
                 task_request_id(job_id, task.key)
             if self._parts.definitions is not None:
                 check_definitions(added, self._parts.definitions.get)
+            self._parts.check_continuations(tenant, added)
             job = self._parts.jobs.add_tasks(job, extended)
             self._create_tasks(job, extended)
         self._parts.dispatcher.reconcile(tenant, job_id, trigger=f"add-{uuid.uuid4().hex}")

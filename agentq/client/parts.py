@@ -4,19 +4,27 @@ reuse (submitter, dispatcher), and reading one task or job back.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Final
+
+from botocore.exceptions import ClientError
 
 from agentq.config import Settings
+from agentq.continuation import transcripts_off_reason
 from agentq.definitions import DefinitionRegistry, TaskDefinition
 from agentq.envelope import validate_request_id
 from agentq.errors import InvalidInput, NotFound
 from agentq.events import REJECTED_REASON
 from agentq.jobs import JobDispatcher, JobRecord, JobStore, ResultReader, TaskSubmitter
-from agentq.jobs.spec import validate_job_id
+from agentq.jobs.spec import TaskSpec, validate_job_id
 from agentq.publisher import EventPublisher
 from agentq.states import TaskState
 from agentq.store import EventStore, TaskRecord, TaskStore
 from agentq.task_outputs import TaskOutputs
+
+# What DynamoDB answers credentials without a grant (a producer reading tenant settings;
+# "403" where the error body is not JSON, as moto's enforced server sends it).
+_DENIED: Final = frozenset({"AccessDenied", "AccessDeniedException", "403"})
 
 
 class ClientParts:
@@ -102,6 +110,24 @@ class ClientParts:
     def job_tasks(self, job: JobRecord) -> dict[str, TaskRecord | None]:
         """Each task of the job by key, read strongly consistent (None: not created yet)."""
         return self.dispatcher.task_states(job.tenant, job.job_id, job.spec.keys)
+
+    def transcripts(self, tenant: str) -> bool | None:
+        """Whether the tenant stores agent transcripts; None when these credentials may not
+        read tenant settings (a producer's may not: the operator's may)."""
+        try:
+            return self.tasks.tenant_limits().settings(tenant, consistent=True).transcripts
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _DENIED:
+                return None
+            raise
+
+    def check_continuations(self, tenant: str, tasks: Iterable[TaskSpec]) -> None:
+        """A job task that continues another is refused when its tenant stores no
+        transcripts (known here); the worker refuses it anyway."""
+        continuing = [task for task in tasks if task.continues is not None]
+        if continuing and self.transcripts(tenant) is False:
+            raise InvalidInput(f"tasks.{continuing[0].key}.continues",
+                               transcripts_off_reason(tenant))  # fmt: skip
 
     def check_definition(self, name: str, field: str) -> TaskDefinition | None:
         if self.definitions is None:

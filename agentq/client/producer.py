@@ -20,9 +20,10 @@ from agentq.client.jobs import JobCreation
 from agentq.client.parts import ClientParts, rejected_record
 from agentq.config import Settings
 from agentq.continuation import check_continuable
-from agentq.definitions import DefinitionRegistry
+from agentq.conversation import Conversation
+from agentq.definitions import DefinitionRegistry, TaskDefinition
 from agentq.envelope import TaskEnvelope, validate_request_id
-from agentq.errors import InvalidInput
+from agentq.errors import InvalidInput, NotFound
 from agentq.events import now_ms, standalone_request_id
 from agentq.jobs import (
     JobDispatcher,
@@ -161,7 +162,8 @@ class AgentqClient:
         )
         if continues is not None:
             # Read under this tenant: another tenant's task of that id is not found.
-            check_continuable(self.tasks.get(tenant, continues), continues, definition=found)
+            check_continuable(self.tasks.get(tenant, continues), continues, definition=found,
+                              transcripts=self.transcripts(tenant))  # fmt: skip
         record, _ = self.submitter.submit(envelope, idempotency_key=idempotency_key)
         return record
 
@@ -212,6 +214,31 @@ class AgentqClient:
     def trace(self, request_id: str, *, tenant: str | None = None) -> Any:
         """An agent task's session trace (what the agent did, step by step), parsed."""
         return self.outputs.trace(self.get_task(request_id, tenant=tenant))
+
+    def conversation(self, request_id: str, *, tenant: str | None = None) -> Conversation:
+        """An agent task's conversation (prompt, messages, tool calls and results) across
+        its attempts, from its session checkpoints; `note` says why there is none."""
+        record = self.get_task(request_id, tenant=tenant)
+        definition = self._definition(record)
+        if definition is not None and definition.kind != "agent":
+            return Conversation(note=f"no conversation (a {definition.kind} task)")
+        resume_on = None if definition is None else definition.settings.get("resume") is True
+        return self.outputs.conversation(record, transcripts=self.transcripts(record.tenant),
+                                         resume_on=resume_on)  # fmt: skip
+
+    def transcripts(self, tenant: str) -> bool | None:
+        """Whether the tenant stores agent transcripts; None when these credentials may not
+        read tenant settings (a producer's may not: the operator's may)."""
+        return self._parts.transcripts(tenant)
+
+    def _definition(self, record: TaskRecord) -> TaskDefinition | None:
+        """The task's definition as known here now (None: unknown)."""
+        if self.definitions is None or record.definition is None:
+            return None
+        try:
+            return self.definitions.get(record.definition)
+        except NotFound:
+            return None
 
     def artifacts(self, request_id: str, *, tenant: str | None = None) -> dict[str, str]:
         """The files (logs, traces, artifacts) of the attempt the STATE item names:

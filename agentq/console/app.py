@@ -101,6 +101,9 @@ def create_app(parts: ConsoleParts) -> Starlette:
     def task_data(request: Request) -> Any:
         return reader.task(tenant_of(request), request.path_params["request_id"])
 
+    def conversation_data(request: Request) -> Any:
+        return reader.conversation(tenant_of(request), request.path_params["request_id"])
+
     def dlq_data(request: Request) -> Any:
         return parts.dead_letters.list()
 
@@ -109,7 +112,7 @@ def create_app(parts: ConsoleParts) -> Starlette:
 
     loaders: dict[str, Callable[[Request], Any]] = {
         "jobs": jobs_data, "job": job_data, "tasks": tasks_data, "task": task_data,
-        "dlq": dlq_data, "queues": queues_data,
+        "dlq": dlq_data, "queues": queues_data, "conversation": conversation_data,
     }  # fmt: skip
 
     def page(name: str) -> Callable[[Request], Response]:
@@ -198,6 +201,7 @@ def create_app(parts: ConsoleParts) -> Starlette:
         Route("/api/tasks", api("tasks")),
         Route("/api/tasks/{request_id}", api("task")),
         Route("/api/tasks/{request_id}/object", raw_object),
+        Route("/api/tasks/{request_id}/conversation", api("conversation")),
         Route("/api/dlq", api("dlq")),
         Route("/api/queues", api("queues")),
         Route("/api/actions/{name}", action, methods=["POST"]),

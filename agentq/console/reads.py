@@ -139,6 +139,12 @@ class ConsoleReader:
             "artifacts": self.artifacts.of(record),
         }
 
+    def conversation(self, tenant: str, request_id: str) -> dict[str, Any]:
+        """An agent task's turns across attempts (agentq.conversation: scrubbed, capped);
+        loaded by the task page after it is drawn, never embedded in it."""
+        found = self.client.conversation(validate_request_id(request_id), tenant=tenant)
+        return found.to_dict()
+
     def raw_object(self, tenant: str, request_id: str, key: str) -> tuple[bytes, bool]:
         record = self.client.get_task(validate_request_id(request_id), tenant=tenant)
         return self.artifacts.raw(record, key)

@@ -1,11 +1,13 @@
-"""Per-tenant concurrency limits: the overrides, their cache, and the seats that hold them.
+"""Per-tenant settings (concurrency limit, transcripts off), their cache, and the seats.
 
-A tenant's limit is `TENANT_CONCURRENCY_LIMIT` unless an override item
-(`TENANT#{tenant}` / `LIMITS`) says otherwise; 0 is unlimited. `CachedTenantLimits`
-reads an override at most once per tenant and worker per `LIMIT_CACHE_S`, and guesses
-an unread tenant from one listing of every override, which no thread waits for. A
-limit of N is N seats (`TENANT#{tenant}` / `SEAT#{i}`), each held like a lease by a
-task's lease token until its `leaseUntil` (docs/scheduling.md, "Seats").
+A tenant's limit is `TENANT_CONCURRENCY_LIMIT` unless its settings item
+(`TENANT#{tenant}` / `LIMITS`) says otherwise; 0 is unlimited. The same item may say
+`transcripts: off`: its agent tasks store no session checkpoint (no resume, no
+continue). `CachedTenantLimits` reads the item at most once per tenant and worker per
+`LIMIT_CACHE_S`, and guesses an unread tenant's limit from one listing of every
+override, which no thread waits for. A limit of N is N seats (`TENANT#{tenant}` /
+`SEAT#{i}`), each held like a lease by a task's lease token until its `leaseUntil`
+(docs/scheduling.md, "Seats").
 """
 
 from __future__ import annotations
@@ -118,6 +120,30 @@ def free_seats(seats: Iterable[Seat], limit: int, at_ms: int) -> list[int]:
     return [index for index in range(limit) if index not in busy]
 
 
+TRANSCRIPTS_OFF: Final = "off"
+# An operator's settings change is a read then a conditional put (the operator may put
+# and delete tenant items, not update them); a concurrent change makes it read again.
+_SETTINGS_WRITE_TRIES: Final = 5
+# A limit's put or delete needs no read while the item holds no other setting.
+_NO_OTHER_SETTING: Final = "attribute_not_exists(transcripts)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TenantSettings:
+    """A tenant's settings item as read: its limit override (None: the default) and
+    whether its transcripts are stored."""
+
+    limit: int | None = None
+    transcripts: bool = True
+
+
+def stored_settings(data: Mapping[str, Any]) -> TenantSettings:
+    """Settings from an item of the shared table: only the exact word `off` turns
+    transcripts off, and a malformed limit is no override."""
+    return TenantSettings(limit=stored_limit(data.get("concurrencyLimit")),
+                          transcripts=data.get("transcripts") != TRANSCRIPTS_OFF)  # fmt: skip
+
+
 @dataclass(frozen=True, kw_only=True)
 class TenantLimit:
     tenant: str
@@ -147,8 +173,16 @@ class TenantLimitStore:
         ).get("Item")
         return stored_limit(from_item(item).get("concurrencyLimit")) if item else None
 
+    def settings(self, tenant: str, *, consistent: bool = False) -> TenantSettings:
+        """The tenant's settings item (the defaults when it has none)."""
+        item = self._ddb.get_item(
+            TableName=self._table, Key=self._key(tenant, LIMITS_SK), ConsistentRead=consistent
+        ).get("Item")
+        return stored_settings(from_item(item)) if item else TenantSettings()
+
     def set(self, tenant: str, limit: int) -> None:
-        """Set an override. A plain put: a retried one writes the same value again."""
+        """Set an override; the tenant's other settings stay. One put when the item holds
+        no other setting (a retried one writes the same again), else read and put back."""
         validate_tenant(tenant)
         validate_limit(limit)
         item = {
@@ -160,12 +194,83 @@ class TenantLimitStore:
             INDEX_BY_TENANT.partition_key: LIMITS_LISTING_PK,
             INDEX_BY_TENANT.sort_key: tenant,
         }
-        self._ddb.put_item(TableName=self._table, Item=to_item(item))
+        try:
+            self._ddb.put_item(TableName=self._table, Item=to_item(item),
+                               ConditionExpression=_NO_OTHER_SETTING)  # fmt: skip
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            self._change(tenant, concurrencyLimit=limit)
 
     def clear(self, tenant: str) -> None:
-        """Remove an override: the tenant gets TENANT_CONCURRENCY_LIMIT again."""
+        """Remove an override: the tenant gets TENANT_CONCURRENCY_LIMIT again (its item
+        goes, unless it holds another setting)."""
         validate_tenant(tenant)
-        self._ddb.delete_item(TableName=self._table, Key=self._key(tenant, LIMITS_SK))
+        try:
+            self._ddb.delete_item(TableName=self._table, Key=self._key(tenant, LIMITS_SK),
+                                  ConditionExpression=_NO_OTHER_SETTING)  # fmt: skip
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            self._change(tenant, concurrencyLimit=None)
+
+    def set_transcripts(self, tenant: str, *, stored: bool) -> None:
+        """Whether the tenant's agent tasks may store their session transcripts."""
+        validate_tenant(tenant)
+        self._change(tenant, transcripts=None if stored else TRANSCRIPTS_OFF)
+
+    def _change(self, tenant: str, **changes: Any) -> None:
+        """Read the item, change it, put it back unless someone changed it meanwhile (then
+        read again); an item left with no setting is deleted. The operator may put and
+        delete tenant items, not update them (docs/least-privilege.md). A put or delete that was
+        applied and retried by botocore meets its own result: the condition fails, the
+        read shows the change made, and the next try writes the same again."""
+        key = self._key(tenant, LIMITS_SK)
+        for _ in range(_SETTINGS_WRITE_TRIES):
+            found = self._ddb.get_item(TableName=self._table, Key=key,
+                                       ConsistentRead=True).get("Item")  # fmt: skip
+            data = from_item(found) if found else {}
+            seen = data.get("updatedAt")
+            for name, value in changes.items():
+                if value is None:
+                    data.pop(name, None)
+                else:
+                    data[name] = value
+            condition: dict[str, Any] = (
+                {"ConditionExpression": "updatedAt = :seen",
+                 "ExpressionAttributeValues": values(seen=seen)}
+                if isinstance(seen, int)
+                else {"ConditionExpression": "attribute_not_exists(PK) OR "
+                                             "attribute_not_exists(updatedAt)"}
+            )  # fmt: skip
+            try:
+                if "concurrencyLimit" not in data and "transcripts" not in data:
+                    if found:
+                        self._ddb.delete_item(TableName=self._table, Key=key, **condition)
+                    return
+                data.update({
+                    "PK": tenant_pk(tenant), "SK": LIMITS_SK, "tenant": tenant,
+                    "updatedAt": max(now_ms(), seen + 1 if isinstance(seen, int) else 0),
+                    INDEX_BY_TENANT.partition_key: LIMITS_LISTING_PK,
+                    INDEX_BY_TENANT.sort_key: tenant,
+                })  # fmt: skip
+                self._ddb.put_item(TableName=self._table, Item=to_item(data), **condition)
+                return
+            except self._ddb.exceptions.ConditionalCheckFailedException:
+                continue
+        raise InvalidInput("tenant", f"the settings of {tenant} changed under every try: "
+                           "try again")  # fmt: skip
+
+    def transcripts_off(self) -> list[str]:
+        """Tenants whose transcripts are off (from the listing of every settings item)."""
+        items = query_all(
+            self._ddb,
+            TableName=self._table,
+            IndexName=INDEX_BY_TENANT.name,
+            KeyConditionExpression="#pk = :pk",
+            ExpressionAttributeNames={"#pk": INDEX_BY_TENANT.partition_key},
+            ExpressionAttributeValues=values(pk=LIMITS_LISTING_PK),
+        )
+        found = (from_item(item) for item in items)
+        return sorted(str(d.get("tenant")) for d in found
+                      if d.get("transcripts") == TRANSCRIPTS_OFF
+                      and isinstance(d.get("tenant"), str))  # fmt: skip
 
     def overrides(self) -> list[TenantLimit]:
         items = query_all(
@@ -251,7 +356,8 @@ class TenantLimitStore:
 
 
 class CachedTenantLimits:
-    """Each tenant's effective limit (0: unlimited), read at most once per `ttl_s`."""
+    """Each tenant's effective limit (0: unlimited) and whether it stores transcripts,
+    read at most once per `ttl_s` (one item holds both)."""
 
     def __init__(
         self,
@@ -266,32 +372,42 @@ class CachedTenantLimits:
         self._ttl_s = ttl_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._known: dict[str, tuple[float, int]] = {}
+        # Until when, the limit, and whether transcripts are stored (None: never read).
+        self._known: dict[str, tuple[float, int, bool | None]] = {}
         self._listing = threading.Lock()
         # Until when, and what, the listing of every override said (None: unreadable).
         self._listed: tuple[float, dict[str, int] | None] | None = None
 
     def limit(self, tenant: str) -> int:
+        return self._read(tenant)[0]
+
+    def transcripts(self, tenant: str) -> bool | None:
+        """Whether the tenant's transcripts may be stored; None when its settings could
+        not be read (and never were): the caller then stores nothing."""
+        return self._read(tenant)[1]
+
+    def _read(self, tenant: str) -> tuple[int, bool | None]:
         now = self._clock()
         with self._lock:
             cached = self._known.get(tenant)
         if cached is not None and cached[0] > now:
-            return cached[1]
+            return cached[1], cached[2]
         try:
-            override = self._store.get(tenant)
+            found = self._store.settings(tenant)
         except Exception:
             # Throttled past botocore's retries, say: the last answer (or the default)
             # stands for a few seconds rather than holding the task back.
             fallback = cached[1] if cached is not None else self._default
-            logger.warning("reading a tenant's concurrency limit failed; using %s", fallback,
+            transcripts = cached[2] if cached is not None else None
+            logger.warning("reading a tenant's settings failed; using limit %s", fallback,
                            extra={"tenant": tenant}, exc_info=True)  # fmt: skip
             with self._lock:
-                self._known[tenant] = (now + LIMIT_RETRY_S, fallback)
-            return fallback
-        limit = self._default if override is None else override
+                self._known[tenant] = (now + LIMIT_RETRY_S, fallback, transcripts)
+            return fallback, transcripts
+        limit = self._default if found.limit is None else found.limit
         with self._lock:
-            self._known[tenant] = (now + self._ttl_s, limit)
-        return limit
+            self._known[tenant] = (now + self._ttl_s, limit, found.transcripts)
+        return limit, found.transcripts
 
     def guess(self, tenant: str) -> int | None:
         """The tenant's limit for a guess on a hot path, which `limit` then settles: as

@@ -20,6 +20,7 @@ import pytest
 from agent_support import AgentRig, agent_definition, agent_rig
 from conftest import Stack
 
+from agentq.client import AgentqClient
 from agentq.envelope import TaskEnvelope
 from agentq.store.keys import attempt_prefix, checkpoint_key
 from agentq.store.tasks import TaskStore
@@ -72,6 +73,7 @@ def test_a_completed_task_continues_with_a_follow_up_from_its_final_session(
             stack.s3.get_object(Bucket=stack.resources.bucket,
                                 Key=checkpoint_key("acme", second, 1))["Body"].read()
         )  # fmt: skip
+        conversation = AgentqClient.from_env().conversation(second, tenant="acme")
 
     # Task 2's first request holds task 1's conversation (its prompt, every answer) and
     # then the follow-up, its forged fence defused.
@@ -92,6 +94,16 @@ def test_a_completed_task_continues_with_a_follow_up_from_its_final_session(
     # Its own checkpoint holds the whole conversation, so it can be continued in turn.
     assert own_checkpoint.turns >= 2
     assert second_record.raw["checkpoint"]["key"] == checkpoint_key("acme", second, 1)
+
+    # Its conversation: task 1's prompt and answer, then the follow-up, marked as such.
+    assert conversation.continues == first.request_id
+    kinds = [t.kind for t in conversation.turns]
+    assert (
+        kinds[0] == "prompt" and "Remember the colour teal." in conversation.turns[0].blocks[0].text
+    )
+    (follow_up,) = [t for t in conversation.turns if t.kind == "follow_up"]
+    assert follow_up.blocks[0].text.startswith("Which colour did I ask you to remember?")
+    assert kinds.index("follow_up") > kinds.index("assistant")
 
 
 def test_a_continuation_the_worker_cannot_start_fails_once_with_a_clear_error(

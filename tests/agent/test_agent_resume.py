@@ -15,6 +15,7 @@ from agent_support import agent_definition, agent_rig
 from conftest import Stack
 from support import wait_for
 
+from agentq.client import AgentqClient
 from agentq.store.keys import attempt_prefix
 from agentq.store.tasks import TaskStore
 from worker.kinds.agent.checkpoint import decode
@@ -60,6 +61,7 @@ def test_a_task_killed_at_a_turn_resumes_from_its_checkpoint_on_another_worker(
         completed = rig.events.wait(task.request_id, "Task Completed", timeout=180)[0]
         requests = rig.model.requests("resume")
         second_checkpoint = _checkpoint_turns(stack, checkpoint_key("acme", task.request_id, 2))
+        conversation = AgentqClient.from_env().conversation(task.request_id, tenant="acme")
 
     # Attempt 1 answered three turns and stalled on the fourth; attempt 2's first request
     # carried those three turns, and the conversation went on from the fourth step.
@@ -91,6 +93,18 @@ def test_a_task_killed_at_a_turn_resumes_from_its_checkpoint_on_another_worker(
     assert f"resuming the session of attempt 1 from its checkpoint ({KILLED_AT} turns)" in summary
     trace = json.loads(rig.s3_text(winner + "traces/session_trace.json"))
     assert trace["resume"]["from_attempt"] == 1
+
+    # The producer client reads the conversation across both attempts: each turn once,
+    # the resume where attempt 2 began, every tool call with its input and output.
+    assert [(a.attempt, a.resumed) for a in conversation.attempts] == [(1, False), (2, True)]
+    kinds = [(t.attempt, t.kind) for t in conversation.turns]
+    assert kinds[0] == (1, "prompt") and kinds.count((2, "resume")) == 1
+    calls = [b.text for t in conversation.turns for b in t.blocks if b.tool == "Bash"
+             and b.kind == "tool_call"]  # fmt: skip
+    assert [json.loads(c)["command"] for c in calls] == [f"echo step-{n}" for n in range(1, 6)]
+    results = [b.text for t in conversation.turns for b in t.blocks if b.kind == "tool_result"]
+    assert results[:STEPS] == [f"step-{n}" for n in range(1, STEPS + 1)]
+    assert {t.attempt for t in conversation.turns if t.kind == "assistant"} == {1, 2}
 
 
 def test_a_corrupt_checkpoint_starts_the_session_afresh_and_says_so(stack: Stack) -> None:

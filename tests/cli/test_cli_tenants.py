@@ -1,4 +1,4 @@
-"""`agentq tenants limit|show` against the stage's table."""
+"""`agentq tenants limit|transcripts|show` against the stage's table."""
 
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ def test_limits_are_set_shown_and_reset(stack: Stack, capsys: pytest.CaptureFixt
     assert code == EXIT_OK and shown["default"] == 3
     assert shown["tenants"] == [
         {"tenant": "acme", "limit": 2, "override": True, "running": 1, "free": 1,
-         "holders": ["held-1"]},
+         "holders": ["held-1"], "transcripts": "on"},
         {"tenant": "free-for-all", "limit": 0, "override": True, "running": 0, "free": None,
-         "holders": []},
+         "holders": [], "transcripts": "on"},
     ]  # fmt: skip
     code, text, _ = _run(capsys, "tenants", "show")
     assert code == EXIT_OK and "acme" in text and "2 at once" in text and "unlimited" in text
@@ -57,6 +57,26 @@ def test_limits_are_set_shown_and_reset(stack: Stack, capsys: pytest.CaptureFixt
     assert code == EXIT_OK and shown == {"tenant": "acme", "limit": 3, "override": False}
     code, shown, _ = _run(capsys, "tenants", "show", "acme", "--json")
     assert shown["tenants"][0]["override"] is False and shown["tenants"][0]["limit"] == 3
+
+
+def test_transcripts_are_turned_off_and_on_and_shown_beside_the_limit(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(capsys, "tenants", "limit", "acme", "2", "--json")[0] == EXIT_OK
+    code, shown, _ = _run(capsys, "tenants", "transcripts", "acme", "off", "--json")
+    assert code == EXIT_OK and shown == {"tenant": "acme", "transcripts": "off"}
+    assert _run(capsys, "tenants", "transcripts", "hush", "off", "--json")[0] == EXIT_OK
+    code, shown, _ = _run(capsys, "tenants", "show", "acme", "--json")
+    assert (shown["tenants"][0]["limit"], shown["tenants"][0]["transcripts"]) == (2, "off")
+    settle_indexes(stack)
+    code, shown, _ = _run(capsys, "tenants", "show", "--json")
+    assert [(t["tenant"], t["override"], t["transcripts"]) for t in shown["tenants"]] == [
+        ("acme", True, "off"), ("hush", False, "off"),
+    ]  # fmt: skip
+    code, text, _ = _run(capsys, "tenants", "transcripts", "acme", "on")
+    assert code == EXIT_OK and "are stored" in text
+    code, shown, _ = _run(capsys, "tenants", "show", "acme", "--json")
+    assert (shown["tenants"][0]["limit"], shown["tenants"][0]["transcripts"]) == (2, "on")
 
 
 @pytest.mark.parametrize(

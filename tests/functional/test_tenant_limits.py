@@ -17,7 +17,12 @@ from agentq.errors import AttemptsExhausted, LockNotAcquired, TaskHeldElsewhere,
 from agentq.events import now_ms
 from agentq.states import TaskState
 from agentq.store import Lease, TaskStore
-from agentq.store.tenants import CachedTenantLimits, TenantLimit, TenantLimitStore
+from agentq.store.tenants import (
+    CachedTenantLimits,
+    TenantLimit,
+    TenantLimitStore,
+    TenantSettings,
+)
 
 
 def _envelope(tenant: str = "busy") -> TaskEnvelope:
@@ -168,6 +173,43 @@ def test_overrides_are_set_listed_and_cleared(stack: Stack) -> None:
     assert [o.tenant for o in limits.overrides()] == ["zeta"]
 
 
+def test_transcripts_off_sits_beside_the_limit_and_each_change_keeps_the_other(
+    stack: Stack,
+) -> None:
+    limits = TenantLimitStore(stack.dynamodb, stack.resources.table_name)
+    limits.set_transcripts("acme", stored=False)
+    assert limits.settings("acme") == TenantSettings(limit=None, transcripts=False)
+    limits.set("acme", 3)
+    assert limits.settings("acme") == TenantSettings(limit=3, transcripts=False)
+    limits.clear("acme")
+    assert limits.settings("acme") == TenantSettings(limit=None, transcripts=False)
+    settle_indexes(stack)
+    assert limits.transcripts_off() == ["acme"]
+    assert limits.overrides() == []  # no limit override: not listed as one
+    limits.set("acme", 2)
+    limits.set_transcripts("acme", stored=True)
+    assert limits.settings("acme") == TenantSettings(limit=2, transcripts=True)
+    limits.clear("acme")
+    # Nothing left to say: the item is gone, not left empty.
+    assert stack.dynamodb.get_item(TableName=stack.resources.table_name,
+                                   Key={"PK": {"S": "TENANT#acme"}, "SK": {"S": "LIMITS"}},
+                                   ConsistentRead=True).get("Item") is None  # fmt: skip
+
+
+def test_a_worker_reads_transcripts_through_the_limits_cache_in_one_read(stack: Stack) -> None:
+    inner, counting, clock, cache = _acme_at_5(stack, default=0)
+    inner.set_transcripts("acme", stored=False)
+    assert cache.limit("acme") == 5 and cache.transcripts("acme") is False
+    assert counting.reads == 1  # one item, one read, both settings
+    inner.set_transcripts("acme", stored=True)
+    assert cache.transcripts("acme") is False  # the cache holds for its 30 s
+    clock.now += 31
+    assert cache.transcripts("acme") is True and counting.reads == 2
+    # Unreadable and never read: unknown (the worker then stores nothing).
+    failing = CachedTenantLimits(_CountingStore(inner, fail=True), default=0, clock=clock)
+    assert failing.transcripts("zeta") is None and failing.limit("zeta") == 0
+
+
 def test_a_malformed_override_in_the_table_is_ignored(stack: Stack) -> None:
     limits = TenantLimitStore(stack.dynamodb, stack.resources.table_name)
     stack.dynamodb.put_item(
@@ -194,11 +236,11 @@ class _CountingStore(TenantLimitStore):
         self.listings = 0
         self.fail = fail
 
-    def get(self, tenant: str, *, consistent: bool = False) -> int | None:
+    def settings(self, tenant: str, *, consistent: bool = False) -> TenantSettings:
         self.reads += 1
         if self.fail:
             raise RuntimeError("throttled past every retry")
-        return self.inner.get(tenant, consistent=consistent)
+        return self.inner.settings(tenant, consistent=consistent)
 
     def overrides(self) -> list[TenantLimit]:
         self.listings += 1

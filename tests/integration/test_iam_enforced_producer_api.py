@@ -99,6 +99,10 @@ def test_iam_enforced_producer_api_role_serves_tenants_and_operators(
     follow_up = {"definition": "sample-echo", "continues": "r-none", "prompt": "And then?"}
     status, refused = _api("POST", "/tasks", tenant, follow_up)
     assert status == 400 and "task r-none was not found" in refused["message"], refused
+    # The role may not read tenant settings: a continuation's check and the conversation
+    # view go on without them (the worker's mark on a task stands for the setting).
+    status, conversation = _api("GET", f"/tasks/{task['requestId']}/conversation", tenant)
+    assert status == 200 and conversation["turns"] == [], conversation
 
     definition = {"kind": "python", "settings": {"callable": "agentq.samples.echo:run"}}
     assert _api("PUT", "/task-definitions/ops-echo", tenant, definition)[0] == 403

@@ -20,6 +20,7 @@ from agentq.principals import PrincipalTenants
 from agentq.states import TaskState
 from agentq.store import TaskStore
 from agentq.store.keys import checkpoint_key
+from agentq.store.tenants import TenantLimitStore
 from lambdas import dispatcher, producer_api
 
 pytestmark = pytest.mark.timeout(120)
@@ -198,6 +199,7 @@ def test_jobs_api_serves_its_openapi_document(stack: Stack) -> None:
         "/tasks": {"post"},
         "/tasks/{request_id}": {"get"},
         "/tasks/{request_id}/cancel": {"post"},
+        "/tasks/{request_id}/conversation": {"get"},
         "/task-definitions": {"get"},
         "/task-definitions/{name}": {"get", "put", "delete"},
     }
@@ -317,3 +319,38 @@ def test_jobs_api_continues_a_finished_agent_task_of_the_callers_own(stack: Stac
     assert status == 400 and refused["field"] == "prompt"
     assert call("POST", "/tasks", {**follow_up, "continues": "not an id"})[0] == 422
     assert call("POST", "/tasks", {**follow_up, "prompt": ""})[0] == 422
+
+
+def test_jobs_api_refuses_a_continuation_for_a_tenant_that_stores_no_transcripts(
+    stack: Stack,
+) -> None:
+    """From the worker's mark on the source (what a producer API without a grant on
+    tenant settings reads), and from the operator's setting (a job's continues edge)."""
+    client_for(stack)
+    agent = {"prompt": "Note {text}", "output_schema": {"type": "object"}, "resume": True}
+    DefinitionsTable(stack.dynamodb, stack.resources.definitions_table).put(
+        TaskDefinition(name="notes", kind="agent", settings=agent)
+    )
+    store = TaskStore(stack.dynamodb, stack.resources.table_name)
+    lease = store.acquire(TaskEnvelope(request_id="src-2", tenant="acme", definition="notes"),
+                          worker_id="w", lease_seconds=60, max_attempts=3)  # fmt: skip
+    store.finalize(lease, TaskState.COMPLETED, fields={
+        "result": {"bucket": stack.resources.bucket, "key": result_key("acme", "src-2", 1)},
+        "transcripts": "off",
+    })  # fmt: skip
+    follow_up = {"definition": "notes", "continues": "src-2", "prompt": "And then?"}
+    status, refused = call("POST", "/tasks", follow_up)
+    assert status == 400 and refused["field"] == "continues", refused
+    assert "tenant acme does not store transcripts" in refused["message"]
+
+    TenantLimitStore(stack.dynamodb, stack.resources.table_name).set_transcripts(
+        "acme", stored=False
+    )
+    spec = {"tasks": {
+        "draft": {"definition": "notes", "input": {"text": "x"}},
+        "revise": {"definition": "notes", "continues": "draft", "prompt": "Shorter."},
+    }, "job_id": "hushed"}  # fmt: skip
+    status, refused = call("POST", "/jobs", spec)
+    assert status == 400 and refused["field"] == "tasks.revise.continues", refused
+    assert "does not store transcripts" in refused["message"]
+    assert call("GET", "/jobs/hushed")[0] == 404  # nothing was created

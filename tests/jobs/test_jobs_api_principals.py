@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 from typing import Any, Final
 
 import pytest
@@ -13,8 +14,11 @@ from conftest import Stack
 from jobs_support import client_for
 
 from agentq.cli import main as cli
+from agentq.definitions import DefinitionsTable, TaskDefinition
 from agentq.errors import PrincipalNotMapped
 from agentq.principals import PrincipalTenants, TenantResolver, parse_principal
+from agentq.store.keys import checkpoint_key, state_key
+from agentq.store.tenants import TenantLimitStore
 from lambdas import producer_api
 
 pytestmark = pytest.mark.timeout(120)
@@ -24,6 +28,7 @@ ACCOUNT: Final = "123456789012"
 ROLE: Final = f"arn:aws:iam::{ACCOUNT}:role/service/billing-runner"
 USER: Final = f"arn:aws:iam::{ACCOUNT}:user/people/alice"
 OTHER_ROLE: Final = f"arn:aws:iam::{ACCOUNT}:role/not-mapped"
+FIXTURES: Final = Path(__file__).resolve().parents[1] / "unit" / "fixtures"
 
 
 def session(role_name: str, name: str = "ci-run-1") -> str:
@@ -98,6 +103,49 @@ def test_two_principals_of_one_account_are_two_tenants(inproc_stack: Stack) -> N
                {"tasks": {"x": {"definition": "noop"}}})[0] == 404  # fmt: skip
     # ...and the cancel attempts changed nothing.
     assert api("GET", f"/tasks/{ids['billing']}", billing)[1]["state"] == "PENDING"
+
+
+def test_a_tenant_reads_its_own_tasks_conversation_and_never_anothers(
+    inproc_stack: Stack,
+) -> None:
+    """`GET /tasks/{id}/conversation` under the caller's tenant; another tenant's task
+    answers as one that never existed, its checkpoint in S3 never read; a tenant whose
+    transcripts are off is told so."""
+    client_for(inproc_stack)
+    mapped(inproc_stack)
+    billing, alice = session("billing-runner"), USER
+    DefinitionsTable(inproc_stack.dynamodb, inproc_stack.resources.definitions_table).put(
+        TaskDefinition(name="chat", kind="agent", settings={
+            "prompt": "{text}", "resume": True, "output_schema": {"type": "object"}})
+    )  # fmt: skip
+    task = api("POST", "/tasks", billing, {"definition": "chat", "input": {"text": "hi"}})[1]
+    request_id = task["requestId"]
+    inproc_stack.s3.put_object(
+        Bucket=inproc_stack.resources.bucket, Key=checkpoint_key("billing", request_id, 1),
+        Body=(FIXTURES / "resumed-attempt-1.jsonl").read_bytes(),
+    )  # fmt: skip
+    inproc_stack.dynamodb.update_item(
+        TableName=inproc_stack.resources.table_name, Key=state_key("billing", request_id),
+        UpdateExpression="SET attempt = :one", ExpressionAttributeValues={":one": {"N": "1"}},
+    )  # fmt: skip
+
+    status, conversation = api("GET", f"/tasks/{request_id}/conversation", billing)
+    assert status == 200, conversation
+    assert [t["kind"] for t in conversation["turns"]][:2] == ["prompt", "assistant"]
+    assert conversation["turns"][1]["blocks"][0]["tool"] == "Bash"
+    status, body = api("GET", f"/tasks/{request_id}/conversation", alice)
+    assert status == 404 and "billing" not in json.dumps(body)
+    assert "echo step-1" not in json.dumps(body)
+
+    # The operator turns billing's transcripts off.
+    TenantLimitStore(inproc_stack.dynamodb, inproc_stack.resources.table_name).set_transcripts(
+        "billing", stored=False
+    )
+    status, conversation = api("GET", f"/tasks/{request_id}/conversation", billing)
+    assert status == 200 and conversation["turns"] == []
+    assert (
+        conversation["note"] == "no conversation stored (tenant billing does not store transcripts)"
+    )
 
 
 def test_any_session_of_a_mapped_role_acts_for_its_tenant(inproc_stack: Stack) -> None:

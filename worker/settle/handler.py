@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agentq.config import Settings
+from agentq.continuation import transcripts_off_reason
 from agentq.definitions import DefinitionRegistry, TaskDefinition
 from agentq.envelope import TaskEnvelope
 from agentq.events import now_ms
@@ -245,8 +246,9 @@ class MessageHandler:
         try:
             # Anything raised from here on leaves the message unsettled: SQS redelivers it
             # once the lease has expired, and the STATE item counts the attempt.
-            task_dir = self._write_task(envelope, definition, lease)
-            uploader = self._checkpoints(definition, lease, task_dir, entry)
+            stored = self._transcripts_stored(envelope, definition)
+            task_dir = self._write_task(envelope, definition, lease, stored)
+            uploader = self._checkpoints(definition, lease, task_dir, entry) if stored else None
             try:
                 child = self._run_child(ready, task_dir, envelope, tier)
             finally:
@@ -258,6 +260,8 @@ class MessageHandler:
             outcome = decide(child, task_dir, attempt=lease.attempt, max_attempts=max_attempts)
             if uploader is not None:
                 outcome = dataclasses.replace(outcome, checkpoint=uploader.final_key)
+            elif not stored:
+                outcome = dataclasses.replace(outcome, transcripts_off=True)
             try:
                 result = self._settler.settle(
                     entry, envelope, lease, task_dir, outcome, child.duration_ms,
@@ -315,7 +319,17 @@ class MessageHandler:
             allowed=lambda: entry.stop.reason != "lease_lost",
         ).start()  # fmt: skip
 
-    def _write_task(self, envelope: TaskEnvelope, definition: TaskDefinition, lease: Lease) -> Path:
+    def _transcripts_stored(self, envelope: TaskEnvelope, definition: TaskDefinition) -> bool:
+        """Whether this task's session may be stored (checkpoints, resume, continue): its
+        tenant's setting, through the limits' cache (one read per tenant per 30 s), asked
+        only of a task that would store one. Unknown (unreadable) stores nothing."""
+        if not (resumable(definition.kind, definition.settings) or envelope.continues):
+            return True
+        return self._preparer.transcripts(envelope.tenant) is True
+
+    def _write_task(
+        self, envelope: TaskEnvelope, definition: TaskDefinition, lease: Lease, stored: bool = True
+    ) -> Path:
         task_dir = Path(
             tempfile.mkdtemp(prefix=f"agentq-{envelope.request_id[:40]}-",
                              dir=self._settings.work_dir)
@@ -329,7 +343,10 @@ class MessageHandler:
             "definition": definition.to_dict(),
             "input": dict(envelope.input),
         }
-        if resumable(definition.kind, definition.settings):
+        if not stored:
+            # Nothing read, nothing written: the child keeps no checkpoint either.
+            task["resume"] = {"off": transcripts_off_reason(envelope.tenant)}
+        elif resumable(definition.kind, definition.settings):
             # The child holds no AWS credentials: the worker fetches what it resumes from.
             task["resume"] = restore(
                 self._s3, self._bucket, tenant=lease.tenant, request_id=lease.request_id,
@@ -340,11 +357,21 @@ class MessageHandler:
             own = task.get("resume")
             if not (isinstance(own, dict) and own.get("from_attempt")):
                 # No checkpoint of its own yet: it starts from the source's final one.
-                task["resume"] = self._continued(envelope, definition, lease, task_dir)
+                task["resume"] = (
+                    self._continued(envelope, definition, lease, task_dir)
+                    if stored
+                    else self._not_continued(envelope.tenant)
+                )
         (task_dir / TASK_FILE).write_text(json.dumps(task))
         if self._child_user is not None:
             self._child_user.hand_over(task_dir)
         return task_dir
+
+    def _not_continued(self, tenant: str) -> dict[str, Any]:
+        if self._preparer.transcripts(tenant) is None:
+            # Its tenant's settings could not be read: a retry reads them again.
+            return {"unreadable": f"the settings of tenant {tenant} could not be read"}
+        return {"refused": transcripts_off_reason(tenant)}
 
     def _continued(
         self, envelope: TaskEnvelope, definition: TaskDefinition, lease: Lease, task_dir: Path

@@ -38,6 +38,9 @@ class Outcome:
     # The S3 key of this attempt's final session checkpoint (an agent task with resume):
     # a completed task names it on its STATE item for a continuation to start from.
     checkpoint: str | None = None
+    # Its tenant stores no transcripts: a completed task says so on its STATE item, so a
+    # producer that may not read tenant settings is told why it cannot be continued.
+    transcripts_off: bool = False
 
 
 def backoff_s(attempt: int, *, base_s: float, max_s: float) -> float:

@@ -104,6 +104,11 @@ class Preparer:
         limit = self._limits.guess(tenant)
         return tenant if limit is None or limit > 0 else None
 
+    def transcripts(self, tenant: str) -> bool | None:
+        """Whether `tenant` stores agent transcripts (None: its settings unreadable), from
+        the cache that holds its limit: the same item, the same read."""
+        return self._limits.transcripts(tenant)
+
     def waits_for_seat(self, message: Mapping[str, Any]) -> bool:
         """Whether `message` would only wait for its tenant's seat: a task of a definition
         this worker knows (what `prepare` checks before its first request), due now. A

@@ -29,6 +29,7 @@ from agentq.events import DetailType, now_ms
 from agentq.states import TaskState
 from agentq.store.records import ATTEMPT_ALLOWANCE
 from agentq.store.tasks import Lease, TaskStore
+from agentq.store.tenants import TRANSCRIPTS_OFF
 from agentq.taxonomy import ErrorInfo, info
 from worker.child.runner import RESULT_FILE
 from worker.inflight import InFlight, InFlightRegistry
@@ -142,6 +143,8 @@ class Settler:
                 if outcome.checkpoint is not None:
                     # Beside the result, in the same fenced write: what a continuation reads.
                     fields["checkpoint"] = {"bucket": self._bucket, "key": outcome.checkpoint}
+                if outcome.transcripts_off:
+                    fields["transcripts"] = TRANSCRIPTS_OFF
                 finish(TaskState.COMPLETED, "Task Completed", result=pointer,
                        usage=usage.get("usage"), cost_usd=usage.get("cost_usd"))  # fmt: skip
                 return "completed"

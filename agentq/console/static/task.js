@@ -1,4 +1,4 @@
-// agentq console: one task: input, result, error, attempts, agent trace, logs, events.
+// agentq console: one task: input, result, error, attempts, agent trace, conversation, logs, events.
 "use strict";
 
 (() => {
@@ -58,6 +58,74 @@
       (t.todos || []).length ? el("div", {}, el("h3", {}, "Todos"), AQ.json(t.todos)) : null);
   }
 
+  // The conversation is loaded on its own, after the page is drawn: one request per
+  // change of the task's state or attempt, not one per poll. Every string in it came
+  // from the model, a tool or the task's input: it becomes text nodes only (AQ.el).
+  const conversations = new Map();
+  const KIND = { prompt: "prompt", resume: "↻ resumed here", follow_up: "follow-up (continuation)",
+    assistant: "assistant", tool_results: "tool results", user: "user" };
+
+  function conversationHref(requestId, tenant) {
+    return `/api/tasks/${encodeURIComponent(requestId)}/conversation?tenant=${encodeURIComponent(tenant)}`;
+  }
+
+  function block(b) {
+    const head = b.kind === "tool_call" ? `→ ${b.tool || "?"}` : b.kind === "tool_result" ? `← ${b.tool || "tool"}${b.is_error ? " (error)" : ""}` : null;
+    return el("div", { class: `block ${b.kind}` }, head ? el("span", { class: "tool" }, head) : null,
+      el("pre", {}, b.text), b.cut_chars ? el("span", { class: "muted" }, `… ${AQ.num(b.cut_chars)} more characters`) : null);
+  }
+
+  function drawConversation(c) {
+    if (c.error) return el("p", { class: "problem" }, c.detail || c.error);
+    const parts = new Map((c.attempts || []).map((a) => [a.attempt, a]));
+    const nodes = [];
+    if (c.continues) nodes.push(el("p", { class: "muted" }, `continues task ${c.continues}: the turns before the follow-up are its conversation`));
+    if (c.note) nodes.push(el("p", { class: "muted", id: "conversation-note" }, c.note));
+    let attempt = null;
+    let previous = null;
+    for (const turn of c.turns || []) {
+      if (previous !== null && turn.index > previous + 1) nodes.push(el("p", { class: "muted gap" }, `… ${turn.index - previous - 1} turns not shown …`));
+      if (turn.attempt !== attempt) {
+        attempt = turn.attempt;
+        const part = parts.get(attempt) || {};
+        const how = part.resumed ? " · resumed from an earlier attempt's checkpoint" : part.fresh_session ? " · started afresh" : "";
+        nodes.push(el("h3", { class: "attempt-boundary", "data-attempt": attempt }, `Attempt ${attempt}${how}`));
+      }
+      nodes.push(el("div", { class: `turn ${turn.kind}`, "data-kind": turn.kind, "data-attempt": turn.attempt },
+        el("span", { class: turn.kind === "resume" ? "resume-marker" : "who" }, KIND[turn.kind] || turn.kind), turn.blocks.map(block)));
+      previous = turn.index;
+    }
+    for (const part of c.attempts || []) {
+      if (part.problem) nodes.push(el("p", { class: "muted" }, `attempt ${part.attempt}: ${part.problem}`));
+    }
+    if (c.omitted_turns) nodes.push(el("p", { class: "muted" }, `${c.total_turns} turns in all, ${c.omitted_turns} not shown`));
+    if (c.skipped_lines) nodes.push(el("p", { class: "muted" }, `${c.skipped_lines} unreadable transcript lines skipped`));
+    return nodes;
+  }
+
+  function conversation(t) {
+    const holder = el("div", { id: "conversation", "data-loaded": "0" });
+    const key = `${t.requestId}|${t.tenant}|${t.state}|${t.attempt}`;
+    const show = (node, c) => { node.replaceChildren(...[drawConversation(c)].flat()); node.dataset.loaded = "1"; };
+    const known = conversations.get(t.requestId);
+    if (known && known.data) show(holder, known.data);
+    else holder.append(el("p", { class: "muted" }, "loading…"));
+    if (!known || known.key !== key) {
+      const entry = { key, data: known ? known.data : null };
+      conversations.set(t.requestId, entry);
+      fetch(conversationHref(t.requestId, t.tenant), { credentials: "same-origin", cache: "no-store" })
+        .then((r) => r.json())
+        .then((c) => {
+          entry.data = c;
+          // The page may have been drawn again meanwhile: fill the section it shows now.
+          const live = document.getElementById("conversation");
+          if (live) show(live, c);
+        })
+        .catch(() => { entry.key = null; });
+    }
+    return holder;
+  }
+
   AQ.pages.task = (data) => {
     const t = data.task;
     const art = data.artifacts || {};
@@ -110,6 +178,7 @@
       el("h2", {}, "Result"), el("div", { id: "result" }, art.resultState === "loaded" ? AQ.json(art.result) : el("p", { class: "muted" }, art.resultState || "none")),
       el("h2", {}, "Attempts"), attempts(data.attempts, TERMINAL.includes(t.state), t.attempt || 0),
       el("h2", {}, "Agent trace"), trace(art.trace),
+      t.definition ? el("div", {}, el("h2", {}, "Conversation"), conversation(t)) : null,
       el("h2", {}, "Logs"), logs.length ? el("div", { id: "logs" }, logs) : el("p", { class: "muted", id: "logs" }, TERMINAL.includes(t.state) ? "no logs" : "no logs yet"),
       el("h2", {}, "Objects"), el("p", { class: "muted" }, art.location || ""), el("ul", { id: "objects" }, objects),
       el("h2", {}, "Events"), table(["time", "event", "attempt#", "worker", "payload"], events, { id: "events" }));

@@ -31,16 +31,12 @@ FORMAT: Final = 1
 # Transcripts of long sessions reach a few MiB; past this a checkpoint is not trusted.
 MAX_CHECKPOINT_BYTES: Final = 64 * 1024 * 1024
 
-# Appended to the system prompt of a resumed run, and sent as its first new message.
+# Appended to the system prompt of a resumed run; RESUME_PROMPT is its first new message.
 RESUME_NOTE: Final = (
     "This task was interrupted (its worker stopped) and has been resumed from its last "
     "checkpoint: the conversation above is what happened before the interruption. A tool "
     "call with side effects that was under way may or may not have taken effect: check "
     "before you repeat it, never repeat it blindly."
-)
-RESUME_PROMPT: Final = (
-    "The task was interrupted and has been resumed. Continue from where the conversation "
-    "stopped; do not start over."
 )
 
 

@@ -19,11 +19,12 @@ import anyio
 from claude_agent_sdk import ResultMessage, SessionStore
 from jsonschema import Draft202012Validator
 
+from agentq.conversation import RESUME_PROMPT
 from agentq.errors import TaskError
 from agentq.taxonomy import ErrorInfo, classify_exception, info
 from worker.kinds import ChildContext
 from worker.kinds.agent import session
-from worker.kinds.agent.checkpoint import RESUME_PROMPT, ResumePlan, plan_resume
+from worker.kinds.agent.checkpoint import ResumePlan, plan_resume
 from worker.kinds.agent.errors import classify_sdk_exception
 from worker.kinds.agent.prompt import follow_up_prompt
 from worker.kinds.agent.retry import Failure, RetryPolicy, with_retry
@@ -158,6 +159,11 @@ class AgentRun:
         if not spec.resume and not continuing:
             return None
         offered = self.ctx.resume or {}
+        if offered.get("off"):
+            # The tenant stores no transcripts: no checkpoint is kept, not even here.
+            self.resume_record = {"status": "off", "reason": str(offered["off"])[:300]}
+            self.log.line(f"no checkpoint: {offered['off']}")
+            return None
         if continuing and "unreadable" in offered:
             # Not a fresh start: the follow-up needs the conversation it follows.
             raise TaskError("server", f"cannot continue yet: {offered['unreadable']}",

@@ -1,0 +1,90 @@
+"""The task page's Conversation section in Debian's headless chromium: a resumed task's
+two attempts, where it resumed, and hostile text drawn as text.
+
+The checkpoints are the real CLI's (tests/unit/fixtures: killed after two turns, resumed
+by attempt 2), placed where the worker puts them; a follow-up turn carries markup and a
+script that would set `window.__xss` if the page ever parsed it as HTML.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import Stack
+from console_support import browser, running_console, signed_in
+from playwright.sync_api import Browser
+
+from agentq.definitions import DefinitionsTable, TaskDefinition
+from agentq.store.codec import to_item
+from agentq.store.keys import STATE_SK, checkpoint_key, task_pk
+from agentq.store.tenants import TenantLimitStore
+
+__all__ = ["browser"]
+pytestmark = [pytest.mark.timeout(120)]
+
+FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures"
+HOSTILE = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
+
+
+def _task(stack: Stack, request_id: str, tenant: str = "acme") -> None:
+    item = {"PK": task_pk(tenant, request_id), "SK": STATE_SK, "requestId": request_id,
+            "tenant": tenant, "state": "COMPLETED", "attempt": 2, "definition": "chat",
+            "envelope": {"requestId": request_id, "tenant": tenant, "definition": "chat"}}  # fmt: skip
+    stack.dynamodb.put_item(TableName=stack.resources.table_name, Item=to_item(item))
+    follow_up = {"type": "user", "uuid": "hostile-follow-up",
+                 "sessionId": "6c4b69e6-f484-42f2-a2ee-2b40c1fccf7e",
+                 "message": {"role": "user", "content": HOSTILE}}  # fmt: skip
+    for attempt, extra in ((1, b""), (2, json.dumps(follow_up).encode() + b"\n")):
+        body = (FIXTURES / f"resumed-attempt-{attempt}.jsonl").read_bytes() + extra
+        stack.s3.put_object(Bucket=stack.resources.bucket,
+                            Key=checkpoint_key(tenant, request_id, attempt), Body=body)  # fmt: skip
+
+
+def test_a_resumed_tasks_page_shows_both_attempts_the_resume_and_hostile_text_as_text(
+    stack: Stack, browser: Browser
+) -> None:
+    DefinitionsTable(stack.dynamodb, stack.resources.definitions_table).put(
+        TaskDefinition(name="chat", kind="agent", settings={
+            "prompt": "{text}", "resume": True, "output_schema": {"type": "object"}})
+    )  # fmt: skip
+    _task(stack, "r-resumed")
+    _task(stack, "r-hush", tenant="hush")
+    TenantLimitStore(stack.dynamodb, stack.resources.table_name).set_transcripts(
+        "hush", stored=False
+    )
+    with running_console() as server:
+        page = signed_in(browser, server)
+        page.goto(f"{server.base_url}/tasks/r-resumed?tenant=acme")
+        page.wait_for_selector("#conversation[data-loaded='1']", timeout=20_000)
+        boundaries = page.eval_on_selector_all(
+            "#conversation h3.attempt-boundary", "nodes => nodes.map(n => n.textContent)"
+        )
+        turns = page.eval_on_selector_all(
+            "#conversation .turn",
+            "nodes => nodes.map(n => [n.dataset.attempt, n.dataset.kind, n.textContent])",
+        )
+        marker = page.text_content("#conversation .resume-marker")
+        follow_up = page.eval_on_selector(
+            "#conversation .turn.follow_up pre", "n => [n.textContent, n.children.length]"
+        )
+        injected = page.evaluate("() => [window.__xss, document.querySelectorAll('#conversation img, #conversation script').length]")  # fmt: skip
+
+        page.goto(f"{server.base_url}/tasks/r-hush?tenant=hush")
+        page.wait_for_selector("#conversation[data-loaded='1']", timeout=20_000)
+        hushed = page.text_content("#conversation")
+
+    assert boundaries == [
+        "Attempt 1", "Attempt 2 · resumed from an earlier attempt's checkpoint",
+    ]  # fmt: skip
+    assert {a for a, _, _ in turns} == {"1", "2"}
+    assert [k for a, k, _ in turns if a == "1"][:3] == ["prompt", "assistant", "tool_results"]
+    assert next(k for a, k, _ in turns if a == "2") == "resume"
+    assert any("echo step-1" in text for a, _, text in turns if a == "1")
+    assert any("echo step-3" in text for a, k, text in turns if a == "2" and k == "assistant")
+    assert marker == "↻ resumed here"
+    assert follow_up == [HOSTILE, 0]  # the markup as text, no element made of it
+    assert injected == [None, 0]
+    assert "no conversation stored (tenant hush does not store transcripts)" in (hushed or "")
+    assert "echo step-1" not in (hushed or "")
