@@ -76,8 +76,8 @@ MAX_QUOTED = 40
 
 def shown(value: object) -> str:
     """How an invalid value is named in an error: ascii() (it may hold a lone surrogate
-    or control text), and only when short."""
-    if isinstance(value, str) and len(value) > MAX_QUOTED:
+    or control text), and only when short once escaped (an escape takes up to ten)."""
+    if isinstance(value, str) and (len(value) > MAX_QUOTED or len(ascii(value)) > MAX_QUOTED + 2):
         return f"a text of {len(value)} characters"
     if isinstance(value, str | int | float | bool) or value is None:
         return ascii(value)
