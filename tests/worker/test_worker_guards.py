@@ -26,18 +26,28 @@ def test_worker_stops_the_child_when_its_lease_is_taken(stack: Stack, tmp_path: 
     with running_worker(stack) as worker:
         task = send(stack, "sample-sleep", {"seconds": 20, "side_log": str(side_log)})
         events.wait(task.request_id, "Task Processing Started")
-        # Another worker takes the task over (as after a long GC pause or a partition).
-        stack.dynamodb.update_item(
-            TableName=stack.resources.table_name,
-            Key={"PK": {"S": f"TASK#{task.tenant}#{task.request_id}"}, "SK": {"S": "STATE"}},
-            UpdateExpression="SET leaseToken = :t, effectiveUntil = :eu, #o = :o",
-            ExpressionAttributeNames={"#o": "owner"},
-            ExpressionAttributeValues={
-                ":t": {"S": "someone-elses-token"},
-                ":eu": {"N": str(now_ms() + 60_000)},
-                ":o": {"S": "other-worker"},
-            },
-        )
+
+        # Another worker takes the task over (as after a long GC pause or a partition),
+        # trying again while the worker's own transaction on the item (a renewal) is on.
+        def take_over() -> bool:
+            try:
+                stack.dynamodb.update_item(
+                    TableName=stack.resources.table_name,
+                    Key={"PK": {"S": f"TASK#{task.tenant}#{task.request_id}"},
+                         "SK": {"S": "STATE"}},
+                    UpdateExpression="SET leaseToken = :t, effectiveUntil = :eu, #o = :o",
+                    ExpressionAttributeNames={"#o": "owner"},
+                    ExpressionAttributeValues={
+                        ":t": {"S": "someone-elses-token"},
+                        ":eu": {"N": str(now_ms() + 60_000)},
+                        ":o": {"S": "other-worker"},
+                    },
+                )  # fmt: skip
+            except stack.dynamodb.exceptions.TransactionConflictException:
+                return False
+            return True
+
+        wait_for(take_over, timeout=30, message="the takeover written")
         worker.wait_for_output('"verdict":"lease_lost"', timeout=30)
         worker.stop()
     assert not side_log.exists(), "the child was stopped before it finished"
