@@ -204,22 +204,29 @@ def _report(
     for column in ("task", "expected", "got", "attempts", "ok"):
         checks.add_column(column)
     ok = job.state in ("COMPLETED", "FAILED")
+    for key, wanted, state, attempts, good in report_rows(tasks, expected):
+        ok = ok and good
+        checks.add_row(key, wanted, state, attempts,
+                       "[green]yes[/green]" if good else "[red]NO[/red]")  # fmt: skip
+    console.print(checks)
+    console.print(_verdict(job, expected, ok=ok))
+    return 0 if ok else 1
+
+
+def report_rows(
+    tasks: dict[str, Any], expected: list[Expectation]
+) -> list[tuple[str, str, str, str, bool]]:
+    """The final table's rows: task, expected, state and attempts as its STATE item has
+    them (as `agentq status` reads them), and whether it ended as designed."""
+    rows = []
     for expectation in expected:
         record = tasks.get(expectation.key)
         state = record.state.value if record else "missing"
         attempts = record.attempt if record else 0
         good = state == expectation.state and attempts >= expectation.min_attempts
-        ok = ok and good
-        checks.add_row(
-            expectation.key,
-            f"{expectation.state} (≥{expectation.min_attempts} attempt)",
-            state,
-            str(attempts),
-            "[green]yes[/green]" if good else "[red]NO[/red]",
-        )
-    console.print(checks)
-    console.print(_verdict(job, expected, ok=ok))
-    return 0 if ok else 1
+        wanted = f"{expectation.state} (≥{expectation.min_attempts} attempt)"
+        rows.append((expectation.key, wanted, state, str(attempts), good))
+    return rows
 
 
 def _verdict(job: Any, expected: list[Expectation], *, ok: bool) -> str:

@@ -74,8 +74,8 @@ class TaskOutputs:
             if not record.state.terminal:
                 raise NoOutputYet(record.request_id, record.state.value, "agent trace")
             raise NotFound("agent trace", f"s3://{bucket}/{key}")
-        return decode_lenient(
-            self._read_text(bucket, key), name=f"s3://{bucket}/{key}", what="trace"
+        return readable_trace(
+            decode_lenient(self._read_text(bucket, key), name=f"s3://{bucket}/{key}", what="trace")
         )
 
     def _keys(self, bucket: str, prefix: str) -> list[str]:
@@ -134,3 +134,19 @@ class TaskOutputs:
         size = found.get("ContentLength", len(data))
         cut = f"only its first {len(data)} of {size} bytes read" if size > len(data) else None
         return AttemptCheckpoint(attempt=attempt, data=data, problem=cut)
+
+
+def readable_trace(trace: Any) -> Any:
+    """An agent trace as every view reads it (`agentq trace`, its JSON, the console):
+    each turn's output count left out (None). The CLI reports a turn's usage as the model
+    starts answering (output 1, whatever it then writes); the trace's totals, from the
+    attempt's result, carry the real count, the one place tokens are read from."""
+    if not isinstance(trace, dict) or not isinstance(trace.get("turns"), list):
+        return trace
+    turns = [
+        {**turn, "usage": {**turn["usage"], "output_tokens": None}}
+        if isinstance(turn, dict) and isinstance(turn.get("usage"), dict)
+        else turn
+        for turn in trace["turns"]
+    ]
+    return {**trace, "turns": turns}

@@ -3,7 +3,8 @@
 The trace comes from S3 and its strings from the model (tool names, todos, errors), so
 every field is checked for its type and every string made terminal-safe and escaped for
 rich's markup. A trace not of the worker's shape (another writer, an older worker) is
-shown as JSON instead; `--json` always gives it as stored.
+shown as JSON instead; `--json` gives it as stored, but for each turn's output count (see
+agentq.task_outputs.readable_trace: the totals hold the real one).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from agentq.jobs.results import RESULT_FILE, ResultReader
 from agentq.json_text import decode_lenient
 from agentq.states import TaskState
 from agentq.store import TaskRecord
-from agentq.task_outputs import TaskOutputs
+from agentq.task_outputs import TaskOutputs, readable_trace
 
 MAX_LOG_BYTES: Final = 256 * 1024
 MAX_INLINE_BYTES: Final = 2 * 1024 * 1024
@@ -70,7 +70,7 @@ class TaskArtifacts:
             logs.append({"name": name, "text": text, "truncated": truncated})
         trace = None
         if 0 < sizes.get(TRACE_NAME, 0) <= MAX_INLINE_BYTES:
-            trace = self._json(bucket, prefix + TRACE_NAME)
+            trace = readable_trace(self._json(bucket, prefix + TRACE_NAME))
         result: Any = None
         # Only a completed task has a result; say why the others have none.
         result_state = (f"left no result (it ended {record.state.value})" if record.state.terminal

@@ -9,19 +9,18 @@ needed for moto's answer:
 - **TransactWriteItems deep-copied the whole table once per item**, for a rollback. It
   now saves only the items the transaction names and puts them back when moto rolls
   back (a two-item lock at 650 tasks: 37 ms as moto has it, 2.3 ms so).
-- **A Query of the table sorted every item of the table** (all partitions, compared
-  through `DynamoType.cast_value`) and then kept one partition. A query of the base
-  table now reads its partition only; index queries are left as they are. A tenant's
-  seat query at 650 tasks: 27 ms held under load, 5.7 ms so.
+- **A Query sorted every item of the table**, then kept one partition: it reads that
+  partition only, of the table or of an index, whose partitions are filed per table and
+  kept up to date by every write (agentq.local.moto_partitions; a seat query: 27 ms, 5.7).
 - **An update expression's checks** cost a parse, a deep copy and ten walks of its tree
   per check, some quadratic: agentq.local.moto_expressions makes them proportional.
 - **Each value of a response was looked up under every type's names**, through six
   alias providers: a value's own members are read directly (see the patch below).
 
-Every target is checked before it is patched (agentq.local.moto_guards), and
-tests/local/test_moto_guards.py, test_moto_parses.py and test_moto_expressions.py show
-moto answers the same with and without each patch (Hypothesis properties for the update
-and condition expressions and for every kind of value a response carries).
+Every target is checked before it is patched (agentq.local.moto_guards), and tests/local/
+test_moto_guards.py, _partitions.py, _parses.py and _expressions.py show moto answers the
+same with and without each patch (Hypothesis properties for index queries, the update
+and condition expressions and every kind of value a response carries).
 """
 
 from __future__ import annotations
@@ -35,18 +34,20 @@ from typing import Any
 
 from agentq.local import moto_guards
 from agentq.local.moto_expressions import checked_expression_patches
+from agentq.local.moto_partitions import checked_partition_patches
 
 
 def checked_dynamodb_patches() -> Callable[[], None]:
     """Check every target (`IncompatibleDependency` if one moved), and return what
     patches them, so a caller can check all of moto before it patches any of it."""
     dynamodb_models, backend, table, rollback_errors = moto_guards.transaction_copies()
-    query_table = moto_guards.partition_queries()
+    patch_partitions = checked_partition_patches()
     patch_expressions = checked_expression_patches()
     values = moto_guards.attribute_value_serializer()
 
     def patch() -> None:
-        _patch(dynamodb_models, backend, table, rollback_errors, query_table)
+        _patch(dynamodb_models, backend, table, rollback_errors)
+        patch_partitions()
         patch_expressions()
         if not hasattr(values.serializer._serialize_type_structure, "plain_values"):
             _serialize_plain_values(values)
@@ -55,14 +56,12 @@ def checked_dynamodb_patches() -> Callable[[], None]:
 
 
 def _patch(dynamodb_models: Any, backend: Any, table: type,
-           rollback_errors: tuple[type[Exception], ...], query_table: Any) -> None:  # fmt: skip
-    """The two patches; each is skipped where already applied (idempotent)."""
+           rollback_errors: tuple[type[Exception], ...]) -> None:  # fmt: skip
+    """The transaction patch, skipped where already applied (idempotent)."""
     if not hasattr(backend.transact_write_items, "rolls_back_items"):
         items = _RollBackTouchedItems(table, rollback_errors)
         setattr(dynamodb_models, "copy", items)  # noqa: B010
         backend.transact_write_items = items.transaction(backend.transact_write_items)
-    if not hasattr(query_table.query, "reads_one_partition"):
-        _read_one_partition(query_table)
 
 
 # -- TransactWriteItems: save the items it names, not the tables ----------------------
@@ -140,46 +139,6 @@ def _put_back(backend: Any, saved: list[SavedItem]) -> None:
             backend.put_item(name, item.to_json()["Attributes"])
         elif backend.get_item(name, key) is not None:
             backend.delete_item(name, key)
-
-
-# -- Query: a base-table query reads its own partition -------------------------------
-
-_partition = threading.local()
-
-
-def _read_one_partition(table_type: Any) -> None:
-    """moto's base-table query is `[i for i in self.all_items() if i.hash_key == key]`,
-    then sorted by range key; `all_items()` sorts every item of the table. While such a
-    query runs, `all_items()` gives that partition's items (sorted the same way), so the
-    query keeps exactly what it kept before, in the same order."""
-    query, all_items = table_type.query, table_type.all_items
-
-    @functools.wraps(all_items)
-    def partition_items(table: Any) -> Any:
-        wanted = getattr(_partition, "key", None)  # never None while a base query runs
-        if wanted is None:
-            return all_items(table)
-        _partition.key = None  # the query's one call; anything after it sees the table
-        found = table.items.get(wanted)  # .get: a defaultdict must not grow here
-        if found is None:
-            return []
-        items = list(found.values()) if table.range_key_attr else [found]
-        return sorted(items, key=lambda x: (x.hash_key, x.range_key) if x.range_key else x.hash_key)
-
-    @functools.wraps(query)
-    def partition_query(table: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
-        index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
-        if index_name or hash_key is None:
-            return query(table, hash_key, *args, **kwargs)
-        _partition.key = hash_key
-        try:
-            return query(table, hash_key, *args, **kwargs)
-        finally:
-            _partition.key = None
-
-    partition_query.reads_one_partition = True  # type: ignore[attr-defined]
-    table_type.all_items = partition_items
-    table_type.query = partition_query
 
 
 # -- responses: a value's members looked up by their own names -------------------------

@@ -11,6 +11,7 @@ checked, so the patch uses exactly what was verified.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -21,6 +22,7 @@ from agentq.errors import IncompatibleDependency
 
 SERVER: Final = "agentq/local/moto_server.py"
 DYNAMODB: Final = "agentq/local/moto_dynamodb.py"
+PARTITIONS: Final = "agentq/local/moto_partitions.py"
 
 
 def refuse(package: str, problem: str, patcher: str = SERVER) -> IncompatibleDependency:
@@ -163,17 +165,107 @@ def partition_queries() -> Any:
 
     query, all_items = getattr(Table, "query", None), getattr(Table, "all_items", None)
     if query is None or all_items is None:
-        raise _refuse_dynamodb("Table.query or Table.all_items is gone")
+        raise _refuse_partitions("Table.query or Table.all_items is gone")
     if not hasattr(query, "reads_one_partition"):
         if parameters(query)[: len(_QUERY_PARAMETERS)] != _QUERY_PARAMETERS:
-            raise _refuse_dynamodb("Table.query(self, hash_key, ..., index_name) changed")
+            raise _refuse_partitions("Table.query(self, hash_key, ..., index_name) changed")
         if parameters(all_items) != ["self"] or "self.items.values()" not in source_of(all_items):
-            raise _refuse_dynamodb("Table.all_items(self) no longer lists self.items")
+            raise _refuse_partitions("Table.all_items(self) no longer lists self.items")
+        if _ALL_ITEMS_ORDER not in code(all_items):
+            raise _refuse_partitions("Table.all_items sorts the table another way")
         source = source_of(query)
         if ("for item in self.all_items()" not in source
                 or "item.hash_key == hash_key" not in source):  # fmt: skip
-            raise _refuse_dynamodb("Table.query no longer filters all_items() by hash key")
+            raise _refuse_partitions("Table.query no longer filters all_items() by hash key")
     return Table
+
+
+def _refuse_partitions(problem: str) -> IncompatibleDependency:
+    return refuse("moto", problem, PARTITIONS)
+
+
+_ALL_ITEMS_ORDER: Final = "key=lambdax:(x.hash_key,x.range_key)ifx.range_keyelsex.hash_key"
+# What an index query does with the items of `self.all_items()`: keeps those whose
+# attributes equal every hash key condition (the last of each name), sorts them in place
+# by keys ending with the table's own, then pages them. The patch hands it a superset of
+# one index partition in another order: the same items kept, sorted the same way.
+_INDEX_QUERY_STEPS: Final = (
+    'index_hash_keys=[keyforkeyinindex.schemaifkey["KeyType"]=="HASH"]',
+    "forattr_name,valueinhash_key_conditions:all_hash_conditions[attr_name]=value",
+    "foriteminself.all_items():",
+    "forattr_name,expected_valueinall_hash_conditions.items():",
+    "item_value=item.attrs.get(attr_name)",
+    "ifnotitem_valueoritem_value!=expected_value:",
+    "possible_results=self.sorted_items(hash_attrs,range_attrs,possible_results)",
+)
+_SORT_STEPS: Final = (
+    "attrs_to_sort_by=self._generate_attr_to_sort_by(hash_key_attrs,range_key_attrs)",
+    "items.sort(key=lambdax:tuple([x.attrs[key]forkeyinattrs_to_sort_by]),)",
+    "returnitems",
+)
+# The table's key attributes end moto's sort keys, so no two items tie.
+_SORT_KEY_STEPS: Final = ("attrs_to_sort_by.append(table_hash_key)",
+                          "attrs_to_sort_by.append(table_range_key)")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PartitionTargets:
+    """What the index-partition patch wraps (agentq/local/moto_partitions.py)."""
+
+    table: Any  # moto's Table: query, all_items, sorted_items, put_item, delete_item
+    backend: Any  # moto's DynamoDBBackend: update_item (in place), get_keys_value
+    dynamo_type: type  # moto's DynamoType, an item's key value
+
+
+def index_partitions() -> PartitionTargets:
+    """moto's Table and backend, checked to change an item's attributes only through
+    `Table.put_item`, `Table.delete_item` and `DynamoDBBackend.update_item` (in place),
+    and to answer an index query from `all_items()` as `_INDEX_QUERY_STEPS` says."""
+    import moto.dynamodb.models as dynamodb_models
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    backend = getattr(dynamodb_models, "DynamoDBBackend", None)
+    if not isinstance(backend, type):
+        raise _refuse_partitions("moto.dynamodb.models.DynamoDBBackend is gone")
+    found = PartitionTargets(table=Table, backend=backend, dynamo_type=DynamoType)
+    if hasattr(Table.query, "reads_one_partition"):
+        return found  # ours, from an earlier start-up in this process
+    for owner, name, leading in (
+        (Table, "sorted_items", ["self", "hash_key_attrs", "range_key_attrs", "items"]),
+        (Table, "put_item", ["self", "item_attrs"]),
+        (Table, "delete_item", ["self", "hash_key", "range_key"]),
+        (backend, "update_item", ["self", "table_name", "key"]),
+        (backend, "get_keys_value", ["self", "table", "keys"]),
+    ):
+        method = getattr(owner, name, None)
+        if method is None or parameters(method)[: len(leading)] != leading:
+            raise _refuse_partitions(f"{name}({', '.join(leading)}, ...) is gone or changed")
+    query, update = code(Table.query), code(found.backend.update_item)
+    if not all(step in query for step in _INDEX_QUERY_STEPS):
+        raise _refuse_partitions("Table.query answers an index query another way")
+    if (not all(step in code(Table.sorted_items) for step in _SORT_STEPS)
+            or not all(step in code(Table._generate_attr_to_sort_by)
+                       for step in _SORT_KEY_STEPS)):  # fmt: skip
+        raise _refuse_partitions("Table.sorted_items sorts another way")
+    # Items change in place only in update_item; Table.items only in put/delete_item.
+    from moto.dynamodb.models import table as table_module
+
+    models = "".join((source_of(dynamodb_models) + source_of(table_module)).split())
+    for change in ("UpdateExpressionExecutor(", ".update_with_attribute_updates("):
+        if models.count(change) != update.count(change) or not update.count(change):
+            raise _refuse_partitions(f"moto changes items in place outside update_item ({change})")
+    writers = code(Table.put_item) + code(Table.delete_item) + code(Table.__init__)
+    for line in source_of(Table).splitlines():
+        step = "".join(line.split("#", 1)[0].split())
+        if "self.items" in step and _WRITES.search(step) and step not in writers:
+            raise _refuse_partitions(f"Table changes its items outside put/delete_item: {step}")
+    return found
+
+
+# A statement that changes `self.items` (not one that reads it).
+_WRITES: Final = re.compile(r"self\.items(\[[^\]]*\])*(=[^=]|\.(pop|popitem|clear|update|setdefault)\()"
+                            r"|^delself\.items")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """One set of numbers: a task's run time, attempts and state read the same in every
 view: `agentq status --json` and `job status` (agentq.jobs.summary.task_dict), `agentq
 watch` (its JSON and the table it draws), the console's tasks page (whose rows its job
-page shares), task page and its attempts, and the task's end event; and `agentq stats`
-counts exactly those events' attempts and run times.
+page shares), task page and its attempts, the demo's final table (state and attempts)
+and the task's end event; `agentq stats` counts exactly those events' attempts and run
+times; and an agent task's tokens read the same wherever they are shown.
 
 Real worker and children against moto's server: a task that sleeps, and one that fails
 once then completes (two attempts)."""
@@ -27,12 +28,18 @@ from agentq.console.artifacts import TaskArtifacts
 from agentq.console.reads import ConsoleReader, attempts_of
 from agentq.console.search import Filters
 from agentq.definitions import DefinitionRegistry, DefinitionsTable
+from agentq.demo import Expectation, report_rows
 from agentq.events import Event
 from agentq.jobs.summary import task_dict
 from agentq.local.aws import LOCAL_REGION
 from agentq.local.workers import SAMPLE_DEFINITIONS, WorkerProcess, fast_env
 from agentq.stats import StatsReader, percentile
 from agentq.store import EventStore
+
+# The agent tests' rig (a real worker, the CLI, the offline model server), importable
+# however this module is collected (pytest puts only a test's own directory on the path).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
+from agent_support import agent_definition, agent_rig
 
 pytestmark = pytest.mark.timeout(180)
 AGENTQ = Path(sys.executable).with_name("agentq")
@@ -86,6 +93,11 @@ def test_every_view_gives_a_task_the_same_run_time_attempts_and_state(stack: Sta
                                  "COMPLETED" if last["exit"] == "Task Completed" else last["exit"]),
             "watch": watched["json"][ids[key]],
         }  # fmt: skip
+        # The demo's final table, its row of the task: the same state and attempts.
+        [(_, _, drawn_state, drawn_attempts, _)] = report_rows(
+            {key: client.get_task(ids[key], tenant="acme")}, [Expectation(key, "COMPLETED")]
+        )
+        seen["demo table"] = (ran, int(drawn_attempts), drawn_state)
         # The table `watch` draws, its row of the task: the same run time, as text.
         assert f"{ids[key]} " in watched["table"]
         [drawn] = [line for line in watched["table"].splitlines() if ids[key] in line]
@@ -120,3 +132,84 @@ def _watch(stack: Stack) -> dict[str, Any]:
         "json": {t["requestId"]: (t["durationMs"], t["attempt"], t["state"]) for t in tasks},
         "table": run(),
     }
+
+
+# -- tokens --------------------------------------------------------------------------------
+
+_TOKEN_LABELS = {"input_tokens": "input", "output_tokens": "output",
+                 "cache_read_input_tokens": "cache read",
+                 "cache_creation_input_tokens": "cache write"}  # fmt: skip
+
+
+def test_every_view_gives_an_agent_task_the_same_tokens(stack: Stack) -> None:
+    """An agent task run by the real CLI against the offline model server: its tokens,
+    input, output, cache and their total, read the same in its end event, its STATE item
+    (the console's task page), the console's trace and `agentq trace` (JSON and drawn),
+    and no turn of either trace shows an output count the total contradicts."""
+    definition = agent_definition("numbers-note", settings={"allowed_tools": ["Bash"]})
+    script = '[[model: key numbers; tool Bash {"command": "echo counted"}]]'
+    with agent_rig(stack, [definition]) as rig:
+        task = rig.send("numbers-note", {"text": f"Write about counting. {script}"})
+        end = rig.events.wait(task.request_id, "Task Completed")[0]
+        env = {**rig.env, "COLUMNS": "200"}
+    rid = task.request_id
+    total = end["payload"]["usage"]  # what the worker settled: usage.json
+    assert set(total) >= set(_TOKEN_LABELS) and total["output_tokens"] > 1, total
+
+    client = AgentqClient.from_env()
+    aws = AwsClients(LOCAL_REGION)
+    page = ConsoleReader(client, TaskArtifacts(aws.s3, client.results, client.outputs)).task(
+        "acme", rid
+    )
+    console_trace = page["artifacts"]["trace"]
+    drawn_trace = _cli(env, "trace", rid, "--tenant", "acme")
+    json_trace = json.loads(_cli(env, "trace", rid, "--tenant", "acme", "--json"))
+    seen = {
+        "end event": {k: total[k] for k in _TOKEN_LABELS},
+        "task page (STATE item)": {k: page["usage"][k] for k in _TOKEN_LABELS},
+        "task page (trace)": {k: console_trace["usage"][k] for k in _TOKEN_LABELS},
+        "agentq trace --json": {k: json_trace["usage"][k] for k in _TOKEN_LABELS},
+    }
+    assert all(figures == seen["end event"] for figures in seen.values()), seen
+    [line] = [line for line in drawn_trace.splitlines() if line.startswith("tokens: ")]
+    for name, label in _TOKEN_LABELS.items():
+        assert f"{label} {total[name]:,}" in line, (name, line)
+
+    # Turn by turn: the prompt's figures add up to the totals (one attempt here), and a
+    # turn's output, which the CLI reports before the model has written it, is not shown
+    # as a count the total contradicts: the traces give none, the table draws "—".
+    for trace in (console_trace, json_trace):
+        turns = trace["turns"]
+        assert len(turns) >= 2, turns
+        for name in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+            assert sum(t["usage"][name] for t in turns) == total[name], (name, turns)
+        outputs = [t["usage"].get("output_tokens") for t in turns]
+        assert all(o is None for o in outputs) or sum(outputs) == total["output_tokens"], (
+            outputs, total)  # fmt: skip
+    rows = _turn_rows(drawn_trace)
+    assert len(rows) == len(json_trace["turns"]), drawn_trace
+    assert sum(int(r[3].replace(",", "")) for r in rows) == total["input_tokens"], rows
+    assert all(r[4] == "—" for r in rows) or sum(int(r[4].replace(",", "")) for r in rows) == (
+        total["output_tokens"]), rows  # fmt: skip
+
+
+def _cli(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([str(AGENTQ), *args], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done
+    return done.stdout
+
+
+def _turn_rows(drawn: str) -> list[list[str]]:
+    """The rows of the "model responses" table `agentq trace` draws: its cells."""
+    rows, inside = [], False
+    for line in drawn.splitlines():
+        if line.startswith("model responses"):
+            inside = True
+            continue
+        if inside and line.startswith("└"):
+            break
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if inside and cells and cells[0].isdigit():
+            rows.append(cells)
+    return rows

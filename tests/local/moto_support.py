@@ -33,8 +33,9 @@ def keep_moto_originals(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dynamodb_models, "copy", dynamodb_models.copy)
     backend = dynamodb_models.DynamoDBBackend
     monkeypatch.setattr(backend, "transact_write_items", backend.transact_write_items)
-    for name in ("query", "all_items"):
+    for name in ("query", "all_items", "sorted_items", "put_item", "delete_item"):
         monkeypatch.setattr(Table, name, getattr(Table, name))
+    monkeypatch.setattr(backend, "update_item", backend.update_item)
     traverser = ast_nodes.DepthFirstTraverser
     for name in ("nodes_to_be_processed", "traverse_node_recursively", "process"):
         monkeypatch.setattr(traverser, name, getattr(traverser, name))

@@ -371,7 +371,7 @@ def test_a_query_that_no_longer_filters_all_items_is_refused(
 
     monkeypatch.setattr(Table, "query", query)
     message = _refused(restore)
-    assert "agentq/local/moto_dynamodb.py" in message and "hash key" in message
+    assert "agentq/local/moto_partitions.py" in message and "hash key" in message
 
 
 def test_an_action_count_check_in_another_order_is_refused(

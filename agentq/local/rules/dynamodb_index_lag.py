@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-from agentq.local import moto_guards
+from agentq.local import moto_guards, moto_partitions
 from agentq.local.rules import _dynamodb
 
 VARIABLE: Final = "AGENTQ_LOCAL_INDEX_LAG_MS"
@@ -139,6 +139,9 @@ def _get(table: Any, key: tuple[Any, Any]) -> Any:
 
 
 def _put(table: Any, key: tuple[Any, Any], item: Any) -> None:
+    """Put `item` (or none) at `key` in moto's table, and say so to the index partitions
+    the local server keeps (agentq.local.moto_partitions)."""
+    moto_partitions.item_replaced(table, key)
     hash_value, range_value = key
     if range_value is None:
         if item is None:
