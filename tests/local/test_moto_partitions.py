@@ -234,13 +234,13 @@ def _run(case: list[Op], *, patched: bool, lag_ms: int) -> list[Any]:
         return _answers(case, clock)
 
 
-@settings(max_examples=150, deadline=None, database=None)
+@settings(max_examples=60, deadline=None, database=None)
 @given(case=_cases)
 def test_index_queries_answer_as_moto_does(case: list[Op]) -> None:
     assert _run(case, patched=True, lag_ms=0) == _run(case, patched=False, lag_ms=0)
 
 
-@settings(max_examples=60, deadline=None, database=None)
+@settings(max_examples=40, deadline=None, database=None)
 @given(case=_cases)
 def test_index_queries_answer_as_moto_does_beside_the_index_lag(case: list[Op]) -> None:
     """The lag rule swaps recent writes' earlier items into the table for an index read:
