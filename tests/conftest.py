@@ -9,8 +9,10 @@ import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
+import botocore.endpoint
 import pytest
 from hypothesis import HealthCheck, settings
 from moto import mock_aws
@@ -128,6 +130,22 @@ def _environment_per_module() -> Iterator[None]:
     if os.environ != before:
         os.environ.clear()
         os.environ.update(before)
+
+
+@pytest.fixture(autouse=True)
+def botocore_backoff(request: pytest.FixtureRequest) -> Iterator[list[float]]:
+    """In tests/faults, botocore's retry backoff on a controllable clock: the waits it
+    asks for are recorded (in order), not slept. A fault that outlasts botocore's retries
+    (standard mode: five attempts) made a test wait out up to 15 s of jittered backoff a
+    call for nothing it asserts: the attempts, their order and the final error are the
+    same without the waits. Processes the tests start keep the real backoff."""
+    waits: list[float] = []
+    if "faults" not in request.node.path.parts:
+        yield waits
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(botocore.endpoint, "time", SimpleNamespace(sleep=waits.append))
+        yield waits
 
 
 @pytest.fixture(scope="session")
