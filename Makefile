@@ -58,13 +58,21 @@ console-screenshots: $(STAMP) browser
 
 # The whole suite: lint, types, unit, functional (moto), integration (local stack), infra (CDK),
 # on TEST_WORKERS processes (most tests wait on workers, leases and moto, not on the CPU),
-# with the slowest tests listed at the end.
+# with the slowest tests listed at the end. mypy checks the types beside the tests (its
+# minute on a fresh clone is otherwise added to the suite's); its report is printed when
+# it fails, and either failing fails the target.
 # tmux draws `agentq watch` for the tests that read its screen (CI runs as root).
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 8
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist worksteal
-test: lint browser $(CDK_STAMP)
+test: $(STAMP) browser $(CDK_STAMP)
 	@command -v tmux >/dev/null || { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; }
-	$(PY) -m pytest $(PYTEST_PARALLEL) --durations=30
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	@echo "mypy runs beside the tests (its report: $(VENV)/mypy.log)"
+	@$(VENV)/bin/mypy > $(VENV)/mypy.log 2>&1 & types=$$!; \
+	$(PY) -m pytest $(PYTEST_PARALLEL) --durations=30; tests=$$?; \
+	if ! wait $$types; then cat $(VENV)/mypy.log; echo "mypy failed"; exit 1; fi; \
+	exit $$tests
 
 # Unit and stack tests only (tests/conftest.py marks each test's kind): no process, no e2e.
 test-fast: $(STAMP)

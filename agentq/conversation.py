@@ -262,10 +262,13 @@ def build_conversation(
         shared = False
         added: list[Turn] = []
         fresh = False
+        # Only an entry an earlier attempt showed makes this one a resume: a transcript
+        # may hold the same entry twice (a line written again), which is shown once.
+        earlier = frozenset(seen)
         for entry in transcript.entries:
             identity = _identity(entry)
             if identity in seen:
-                shared = True
+                shared = shared or identity in earlier
                 continue
             seen.add(identity)
             session = entry.get("sessionId")

@@ -63,6 +63,15 @@ def test_a_resumed_task_reads_as_one_conversation_with_the_resume_marked() -> No
     assert conversation.omitted_turns == 0
 
 
+def test_an_entry_written_twice_in_one_checkpoint_is_shown_once_and_is_no_resume() -> None:
+    lines = (FIXTURES / "resumed-attempt-1.jsonl").read_bytes().splitlines(keepends=True)
+    doubled = AttemptCheckpoint(attempt=1, data=b"".join([*lines, lines[-1], lines[0]]))
+    conversation = build_conversation([doubled, _attempt(2)])
+    first, second = conversation.attempts
+    assert (first.turns, first.resumed) == (5, False)
+    assert (second.turns, second.resumed) == (5, True)
+
+
 def test_a_follow_up_after_the_final_answer_is_marked_and_a_missing_checkpoint_said() -> None:
     source = (FIXTURES / "resumed-attempt-2.jsonl").read_bytes()
     follow_up = {
