@@ -11,13 +11,8 @@ the demo meant to do.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 from collections.abc import Iterable
 from typing import Any, Final
-
-import psutil
 
 from agentq.security import sanitize_error_message
 
@@ -47,7 +42,7 @@ class ResumeKill:
         stalled = any(r.outcome == "stall" for r in model_server.requests(RESUME_KEY))
         if not stalled or self._checkpointed_turns(client) < KILL_TURN:
             return
-        self.killed_pids = _kill_task_processes(self.request_id, workers)
+        self.killed_pids = [pid for w in workers for pid in w.kill_task(self.request_id)]
         if not self.killed_pids:
             self.problem = "its process was not found"
 
@@ -58,28 +53,6 @@ class ResumeKill:
         except Exception:  # not stored yet, S3 slow: the next tick asks again
             return 0
         return sum(1 for t in conversation.turns if t.attempt == 1 and t.kind == "assistant")
-
-
-def _kill_task_processes(request_id: str, workers: Iterable[Any]) -> list[int]:
-    """SIGKILL the process group of the task's child (it leads its own session)."""
-    # The worker names each task dir `agentq-{request id[:40]}-…`; the child runs in it.
-    marker = f"agentq-{request_id[:40]}-"
-    mine: list[psutil.Process] = []
-    for worker in workers:
-        for process in worker.task_children():
-            with contextlib.suppress(psutil.Error):
-                if marker in process.cwd() or any(marker in a for a in process.cmdline()):
-                    mine.append(process)
-    pids = {p.pid for p in mine}
-    leaders = [p for p in mine if p.ppid() not in pids]
-    for leader in leaders:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if os.getpgid(leader.pid) == leader.pid:
-                os.killpg(leader.pid, signal.SIGKILL)
-    for process in mine:
-        with contextlib.suppress(psutil.Error):
-            process.kill()
-    return sorted(p.pid for p in leaders)
 
 
 def resume_lines(client: Any, request_id: str) -> list[str]:
