@@ -61,7 +61,8 @@ def definition() -> dict[str, Any]:
         "kind": "agent",
         # A stall no strike ended times out and is retried like any deadline.
         "timeout_s": 60,
-        "max_attempts": 5,
+        # Strikes, freezes and drains spend attempts faster than a CLI run finishes.
+        "max_attempts": 8,
         "settings": {
             "prompt": "Work through the steps below, one shell command each.\n\n{steps}",
             "output_schema": SCHEMA,

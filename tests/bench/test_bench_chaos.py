@@ -65,7 +65,7 @@ def test_bench_chaos_with_aws_faults_holds_every_invariant(
     moto_server: MotoServer, tmp_path: Path
 ) -> None:
     """36 tasks (two fan-out/fan-in jobs and eight one-attempt tasks among them) and four
-    resumable agent tasks of two tenants (the real CLI; two killed at their second turn),
+    resumable agent tasks of two tenants (the real CLI; two struck at their second turn),
     2 workers, one of them ahead by 2 s and one behind, ~5 % of every AWS call failing in
     every kind and faults aimed at locks, job writes and the one-attempt tasks' writes,
     unreadable copies of finished tasks, workers killed, drained (SIGTERM, 200 ms) or
