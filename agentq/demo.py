@@ -4,9 +4,11 @@ Starts the local stack (moto, the offline model server unless `--real-claude` as
 the Anthropic API, the Lambda host with its health-check timer) and two worker processes, then runs
 a job that shows the product: a fan-out of `summarize` agent tasks over the bundled
 sample documents, a fan-in `report`, one task scripted to fail and succeed on its SQS
-retry, and one scripted to stall until the worker's timeout kills it. It shows live
-progress, then the report, where the artifacts are and one task's event timeline,
-stops everything and exits 0 only if the job ended as designed.
+retry, one scripted to stall until the worker's timeout kills it, and (offline) one
+resumable task killed mid-conversation that finishes from its checkpoint (demo_resume).
+It shows live progress, then the report, where the artifacts are, one task's event
+timeline and how the killed task resumed, stops everything and exits 0 only if the job
+ended as designed.
 """
 
 from __future__ import annotations
@@ -14,18 +16,20 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.markup import escape
 from rich.panel import Panel
 from rich.pretty import Pretty
 from rich.table import Table
 
 from agentq.cli._views import timeline_table
 from agentq.console import serving
+from agentq.demo_resume import CHECKLIST, RESUME_MARKER, ResumeKill, resume_lines
 from agentq.local.stack import REPO_ROOT, LocalStack, LocalStackOptions, real_claude_configured
 
 SAMPLES: Final = REPO_ROOT / "definitions" / "samples"
@@ -40,6 +44,8 @@ DEMO_WORKER_ENV: Final = {
     "RETRY_BACKOFF_MAX": "3",
     "CLAUDE_KILL_GRACE": "2000",
     "DRAIN_TIMEOUT": "20000",
+    # The resumable task's checkpoint follows each turn closely, so its kill comes soon.
+    "AGENT_CHECKPOINT_INTERVAL": "250",
 }
 FLAKY_MARKER: Final = "[[model: key demo-flaky; fail 500 x3 no-retry]]"
 STALL_MARKER: Final = "[[model: key demo-stall; stall]]"
@@ -52,8 +58,15 @@ class Expectation:
     min_attempts: int = 1
 
 
-def demo_spec(*, offline: bool) -> tuple[dict[str, Any], list[Expectation]]:
-    """The demo job and what each of its tasks must end as."""
+def demo_spec(
+    *, offline: bool, resumed: bool | None = None
+) -> tuple[dict[str, Any], list[Expectation]]:
+    """The demo job and what each of its tasks must end as.
+
+    `resumed` (default: offline) adds the `resumable` task, which stalls on its third
+    turn until something kills it (`ResumeKill`): only the offline model server stalls.
+    """
+    resumed = offline if resumed is None else resumed
     documents = sorted((SAMPLES / "inputs").glob("*.md"))
     items = [{"name": doc.stem, "text": doc.read_text()} for doc in documents]
     flaky_doc = items[0]["text"]
@@ -93,6 +106,12 @@ def demo_spec(*, offline: bool) -> tuple[dict[str, Any], list[Expectation]]:
         Expectation("report", "COMPLETED"),
         Expectation("deadline", "TIMEOUT" if offline else "COMPLETED"),
     ]
+    if resumed:
+        spec["tasks"]["resumable"] = {
+            "definition": "checklist",
+            "input": {"checklist": CHECKLIST + "\n\n" + RESUME_MARKER},
+        }
+        expected.append(Expectation("resumable", "COMPLETED", min_attempts=2))
     return spec, expected
 
 
@@ -104,6 +123,7 @@ def _frame(job: Any, tasks: dict[str, Any], elapsed: float) -> RenderableType:
 
 def run(console: Console, *, timeout_s: float, live: bool, real_claude: bool = False) -> int:
     from agentq.client import AgentqClient
+    from agentq.jobs.spec import task_request_id
 
     offline = not real_claude
     console.rule("[bold]agentq demo")
@@ -140,8 +160,16 @@ def run(console: Console, *, timeout_s: float, live: bool, real_claude: bool = F
         spec, expected = demo_spec(offline=offline)
         job = client.create_job(spec)
         console.print(f"job [bold]{job.job_id}[/bold]: {job.total} tasks\n")
-        job, tasks = _follow(console, client, job, started, timeout_s, live)
-        outcome = _report(console, client, job, tasks, expected)
+        kill = None
+        if "resumable" in spec["tasks"]:
+            kill = ResumeKill(task_request_id(job.job_id, "resumable"))
+
+        def tick() -> None:
+            if kill is not None:
+                kill.poll(client, stack.model_server, stack.workers)
+
+        job, tasks = _follow(console, client, job, started, timeout_s, live, tick)
+        outcome = _report(console, client, job, tasks, expected, kill)
     stray = stack.stray_processes()
     if stray:
         console.print(f"[red]processes left behind: {[p.pid for p in stray]}[/red]")
@@ -151,7 +179,13 @@ def run(console: Console, *, timeout_s: float, live: bool, real_claude: bool = F
 
 
 def _follow(
-    console: Console, client: Any, job: Any, started: float, timeout_s: float, live: bool
+    console: Console,
+    client: Any,
+    job: Any,
+    started: float,
+    timeout_s: float,
+    live: bool,
+    tick: Callable[[], None],
 ) -> tuple[Any, dict[str, Any]]:
     deadline = started + timeout_s
     tasks = client.job_tasks(job)
@@ -159,6 +193,7 @@ def _follow(
         last = ""
         while job.state == "RUNNING" and time.monotonic() < deadline:
             time.sleep(1.0)
+            tick()
             job, tasks = client.get_job(job.job_id), client.job_tasks(job)
             line = " ".join(
                 f"{key}={rec.state.value if rec else '-'}" for key, rec in sorted(tasks.items())
@@ -173,6 +208,7 @@ def _follow(
             if job.state != "RUNNING" or time.monotonic() >= deadline:
                 return job, tasks
             time.sleep(1.0)
+            tick()
             job, tasks = client.get_job(job.job_id), client.job_tasks(job)
 
 
@@ -182,6 +218,7 @@ def _report(
     job: Any,
     tasks: dict[str, Any],
     expected: list[Expectation],
+    kill: ResumeKill | None,
 ) -> int:
     from agentq.jobs.spec import task_request_id
 
@@ -199,6 +236,8 @@ def _report(
     flaky_id = task_request_id(job.job_id, "flaky")
     console.print(f"\ntimeline of {flaky_id} (failed, then succeeded on its retry):")
     console.print(timeline_table(client.events(flaky_id), title="event timeline"))
+    if kill is not None:
+        _report_resume(console, client, kill)
 
     checks = Table(title="did the job end as designed?", title_justify="left")
     for column in ("task", "expected", "got", "attempts", "ok"):
@@ -227,6 +266,17 @@ def report_rows(
         wanted = f"{expectation.state} (≥{expectation.min_attempts} attempt)"
         rows.append((expectation.key, wanted, state, str(attempts), good))
     return rows
+
+
+def _report_resume(console: Console, client: Any, kill: ResumeKill) -> None:
+    if kill.killed_pids:
+        console.print(f"\n{kill.request_id}: the demo SIGKILLed its process group "
+                      f"(pid {', '.join(map(str, kill.killed_pids))}) mid-conversation; "
+                      "its own records say:")  # fmt: skip
+    else:
+        console.print(f"\n{kill.request_id} was not killed ({kill.problem or 'it never stalled'})")
+    for line in resume_lines(client, kill.request_id):
+        console.print("  resumed task: " + escape(line))
 
 
 def _verdict(job: Any, expected: list[Expectation], *, ok: bool) -> str:

@@ -47,6 +47,7 @@ from agentq.jobs import task_request_id
 from agentq.local.aws import MotoServer
 from agentq.local.lambda_host import LambdaHost
 from agentq.local.workers import WorkerProcess
+from bench.chaos_agents import AgentStrikes, plan_agents, verify_agents
 from bench.chaos_closeout import (
     CLOSEOUT_TASKS,
     Closeouts,
@@ -121,6 +122,10 @@ class ChaosConfig:
     min_drain_givebacks: int = 2
     # Tasks whose attempts phantom holders spend, closed out by the DLQ (with faults).
     closeouts: int = CLOSEOUT_TASKS
+    # Resumable agent tasks (with faults; bench.chaos_agents): the real Claude CLI, two
+    # tenants, half of them struck at a turn. Each costs a CLI run or two (seconds of
+    # CPU): the command runs 20 with --faults, the tests a few.
+    agent_tasks: int = 0
 
     @property
     def lease_s(self) -> float:
@@ -156,6 +161,8 @@ def run(
     stage = new_stage(server, prefix="c")
     stage.set_visibility_timeout(config.visibility_timeout_s)
     run_id = uuid.uuid4().hex[:12]
+    agents = plan_agents(config.agent_tasks if config.faults else 0, run_id)
+    agents.start_model()
     extra: dict[str, str] = {}
     per_worker: dict[str, dict[str, str]] = {}
     if config.faults:
@@ -181,6 +188,7 @@ def run(
         **({"DRAIN_TIMEOUT": str(DRAIN_TIMEOUT_MS)} if config.faults else {}),
         **{MARKER: run_id},
         **extra,
+        **agents.worker_env(work_dir),
     )
     n_jobs = job_count(config.tasks) if config.faults else 0
     jobs = plan_jobs(n_jobs, rng, side_log, tenant=Settings().tenant_id)
@@ -190,13 +198,15 @@ def run(
     mix = ScheduleMix(stage, plan_schedule(mix_size(config.tasks) if config.faults else 0,
                                            rng, side_log), side_log)  # fmt: skip
     mixed = mix.plan.planned  # tiers, limited tenants, delays, cancels, lost messages
-    independent = max(0, config.tasks - len(job_tasks) - len(once) - len(bait) - len(mixed))
+    independent = max(0, config.tasks - len(job_tasks) - len(once) - len(bait) - len(mixed)
+                      - len(agents.planned))  # fmt: skip
     planned = [*plan(independent, rng, side_log), *once, *bait]
     bad = malformed_messages(max(1, config.tasks // 20))
     closeouts = Closeouts(stage, plan_closeouts(config.closeouts if config.faults else 0,
                                                 rng, side_log),
                           max_attempts=Settings().max_message_retries)  # fmt: skip
-    report = ChaosReport(tasks=len(planned) + len(job_tasks) + len(mixed), malformed=len(bad),
+    report = ChaosReport(tasks=len(planned) + len(job_tasks) + len(mixed) + len(agents.planned),
+                         malformed=len(bad),
                          faults_mode=config.faults, jobs=len(jobs), job_tasks=len(job_tasks),
                          skew_budget_s=config.skew_budget_s if config.faults else 0.0)  # fmt: skip
     if per_worker:
@@ -222,6 +232,7 @@ def run(
     began = time.monotonic()
     fleet = [WorkerProcess(f"w{i}", log_dir=work_dir) for i in range(config.workers)]
     killer = Killer(fleet, env, config.strikes(), rng, per_worker)
+    strikes = AgentStrikes(stage, agents, fleet)
     host = LambdaHost(stage.resources, Settings.from_env(), health_interval_s=0,
                       reconcile_interval_s=config.reconcile_interval_s if config.faults else 0)  # fmt: skip
     try:
@@ -229,14 +240,16 @@ def run(
         for worker in fleet:
             killer.start_worker(worker)
         duplicates = [p for p in planned if p.kind == "duplicate"]
-        stage.send([p.envelope for p in planned])
+        stage.send([p.envelope for p in [*planned, *agents.planned]])
         _create_jobs(stage, jobs)
         for message in bad:
             stage.send_raw(message.body, message.attributes)
         mix.start(config.visibility_timeout_s)
         closeouts.start()
         killer.start()
-        settled = settle(stage, [*planned, *job_tasks, *mixed], duplicates, killer, config, began,
+        strikes.start()
+        settled = settle(stage, [*planned, *job_tasks, *mixed, *agents.planned], duplicates,
+                         killer, config, began,
                          top_up=lambda count: plan_top_up(count, rng, side_log),
                          busy_floor=config.workers * config.slots)  # fmt: skip
         # Verified as every planned task is.
@@ -246,6 +259,7 @@ def run(
         report.unreadable_copies = len(settled.copies)
         report.one_attempt_tasks = len(once)
         killer.stop()
+        strikes.stop()
         mix.join()
         closeouts.join()
         # Every queue a worker receives from, the tiers' too: a copy the reconciler re-sent
@@ -262,12 +276,14 @@ def run(
             report.violations.append(str(exc))
     finally:
         killer.stop()
+        strikes.stop()
         mix.stop()
         for worker in fleet:
             if worker.alive():
                 worker.kill()
         with contextlib.suppress(Exception):
             host.stop()
+        agents.stop_model()
         os.environ.clear()
         os.environ.update(saved_env)
         host_logger.removeHandler(host_handler)
@@ -307,6 +323,7 @@ def run(
         verify_drains(fleet, killer.drains, report)
         verify_schedule(stage, mix, runs, killer.kills, struck, fleet, report,
                         budget_s=report.skew_budget_s)  # fmt: skip
+        verify_agents(stage, agents, report)
     return report
 
 
@@ -345,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep striking until this many (default 20 with --faults)")  # fmt: skip
     parser.add_argument("--min-stale-holders", type=int, default=None,
                         help="keep striking until this many (default 10 with --faults)")  # fmt: skip
+    parser.add_argument("--agent-tasks", type=int, default=20,
+                        help="resumable agent tasks, real CLI (with --faults; default 20)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=None,
                         help="give up after (s); default 900, 1800 with --faults")  # fmt: skip
     parser.add_argument("--output", type=Path, default=None,
@@ -354,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     config = ChaosConfig(tasks=args.tasks, workers=args.workers, slots=args.slots,
                          seed=args.seed, faults=args.faults, fault_scale=args.fault_scale,
+                         agent_tasks=args.agent_tasks,
                          # Strikes every 1-2 s with faults: the quotas (20 worker kills, 10
                          # stale holders) must fit in a run that settles in under 2 minutes
                          kill_interval_s=(1.0, 2.0) if args.faults else (2.0, 5.0),

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from agentq.envelope import TaskEnvelope
 from agentq.states import TaskState
 
-Kind = Literal["ok", "flaky", "permanent", "timeout", "duplicate", "once", "cancel"]
+Kind = Literal["ok", "flaky", "permanent", "timeout", "duplicate", "once", "cancel", "agent"]
 EXPECTED: dict[Kind, TaskState] = {
     "ok": TaskState.COMPLETED,
     "flaky": TaskState.COMPLETED,
@@ -20,6 +20,8 @@ EXPECTED: dict[Kind, TaskState] = {
     # Cancelled at a chosen moment (bench.chaos_sched): its end depends on the answer,
     # which bench.chaos_sched_verify judges.
     "cancel": TaskState.CANCELLED,
+    # A resumable agent task (bench.chaos_agents, which verifies it).
+    "agent": TaskState.COMPLETED,
 }
 TERMINAL_EVENTS = {
     "Task Completed": TaskState.COMPLETED,
@@ -139,6 +141,8 @@ class ChaosReport:
     repairs: dict[str, int] = field(default_factory=dict)
     # The scheduling mix's counts (bench.chaos_sched_verify.ScheduleVerdict, as a dict).
     schedule: dict[str, Any] = field(default_factory=dict)
+    # The resumable agent tasks' counts (bench.chaos_agents.verify_agents, AgentVerdict).
+    agents: dict[str, Any] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
@@ -202,6 +206,7 @@ class ChaosReport:
                 self.ran_past_lease
             ),
             **self._schedule_summary(),
+            **(AgentVerdict(**self.agents).summary() if self.agents else {}),
             "reconciler repairs": _tally(self.repairs),
             "faults injected": sum(self.faults.values()),
         }
@@ -258,6 +263,46 @@ class ScheduleVerdict:
                 f"{self.waiting_resent} of {self.parked_tasks}"
             ),
             "tasks re-sent after waiting in their queue past the bound": str(self.queued_resent),
+        }
+
+
+@dataclass
+class AgentVerdict:
+    """The resumable agent tasks' counts (bench.chaos_agents fills them)."""
+
+    tasks: int = 0
+    struck: int = 0  # killed by the harness at their scripted turn, checkpoint in S3
+    completed: int = 0
+    failed_by_chaos: int = 0
+    resumed: int = 0  # winners whose resume record names an earlier checkpoint
+    resumed_fresh: int = 0  # winners that followed a checkpoint, started afresh, said why
+    no_final_checkpoint: int = 0  # COMPLETED, the last upload failed: no pointer
+    not_terminal: int = 0
+    winners_not_one: int = 0
+    results_not_winners: int = 0
+    checkpoints_not_winners: int = 0
+    resumes_unexplained: int = 0
+    cross_tenant: int = 0
+    cross_tenant_reads: int = 0  # reads of a task as the other tenant, each "not found"
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "agent tasks (struck at a turn / completed / failed by chaos)": (
+                f"{self.tasks} ({self.struck} / {self.completed} / {self.failed_by_chaos})"
+            ),
+            "agent winners resumed / started afresh saying why / no final checkpoint": (
+                f"{self.resumed} / {self.resumed_fresh} / {self.no_final_checkpoint}"
+            ),
+            "INV agent tasks not terminal / not one winner": (
+                f"{self.not_terminal} / {self.winners_not_one}"
+            ),
+            "INV agent results / checkpoints not the winner's": (
+                f"{self.results_not_winners} / {self.checkpoints_not_winners}"
+            ),
+            "INV agent resumes unexplained": self.resumes_unexplained,
+            "INV agent transcripts across tenants (of reads tried)": (
+                f"{self.cross_tenant} ({self.cross_tenant_reads})"
+            ),
         }
 
 

@@ -103,7 +103,12 @@ def settle(
             for item in finished[len(copied) : UNREADABLE_COPIES]:
                 stage.send_raw(unreadable_copy(item), {"requestId": item.envelope.request_id})
                 copied.append(item.envelope.request_id)
-        done = 1 - len(open_tasks) / max(1, len(planned) + len(settled.top_ups))
+        # Agent tasks (seconds of CLI each, the run's stragglers) do not hold the killer
+        # past `kill_until_done`: struck while the rest ran, they then finish in peace,
+        # not under strikes aimed at nothing else until their attempts run out.
+        counted = [p for p in planned if p.kind != "agent"]
+        still = sum(1 for p in open_tasks.values() if p.kind != "agent")
+        done = 1 - still / max(1, len(counted) + len(settled.top_ups))
         if not resent and done >= 0.5:
             # Copies of tasks that are finished, running or still queued.
             stage.send([p.envelope for p in duplicates])

@@ -251,7 +251,7 @@ def screenshots(directory: Path, *, timeout_s: float = 400.0) -> list[Path]:
                          MessageAttributes=lost.message_attributes())  # fmt: skip
         sqs.send_message(QueueUrl=env["SQS_DLQ_URL"], MessageBody="{not json")
         client = AgentqClient.from_env()
-        spec, _ = demo_spec(offline=True)
+        spec, _ = demo_spec(offline=True, resumed=False)  # nothing here kills it
         # A few small jobs beside the demo's, so the list shows each state.
         echo = {"definition": "sample-echo", "input": {"rows": 120}}
         client.create_job({"name": "nightly import", "tasks": {"fetch": echo, "load": {

@@ -3,7 +3,8 @@ harness, benchmarks and the demo.
 
 A `WorkerProcess` runs in its own session with its output in a log file, so a caller
 can SIGTERM it (drain), SIGKILL it together with its task children (a crashed host),
-and read what it logged.
+SIGKILL one task's child and what it started (`kill_task`: the OOM killer), and read
+what it logged.
 """
 
 from __future__ import annotations
@@ -122,6 +123,28 @@ class WorkerProcess:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
         psutil.wait_procs(victims, timeout=5)
+
+    def kill_task(self, request_id: str) -> list[int]:
+        """SIGKILL the child running `request_id` here, with its process group (the
+        Claude CLI it started); returns the pids of the children killed (none: not here)."""
+        # The worker names each task dir `agentq-{request id[:40]}-…`; the child runs in it.
+        marker = f"agentq-{request_id[:40]}-"
+        mine: list[psutil.Process] = []
+        for process in self.task_children():
+            with contextlib.suppress(psutil.Error):
+                if marker in process.cwd() or any(marker in a for a in process.cmdline()):
+                    mine.append(process)
+        pids = {p.pid for p in mine}
+        leaders = [p for p in mine if p.ppid() not in pids]
+        for leader in leaders:
+            # Each child leads its own session and group: never the worker's.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(leader.pid) == leader.pid:
+                    os.killpg(leader.pid, signal.SIGKILL)
+        for process in mine:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        return sorted(p.pid for p in leaders)
 
     def output(self) -> str:
         try:

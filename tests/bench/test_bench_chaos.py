@@ -64,8 +64,9 @@ def test_bench_chaos_sends_more_work_until_the_strike_quota_is_met(
 def test_bench_chaos_with_aws_faults_holds_every_invariant(
     moto_server: MotoServer, tmp_path: Path
 ) -> None:
-    """36 tasks (two fan-out/fan-in jobs and eight one-attempt tasks among them), 2
-    workers, one of them ahead by 2 s and one behind, ~5 % of every AWS call failing in
+    """36 tasks (two fan-out/fan-in jobs and eight one-attempt tasks among them) and four
+    resumable agent tasks of two tenants (the real CLI; two struck at their second turn),
+    2 workers, one of them ahead by 2 s and one behind, ~5 % of every AWS call failing in
     every kind and faults aimed at locks, job writes and the one-attempt tasks' writes,
     unreadable copies of finished tasks, workers killed, drained (SIGTERM, 200 ms) or
     frozen past their lease, two tasks closed out by the DLQ whose first publish fails:
@@ -75,7 +76,8 @@ def test_bench_chaos_with_aws_faults_holds_every_invariant(
     invariant catches which)."""
     config = ChaosConfig(tasks=36, workers=2, slots=3, kill_interval_s=(1.5, 3.0),
                          kill_until_done=0.95, timeout_s=200, faults=True,
-                         freeze_share=0.4, min_worker_kills=2, min_stale_holders=2)  # fmt: skip
+                         freeze_share=0.4, min_worker_kills=2, min_stale_holders=2,
+                         agent_tasks=4)  # fmt: skip
     report = run(config, server=moto_server, work_dir=tmp_path)
     summary = report.summary()
     print(summary, report.faults, report.repairs)
@@ -105,5 +107,17 @@ def test_bench_chaos_with_aws_faults_holds_every_invariant(
     assert report.skewed_workers == "w0 +2000, w1 -2000", summary
     # Faults of several kinds reached the processes under test, through their log.
     assert sum(report.faults.values()) >= 10 and len(report.faults) >= 3, report.faults
+    # The agent tasks: each ended once, a COMPLETED one by one winner whose result and
+    # final checkpoint are its own, a winner after a checkpointed attempt resumed from it
+    # (or said why not), and no transcript of one tenant lies under or reads as the other.
+    agents = report.agents
+    assert agents["tasks"] == 4 and agents["completed"] + agents["failed_by_chaos"] == 4, agents
+    assert agents["not_terminal"] == agents["winners_not_one"] == 0, agents
+    assert agents["results_not_winners"] == agents["checkpoints_not_winners"] == 0, agents
+    assert agents["resumes_unexplained"] == agents["cross_tenant"] == 0, agents
+    assert agents["cross_tenant_reads"] == 8, agents
+    # Two tasks stall at their second turn until struck (by the harness, or first by the
+    # killer): their retries go on from the checkpoint of those turns.
+    assert agents["resumed"] >= 1, agents
     # Every AWS call the harness itself made went without faults: verify saw the truth.
     assert (tmp_path / "faults.jsonl").exists()

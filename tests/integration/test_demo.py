@@ -58,11 +58,26 @@ def test_make_demo_runs_the_job_as_designed_and_leaves_no_process() -> None:
     assert rows["flaky"] == ("COMPLETED", "2", "yes"), rows
     assert rows["report"] == ("COMPLETED", "1", "yes"), rows
     assert rows["deadline"] == ("TIMEOUT", "1", "yes"), rows
+    assert rows["resumable"] == ("COMPLETED", "2", "yes"), rows
     summaries = [key for key in rows if key.startswith("summarize_")]
     assert len(summaries) >= 3 and all(rows[k][0] == "COMPLETED" for k in summaries), rows
     # The retried task's timeline shows the failed attempt and the completed retry.
     assert "Task Processing Failed" in output and "Task Completed" in output
     assert "all stopped cleanly" in output
+    # The resumable task was killed at its scripted stall (two turns done and checkpointed)
+    # and its records say the retry went on from there: the failed attempt's event, the
+    # winner's resume record and the resume marker in its conversation.
+    resumed = [line.split("resumed task: ", 1)[1] for line in output.splitlines()
+               if "resumed task: " in line]  # fmt: skip
+    assert "the demo SIGKILLed its process group" in output
+    assert resumed[0] == "attempt 1 ended: child killed by SIGKILL (out of memory?)", resumed
+    assert resumed[1] == (
+        "attempt 2 resumed from the checkpoint of attempt 1 (2 turns done) and completed"
+    ), resumed
+    assert re.fullmatch(
+        r"its conversation \(\d+ turns\) marks the resume at turn \d+, where attempt 2 began",
+        resumed[2],
+    ), resumed
     # A job that failed by design says so, rather than a bare FAILED after all-yes checks.
     assert "as designed: deadline timed out on purpose" in output
     assert _marked(marker) == [], "the demo left processes running"
