@@ -1,4 +1,4 @@
-"""Operator actions: redrive or discard dead letters, cancel, resubmit, retry a job's task.
+"""Operator actions: redrive or discard dead letters, cancel, resubmit, continue, retry a job's task.
 
 Off unless the console was started with `--allow-actions`. Each action is done through
 agentq's own client, redriver and archive, and is on record before it is done: an
@@ -163,6 +163,31 @@ class Actions:
             lambda: self._client.submit(
                 definition, dict(envelope.get("input") or {}), tenant=tenant,
                 idempotency_key=f"console-resubmit/{record.request_id}/{nonce}",
+            ).request_id,
+            lambda rid: {"newRequestId": rid},
+        )  # fmt: skip
+        return _answer({"requestId": new_id}, sent)
+
+    def continue_task(
+        self, tenant: str, request_id: Any, prompt: Any, nonce: Any
+    ) -> dict[str, Any]:
+        """A new task that continues a COMPLETED agent task's session with a follow-up
+        (`agentq submit --continue`), once per form: the same nonce answers with the same
+        new task. The client refuses what cannot be continued, and says why."""
+        if not isinstance(nonce, str) or not FORM_NONCE.fullmatch(nonce):
+            raise InvalidInput("nonce", "the page's form nonce (reload the page)")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise InvalidInput("prompt", "the follow-up to send: a non-empty text")
+        operator = self.identity()
+        record = self._client.get_task(validate_request_id(request_id), tenant=tenant)
+        if not record.definition:
+            raise InvalidInput("requestId", "the task has no definition to continue")
+        new_id, sent = self._log.perform(
+            self._event(operator, "continue", tenant=tenant, request_id=record.request_id,
+                        job_id=record.job_id),
+            lambda: self._client.submit(
+                record.definition, {}, tenant=tenant, continues=record.request_id,
+                prompt=prompt, idempotency_key=f"console-continue/{record.request_id}/{nonce}",
             ).request_id,
             lambda rid: {"newRequestId": rid},
         )  # fmt: skip

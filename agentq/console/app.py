@@ -284,4 +284,7 @@ def _act(
         return actions.retry(tenant, body.get("jobId"), body.get("key"), body.get("nonce"))
     if name == "resubmit":
         return actions.resubmit(tenant, body.get("requestId"), body.get("nonce"))
+    if name == "continue":
+        return actions.continue_task(tenant, body.get("requestId"), body.get("prompt"),
+                                     body.get("nonce"))  # fmt: skip
     raise NotFound("action", name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agentq.continuation import ContinueRefused, source_checkpoint
 from agentq.events import iso_ms, now_ms
 from agentq.jobs.store import JobRecord
 from agentq.schedule import MAX_EPOCH_MS
@@ -26,6 +27,8 @@ def task_dict(record: TaskRecord) -> dict[str, Any]:
         "taskKey": raw.get("taskKey") or (record.envelope or {}).get("taskKey"),
         # The finished task whose session this one continues (`submit --continue`).
         "continues": (record.envelope or {}).get("continues"),
+        # Whether `submit --continue` may start from it (what submit checks of a source).
+        "continuable": _continuable(record),
         "attempt": record.attempt,
         "owner": record.owner,
         "createdAt": _iso(record.created_at_ms),
@@ -41,6 +44,14 @@ def task_dict(record: TaskRecord) -> dict[str, Any]:
         # The folder of the attempt that settled the task (its logs, traces, artifacts).
         "artifacts": raw.get("artifacts"),
     }
+
+
+def _continuable(record: TaskRecord) -> bool:
+    try:
+        source_checkpoint(record, record.request_id)
+    except ContinueRefused:
+        return False
+    return True
 
 
 def duration_ms(record: TaskRecord) -> int | None:

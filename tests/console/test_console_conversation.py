@@ -18,7 +18,7 @@ from playwright.sync_api import Browser
 
 from agentq.definitions import DefinitionsTable, TaskDefinition
 from agentq.store.codec import to_item
-from agentq.store.keys import STATE_SK, checkpoint_key, task_pk
+from agentq.store.keys import STATE_SK, attempt_prefix, checkpoint_key, task_pk
 from agentq.store.tenants import TenantLimitStore
 
 __all__ = ["browser"]
@@ -88,3 +88,61 @@ def test_a_resumed_tasks_page_shows_both_attempts_the_resume_and_hostile_text_as
     assert injected == [None, 0]
     assert "no conversation stored (tenant hush does not store transcripts)" in (hushed or "")
     assert "echo step-1" not in (hushed or "")
+
+
+def test_a_completed_tasks_page_continues_its_session_with_a_follow_up(
+    stack: Stack, browser: Browser
+) -> None:
+    """The Continue form of a COMPLETED agent task whose final session is stored: the
+    follow-up, hostile text included, becomes a new task that continues it; a task with no
+    stored session offers no form."""
+    DefinitionsTable(stack.dynamodb, stack.resources.definitions_table).put(
+        TaskDefinition(name="chat", kind="agent", settings={
+            "prompt": "{text}", "resume": True, "output_schema": {"type": "object"}})
+    )  # fmt: skip
+    _task(stack, "r-source")
+    _task(stack, "r-no-session")
+    final = checkpoint_key("acme", "r-source", 2)
+    stack.dynamodb.update_item(
+        TableName=stack.resources.table_name, Key=to_item({"PK": task_pk("acme", "r-source"),
+                                                           "SK": STATE_SK}),
+        # As the worker leaves it: the result and the final session, in attempt 2's folder.
+        UpdateExpression="SET #c = :c, #r = :r",
+        ExpressionAttributeNames={"#c": "checkpoint", "#r": "result"},
+        ExpressionAttributeValues=to_item({
+            ":c": {"bucket": stack.resources.bucket, "key": final},
+            ":r": {"bucket": stack.resources.bucket,
+                   "key": attempt_prefix("acme", "r-source", 2) + "result.json"}}),
+    )  # fmt: skip
+    with running_console(allow_actions=True) as server:
+        page = signed_in(browser, server)
+        page.goto(f"{server.base_url}/tasks/r-no-session?tenant=acme")
+        page.wait_for_selector("#conversation[data-loaded='1']", timeout=20_000)
+        offered_without_session = page.query_selector("#continue") is not None
+        page.goto(f"{server.base_url}/tasks/r-source?tenant=acme")
+        page.wait_for_selector("#continue textarea", timeout=20_000)
+        page.click("#continue button")  # nothing typed: refused, and the page says why
+        page.wait_for_function(
+            "() => document.querySelector('#continue .action-result').textContent"
+            ".startsWith('refused')", timeout=20_000,
+        )  # fmt: skip
+        refusal = page.text_content("#continue .action-result")
+        page.fill("#follow-up", f"And in French? {HOSTILE}")
+        page.click("#continue button")
+        page.wait_for_url(lambda url: "/tasks/r-source" not in url, timeout=20_000)
+        new_id = page.text_content("#request-id")
+        page.wait_for_selector("#conversation[data-loaded='1']", timeout=20_000)
+        shown = page.text_content("#conversation") or ""
+        injected = page.evaluate("() => window.__xss")
+
+    assert not offered_without_session
+    assert refusal == "refused: prompt: the follow-up to send: a non-empty text", refusal
+    assert new_id and new_id != "r-source"
+    from agentq.store import TaskStore
+
+    record = TaskStore(stack.dynamodb, stack.resources.table_name).require("acme", new_id)
+    assert record.envelope is not None
+    assert record.envelope.get("continues") == "r-source"
+    assert record.envelope.get("prompt") == f"And in French? {HOSTILE}"
+    assert "continues task r-source" in shown
+    assert injected is None

@@ -135,9 +135,11 @@ const AQ = (() => {
     const button = el("button", { class: danger ? "danger" : null, type: "button", onclick: async () => {
       button.disabled = true;
       out.textContent = "…";
-      try { out.textContent = await run(); } catch (e) { out.textContent = `refused: ${e.message}`; }
+      // A refusal stays on screen: only a change done is worth drawing the page again.
+      let done = false;
+      try { out.textContent = await run(); done = true; } catch (e) { out.textContent = `refused: ${e.message}`; }
       button.disabled = false;
-      AQ.refresh();
+      if (done) AQ.refresh();
     } }, label);
     return el("span", {}, button, " ", out);
   }

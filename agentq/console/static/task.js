@@ -147,6 +147,16 @@
           return `submitted ${r.requestId}`;
         }));
       }
+      // A completed agent task's session goes on in a new task: the follow-up is its next turn.
+      if (t.continuable) {
+        const prompt = el("textarea", { id: "follow-up", rows: "2", cols: "60", placeholder: "a follow-up question" });
+        buttons.push(el("span", { id: "continue" }, prompt, " ", AQ.actionButton("Continue with a follow-up", async () => {
+          const nonce = document.querySelector('meta[name="form-nonce"]').content;
+          const r = await AQ.post("continue", { requestId: t.requestId, tenant: t.tenant, prompt: prompt.value, nonce });
+          location.href = AQ.taskHref(r.requestId, t.tenant);
+          return `submitted ${r.requestId}`;
+        })));
+      }
     }
     // Whether a retryable error was retried, and why not when it was not.
     function retryNote(state, error) {
