@@ -54,8 +54,10 @@ def _burst(stage: Stage, size: int, side_log: Path) -> tuple[list[float], list[f
     """(visible → spawned, end → deleted) seconds for one burst."""
     batch = [envelope("bench-work", {"seconds": 0.2, "side_log": str(side_log)},
                       request_id=f"l-{uuid.uuid4().hex[:16]}") for _ in range(size)]  # fmt: skip
-    stage.send(batch)
+    # From the send's start: a loaded host may return from the send after the worker has
+    # already received the message and spawned its child.
     sent = time.time()
+    stage.send(batch)
     deleted = _watch_deletes(stage, size)
     ids = {e.request_id for e in batch}
     records = [r for r in read_side_log(side_log) if r["requestId"] in ids]
