@@ -150,11 +150,11 @@ def _refuse_dynamodb(problem: str) -> IncompatibleDependency:
 
 
 # moto's Table.query(self, hash_key, range_comparison, range_objs, limit,
-# exclusive_start_key, scan_index_forward, projection_expressions, index_name, ...): the
-# patch reads `index_name` as the 7th argument after `hash_key`.
-_QUERY_PARAMETERS: Final = ["self", "hash_key", "range_comparison", "range_objs", "limit",
-                            "exclusive_start_key", "scan_index_forward",
-                            "projection_expressions", "index_name"]  # fmt: skip
+# exclusive_start_key, ...): the patch reads its arguments by place or name.
+QUERY_PARAMETERS: Final = ["self", "hash_key", "range_comparison", "range_objs", "limit",
+                           "exclusive_start_key", "scan_index_forward", "projection_expressions",
+                           "index_name", "consistent_read", "filter_expression",
+                           "hash_key_conditions", "range_key_conditions"]  # fmt: skip
 
 
 def partition_queries() -> Any:
@@ -167,7 +167,7 @@ def partition_queries() -> Any:
     if query is None or all_items is None:
         raise _refuse_partitions("Table.query or Table.all_items is gone")
     if not hasattr(query, "reads_one_partition"):
-        if parameters(query)[: len(_QUERY_PARAMETERS)] != _QUERY_PARAMETERS:
+        if parameters(query)[: len(QUERY_PARAMETERS)] != QUERY_PARAMETERS:
             raise _refuse_partitions("Table.query(self, hash_key, ..., index_name) changed")
         if parameters(all_items) != ["self"] or "self.items.values()" not in source_of(all_items):
             raise _refuse_partitions("Table.all_items(self) no longer lists self.items")
@@ -202,6 +202,24 @@ _SORT_STEPS: Final = (
     "attrs_to_sort_by=self._generate_attr_to_sort_by(hash_key_attrs,range_key_attrs)",
     "items.sort(key=lambdax:tuple([x.attrs[key]forkeyinattrs_to_sort_by]),)",
     "returnitems",
+)
+# How an index query pages the sorted items: skips those that come before the start key
+# (the sort's own keys, compared in the read's direction), then reads in order and stops
+# at the first item past its Limit or 1 MB; nothing after the loop reads the items again.
+# So a window of the sorted items starting where the skip ends gives moto's own page
+# whenever moto stops inside it (moto_partitions._IndexRead).
+_PAGE_STEPS: Final = (
+    "ifscan_index_forwardisFalse:possible_results.reverse()",
+    "processing_previous_page=exclusive_start_keyisnotNoneforresultinpossible_results:"
+    "ifprocessing_previous_page:ifself._item_comes_before_dct(result,exclusive_start_key,"
+    "hash_attrs,range_attrs,scan_index_forward,):continueelse:processing_previous_page=False",
+    "ifreached_length_limitorreached_size_limit:last_evaluated_key="
+    "self._get_last_evaluated_key(results[-1],index_name)break",
+)
+_COMES_BEFORE: Final = (
+    "attrs_to_sort_by=self._generate_attr_to_sort_by(hash_key_attrs,range_key_attrs)"
+    "forattrinattrs_to_sort_by:ifattrinitem.attrsanditem.attrs[attr]!=DynamoType(dct.get(attr)):"
+    "return((item.attrs[attr]<DynamoType(dct.get(attr)))==scan_index_forward)returnTrue"
 )
 # The table's key attributes end moto's sort keys, so no two items tie.
 _SORT_KEY_STEPS: Final = ("attrs_to_sort_by.append(table_hash_key)",
@@ -244,6 +262,10 @@ def index_partitions() -> PartitionTargets:
     query, update = code(Table.query), code(found.backend.update_item)
     if not all(step in query for step in _INDEX_QUERY_STEPS):
         raise _refuse_partitions("Table.query answers an index query another way")
+    if (not all(step in query for step in _PAGE_STEPS)
+            or query.count("last_evaluated_key=") != 2
+            or code(Table._item_comes_before_dct) != _COMES_BEFORE):  # fmt: skip
+        raise _refuse_partitions("Table.query pages an index query another way")
     if (not all(step in code(Table.sorted_items) for step in _SORT_STEPS)
             or not all(step in code(Table._generate_attr_to_sort_by)
                        for step in _SORT_KEY_STEPS)):  # fmt: skip
