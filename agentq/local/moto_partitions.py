@@ -7,10 +7,9 @@ each index's key values to the items holding them, kept per table and filed anew
 every item a write names (put, update, delete, in a transaction or not, and the items
 the index lag rule swaps in), in the order moto's last sort of that partition left
 them. moto then checks, sorts, pages, filters and projects as before: the answer is its
-own. What moto kept of an index partition, sorted, is kept until the partition changes:
-a page then gets only the window of it that starts after its start key (found by
-bisection), widened while moto reads to its end. Targets are checked first
-(moto_guards.partition_queries, index_partitions).
+own. What moto kept of an index partition, sorted, is kept until it changes: a page
+then gets only its window of it, from its start key on (bisected), widened while moto
+reads to its end. Targets are checked first (moto_guards.partition_queries, ...).
 """
 
 from __future__ import annotations
