@@ -221,6 +221,20 @@ _COMES_BEFORE: Final = (
     "forattrinattrs_to_sort_by:ifattrinitem.attrsanditem.attrs[attr]!=DynamoType(dct.get(attr)):"
     "return((item.attrs[attr]<DynamoType(dct.get(attr)))==scan_index_forward)returnTrue"
 )
+# What follows the page's deep copy: the items are only read (projections build new
+# items from a copy of their values), so the page's own list stands in for the copy.
+_PAGE_TAIL: Final = (
+    "results=copy.deepcopy(results)ifindex_name:index=self.get_index(index_name)"
+    "results=[index.project(r)forrinresults]iffilter_expressionisnotNone:"
+    "results=[itemforiteminresultsiffilter_expression.expr(item)]"
+    "ifprojection_expressions:results=[r.project(projection_expressions)forrinresults]"
+    "returnresults,scanned_count,last_evaluated_key"
+)
+_INDEX_PROJECTS: Final = ("item=item.project([[attr]forattrinkey_attributes])",
+                          "item=item.project([[attr]forattrinallowed_attributes])returnitem")  # fmt: skip
+_ITEM_PROJECTS: Final = ("x=find_nested_key(expr,self.to_regular_json())",
+                         "returnItem(hash_key=self.hash_key,range_key=self.range_key,"
+                         'attrs=serializer.serialize(result)["M"],)')  # fmt: skip
 # The table's key attributes end moto's sort keys, so no two items tie.
 _SORT_KEY_STEPS: Final = ("attrs_to_sort_by.append(table_hash_key)",
                           "attrs_to_sort_by.append(table_range_key)")  # fmt: skip
@@ -233,6 +247,7 @@ class PartitionTargets:
     table: Any  # moto's Table: query, all_items, sorted_items, put_item, delete_item
     backend: Any  # moto's DynamoDBBackend: update_item (in place), get_keys_value
     dynamo_type: type  # moto's DynamoType, an item's key value
+    table_module: ModuleType  # moto.dynamodb.models.table, whose `copy` a query's page uses
 
 
 def index_partitions() -> PartitionTargets:
@@ -240,13 +255,15 @@ def index_partitions() -> PartitionTargets:
     `Table.put_item`, `Table.delete_item` and `DynamoDBBackend.update_item` (in place),
     and to answer an index query from `all_items()` as `_INDEX_QUERY_STEPS` says."""
     import moto.dynamodb.models as dynamodb_models
-    from moto.dynamodb.models.dynamo_type import DynamoType
-    from moto.dynamodb.models.table import Table
+    from moto.dynamodb.models import table as table_module
+    from moto.dynamodb.models.dynamo_type import DynamoType, Item
+    from moto.dynamodb.models.table import SecondaryIndex, Table
 
     backend = getattr(dynamodb_models, "DynamoDBBackend", None)
     if not isinstance(backend, type):
         raise _refuse_partitions("moto.dynamodb.models.DynamoDBBackend is gone")
-    found = PartitionTargets(table=Table, backend=backend, dynamo_type=DynamoType)
+    found = PartitionTargets(table=Table, backend=backend, dynamo_type=DynamoType,
+                             table_module=table_module)  # fmt: skip
     if hasattr(Table.query, "reads_one_partition"):
         return found  # ours, from an earlier start-up in this process
     for owner, name, leading in (
@@ -266,6 +283,11 @@ def index_partitions() -> PartitionTargets:
             or query.count("last_evaluated_key=") != 2
             or code(Table._item_comes_before_dct) != _COMES_BEFORE):  # fmt: skip
         raise _refuse_partitions("Table.query pages an index query another way")
+    if (not query.endswith(_PAGE_TAIL) or query.count("copy.") != 1
+            or getattr(table_module, "copy", None) is not __import__("copy")
+            or not all(step in code(SecondaryIndex.project) for step in _INDEX_PROJECTS)
+            or not all(step in code(Item.project) for step in _ITEM_PROJECTS)):  # fmt: skip
+        raise _refuse_partitions("Table.query copies or reads its page's items another way")
     if (not all(step in code(Table.sorted_items) for step in _SORT_STEPS)
             or not all(step in code(Table._generate_attr_to_sort_by)
                        for step in _SORT_KEY_STEPS)):  # fmt: skip

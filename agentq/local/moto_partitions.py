@@ -14,6 +14,7 @@ reads to its end. Targets are checked first (moto_guards.partition_queries, ...)
 
 from __future__ import annotations
 
+import copy
 import functools
 import threading
 import weakref
@@ -267,6 +268,7 @@ def _patch(targets: moto_guards.PartitionTargets) -> None:
             if table is not None:
                 _touched(table, lambda: db.get_keys_value(table, key))
 
+    targets.table_module.copy = _PageCopies()  # type: ignore[attr-defined]
     partition_query.reads_one_partition = True  # type: ignore[attr-defined]
     table_type.all_items = partition_items
     table_type.sorted_items = learning_sort
@@ -377,11 +379,12 @@ class _IndexRead:
         self.start, self.forward = start, forward
         self.width = min(limit + 1, _WIDTH) if isinstance(limit, int) and limit > 0 else _WIDTH
         while True:
-            _query.fetch, _query.learn = self.fetch, self.learn
+            _query.fetch, _query.learn, _query.page = self.fetch, self.learn, True
             try:
                 found = query()
             finally:
                 _query.fetch = _query.learn = None
+                _query.page = False
             if not (self.windowed and self.cut) or found[2] is not None:
                 return found
             self.width *= 4
@@ -406,6 +409,22 @@ class _IndexRead:
         # A copy: moto reverses its list in place for a backward read.
         order = _Sorted(list(items), hash_attrs, range_attrs) if self.plain else None
         partitions.learn(self.filed, items, order)
+
+
+class _PageCopies:
+    """The `copy` module as moto's table module sees it: an index query's page of items
+    is read, never changed, after moto's deep copy of it (moto_guards._PAGE_TAIL), and
+    the server writes its answer before the next DynamoDB request runs: the page's own
+    list stands in for the copy."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+    def deepcopy(self, value: Any, memo: Any = None) -> Any:
+        if getattr(_query, "page", False) and isinstance(value, list):
+            _query.page = False
+            return list(value)
+        return copy.deepcopy(value, memo)
 
 
 _WIDTH: Final = 4_096  # a first window: a 1 MB page of items of 250 bytes or more
