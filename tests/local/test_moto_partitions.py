@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
+from moto.dynamodb.models import table as table_module
 from moto.dynamodb.models.table import Table
 from moto_support import (  # noqa: F401 (in_process_moto: a fixture)
     in_process_moto,
@@ -347,3 +348,22 @@ def test_an_update_elsewhere_in_place_is_refused(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(backend, "update_item", update_item)
     assert "in place outside update_item" in _refused(monkeypatch)
+
+
+def test_a_page_that_skips_to_its_start_another_way_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def comes_before(self: Any, item: Any, dct: Any, hash_attrs: Any, range_attrs: Any,
+                     forward: bool) -> bool:  # fmt: skip
+        return bool(item.hash_key < dynamodb_models.DynamoType(dct[self.hash_key_attr]))
+
+    monkeypatch.setattr(Table, "_item_comes_before_dct", comes_before)
+    assert "pages an index query another way" in _refused(monkeypatch)
+
+
+def test_a_table_module_with_a_copy_of_its_own_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """moto's query would deep-copy its page with something the patch does not replace."""
+    monkeypatch.setattr(table_module, "copy", SimpleNamespace(deepcopy=lambda value: value))
+    assert "copies or reads its page's items another way" in _refused(monkeypatch)
