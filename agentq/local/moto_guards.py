@@ -235,6 +235,9 @@ _INDEX_PROJECTS: Final = ("item=item.project([[attr]forattrinkey_attributes])",
 _ITEM_PROJECTS: Final = ("x=find_nested_key(expr,self.to_regular_json())",
                          "returnItem(hash_key=self.hash_key,range_key=self.range_key,"
                          'attrs=serializer.serialize(result)["M"],)')  # fmt: skip
+_ITEM_SIZE: Final = (
+    "defsize(self)->int:returnsum(bytesize(key)+value.size()forkey,valueinself.attrs.items())"
+)
 # The table's key attributes end moto's sort keys, so no two items tie.
 _SORT_KEY_STEPS: Final = ("attrs_to_sort_by.append(table_hash_key)",
                           "attrs_to_sort_by.append(table_range_key)")  # fmt: skip
@@ -248,6 +251,7 @@ class PartitionTargets:
     backend: Any  # moto's DynamoDBBackend: update_item (in place), get_keys_value
     dynamo_type: type  # moto's DynamoType, an item's key value
     table_module: ModuleType  # moto.dynamodb.models.table, whose `copy` a query's page uses
+    item: Any  # moto's Item, whose `size()` a page asks of each item it reads
 
 
 def index_partitions() -> PartitionTargets:
@@ -263,7 +267,7 @@ def index_partitions() -> PartitionTargets:
     if not isinstance(backend, type):
         raise _refuse_partitions("moto.dynamodb.models.DynamoDBBackend is gone")
     found = PartitionTargets(table=Table, backend=backend, dynamo_type=DynamoType,
-                             table_module=table_module)  # fmt: skip
+                             table_module=table_module, item=Item)  # fmt: skip
     if hasattr(Table.query, "reads_one_partition"):
         return found  # ours, from an earlier start-up in this process
     for owner, name, leading in (
@@ -288,6 +292,11 @@ def index_partitions() -> PartitionTargets:
             or not all(step in code(SecondaryIndex.project) for step in _INDEX_PROJECTS)
             or not all(step in code(Item.project) for step in _ITEM_PROJECTS)):  # fmt: skip
         raise _refuse_partitions("Table.query copies or reads its page's items another way")
+    # An item's size is its attributes' (changed in place only by update_item, above);
+    # the query sizes only the items it reads (`result`).
+    if (code(Item.size) != _ITEM_SIZE
+            or query.count(".size()") != query.count("result.size()")):  # fmt: skip
+        raise _refuse_partitions("Table.query sizes its page's items another way")
     if (not all(step in code(Table.sorted_items) for step in _SORT_STEPS)
             or not all(step in code(Table._generate_attr_to_sort_by)
                        for step in _SORT_KEY_STEPS)):  # fmt: skip

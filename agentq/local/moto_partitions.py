@@ -269,6 +269,7 @@ def _patch(targets: moto_guards.PartitionTargets) -> None:
                 _touched(table, lambda: db.get_keys_value(table, key))
 
     targets.table_module.copy = _PageCopies()  # type: ignore[attr-defined]
+    targets.item.size = _kept_sizes(targets.item.size)
     partition_query.reads_one_partition = True  # type: ignore[attr-defined]
     table_type.all_items = partition_items
     table_type.sorted_items = learning_sort
@@ -276,6 +277,22 @@ def _patch(targets: moto_guards.PartitionTargets) -> None:
     table_type.put_item = filed_put
     table_type.delete_item = filed_delete
     backend.update_item = filed_update
+
+
+def _kept_sizes(item_size: Callable[[Any], int]) -> Callable[[Any], int]:
+    """moto's Item.size, remembered while an index query runs (`_query.sizes`)."""
+
+    @functools.wraps(item_size)
+    def kept_size(item: Any) -> int:
+        sizes: dict[int, int] | None = getattr(_query, "sizes", None)  # while one runs
+        if sizes is None:
+            return item_size(item)
+        found = sizes.get(id(item))
+        if found is None:
+            found = sizes[id(item)] = item_size(item)
+        return found
+
+    return kept_size
 
 
 def _base_partition(table: Any, key: Any) -> list[Any]:
@@ -325,6 +342,8 @@ class _Sorted:
 
     def __init__(self, items: list[Any], hash_attrs: Any, range_attrs: Any) -> None:
         self.items, self.hash_attrs, self.range_attrs = items, hash_attrs, range_attrs
+        # Each item's size, by id: the items are held here and unchanged while this is.
+        self.sizes: dict[int, int] = {}
 
     def window(
         self, table: Any, start: Any, forward: bool, width: int
@@ -383,7 +402,7 @@ class _IndexRead:
             try:
                 found = query()
             finally:
-                _query.fetch = _query.learn = None
+                _query.fetch = _query.learn = _query.sizes = None
                 _query.page = False
             if not (self.windowed and self.cut) or found[2] is not None:
                 return found
@@ -396,6 +415,9 @@ class _IndexRead:
         partitions = self.filing.indexes[self.index]
         order = partitions.sorted.get(self.filed) if self.plain else None
         window = order.window(table, self.start, self.forward, self.width) if order else None
+        # moto sizes each item it reads twice: once a query, or once while the partition
+        # stays as it is (the items it reads are the query's, alive until it ends).
+        _query.sizes = {} if window is None or order is None else order.sizes
         if window is None:
             return items
         self.windowed = True

@@ -367,3 +367,15 @@ def test_a_table_module_with_a_copy_of_its_own_is_refused(
     """moto's query would deep-copy its page with something the patch does not replace."""
     monkeypatch.setattr(table_module, "copy", SimpleNamespace(deepcopy=lambda value: value))
     assert "copies or reads its page's items another way" in _refused(monkeypatch)
+
+
+def test_an_item_sized_by_more_than_its_attributes_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The patch remembers an item's size while the partition is unchanged."""
+
+    def size(self: Any) -> int:
+        return len(self.attrs) + len(str(self.hash_key))
+
+    monkeypatch.setattr(dynamodb_models.Item, "size", size)
+    assert "sizes its page's items another way" in _refused(monkeypatch)
