@@ -2,8 +2,9 @@
 producer path (agentq's producers, the bus, raw SQS messages, messages rejected).
 
 Listed from the tenant's newest `SCANNED_EVENTS` events (one Query, one BatchGetItem:
-two requests a refresh however busy the tenant is); a search reads further, up to
-`SEARCH_EVENTS` events in its time range, and a whole request id is read directly.
+two requests a refresh however busy the tenant is); a search reads further, a page at
+a time until `SHOWN` match, up to `SEARCH_EVENTS` events in its time range, and a whole
+request id is read directly.
 The reads and their bounds: docs/console.md ("What it reads, and what a refresh
 costs").
 """
@@ -61,29 +62,43 @@ class StandaloneTasks:
         }
 
     def search(self, tenant: str, filters: Filters) -> dict[str, Any]:
-        """The tasks matching `filters`, newest first (`SHOWN` at most)."""
-        events, complete = self._client.event_store.search_tenant_events(
+        """The tasks matching `filters`, newest first (`SHOWN` at most). The events are
+        read a page at a time, and each page's new candidates checked against their STATE
+        items, until `SHOWN` match or the range is read: the tasks a page names first
+        come after every task named on the pages before it."""
+        latest: dict[str, dict[str, Any]] = {}
+        hinted: dict[str, tuple[str | None, set[str]]] = {}  # newest state named, definitions
+        rows = self._exact(tenant, filters)
+        shown = {row["requestId"] for row in rows}
+        scanned, complete = 0, False
+        pages = self._client.event_store.search_tenant_events(
             tenant, since_ms=filters.since_ms, until_ms=filters.until_ms,
             id_contains=filters.text, budget=SEARCH_EVENTS,
         )  # fmt: skip
-        latest: dict[str, dict[str, Any]] = {}
-        hinted: dict[str, tuple[str | None, set[str]]] = {}  # newest state named, definitions
-        for event in events:
-            request_id = standalone_request_id(event)
-            if request_id is None:
-                continue
-            latest.setdefault(request_id, event)
-            state, definitions = hinted.setdefault(request_id, (_state_named(event), set()))
-            if state is None:
-                hinted[request_id] = (_state_named(event), definitions)
-            if isinstance(event.get("definition"), str):
-                definitions.add(event["definition"])
-        candidates = [rid for rid in latest if _may_match(filters, *hinted[rid])]
-        rows = self._exact(tenant, filters)
-        shown = {row["requestId"] for row in rows}
+        for events, last in pages:
+            scanned, complete = scanned + len(events), last
+            named = _note(events, latest, hinted)
+            # A task named on an earlier page was checked then: what this page adds about
+            # it (an older state or definition) cannot bring it back.
+            candidates = [rid for rid in named if _may_match(filters, *hinted[rid])]
+            if self._check(tenant, filters, candidates, latest, rows, shown):
+                break
+        return {
+            "tenant": tenant,
+            "tasks": rows[:SHOWN],
+            "scanned": scanned,
+            "more": not complete or len(rows) > SHOWN,
+            "filters": filters.echo(),
+        }
+
+    def _check(self, tenant: str, filters: Filters, candidates: list[str],
+               latest: dict[str, dict[str, Any]], rows: list[dict[str, Any]],
+               shown: set[str]) -> bool:  # fmt: skip
+        """Add the candidates whose STATE item matches to `rows`, 100 at a time; whether
+        `SHOWN` rows are found."""
         for start in range(0, len(candidates), BATCH):
             if len(rows) >= SHOWN:
-                break
+                return True
             chunk = [rid for rid in candidates[start : start + BATCH] if rid not in shown]
             if not chunk:
                 continue
@@ -92,13 +107,7 @@ class StandaloneTasks:
                 record = records.get(request_id) or rejected_record([latest[request_id]])
                 if record is not None and _matches(filters, record):
                     rows.append(state_row(record) | {"definition": record.definition})
-        return {
-            "tenant": tenant,
-            "tasks": rows[:SHOWN],
-            "scanned": len(events),
-            "more": not complete or len(rows) > SHOWN,
-            "filters": filters.echo(),
-        }
+        return len(rows) >= SHOWN
 
     def _exact(self, tenant: str, filters: Filters) -> list[dict[str, Any]]:
         """A whole request id given as the search text: that task, in a job or not."""
@@ -108,6 +117,26 @@ class StandaloneTasks:
         if record is None or not _matches(filters, record):
             return []
         return [state_row(record) | {"definition": record.definition, "jobId": record.job_id}]
+
+
+def _note(events: list[dict[str, Any]], latest: dict[str, dict[str, Any]],
+          hinted: dict[str, tuple[str | None, set[str]]]) -> list[str]:  # fmt: skip
+    """Note each task's newest event, newest state named and definitions; returns the
+    tasks these events name first, newest first."""
+    named: list[str] = []
+    for event in events:
+        request_id = standalone_request_id(event)
+        if request_id is None:
+            continue
+        if request_id not in latest:
+            latest[request_id] = event
+            named.append(request_id)
+        state, definitions = hinted.setdefault(request_id, (_state_named(event), set()))
+        if state is None:
+            hinted[request_id] = (_state_named(event), definitions)
+        if isinstance(event.get("definition"), str):
+            definitions.add(event["definition"])
+    return named
 
 
 def _state_named(event: dict[str, Any]) -> str | None:

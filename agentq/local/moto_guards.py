@@ -150,11 +150,11 @@ def _refuse_dynamodb(problem: str) -> IncompatibleDependency:
 
 
 # moto's Table.query(self, hash_key, range_comparison, range_objs, limit,
-# exclusive_start_key, scan_index_forward, projection_expressions, index_name, ...): the
-# patch reads `index_name` as the 7th argument after `hash_key`.
-_QUERY_PARAMETERS: Final = ["self", "hash_key", "range_comparison", "range_objs", "limit",
-                            "exclusive_start_key", "scan_index_forward",
-                            "projection_expressions", "index_name"]  # fmt: skip
+# exclusive_start_key, ...): the patch reads its arguments by place or name.
+QUERY_PARAMETERS: Final = ["self", "hash_key", "range_comparison", "range_objs", "limit",
+                           "exclusive_start_key", "scan_index_forward", "projection_expressions",
+                           "index_name", "consistent_read", "filter_expression",
+                           "hash_key_conditions", "range_key_conditions"]  # fmt: skip
 
 
 def partition_queries() -> Any:
@@ -167,7 +167,7 @@ def partition_queries() -> Any:
     if query is None or all_items is None:
         raise _refuse_partitions("Table.query or Table.all_items is gone")
     if not hasattr(query, "reads_one_partition"):
-        if parameters(query)[: len(_QUERY_PARAMETERS)] != _QUERY_PARAMETERS:
+        if parameters(query)[: len(QUERY_PARAMETERS)] != QUERY_PARAMETERS:
             raise _refuse_partitions("Table.query(self, hash_key, ..., index_name) changed")
         if parameters(all_items) != ["self"] or "self.items.values()" not in source_of(all_items):
             raise _refuse_partitions("Table.all_items(self) no longer lists self.items")
@@ -203,6 +203,41 @@ _SORT_STEPS: Final = (
     "items.sort(key=lambdax:tuple([x.attrs[key]forkeyinattrs_to_sort_by]),)",
     "returnitems",
 )
+# How an index query pages the sorted items: skips those that come before the start key
+# (the sort's own keys, compared in the read's direction), then reads in order and stops
+# at the first item past its Limit or 1 MB; nothing after the loop reads the items again.
+# So a window of the sorted items starting where the skip ends gives moto's own page
+# whenever moto stops inside it (moto_partitions._IndexRead).
+_PAGE_STEPS: Final = (
+    "ifscan_index_forwardisFalse:possible_results.reverse()",
+    "processing_previous_page=exclusive_start_keyisnotNoneforresultinpossible_results:"
+    "ifprocessing_previous_page:ifself._item_comes_before_dct(result,exclusive_start_key,"
+    "hash_attrs,range_attrs,scan_index_forward,):continueelse:processing_previous_page=False",
+    "ifreached_length_limitorreached_size_limit:last_evaluated_key="
+    "self._get_last_evaluated_key(results[-1],index_name)break",
+)
+_COMES_BEFORE: Final = (
+    "attrs_to_sort_by=self._generate_attr_to_sort_by(hash_key_attrs,range_key_attrs)"
+    "forattrinattrs_to_sort_by:ifattrinitem.attrsanditem.attrs[attr]!=DynamoType(dct.get(attr)):"
+    "return((item.attrs[attr]<DynamoType(dct.get(attr)))==scan_index_forward)returnTrue"
+)
+# What follows the page's deep copy: the items are only read (projections build new
+# items from a copy of their values), so the page's own list stands in for the copy.
+_PAGE_TAIL: Final = (
+    "results=copy.deepcopy(results)ifindex_name:index=self.get_index(index_name)"
+    "results=[index.project(r)forrinresults]iffilter_expressionisnotNone:"
+    "results=[itemforiteminresultsiffilter_expression.expr(item)]"
+    "ifprojection_expressions:results=[r.project(projection_expressions)forrinresults]"
+    "returnresults,scanned_count,last_evaluated_key"
+)
+_INDEX_PROJECTS: Final = ("item=item.project([[attr]forattrinkey_attributes])",
+                          "item=item.project([[attr]forattrinallowed_attributes])returnitem")  # fmt: skip
+_ITEM_PROJECTS: Final = ("x=find_nested_key(expr,self.to_regular_json())",
+                         "returnItem(hash_key=self.hash_key,range_key=self.range_key,"
+                         'attrs=serializer.serialize(result)["M"],)')  # fmt: skip
+_ITEM_SIZE: Final = (
+    "defsize(self)->int:returnsum(bytesize(key)+value.size()forkey,valueinself.attrs.items())"
+)
 # The table's key attributes end moto's sort keys, so no two items tie.
 _SORT_KEY_STEPS: Final = ("attrs_to_sort_by.append(table_hash_key)",
                           "attrs_to_sort_by.append(table_range_key)")  # fmt: skip
@@ -215,6 +250,8 @@ class PartitionTargets:
     table: Any  # moto's Table: query, all_items, sorted_items, put_item, delete_item
     backend: Any  # moto's DynamoDBBackend: update_item (in place), get_keys_value
     dynamo_type: type  # moto's DynamoType, an item's key value
+    table_module: ModuleType  # moto.dynamodb.models.table, whose `copy` a query's page uses
+    item: Any  # moto's Item, whose `size()` a page asks of each item it reads
 
 
 def index_partitions() -> PartitionTargets:
@@ -222,13 +259,15 @@ def index_partitions() -> PartitionTargets:
     `Table.put_item`, `Table.delete_item` and `DynamoDBBackend.update_item` (in place),
     and to answer an index query from `all_items()` as `_INDEX_QUERY_STEPS` says."""
     import moto.dynamodb.models as dynamodb_models
-    from moto.dynamodb.models.dynamo_type import DynamoType
-    from moto.dynamodb.models.table import Table
+    from moto.dynamodb.models import table as table_module
+    from moto.dynamodb.models.dynamo_type import DynamoType, Item
+    from moto.dynamodb.models.table import SecondaryIndex, Table
 
     backend = getattr(dynamodb_models, "DynamoDBBackend", None)
     if not isinstance(backend, type):
         raise _refuse_partitions("moto.dynamodb.models.DynamoDBBackend is gone")
-    found = PartitionTargets(table=Table, backend=backend, dynamo_type=DynamoType)
+    found = PartitionTargets(table=Table, backend=backend, dynamo_type=DynamoType,
+                             table_module=table_module, item=Item)  # fmt: skip
     if hasattr(Table.query, "reads_one_partition"):
         return found  # ours, from an earlier start-up in this process
     for owner, name, leading in (
@@ -244,6 +283,20 @@ def index_partitions() -> PartitionTargets:
     query, update = code(Table.query), code(found.backend.update_item)
     if not all(step in query for step in _INDEX_QUERY_STEPS):
         raise _refuse_partitions("Table.query answers an index query another way")
+    if (not all(step in query for step in _PAGE_STEPS)
+            or query.count("last_evaluated_key=") != 2
+            or code(Table._item_comes_before_dct) != _COMES_BEFORE):  # fmt: skip
+        raise _refuse_partitions("Table.query pages an index query another way")
+    if (not query.endswith(_PAGE_TAIL) or query.count("copy.") != 1
+            or getattr(table_module, "copy", None) is not __import__("copy")
+            or not all(step in code(SecondaryIndex.project) for step in _INDEX_PROJECTS)
+            or not all(step in code(Item.project) for step in _ITEM_PROJECTS)):  # fmt: skip
+        raise _refuse_partitions("Table.query copies or reads its page's items another way")
+    # An item's size is its attributes' (changed in place only by update_item, above);
+    # the query sizes only the items it reads (`result`).
+    if (code(Item.size) != _ITEM_SIZE
+            or query.count(".size()") != query.count("result.size()")):  # fmt: skip
+        raise _refuse_partitions("Table.query sizes its page's items another way")
     if (not all(step in code(Table.sorted_items) for step in _SORT_STEPS)
             or not all(step in code(Table._generate_attr_to_sort_by)
                        for step in _SORT_KEY_STEPS)):  # fmt: skip

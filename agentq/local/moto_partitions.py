@@ -7,11 +7,14 @@ each index's key values to the items holding them, kept per table and filed anew
 every item a write names (put, update, delete, in a transaction or not, and the items
 the index lag rule swaps in), in the order moto's last sort of that partition left
 them. moto then checks, sorts, pages, filters and projects as before: the answer is its
-own. Targets are checked first (moto_guards.partition_queries, index_partitions).
+own. What moto kept of an index partition, sorted, is kept until it changes: a page
+then gets only its window of it, from its start key on (bisected), widened while moto
+reads to its end. Targets are checked first (moto_guards.partition_queries, ...).
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import threading
 import weakref
@@ -60,6 +63,7 @@ class _Partitions:
         self.buckets: dict[Any, dict[Ident, Any]] = {}
         self.odd: dict[Ident, Any] = {}
         self.value_of: dict[Ident, Any] = {}
+        self.sorted: dict[Any, _Sorted] = {}  # partition -> what moto kept, sorted
         for key, item in items:
             self.file(key, item)
 
@@ -68,6 +72,8 @@ class _Partitions:
         value = item.attrs.get(self.attr) if item is not None else None
         filed = _filed_value(value) if value is not None else None
         old = self.value_of.get(key)
+        self._changed(old)
+        self._changed(filed)
         if old is not None and filed is not None and (old is filed or old == filed):
             # The same partition: the item (maybe a new one) keeps its place in the order.
             (self.odd if filed is _ODD else self.buckets[filed])[key] = item
@@ -88,11 +94,21 @@ class _Partitions:
         else:
             self.buckets.setdefault(filed, {})[key] = item
 
+    def _changed(self, filed: Any) -> None:
+        """A partition's sorted answer is out of date (an odd item: every one may be)."""
+        if filed is _ODD:
+            self.sorted.clear()
+        elif filed is not None:
+            self.sorted.pop(filed, None)
+
     def items(self, filed: Any) -> list[Any]:
         return [*self.buckets.get(filed, {}).values(), *self.odd.values()]
 
-    def learn(self, filed: Any, items: list[Any]) -> None:
-        """Keep the partition in the order moto sorted it, so its next sort finds it so."""
+    def learn(self, filed: Any, items: list[Any], kept: _Sorted | None) -> None:
+        """Keep what moto kept of the partition, sorted, until the partition changes; and
+        the partition in the order moto sorted it, so its next sort finds it so."""
+        if kept is not None:
+            self.sorted[filed] = kept
         bucket = self.buckets.get(filed)
         if not bucket:
             return
@@ -205,22 +221,24 @@ def _patch(targets: moto_guards.PartitionTargets) -> None:
         learn = getattr(_query, "learn", None)
         if learn is not None:
             _query.learn = None
-            learn(result)
+            learn(result, hash_attrs, range_attrs)
         return result
 
     @functools.wraps(query)
     def partition_query(table: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
-        index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
+        index_name = _argument(args, kwargs, "index_name")
         if index_name:
-            conditions = args[9] if len(args) > 9 else kwargs.get("hash_key_conditions")
-            found = _index_query(table, index_name, conditions)
-            if found is None:
+            read = _index_query(table, index_name, _argument(args, kwargs, "hash_key_conditions"),
+                                _argument(args, kwargs, "range_key_conditions"))  # fmt: skip
+            if read is None:
                 return query(table, hash_key, *args, **kwargs)
-            _query.fetch, _query.learn = found
-        elif hash_key is not None:
-            _query.fetch = functools.partial(_base_partition, key=hash_key)
-        else:
+            return read.answer(functools.partial(query, table, hash_key, *args, **kwargs),
+                               start=_argument(args, kwargs, "exclusive_start_key"),
+                               forward=_argument(args, kwargs, "scan_index_forward") is not False,
+                               limit=_argument(args, kwargs, "limit"))  # fmt: skip
+        if hash_key is None:
             return query(table, hash_key, *args, **kwargs)
+        _query.fetch = functools.partial(_base_partition, key=hash_key)
         try:
             return query(table, hash_key, *args, **kwargs)
         finally:
@@ -250,6 +268,8 @@ def _patch(targets: moto_guards.PartitionTargets) -> None:
             if table is not None:
                 _touched(table, lambda: db.get_keys_value(table, key))
 
+    targets.table_module.copy = _PageCopies()  # type: ignore[attr-defined]
+    targets.item.size = _kept_sizes(targets.item.size)
     partition_query.reads_one_partition = True  # type: ignore[attr-defined]
     table_type.all_items = partition_items
     table_type.sorted_items = learning_sort
@@ -257,6 +277,22 @@ def _patch(targets: moto_guards.PartitionTargets) -> None:
     table_type.put_item = filed_put
     table_type.delete_item = filed_delete
     backend.update_item = filed_update
+
+
+def _kept_sizes(item_size: Callable[[Any], int]) -> Callable[[Any], int]:
+    """moto's Item.size, remembered while an index query runs (`_query.sizes`)."""
+
+    @functools.wraps(item_size)
+    def kept_size(item: Any) -> int:
+        sizes: dict[int, int] | None = getattr(_query, "sizes", None)  # while one runs
+        if sizes is None:
+            return item_size(item)
+        found = sizes.get(id(item))
+        if found is None:
+            found = sizes[id(item)] = item_size(item)
+        return found
+
+    return kept_size
 
 
 def _base_partition(table: Any, key: Any) -> list[Any]:
@@ -269,11 +305,17 @@ def _base_partition(table: Any, key: Any) -> list[Any]:
     return sorted(items, key=lambda x: (x.hash_key, x.range_key) if x.range_key else x.hash_key)
 
 
+def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> Any:
+    """An argument of moto's Table.query (after `hash_key`), passed by place or name."""
+    place = moto_guards.QUERY_PARAMETERS.index(name) - 2
+    return args[place] if len(args) > place else kwargs.get(name)
+
+
 def _index_query(
-    table: Any, index_name: str, conditions: Any
-) -> tuple[Callable[[Any], list[Any]], Callable[[list[Any]], None]] | None:
-    """What all_items() gives an index query, and what learns moto's sort of it; None
-    when moto is left to answer as it does (an unknown index, no hash key condition)."""
+    table: Any, index_name: str, conditions: Any, range_conditions: Any
+) -> _IndexRead | None:
+    """How an index query reads its partition; None when moto is left to answer as it
+    does (an unknown index, no hash key condition)."""
     index = {i.name: i for i in table.all_indexes()}.get(index_name)
     hashes = [k["AttributeName"] for k in getattr(index, "schema", None) or []
               if k.get("KeyType") == "HASH"]  # fmt: skip
@@ -287,19 +329,127 @@ def _index_query(
     filing = _filed.get(table)
     if filing is None:
         filing = _filed[table] = _TableFiling(table)
+    # What moto keeps of the partition is then the same for every query of it: items
+    # with this one hash key value and the index's range key (no other equalities).
+    plain = len(hashes) == 1 and {name for name, _ in conditions} == {hashes[0]} and (
+        not range_conditions or len(range_conditions) == 1)  # fmt: skip
+    return _IndexRead(filing, index_name, hashes[0], filed, plain=plain)
 
-    def fetch(queried: Any) -> list[Any]:
-        items = filing.partition(queried, index_name, hashes[0], filed)
-        # moto's sort of the partition is stable and its keys end with the table's
-        # key, unique per item: it orders any arrangement of them the same way.
-        return items
 
-    def learn(items: list[Any]) -> None:
-        partitions = filing.indexes.get(index_name)
-        if partitions is not None:
-            partitions.learn(filed, items)
+class _Sorted:
+    """What moto kept of one index partition, in its sort order (ascending), and the key
+    attributes it sorted by."""
 
-    return fetch, learn
+    def __init__(self, items: list[Any], hash_attrs: Any, range_attrs: Any) -> None:
+        self.items, self.hash_attrs, self.range_attrs = items, hash_attrs, range_attrs
+        # Each item's size, by id: the items are held here and unchanged while this is.
+        self.sizes: dict[int, int] = {}
+
+    def window(
+        self, table: Any, start: Any, forward: bool, width: int
+    ) -> tuple[list[Any], bool] | None:
+        """The `width` items a page reads first, ascending (moto reverses them for a
+        backward read), and whether more follow; None if moto must see them all.
+
+        moto skips every item that comes before `start` in the read's direction (its
+        `_item_comes_before_dct`, which compares the sort's own keys): in the sorted
+        partition those lead, so a bisection with the same test finds where they end."""
+        items, n = self.items, len(self.items)
+        first = 0
+        if start is not None:
+            low, high = 0, n
+            try:
+                while low < high:
+                    middle = (low + high) // 2
+                    item = items[middle] if forward else items[n - 1 - middle]
+                    if table._item_comes_before_dct(
+                        item, start, self.hash_attrs, self.range_attrs, forward
+                    ):
+                        low = middle + 1
+                    else:
+                        high = middle
+            except Exception:  # a start key moto refuses: moto says so itself
+                return None
+            first = low
+        last = min(n, first + width)
+        found = items[first:last] if forward else items[n - last : n - first]
+        return found, last < n
+
+
+class _IndexRead:
+    """One index query's read of its partition. The first read of a partition hands
+    moto all of it and keeps what moto kept, sorted; until the partition changes, a read
+    then hands moto only the window its page can reach (from its start key on), and
+    widens it while moto's page reads to the window's end."""
+
+    def __init__(self, filing: _TableFiling, index: str, attr: str, filed: Any, *, plain: bool):
+        self.filing, self.index, self.attr, self.filed, self.plain = (
+            filing, index, attr, filed, plain
+        )  # fmt: skip
+        self.start: Any = None
+        self.forward = True
+        self.width = 0  # 0: the whole partition
+        self.windowed = self.cut = False
+
+    def answer(self, query: Callable[[], Any], *, start: Any, forward: bool, limit: Any) -> Any:
+        """moto's answer to the query. moto reads a page's items in order and stops at
+        the first it cannot take (its Limit or 1 MB): when it stops inside the window,
+        the items past it could not have changed the page."""
+        self.start, self.forward = start, forward
+        self.width = min(limit + 1, _WIDTH) if isinstance(limit, int) and limit > 0 else _WIDTH
+        while True:
+            _query.fetch, _query.learn, _query.page = self.fetch, self.learn, True
+            try:
+                found = query()
+            finally:
+                _query.fetch = _query.learn = _query.sizes = None
+                _query.page = False
+            if not (self.windowed and self.cut) or found[2] is not None:
+                return found
+            self.width *= 4
+
+    def fetch(self, table: Any) -> list[Any]:
+        """What all_items() gives the query: the partition, or the window of it."""
+        items = self.filing.partition(table, self.index, self.attr, self.filed)
+        self.windowed = self.cut = False
+        partitions = self.filing.indexes[self.index]
+        order = partitions.sorted.get(self.filed) if self.plain else None
+        window = order.window(table, self.start, self.forward, self.width) if order else None
+        # moto sizes each item it reads twice: once a query, or once while the partition
+        # stays as it is (the items it reads are the query's, alive until it ends).
+        _query.sizes = {} if window is None or order is None else order.sizes
+        if window is None:
+            return items
+        self.windowed = True
+        found, self.cut = window
+        return found
+
+    def learn(self, items: list[Any], hash_attrs: Any, range_attrs: Any) -> None:
+        partitions = self.filing.indexes.get(self.index)
+        if partitions is None or self.windowed:
+            return
+        # A copy: moto reverses its list in place for a backward read.
+        order = _Sorted(list(items), hash_attrs, range_attrs) if self.plain else None
+        partitions.learn(self.filed, items, order)
+
+
+class _PageCopies:
+    """The `copy` module as moto's table module sees it: an index query's page of items
+    is read, never changed, after moto's deep copy of it (moto_guards._PAGE_TAIL), and
+    the server writes its answer before the next DynamoDB request runs: the page's own
+    list stands in for the copy."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+    def deepcopy(self, value: Any, memo: Any = None) -> Any:
+        if getattr(_query, "page", False) and isinstance(value, list):
+            _query.page = False
+            return list(value)
+        return copy.deepcopy(value, memo)
+
+
+_WIDTH: Final = 4_096  # a first window: a 1 MB page of items of 250 bytes or more
 
 
 def _attrs_key(table: Any, attrs: Any, dynamo_type: type) -> Key:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Final
 
 from botocore.exceptions import ClientError
@@ -120,11 +121,11 @@ class EventStore:
         until_ms: int | None,
         id_contains: str | None,
         budget: int,
-    ) -> tuple[list[dict[str, Any]], bool]:
+    ) -> Iterator[tuple[list[dict[str, Any]], bool]]:
         """A tenant's events of tasks on their own (no job), newest first, in a time
         range and with `id_contains` in the request id: DynamoDB filters, at most `budget`
-        events read (filtered or not). Returns them and whether the range was read to
-        its end."""
+        events read (filtered or not). Yields each page's events and whether the range is
+        now read to its end; a caller that has what it needs stops reading there."""
         query: dict[str, Any] = {
             "TableName": self._table,
             "IndexName": "byTenant",
@@ -141,17 +142,15 @@ class EventStore:
         if id_contains:
             query["FilterExpression"] += " AND contains(requestId, :text)"
             query["ExpressionAttributeValues"].update(values(text=id_contains))
-        found: list[dict[str, Any]] = []
         read = 0
         while read < budget:
             response = self._ddb.query(Limit=budget - read, **query)
-            found.extend(from_item(item) for item in response.get("Items", []))
             read += int(response.get("ScannedCount", 0)) or len(response.get("Items", []))
             last = response.get("LastEvaluatedKey")
+            yield [from_item(item) for item in response.get("Items", [])], not last
             if not last:
-                return found, True
+                return
             query["ExclusiveStartKey"] = last
-        return found, False
 
     def events_by_type(
         self, detail_type: str, *, since_ms: int = 0, until_ms: int | None = None

@@ -124,3 +124,36 @@ def test_chromium_search_lives_in_the_url_and_draws_text(
         shared.wait_for_selector("#jobs")
         jobs = shared.eval_on_selector_all("#jobs tbody tr", "r => r.map(x => x.dataset.job)")
         assert jobs == ["search-job-b"]
+
+
+def test_a_search_stops_reading_once_a_page_of_tasks_matches(inproc_stack: Stack) -> None:
+    """120 FAILED tasks whose failures fill 1 MB pages of about 90: a state search reads
+    the newest page, checks its tasks' STATE items and stops there with 50 rows, the
+    newest 50 (1 Query and 1 BatchGetItem, not every page of the range)."""
+    from agentq.console.search import TASK_STATES, parse_filters
+    from agentq.console.standalone import SHOWN, StandaloneTasks
+    from agentq.events import task_event
+    from agentq.states import TaskState
+
+    define(inproc_stack, "noop")
+    client = AgentqClient.from_env()
+    tenant = client.settings.tenant_id
+    made: list[str] = []
+    for n in range(120):
+        envelope = client.submit("noop", {"n": n})
+        client.tasks.transition(tenant, envelope.request_id, from_states=[TaskState.PENDING],
+                                to_state=TaskState.FAILED)  # fmt: skip
+        client.event_store.append(task_event(
+            "Task Failed", request_id=envelope.request_id, tenant=tenant, detail="x" * 11_000,
+        ))  # fmt: skip
+        made.append(envelope.request_id)
+    store_events(inproc_stack)
+    calls: list[str] = []
+    client.dynamodb.meta.events.register(
+        "before-call.dynamodb", lambda model, **_: calls.append(model.name)
+    )
+    page = StandaloneTasks(client).search(tenant, parse_filters({"state": "FAILED"},
+                                                                states=TASK_STATES))  # fmt: skip
+    assert [row["requestId"] for row in page["tasks"]] == made[::-1][:SHOWN]
+    assert page["more"] is True and SHOWN <= page["scanned"] < 2 * 120  # of 240 events
+    assert calls == ["Query", "BatchGetItem"]

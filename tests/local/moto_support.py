@@ -14,6 +14,8 @@ import moto.sqs.models as sqs_models
 import pytest
 from moto.core import serialize
 from moto.dynamodb.comparisons import ConditionExpressionParser
+from moto.dynamodb.models import table as table_module
+from moto.dynamodb.models.dynamo_type import Item
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.parsing import ast_nodes as untyped_ast_nodes
 from moto.dynamodb.parsing import validators
@@ -31,6 +33,8 @@ def keep_moto_originals(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sqs_models.SQSBackend, retention,
                         getattr(sqs_models.SQSBackend, retention))  # fmt: skip
     monkeypatch.setattr(dynamodb_models, "copy", dynamodb_models.copy)
+    monkeypatch.setattr(table_module, "copy", table_module.copy)
+    monkeypatch.setattr(Item, "size", Item.size)
     backend = dynamodb_models.DynamoDBBackend
     monkeypatch.setattr(backend, "transact_write_items", backend.transact_write_items)
     for name in ("query", "all_items", "sorted_items", "put_item", "delete_item"):

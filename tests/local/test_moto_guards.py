@@ -366,6 +366,10 @@ def test_a_query_that_no_longer_filters_all_items_is_refused(
         scan_index_forward: object,
         projection_expressions: object,
         index_name: object = None,
+        consistent_read: object = False,
+        filter_expression: object = None,
+        hash_key_conditions: object = None,
+        range_key_conditions: object = None,
     ) -> None:
         del self  # a moto that indexes partitions itself: nothing for the patch to do
 

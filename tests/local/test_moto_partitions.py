@@ -1,7 +1,8 @@
-"""moto's index queries read one index partition (agentq/local/moto_partitions.py) and
-answer as moto does: a Hypothesis property runs generated writes and queries against
-moto in-process without and with the patch, alone and beside the index lag rule, and
-compares every answer; a moto that changes items elsewhere is refused.
+"""moto's index queries read one index partition, a page its window of it
+(agentq/local/moto_partitions.py), and answer as moto does: a Hypothesis property runs
+generated writes and queries against moto in-process without and with the patch (its
+windows one item wide to start, so that pages widen them), alone and beside the index
+lag rule, and compares every answer; a moto that changes items elsewhere is refused.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from botocore.exceptions import ClientError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
+from moto.dynamodb.models import table as table_module
 from moto.dynamodb.models.table import Table
 from moto_support import (  # noqa: F401 (in_process_moto: a fixture)
     in_process_moto,
@@ -23,7 +25,7 @@ from moto_support import (  # noqa: F401 (in_process_moto: a fixture)
 )
 
 from agentq.errors import IncompatibleDependency
-from agentq.local import moto_guards
+from agentq.local import moto_guards, moto_partitions
 from agentq.local.moto_server import speed_up_moto
 from agentq.local.rules import dynamodb_index_lag
 
@@ -229,6 +231,7 @@ def _run(case: list[Op], *, patched: bool, lag_ms: int) -> list[Any]:
         monkeypatch.setattr(dynamodb_index_lag, "_history", {})
         monkeypatch.setenv(dynamodb_index_lag.VARIABLE, str(lag_ms))
         if patched:
+            monkeypatch.setattr(moto_partitions, "_WIDTH", 1)  # every page widens its window
             speed_up_moto()
         dynamodb_index_lag.install()  # as the server does: after the speed-ups
         return _answers(case, clock)
@@ -268,6 +271,36 @@ def test_an_item_moved_between_partitions_and_deleted_is_found_where_it_is() -> 
     assert [[i["PK"]["S"] for i in page[0]] for page in moved_out] == [["b"]]
     assert [[i["PK"]["S"] for i in page[0]] for page in moved_in] == [["a"]]
     assert [[i["PK"]["S"] for i in page[0]] for page in last] == [["c"]]
+
+
+def test_a_page_reads_its_window_of_the_partition_not_all_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Paging a partition of 600 items 10 at a time, both ways: moto tests a handful of
+    items against each start key (a bisection), not every item before it."""
+    keep_moto_originals(monkeypatch)
+    speed_up_moto()
+    tested = [0]
+    comes_before = Table._item_comes_before_dct
+
+    def counted(self: Any, *args: Any) -> bool:
+        tested[0] += 1
+        return bool(comes_before(self, *args))
+
+    monkeypatch.setattr(Table, "_item_comes_before_dct", counted)
+    with mock_aws():
+        ddb = moto_client("dynamodb", region_name=REGION)
+        _create_tables(ddb)
+        for n in range(600):
+            ddb.put_item(TableName="t", Item=_item(("put", "t", f"p{n:03d}", "1", "g0", n % 7, n)))
+        for forward in (True, False):
+            op = ("query", "t", "by-g", "g0", None, forward, 10, None, None)
+            pages = _pages(ddb, op)
+            assert len(pages) == 40  # _pages stops at 40: 400 of the 600 items
+            names = [i["PK"]["S"] for page in pages for i in page[0]]
+            keys = sorted((n % 7, f"p{n:03d}") for n in range(600))
+            assert names == [pk for _, pk in (keys if forward else keys[::-1])][:400]
+    assert tested[0] <= 2 * 39 * 12  # 39 start keys a direction, log2(600) + 2 tests each
 
 
 # -- a moto that changes items elsewhere is refused -------------------------------------
@@ -315,3 +348,34 @@ def test_an_update_elsewhere_in_place_is_refused(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(backend, "update_item", update_item)
     assert "in place outside update_item" in _refused(monkeypatch)
+
+
+def test_a_page_that_skips_to_its_start_another_way_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def comes_before(self: Any, item: Any, dct: Any, hash_attrs: Any, range_attrs: Any,
+                     forward: bool) -> bool:  # fmt: skip
+        return bool(item.hash_key < dynamodb_models.DynamoType(dct[self.hash_key_attr]))
+
+    monkeypatch.setattr(Table, "_item_comes_before_dct", comes_before)
+    assert "pages an index query another way" in _refused(monkeypatch)
+
+
+def test_a_table_module_with_a_copy_of_its_own_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """moto's query would deep-copy its page with something the patch does not replace."""
+    monkeypatch.setattr(table_module, "copy", SimpleNamespace(deepcopy=lambda value: value))
+    assert "copies or reads its page's items another way" in _refused(monkeypatch)
+
+
+def test_an_item_sized_by_more_than_its_attributes_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The patch remembers an item's size while the partition is unchanged."""
+
+    def size(self: Any) -> int:
+        return len(self.attrs) + len(str(self.hash_key))
+
+    monkeypatch.setattr(dynamodb_models.Item, "size", size)
+    assert "sizes its page's items another way" in _refused(monkeypatch)
