@@ -180,13 +180,14 @@ class Actions:
             raise InvalidInput("prompt", "the follow-up to send: a non-empty text")
         operator = self.identity()
         record = self._client.get_task(validate_request_id(request_id), tenant=tenant)
-        if not record.definition:
+        definition = record.definition
+        if not definition:
             raise InvalidInput("requestId", "the task has no definition to continue")
         new_id, sent = self._log.perform(
             self._event(operator, "continue", tenant=tenant, request_id=record.request_id,
                         job_id=record.job_id),
             lambda: self._client.submit(
-                record.definition, {}, tenant=tenant, continues=record.request_id,
+                definition, {}, tenant=tenant, continues=record.request_id,
                 prompt=prompt, idempotency_key=f"console-continue/{record.request_id}/{nonce}",
             ).request_id,
             lambda rid: {"newRequestId": rid},
