@@ -42,7 +42,7 @@ class Counted:
 
 
 @pytest.fixture
-def counted(inproc_stack: Stack) -> Iterator[Counted]:
+def counted(stack: Stack) -> Iterator[Counted]:
     settings = Settings.from_env()
     counter = CallCounter()
     aws = AwsClients(settings.region, counter=counter)
@@ -60,10 +60,10 @@ def counted(inproc_stack: Stack) -> Iterator[Counted]:
 
 
 def test_a_job_page_refresh_reads_only_the_tasks_that_can_still_change(
-    inproc_stack: Stack, counted: Counted
+    stack: Stack, counted: Counted
 ) -> None:
     settings = Settings.from_env()
-    job_id = fill(settings, inproc_stack.dynamodb, tasks=150, jobs=0)
+    job_id = fill(settings, stack.dynamodb, tasks=150, jobs=0)
     path = f"/api/jobs/{job_id}"
 
     status, first, calls = counted.get(path)
@@ -108,7 +108,7 @@ def test_a_job_page_refresh_reads_only_the_tasks_that_can_still_change(
     assert reads[0].get("ProjectionExpression") is None
     assert all("spec" not in str(r["ExpressionAttributeNames"]) for r in reads[1:])
     # ...until tasks are added to it (its total moves), then the whole item again.
-    define(inproc_stack, "noop")
+    define(stack, "noop")
     client.add_tasks(job_id, {"late": {"definition": "noop"}})
     del reads[:]
     _, grown, calls = counted.get(path)
@@ -116,8 +116,8 @@ def test_a_job_page_refresh_reads_only_the_tasks_that_can_still_change(
     assert calls["dynamodb:GetItem"] == 2 and reads[-1].get("ProjectionExpression") is None
 
 
-def test_a_finished_jobs_refresh_reads_no_task(inproc_stack: Stack, counted: Counted) -> None:
-    define(inproc_stack, "noop")
+def test_a_finished_jobs_refresh_reads_no_task(stack: Stack, counted: Counted) -> None:
+    define(stack, "noop")
     client = AgentqClient.from_env()
     spec = {"tasks": {"a": {"definition": "noop"}, "b": {"definition": "noop"}}}
     job = client.create_job(spec, job_id="all-cancelled")
