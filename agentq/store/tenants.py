@@ -259,21 +259,14 @@ class TenantLimitStore:
 
     def transcripts_off(self) -> list[str]:
         """Tenants whose transcripts are off (from the listing of every settings item)."""
-        items = query_all(
-            self._ddb,
-            TableName=self._table,
-            IndexName=INDEX_BY_TENANT.name,
-            KeyConditionExpression="#pk = :pk",
-            ExpressionAttributeNames={"#pk": INDEX_BY_TENANT.partition_key},
-            ExpressionAttributeValues=values(pk=LIMITS_LISTING_PK),
-        )
-        found = (from_item(item) for item in items)
+        found = (from_item(item) for item in self._settings_items())
         return sorted(str(d.get("tenant")) for d in found
                       if d.get("transcripts") == TRANSCRIPTS_OFF
                       and isinstance(d.get("tenant"), str))  # fmt: skip
 
-    def overrides(self) -> list[TenantLimit]:
-        items = query_all(
+    def _settings_items(self) -> list[dict[str, Any]]:
+        """Every tenant's settings item, from the listing index."""
+        return query_all(
             self._ddb,
             TableName=self._table,
             IndexName=INDEX_BY_TENANT.name,
@@ -281,8 +274,10 @@ class TenantLimitStore:
             ExpressionAttributeNames={"#pk": INDEX_BY_TENANT.partition_key},
             ExpressionAttributeValues=values(pk=LIMITS_LISTING_PK),
         )
+
+    def overrides(self) -> list[TenantLimit]:
         found = []
-        for item in items:
+        for item in self._settings_items():
             data = from_item(item)
             limit = stored_limit(data.get("concurrencyLimit"))
             tenant = data.get("tenant")
