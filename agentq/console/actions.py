@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+from collections.abc import Callable
 from typing import Any, Final
 
 from botocore.exceptions import ClientError
@@ -28,6 +29,7 @@ from agentq.envelope import REQUEST_ID_PATTERN, validate_request_id
 from agentq.errors import InvalidInput, NotFound
 from agentq.events import Event, task_event
 from agentq.jobs.spec import task_request_id, validate_job_id
+from agentq.store import TaskRecord
 
 MAX_BATCH: Final = 100
 # What the page issues (secrets.token_urlsafe); anything else is refused, not hashed.
@@ -149,24 +151,12 @@ class Actions:
     def resubmit(self, tenant: str, request_id: Any, nonce: Any) -> dict[str, Any]:
         """A new task with the same definition and input (the old one stays as it was),
         once per form: the same nonce again answers with the same new task."""
-        if not isinstance(nonce, str) or not FORM_NONCE.fullmatch(nonce):
-            raise InvalidInput("nonce", "the page's form nonce (reload the page)")
-        operator = self.identity()
-        record = self._client.get_task(validate_request_id(request_id), tenant=tenant)
-        envelope = record.envelope or {}
-        definition = record.definition
-        if not definition:
-            raise InvalidInput("requestId", "the task has no definition to run again")
-        new_id, sent = self._log.perform(
-            self._event(operator, "resubmit", tenant=tenant, request_id=record.request_id,
-                        job_id=record.job_id),
-            lambda: self._client.submit(
-                definition, dict(envelope.get("input") or {}), tenant=tenant,
-                idempotency_key=f"console-resubmit/{record.request_id}/{nonce}",
-            ).request_id,
-            lambda rid: {"newRequestId": rid},
+        return self._new_task(
+            "resubmit", tenant, request_id, nonce,
+            lambda record, definition, key: self._client.submit(
+                definition, dict((record.envelope or {}).get("input") or {}), tenant=tenant,
+                idempotency_key=key),
         )  # fmt: skip
-        return _answer({"requestId": new_id}, sent)
 
     def continue_task(
         self, tenant: str, request_id: Any, prompt: Any, nonce: Any
@@ -174,22 +164,36 @@ class Actions:
         """A new task that continues a COMPLETED agent task's session with a follow-up
         (`agentq submit --continue`), once per form: the same nonce answers with the same
         new task. The client refuses what cannot be continued, and says why."""
-        if not isinstance(nonce, str) or not FORM_NONCE.fullmatch(nonce):
-            raise InvalidInput("nonce", "the page's form nonce (reload the page)")
         if not isinstance(prompt, str) or not prompt.strip():
             raise InvalidInput("prompt", "the follow-up to send: a non-empty text")
+        return self._new_task(
+            "continue", tenant, request_id, nonce,
+            lambda record, definition, key: self._client.submit(
+                definition, {}, tenant=tenant, continues=record.request_id, prompt=prompt,
+                idempotency_key=key),
+        )  # fmt: skip
+
+    def _new_task(
+        self,
+        action: str,
+        tenant: str,
+        request_id: Any,
+        nonce: Any,
+        submit: Callable[[TaskRecord, str, str], TaskRecord],
+    ) -> dict[str, Any]:
+        """A new task made from `request_id`'s by `submit(record, definition, key)`, once
+        per form: the idempotency key is the action, the source and the page's nonce."""
+        _check_nonce(nonce)
         operator = self.identity()
         record = self._client.get_task(validate_request_id(request_id), tenant=tenant)
         definition = record.definition
         if not definition:
-            raise InvalidInput("requestId", "the task has no definition to continue")
+            raise InvalidInput("requestId", f"the task has no definition to {action}")
+        key = f"console-{action}/{record.request_id}/{nonce}"
         new_id, sent = self._log.perform(
-            self._event(operator, "continue", tenant=tenant, request_id=record.request_id,
+            self._event(operator, action, tenant=tenant, request_id=record.request_id,
                         job_id=record.job_id),
-            lambda: self._client.submit(
-                definition, {}, tenant=tenant, continues=record.request_id,
-                prompt=prompt, idempotency_key=f"console-continue/{record.request_id}/{nonce}",
-            ).request_id,
+            lambda: submit(record, definition, key).request_id,
             lambda rid: {"newRequestId": rid},
         )  # fmt: skip
         return _answer({"requestId": new_id}, sent)
@@ -197,8 +201,7 @@ class Actions:
     def retry(self, tenant: str, job_id: Any, key: Any, nonce: Any) -> dict[str, Any]:
         """One FAILED or TIMEOUT task of a job again (agentq.jobs.retry), once per form:
         the page's nonce is the retry key, so a double click or a retried POST is one."""
-        if not isinstance(nonce, str) or not FORM_NONCE.fullmatch(nonce):
-            raise InvalidInput("nonce", "the page's form nonce (reload the page)")
+        _check_nonce(nonce)
         job = validate_job_id(job_id)
         if not isinstance(key, str) or not TASK_KEY.fullmatch(key):
             raise InvalidInput("key", "a task key of the job")
@@ -233,6 +236,11 @@ class Actions:
         return task_event("Operator Action", request_id=request_id,
                           tenant=tenant or self._client.settings.tenant_id,
                           job_id=job_id, action=action, operator=operator, **detail)  # fmt: skip
+
+
+def _check_nonce(nonce: Any) -> None:
+    if not isinstance(nonce, str) or not FORM_NONCE.fullmatch(nonce):
+        raise InvalidInput("nonce", "the page's form nonce (reload the page)")
 
 
 def _answer(body: dict[str, Any], published: bool) -> dict[str, Any]:
