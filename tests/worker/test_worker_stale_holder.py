@@ -113,8 +113,11 @@ def test_lease_is_renewed_while_a_slow_upload_runs(stack: Stack, tmp_path: Path)
         running_worker(stack, "slow-s3", **_env(AWS_ENDPOINT_URL_S3=gate.url)) as worker,
     ):
         # The worker's start-up check of its bucket goes through first (a worker that
-        # cannot reach its bucket does not start), then every S3 request waits.
+        # cannot reach its bucket does not start), then every S3 request waits. Held once
+        # the worker says it started: a check still on its way when the gate closed would
+        # hold the start-up itself (seen on a loaded host).
         wait_for(lambda: gate.connections >= 1, timeout=60, message="the start-up check")
+        worker.wait_for_output("worker started", timeout=60)
         gate.hold()
         task = send(stack, "bench-work", {"seconds": 0.5, "side_log": str(side_log)})
         wait_for(lambda: _runs(side_log, "end", 1), timeout=60, message="the child finished")
