@@ -258,7 +258,11 @@ def lost_task_problem(
     strikes hit may fairly end FAILED); this promise is the reconciler's re-send."""
     if not any(e.get("detailType") == "Task Repaired" for e in timeline):
         return f"never re-sent, {record and record.state.value}"
-    taken = any(e.get("detailType") == "Task Processing Started" for e in timeline)
+    # Locked: its `Task Processing Started`, or the attempt its STATE item counts (a
+    # worker's lock counts it; the event may be lost with a killed worker's batch).
+    taken = any(e.get("detailType") == "Task Processing Started" for e in timeline) or (
+        record is not None and record.attempt >= 1
+    )
     if record is None or not record.state.terminal or not taken:
         error = record.raw.get("error") if record is not None else None
         return (f"re-sent, {'locked' if taken else 'never locked'} after, "

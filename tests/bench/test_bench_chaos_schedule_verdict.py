@@ -128,6 +128,8 @@ def test_a_lost_task_is_repaired_once_re_sent_and_taken_up_however_it_ended() ->
         assert lost_task_problem([repaired, started], _record(state, attempt=3)) is None
     # A worker's event may carry an earlier time than the repair (a skewed clock).
     assert lost_task_problem([started, repaired], _record(TaskState.COMPLETED)) is None
+    # Its lock counted on the STATE item, the started event lost with a killed worker.
+    assert lost_task_problem([repaired], _record(TaskState.COMPLETED, attempt=1)) is None
     # Never re-sent; re-sent but never locked (closed some other way); not ended.
     never = lost_task_problem([], _record(TaskState.PENDING, attempt=0))
     assert never is not None and never.startswith("never re-sent")
