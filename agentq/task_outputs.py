@@ -5,7 +5,7 @@ conversation.
 of its objects, from the pointers the item holds (the attempt folder the worker's
 final write named, else the result's), so the result, logs and trace are always read
 from the same attempt; no key is guessed. The conversation is every attempt's session
-checkpoint (`checkpoint_key`: each attempt writes only its own), read in attempt order.
+checkpoint (agentq/checkpoints.py: each attempt writes only its own), in attempt order.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from agentq.checkpoints import CheckpointError, read_attempt
 from agentq.conversation import AttemptCheckpoint, Conversation, build_conversation
 from agentq.errors import NoOutputYet, NotFound
 from agentq.jobs import ResultReader
 from agentq.jobs.results import RESULT_FILE, artifacts_pointer
 from agentq.json_text import decode_lenient
 from agentq.store import TaskRecord
-from agentq.store.keys import attempt_prefix, checkpoint_key
+from agentq.store.keys import attempt_prefix
 
 TRACE_FILE: Final = "traces/session_trace.json"
 ERROR_FILE: Final = "error.json"
@@ -30,8 +31,6 @@ MAX_OUTPUT_BYTES: Final = 4 * 1024 * 1024
 # (the latest): a longer transcript shows its beginning, and says it was cut.
 MAX_CONVERSATION_BYTES: Final = 16 * 1024 * 1024
 MAX_CONVERSATION_ATTEMPTS: Final = 10
-# Without s3:ListBucket, S3 answers a missing key with 403.
-_MISSING: Final = frozenset({"NoSuchKey", "404", "AccessDenied", "403"})
 
 
 class TaskOutputs:
@@ -119,21 +118,19 @@ class TaskOutputs:
         return conversation
 
     def _checkpoint(self, record: TaskRecord, attempt: int) -> AttemptCheckpoint:
-        key = checkpoint_key(record.tenant, record.request_id, attempt)
         try:
-            found = self._s3.get_object(Bucket=self._results.bucket, Key=key)
-            data: bytes = found["Body"].read(MAX_CONVERSATION_BYTES)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _MISSING:
-                return AttemptCheckpoint(attempt=attempt, data=None, problem="no checkpoint")
+            stored = read_attempt(self._s3, self._results.bucket, record.tenant,
+                                  record.request_id, attempt, limit=MAX_CONVERSATION_BYTES)  # fmt: skip
+        except CheckpointError as exc:
+            return AttemptCheckpoint(attempt=attempt, data=None, problem=f"corrupt ({exc})")
+        except (ClientError, BotoCoreError) as exc:
             return AttemptCheckpoint(attempt=attempt, data=None,
                                      problem=f"unreadable ({type(exc).__name__})")  # fmt: skip
-        except BotoCoreError as exc:
-            return AttemptCheckpoint(attempt=attempt, data=None,
-                                     problem=f"unreadable ({type(exc).__name__})")  # fmt: skip
-        size = found.get("ContentLength", len(data))
-        cut = f"only its first {len(data)} of {size} bytes read" if size > len(data) else None
-        return AttemptCheckpoint(attempt=attempt, data=data, problem=cut)
+        if stored is None:
+            return AttemptCheckpoint(attempt=attempt, data=None, problem="no checkpoint")
+        of = f" of {stored.size}" if stored.size else ""
+        cut = None if stored.whole else f"only its first {len(stored.data)}{of} bytes read"
+        return AttemptCheckpoint(attempt=attempt, data=stored.data, problem=cut)
 
 
 def readable_trace(trace: Any) -> Any:

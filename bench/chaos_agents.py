@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import yaml
 
+from agentq.checkpoints import CheckpointError, decode, is_checkpoint_key, part_key, read_attempt
 from agentq.client import AgentqClient
 from agentq.config import Settings
 from agentq.envelope import TaskEnvelope
@@ -39,7 +40,6 @@ from agentq.store.keys import CHECKPOINT_NAME, attempt_prefix, checkpoint_key
 from agentq.store.tasks import TaskRecord, TaskStore
 from bench.chaos_model import TERMINAL_EVENTS, AgentVerdict, ChaosReport, Planned
 from bench.stack import BENCH_DEFINITIONS, Stage
-from worker.kinds.agent.checkpoint import CheckpointError, decode
 
 DEFINITION: Final = "chaos-agent"
 TENANTS: Final = ("agents-a", "agents-b")
@@ -197,12 +197,10 @@ class AgentStrikes:
 
 def _checkpoint_turns(stage: Stage, tenant: str, rid: str, attempt: int) -> int:
     """Turns in an attempt's checkpoint in S3; -1 when it has none (or an unreadable one)."""
-    s3 = stage.clients["s3"]
     try:
-        key = checkpoint_key(tenant, rid, attempt)
-        body = s3.get_object(Bucket=stage.resources.bucket, Key=key)["Body"].read()
-        return decode(body).turns
-    except (s3.exceptions.NoSuchKey, CheckpointError):
+        found = read_attempt(stage.clients["s3"], stage.resources.bucket, tenant, rid, attempt)
+        return -1 if found is None else decode(found.data).turns
+    except CheckpointError:
         return -1
 
 
@@ -228,7 +226,8 @@ def verify_agents(stage: Stage, mix: AgentMix, report: ChaosReport) -> None:
 
 
 def _checkpoint_keys(stage: Stage) -> dict[str, list[str]]:
-    """Every checkpoint key in the bucket, by the tenant folder it lies under."""
+    """Every checkpoint object's key in the bucket (whole ones and parts), by the tenant
+    folder it lies under."""
     found: dict[str, list[str]] = {}
     pages = (
         stage.clients["s3"]
@@ -238,7 +237,7 @@ def _checkpoint_keys(stage: Stage) -> dict[str, list[str]]:
     for page in pages:
         for obj in page.get("Contents", []):
             key = str(obj["Key"])
-            if key.endswith("/" + CHECKPOINT_NAME):
+            if is_checkpoint_key(key):
                 found.setdefault(key.split("/")[1], []).append(key)
     return found
 
@@ -337,7 +336,8 @@ def _check_resume(
 ) -> None:
     """A winner after an attempt that left a checkpoint resumed from one, or says why not."""
     left = [a for a in range(1, record.attempt + 1)
-            if checkpoint_key(record.tenant, rid, a) in tenant_keys]  # fmt: skip
+            if {part_key(record.tenant, rid, a, 1), checkpoint_key(record.tenant, rid, a)}
+            & set(tenant_keys)]  # fmt: skip
     earlier = [a for a in left if a < record.attempt]
     status = resume.get("status") if resume else None
     if resume is not None and status == "resumed":

@@ -30,15 +30,14 @@ from typing import Any, Final
 import yaml
 from rich.console import Console
 
+from agentq.checkpoints import CheckpointError, decode, is_checkpoint_key, read_attempt
 from agentq.local.aws import MotoServer
 from agentq.local.claude_env import offline_claude_env
 from agentq.local.model_server import ModelServer, RequestRecord
 from agentq.local.workers import WorkerProcess
-from agentq.store.keys import CHECKPOINT_NAME, checkpoint_key
 from bench.resume_report import ARMS, summarize, table
 from bench.s3_counter import S3Counter
 from bench.stack import Stage, envelope, moto_server, new_stage, worker_env
-from worker.kinds.agent.checkpoint import CheckpointError, decode
 
 RESULTS: Final = Path(__file__).resolve().parent / "results" / "resume.json"
 DEFINITION: Final = "resume-bench"
@@ -214,8 +213,7 @@ class Bench:
             standby.wait_for_output("worker started", timeout=120)
             self._wait(lambda: _stalled(model, key, k), victim, f"{key} stalled at turn {k}")
             if arm == "resume":
-                checkpoint = checkpoint_key("bench", run.request_id, 1)
-                self._wait(lambda: self._checkpoint_turns(checkpoint) == k, victim,
+                self._wait(lambda: self._checkpoint_turns(run.request_id) == k, victim,
                            f"the checkpoint of {key}'s turn {k}")  # fmt: skip
             victim.kill()
             run.killed = time.time()
@@ -230,12 +228,12 @@ class Bench:
                 raise RuntimeError(f"waited in vain for {what}: {worker.output()[-3000:]}")
             time.sleep(0.05)
 
-    def _checkpoint_turns(self, key: str) -> int:
+    def _checkpoint_turns(self, request_id: str) -> int:
         s3 = self.stage.clients["s3"]  # straight to moto: the bench's reads are not counted
         try:
-            body = s3.get_object(Bucket=self.stage.resources.bucket, Key=key)["Body"].read()
-            return decode(body).turns
-        except (s3.exceptions.NoSuchKey, CheckpointError):
+            found = read_attempt(s3, self.stage.resources.bucket, "bench", request_id, 1)
+            return -1 if found is None else decode(found.data).turns
+        except CheckpointError:
             return -1
 
 
@@ -244,8 +242,8 @@ def _stalled(model: ModelServer, key: str, turn: int) -> bool:
 
 
 def _s3_figures(counter: S3Counter) -> dict[str, Any]:
-    checkpoints = [r for r in counter.requests(key_suffix=CHECKPOINT_NAME)
-                   if r.method in ("PUT", "GET")]  # fmt: skip
+    checkpoints = [r for r in counter.requests() if is_checkpoint_key(r.key)
+                   and r.method in ("PUT", "GET", "HEAD")]  # fmt: skip
     return {
         "requests": len(counter.requests()),
         "checkpoint_requests": [dataclasses.asdict(r) for r in checkpoints],

@@ -78,28 +78,32 @@ def _of(requests: Sequence[Mapping[str, Any]], method: str, *, request_id: str =
 
 
 def _checkpoint(raw: Mapping[str, Any], turns: int, kill_turns: Sequence[int]) -> dict[str, Any]:
-    """PutObject per turn and its bytes (clean arm); GetObject per resume (resume arm)."""
+    """PutObject per turn and its bytes (clean arm: the parts each turn, the whole
+    checkpoint at the end); HEAD and GetObject per resume (resume arm)."""
     clean = raw["clean"]["s3"]["checkpoint_requests"]
     puts, tasks = _of(clean, "PUT"), max(1, len(raw["clean"]["tasks"]))
-    sizes = [int(r["sent_bytes"]) for r in puts]
+    parts = [int(r["sent_bytes"]) for r in puts if "/part-" in r["key"]]
+    wholes = [int(r["sent_bytes"]) for r in puts if "/part-" not in r["key"]]
     turns_run = turns * tasks
     resume = raw["resume"]["s3"]["checkpoint_requests"]
-    retries = [(_of(resume, "GET", request_id=t["request_id"], after=t["killed"]),
+    retries = [(_of(resume, "GET", request_id=t["request_id"], after=t["killed"])
+                + _of(resume, "HEAD", request_id=t["request_id"], after=t["killed"]),
                 _of(resume, "PUT", request_id=t["request_id"], after=t["killed"]))
                for t in raw["resume"]["tasks"]]  # fmt: skip
     resumes = max(1, len(retries))
-    gets = [g for got, _ in retries for g in got]
+    reads = [g for got, _ in retries for g in got]
     restart = raw["restart"]["s3"]["checkpoint_requests"]
     return {
         "puts_per_turn": round(len(puts) / turns_run, 3),
-        "bytes_per_put": round(sum(sizes) / max(1, len(sizes))),
-        "bytes_per_turn": round(sum(sizes) / turns_run),
-        "bytes_per_task": round(sum(sizes) / tasks),
-        "largest_put_bytes": max(sizes, default=0),
-        "gets_per_start": round(len(_of(clean, "GET")) / tasks, 3),
-        "gets_per_resume": round(len(gets) / resumes, 3),
-        "gets_found_per_resume": round(sum(1 for g in gets if g["status"] == 200) / resumes, 3),
-        "bytes_per_resume": round(sum(int(g["received_bytes"]) for g in gets) / resumes),
+        "part_bytes_per_turn": round(sum(parts) / turns_run),
+        "largest_part_bytes": max(parts, default=0),
+        "whole_bytes_per_task": round(sum(wholes) / tasks),
+        "bytes_per_turn": round((sum(parts) + sum(wholes)) / turns_run),
+        "bytes_per_task": round((sum(parts) + sum(wholes)) / tasks),
+        "reads_per_start": round(len(_of(clean, "GET") + _of(clean, "HEAD")) / tasks, 3),
+        "reads_per_resume": round(len(reads) / resumes, 3),
+        "reads_found_per_resume": round(sum(1 for g in reads if g["status"] == 200) / resumes, 3),
+        "bytes_per_resume": round(sum(int(g["received_bytes"]) for g in reads) / resumes),
         "puts_after_resume_per_turn": round(
             sum(len(p) for _, p in retries) / max(1, sum(turns - k for k in kill_turns)), 3
         ),
@@ -198,9 +202,11 @@ def table(d: Mapping[str, Any]) -> Table:
         f"clean run {arms['clean']['wall_s_median']:.1f} s (median); retry's first model "
         f"request {arms['resume']['kill_to_retry_s_median']:.1f} s (resume) / "
         f"{arms['restart']['kill_to_retry_s_median']:.1f} s (restart) after the kill. "
-        f"Checkpoint: {c['puts_per_turn']:.2f} PutObject a turn, {c['bytes_per_put']:,} bytes "
-        f"a put, {c['bytes_per_task']:,} a task; {c['gets_per_resume']:.2f} GetObject a resume "
-        f"({c['gets_found_per_resume']:.2f} found, {c['bytes_per_resume']:,} bytes). "
+        f"Checkpoint: {c['puts_per_turn']:.2f} PutObject a turn, {c['part_bytes_per_turn']:,} "
+        f"bytes a turn in parts (largest {c['largest_part_bytes']:,}) and "
+        f"{c['whole_bytes_per_task']:,} for the whole at a task's end, {c['bytes_per_task']:,} "
+        f"a task; {c['reads_per_resume']:.2f} HEAD or GetObject a resume "
+        f"({c['reads_found_per_resume']:.2f} found, {c['bytes_per_resume']:,} bytes). "
         f"Violations: {len(d['violations'])}."
     )
     t.caption_justify = "left"

@@ -12,6 +12,7 @@ import anyio
 import pytest
 from claude_agent_sdk import SessionKey, SessionStoreEntry
 
+from agentq.checkpoints import Checkpoint, CheckpointError, decode, encode
 from agentq.config import Settings
 from agentq.errors import InvalidInput, TaskError
 from worker.kinds.agent import session
@@ -19,12 +20,8 @@ from worker.kinds.agent.checkpoint import (
     CHECKPOINT_FILE,
     RESTORE_FILE,
     RESUME_NOTE,
-    Checkpoint,
-    CheckpointError,
     TranscriptStore,
     completed_turns,
-    decode,
-    encode,
     plan_resume,
     read_checkpoint,
 )

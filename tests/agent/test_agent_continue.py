@@ -20,11 +20,11 @@ import pytest
 from agent_support import AgentRig, agent_definition, agent_rig
 from conftest import Stack
 
+from agentq.checkpoints import decode
 from agentq.client import AgentqClient
 from agentq.envelope import TaskEnvelope
 from agentq.store.keys import attempt_prefix, checkpoint_key
 from agentq.store.tasks import TaskStore
-from worker.kinds.agent.checkpoint import decode
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -8,6 +8,7 @@ without running its first three turns again. Two CLI runs in all.
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -15,10 +16,10 @@ from agent_support import agent_definition, agent_rig
 from conftest import Stack
 from support import wait_for
 
+from agentq.checkpoints import Part, decode, decode_part, read_attempt
 from agentq.client import AgentqClient
 from agentq.store.keys import attempt_prefix
 from agentq.store.tasks import TaskStore
-from worker.kinds.agent.checkpoint import decode
 from worker.settle.checkpoints import checkpoint_key
 
 pytestmark = pytest.mark.timeout(240)
@@ -27,12 +28,18 @@ STEPS = 5
 KILLED_AT = 3  # the turn attempt 1 stalls at, its first three done and checkpointed
 
 
-def _checkpoint_turns(stack: Stack, key: str) -> int:
-    try:
-        body = stack.s3.get_object(Bucket=stack.resources.bucket, Key=key)["Body"].read()
-    except stack.s3.exceptions.NoSuchKey:
-        return -1
-    return decode(body).turns
+def _checkpoint_turns(stack: Stack, request_id: str, attempt: int) -> int:
+    """Turns in the attempt's checkpoint as a retry reads it (-1: none yet)."""
+    found = read_attempt(stack.s3, stack.resources.bucket, "acme", request_id, attempt)
+    return -1 if found is None else decode(found.data).turns
+
+
+def _parts(stack: Stack, request_id: str, attempt: int) -> list[Part]:
+    folder = attempt_prefix("acme", request_id, attempt) + "checkpoint/part-"
+    listed = stack.s3.list_objects_v2(Bucket=stack.resources.bucket, Prefix=folder)
+    keys = sorted(obj["Key"] for obj in listed.get("Contents", []))
+    return [decode_part(stack.s3.get_object(Bucket=stack.resources.bucket, Key=key)["Body"]
+                        .read()) for key in keys]  # fmt: skip
 
 
 def test_a_task_killed_at_a_turn_resumes_from_its_checkpoint_on_another_worker(
@@ -48,9 +55,8 @@ def test_a_task_killed_at_a_turn_resumes_from_its_checkpoint_on_another_worker(
     script = f"[[model: key resume; {tools}; stall x1 turn {KILLED_AT}]]"
     with agent_rig(stack, [definition], AGENT_CHECKPOINT_INTERVAL="100") as rig:
         task = rig.send("long", {"text": f"Work through the steps. {script}"})
-        first = checkpoint_key("acme", task.request_id, 1)
         wait_for(
-            lambda: _checkpoint_turns(stack, first) == KILLED_AT,
+            lambda: _checkpoint_turns(stack, task.request_id, 1) == KILLED_AT,
             timeout=120,
             message=f"the checkpoint of turn {KILLED_AT} in S3",
         )
@@ -60,7 +66,11 @@ def test_a_task_killed_at_a_turn_resumes_from_its_checkpoint_on_another_worker(
         rig.another_worker("agent-worker-2")
         completed = rig.events.wait(task.request_id, "Task Completed", timeout=180)[0]
         requests = rig.model.requests("resume")
-        second_checkpoint = _checkpoint_turns(stack, checkpoint_key("acme", task.request_id, 2))
+        second_checkpoint = _checkpoint_turns(stack, task.request_id, 2)
+        first_parts = _parts(stack, task.request_id, 1)
+        killed_whole = stack.s3.list_objects_v2(
+            Bucket=stack.resources.bucket, Prefix=checkpoint_key("acme", task.request_id, 1)
+        )
         conversation = AgentqClient.from_env().conversation(task.request_id, tenant="acme")
 
     # Attempt 1 answered three turns and stalled on the fourth; attempt 2's first request
@@ -76,6 +86,14 @@ def test_a_task_killed_at_a_turn_resumes_from_its_checkpoint_on_another_worker(
     ]
     fresh_start_turns = STEPS + 1
     assert len(after) < fresh_start_turns
+
+    # Attempt 1 uploaded each turn's new entries only, as parts that follow one another;
+    # killed, it never put a whole checkpoint, and attempt 2 resumed from the parts.
+    assert len(first_parts) >= 2 and first_parts[0].first_entry == 0
+    for before_part, part in itertools.pairwise(first_parts):
+        assert part.first_entry == before_part.first_entry + len(before_part.lines) > 0
+    assert first_parts[-1].turns == KILLED_AT
+    assert killed_whole.get("KeyCount") == 0
 
     # The winner is attempt 2: its result, its checkpoint, and it says where it resumed.
     assert completed["attempt"] == 2
@@ -131,4 +149,4 @@ def test_a_corrupt_checkpoint_starts_the_session_afresh_and_says_so(stack: Stack
     summary = rig.s3_text(attempt_prefix("acme", task.request_id, 1) + "logs/summary.log")
     assert "starting afresh: checkpoint of attempt 1 is corrupt" in summary
     # The attempt's own, good checkpoint replaced the cut one.
-    assert _checkpoint_turns(stack, checkpoint_key("acme", task.request_id, 1)) == 2
+    assert _checkpoint_turns(stack, task.request_id, 1) == 2

@@ -282,3 +282,33 @@ def test_iam_enforced_the_worker_finds_an_earlier_attempts_checkpoint_past_a_403
                       task_dir=tmp_path)  # fmt: skip
 
     assert offered == {"from_attempt": 1}
+
+
+def test_iam_enforced_the_worker_joins_a_killed_attempts_parts_past_403s(
+    enforced: tuple[MotoServer, LocalResources],
+    synthesized: dict[str, list[dict[str, Any]]],
+    tmp_path: Any,
+) -> None:
+    # A killed attempt left parts and no whole checkpoint: the whole one, the next
+    # snapshot and the part after the last all answer 403 to the worker's role.
+    from agentq.checkpoints import Part, encode_part, part_key
+    from worker.kinds.agent.checkpoint import RESTORE_FILE
+    from worker.settle.checkpoints import restore
+
+    server, resources = enforced
+    worker = _client(server, _user(server, resources, "parts-worker", synthesized["worker"]), "s3")
+    operator = local_session_clients(server.url)["s3"]
+    session = "6c1f5bd0-0000-4000-8000-000000000001"
+    for number, (first, lines) in enumerate([(0, [b'{"n": 0}']), (1, [b'{"n": 1}'])], 1):
+        body = encode_part(Part(session_id=session, turns=number, first_entry=first, lines=lines))
+        operator.put_object(Bucket=resources.bucket, Body=body,
+                            Key=part_key("acme", "r-parts", 1, number))  # fmt: skip
+    assert _status(lambda: worker.head_object(Bucket=resources.bucket,
+                                              Key=part_key("acme", "r-parts", 1, 3))) == 403  # fmt: skip
+
+    offered = restore(worker, resources.bucket, tenant="acme", request_id="r-parts", attempt=2,
+                      task_dir=tmp_path)  # fmt: skip
+
+    assert offered == {"from_attempt": 1}
+    restored = (tmp_path / RESTORE_FILE).read_bytes().splitlines()
+    assert restored[1:] == [b'{"n": 0}', b'{"n": 1}']

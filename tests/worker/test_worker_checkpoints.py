@@ -15,21 +15,26 @@ from conftest import Stack
 
 from agentq import security
 from agentq.aws import make_client, new_session
+from agentq.checkpoints import (
+    SNAPSHOT_EVERY,
+    Checkpoint,
+    Part,
+    decode,
+    decode_part,
+    encode,
+    encode_part,
+    part_key,
+    read_attempt,
+)
 from agentq.envelope import TaskEnvelope
 from agentq.faults.config import FaultRule, FaultSpec, Kind
 from agentq.faults.injector import FaultInjector, install
 from agentq.jobs import result_key
 from agentq.local.aws import LOCAL_CREDENTIALS, LOCAL_REGION
 from agentq.states import TaskState
-from agentq.store import TaskRecord, TaskStore
+from agentq.store import Lease, TaskRecord, TaskStore
 from worker.child.files import read_usage
-from worker.kinds.agent.checkpoint import (
-    CHECKPOINT_FILE,
-    RESTORE_FILE,
-    Checkpoint,
-    decode,
-    encode,
-)
+from worker.kinds.agent.checkpoint import CHECKPOINT_FILE, RESTORE_FILE
 from worker.settle.checkpoints import (
     CheckpointUploader,
     checkpoint_key,
@@ -41,9 +46,12 @@ from worker.settle.checkpoints import (
 SESSION = str(uuid.uuid4())
 
 
-def _checkpoint(turns: int, text: str = "hello") -> bytes:
-    entries = [{"type": "user", "message": {"role": "user", "content": text}}]
-    return encode(Checkpoint(session_id=SESSION, turns=turns, entries=entries))
+def _checkpoint(turns: int, text: str = "hello", *, entries: int | None = None,
+                session: str = SESSION) -> bytes:  # fmt: skip
+    """`entries` numbered entries of `text`, else one that is `text`."""
+    texts = [text] if entries is None else [f"{text} {n}" for n in range(entries)]
+    rows = [{"type": "user", "message": {"role": "user", "content": t}} for t in texts]
+    return encode(Checkpoint(session_id=session, turns=turns, entries=rows))
 
 
 def _put(stack: Stack, key: str, body: bytes) -> None:
@@ -115,10 +123,10 @@ def test_a_checkpoint_s3_keeps_refusing_is_a_fresh_start_not_a_failure(
 
 
 def _uploader(stack: Stack, task_dir: Path, allowed: list[bool], s3: Any = None) -> Any:
-    return CheckpointUploader(
-        s3 or stack.s3, stack.resources.bucket, checkpoint_key("acme", "r-1", 1), task_dir,
-        interval_s=3600, allowed=lambda: allowed[0],
-    )  # fmt: skip
+    lease = Lease(request_id="r-1", tenant="acme", token="t", worker_id="w", attempt=1,
+                  effective_until_ms=0)  # fmt: skip
+    return CheckpointUploader(s3 or stack.s3, stack.resources.bucket, lease, task_dir,
+                              interval_s=3600, allowed=lambda: allowed[0])  # fmt: skip
 
 
 def _write(task_dir: Path, data: bytes) -> None:
@@ -130,9 +138,15 @@ def _write(task_dir: Path, data: bytes) -> None:
 
 
 def _stored(stack: Stack) -> bytes:
-    key = checkpoint_key("acme", "r-1", 1)
-    body = stack.s3.get_object(Bucket=stack.resources.bucket, Key=key)["Body"]
-    return bytes(body.read())
+    """Attempt 1's checkpoint as a retry reads it (the whole one, else its parts)."""
+    found = read_attempt(stack.s3, stack.resources.bucket, "acme", "r-1", 1)
+    assert found is not None and found.whole
+    return found.data
+
+
+def _part(stack: Stack, number: int) -> Part:
+    key = part_key("acme", "r-1", 1, number)
+    return decode_part(stack.s3.get_object(Bucket=stack.resources.bucket, Key=key)["Body"].read())
 
 
 def test_the_uploader_sends_only_a_changed_checkpoint(inproc_stack: Stack, tmp_path: Path) -> None:
@@ -147,6 +161,142 @@ def test_the_uploader_sends_only_a_changed_checkpoint(inproc_stack: Stack, tmp_p
     assert decode(_stored(inproc_stack)).turns == 2
 
 
+def test_each_part_holds_only_the_entries_added_since_the_last(
+    inproc_stack: Stack, tmp_path: Path
+) -> None:
+    uploader = _uploader(inproc_stack, tmp_path, [True])
+    for entries in (2, 5, 6):
+        _write(tmp_path, _checkpoint(entries, "turn", entries=entries))
+        assert uploader.sync()
+    parts = [_part(inproc_stack, n) for n in (1, 2, 3)]
+    assert [(p.first_entry, len(p.lines), p.turns) for p in parts] == [(0, 2, 2), (2, 3, 5),
+                                                                        (5, 1, 6)]  # fmt: skip
+    # The entries a part carries are the new ones, byte for byte.
+    assert parts[2].lines == [b'{"type": "user", "message": {"role": "user", "content": "turn 5"}}']
+    assert _stored(inproc_stack) == _checkpoint(6, "turn", entries=6)
+    # A rewrite that only touched the file (same entries) sends nothing.
+    _write(tmp_path, _checkpoint(6, "turn", entries=6))
+    assert not uploader.sync()
+
+
+def test_a_new_session_in_the_attempt_starts_its_parts_afresh(
+    inproc_stack: Stack, tmp_path: Path
+) -> None:
+    uploader = _uploader(inproc_stack, tmp_path, [True])
+    _write(tmp_path, _checkpoint(3, "old", entries=3))
+    assert uploader.sync()
+    # An in-attempt retry started its session over: the old entries are not its prefix.
+    fresh = _checkpoint(1, "new", entries=4, session=str(uuid.uuid4()))
+    _write(tmp_path, fresh)
+    assert uploader.sync()
+    assert _part(inproc_stack, 2).first_entry == 0
+    assert _stored(inproc_stack) == fresh
+    # Entries that changed under the same session (not a prefix any more) start afresh too.
+    changed = _checkpoint(5, "changed", entries=5)
+    _write(tmp_path, changed)
+    assert uploader.sync() and _part(inproc_stack, 3).first_entry == 0
+    assert _stored(inproc_stack) == changed
+
+
+class _Counted:
+    """The S3 client, counting the requests a reader makes."""
+
+    def __init__(self, s3: Any) -> None:
+        self.s3, self.calls = s3, list[str]()
+
+    def get_object(self, **kwargs: Any) -> Any:
+        self.calls.append("GET " + kwargs["Key"].split("/", 3)[-1])
+        return self.s3.get_object(**kwargs)
+
+    def head_object(self, **kwargs: Any) -> Any:
+        self.calls.append("HEAD " + kwargs["Key"].split("/", 3)[-1])
+        return self.s3.head_object(**kwargs)
+
+
+def test_a_reader_starts_at_the_newest_snapshot_part(inproc_stack: Stack, tmp_path: Path) -> None:
+    stack = inproc_stack
+    uploader = _uploader(stack, tmp_path, [True])
+    last = SNAPSHOT_EVERY + 3
+    for entries in range(1, last + 1):
+        _write(tmp_path, _checkpoint(entries, "t", entries=entries))
+        assert uploader.sync()
+    snapshot = _part(stack, SNAPSHOT_EVERY + 1)
+    assert (snapshot.first_entry, len(snapshot.lines)) == (0, SNAPSHOT_EVERY + 1)
+    assert _part(stack, SNAPSHOT_EVERY + 2).first_entry == SNAPSHOT_EVERY + 1
+
+    counted = _Counted(stack.s3)
+    found = read_attempt(counted, stack.resources.bucket, "acme", "r-1", 1)
+    assert found is not None and found.data == _checkpoint(last, "t", entries=last)
+    folder = "attempt-1/checkpoint/"
+    parts = [f"{folder}part-{n:06d}.jsonl" for n in range(SNAPSHOT_EVERY + 1, last + 2)]
+    assert counted.calls == [
+        f"GET {folder}session.jsonl",  # no whole checkpoint: the attempt never stopped
+        f"HEAD {folder}part-000001.jsonl",
+        f"HEAD {folder}part-{SNAPSHOT_EVERY + 1:06d}.jsonl",
+        f"HEAD {folder}part-{2 * SNAPSHOT_EVERY + 1:06d}.jsonl",
+        *(f"GET {name}" for name in parts),  # the last one is missing: the end
+    ]
+
+
+def test_a_part_that_failed_goes_again_with_what_came_since(stack: Stack, tmp_path: Path) -> None:
+    session = new_session(LOCAL_REGION, access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                          secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+    failing = session.client("s3", endpoint_url=stack.resources.endpoint_for("s3"),
+                             config=Config(retries={"mode": "standard", "max_attempts": 2}))  # fmt: skip
+    install(failing, FaultInjector(FaultSpec(rules=(
+        FaultRule(op="s3:PutObject", kind=Kind.THROTTLE, rate=1.0),)), seed=3))  # fmt: skip
+    s3 = [stack.s3]
+
+    class Switch:  # the uploader's S3, throttled while s3[0] is `failing`
+        def put_object(self, **kwargs: Any) -> Any:
+            return s3[0].put_object(**kwargs)
+
+    uploader = _uploader(stack, tmp_path, [True], s3=Switch())
+    _write(tmp_path, _checkpoint(1, "t", entries=1))
+    assert uploader.sync()
+    s3[0] = failing
+    _write(tmp_path, _checkpoint(2, "t", entries=2))
+    assert not uploader.sync()  # botocore gave up
+    assert not uploader.sync()  # the same file: tried again, still throttled
+    s3[0] = stack.s3
+    _write(tmp_path, _checkpoint(3, "t", entries=3))
+    assert uploader.sync()
+    assert (_part(stack, 2).first_entry, len(_part(stack, 2).lines)) == (1, 2)
+    assert _stored(stack) == _checkpoint(3, "t", entries=3)
+
+
+def test_parts_that_do_not_join_are_a_fresh_start(inproc_stack: Stack, tmp_path: Path) -> None:
+    stack = inproc_stack
+    line = b'{"type": "user"}'
+    _put(stack, part_key("acme", "r-1", 1, 1), encode_part(
+        Part(session_id=SESSION, turns=1, first_entry=0, lines=[line])))  # fmt: skip
+    # Part 2 says it follows three entries: a part between them is missing.
+    _put(stack, part_key("acme", "r-1", 1, 2), encode_part(
+        Part(session_id=SESSION, turns=4, first_entry=3, lines=[line])))  # fmt: skip
+    offered = _restore(stack, 2, tmp_path)
+    assert offered is not None and offered["unreadable"].startswith(
+        "checkpoint of attempt 1 is corrupt: a part starting at entry 3 follows 1 entries"
+    )
+    assert not (tmp_path / RESTORE_FILE).exists()
+
+
+def test_stopping_puts_the_whole_checkpoint_a_retry_reads_in_one_request(
+    inproc_stack: Stack, tmp_path: Path
+) -> None:
+    uploader = _uploader(inproc_stack, tmp_path, [True]).start()
+    _write(tmp_path, _checkpoint(3, "t", entries=3))
+    uploader.stop()
+    assert uploader.final_key == checkpoint_key("acme", "r-1", 1)
+    counted = _Counted(inproc_stack.s3)
+    assert _restore(inproc_stack, 2, tmp_path, s3=counted) == {"from_attempt": 1}
+    assert counted.calls == [
+        "GET attempt-2/checkpoint/session.jsonl",  # attempt 2 left nothing
+        "HEAD attempt-2/checkpoint/part-000001.jsonl",
+        "GET attempt-1/checkpoint/session.jsonl",  # attempt 1's whole checkpoint
+    ]
+    assert (tmp_path / RESTORE_FILE).read_bytes() == _checkpoint(3, "t", entries=3)
+
+
 def test_the_uploaded_transcript_is_scrubbed_of_the_workers_secrets(
     inproc_stack: Stack, tmp_path: Path
 ) -> None:
@@ -154,13 +304,16 @@ def test_the_uploaded_transcript_is_scrubbed_of_the_workers_secrets(
     security.remember_environment({"ANTHROPIC_API_KEY": secret})
     try:
         _write(tmp_path, _checkpoint(1, f"the key is {secret}"))
-        assert _uploader(inproc_stack, tmp_path, [True]).sync()
+        uploader = _uploader(inproc_stack, tmp_path, [True])
+        assert uploader.sync()
+        uploader.stop()
     finally:
         security.remember_environment({})
-    stored = _stored(inproc_stack)
-    assert secret.encode() not in stored
-    (entry,) = decode(stored).entries
-    assert entry["message"]["content"] == f"the key is {security.REDACTED}"
+    bucket = inproc_stack.resources.bucket
+    for key in (part_key("acme", "r-1", 1, 1), checkpoint_key("acme", "r-1", 1)):
+        stored = inproc_stack.s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        assert secret.encode() not in stored
+        assert f"the key is {security.REDACTED}".encode() in stored
 
 
 def test_nothing_is_uploaded_once_the_lease_is_lost(inproc_stack: Stack, tmp_path: Path) -> None:
@@ -170,8 +323,9 @@ def test_nothing_is_uploaded_once_the_lease_is_lost(inproc_stack: Stack, tmp_pat
     assert uploader.sync()
     allowed[0] = False
     _write(tmp_path, _checkpoint(2, "after the lease"))
-    uploader.stop()  # its last pass too
+    uploader.stop()  # its last pass too, and no whole checkpoint
     assert decode(_stored(inproc_stack)).turns == 1
+    assert uploader.final_key is None
 
 
 def test_the_last_pass_at_stop_uploads_the_final_turn(inproc_stack: Stack, tmp_path: Path) -> None:
@@ -179,6 +333,7 @@ def test_the_last_pass_at_stop_uploads_the_final_turn(inproc_stack: Stack, tmp_p
     _write(tmp_path, _checkpoint(4))
     uploader.stop()
     assert decode(_stored(inproc_stack)).turns == 4
+    assert _part(inproc_stack, 1).turns == 4
 
 
 def test_an_upload_applied_then_failed_leaves_the_same_checkpoint(
@@ -274,16 +429,19 @@ def test_a_failed_last_upload_names_no_final_checkpoint(stack: Stack, tmp_path: 
     install(failing, FaultInjector(FaultSpec(rules=(throttled,)), seed=3))
     s3 = [stack.s3]
 
-    class Switch:  # the uploader's S3, throttled from the second upload on
+    class Switch:  # the uploader's S3, throttled while s3[0] is `failing`
         def put_object(self, **kwargs: Any) -> Any:
             return s3[0].put_object(**kwargs)
 
-    uploader = _uploader(stack, tmp_path, [True], s3=Switch())
+    first = _uploader(stack, tmp_path, [True], s3=Switch())
     _write(tmp_path, _checkpoint(1))
-    assert uploader.sync() and uploader.final_key == checkpoint_key("acme", "r-1", 1)
+    assert first.sync()
     s3[0] = failing
     _write(tmp_path, _checkpoint(2, "the final answer"))
-    assert uploader.sync() is False  # botocore gave up
-    assert uploader.final_key is None  # its last turn is not in S3: not named as final
+    first.stop()  # botocore gave up on the last part and on the whole checkpoint
+    assert first.final_key is None  # its last turn is not in S3: not named as final
     s3[0] = stack.s3
-    assert uploader.sync() and uploader.final_key is not None
+    second = _uploader(stack, tmp_path / "again", [True], s3=Switch())
+    _write(tmp_path / "again", _checkpoint(2, "the final answer"))
+    second.stop()
+    assert second.final_key == checkpoint_key("acme", "r-1", 1)

@@ -1,40 +1,49 @@
 """Agent session checkpoints in S3, moved by the worker on its child's behalf.
 
-Key: `{attempt prefix}checkpoint/session.jsonl` (`checkpoint_key`), so a holder writes only
-its own attempt's checkpoint and a stale one can never replace the winner's. While a
-resumable task runs, `CheckpointUploader` uploads the child's checkpoint file when it
-changed, at most once per AGENT_CHECKPOINT_INTERVAL, scrubbed like every upload.
-`restore` puts the newest checkpoint at or below this attempt into the new task dir
-(attempt numbers are never reused once a child ran, so only earlier attempts have one); a
-missing one is no resume, one that cannot be read is a fresh start the child records.
-`restore_source` puts the final checkpoint of the task a continuation continues there.
+Everything lies under the attempt's own prefix (agentq/checkpoints.py has the layout), so a
+holder writes only its own attempt's checkpoint and a stale one never replaces the
+winner's. While a resumable task runs, `CheckpointUploader` sends what the child's
+checkpoint file gained, at most once per AGENT_CHECKPOINT_INTERVAL, scrubbed like every
+upload. `restore` puts the newest checkpoint at or below this attempt into the new task
+dir (a missing one is no resume; an unreadable one a fresh start the child records).
+`restore_source` puts there the final checkpoint of the task a continuation continues.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import logging
 import os
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from agentq.checkpoints import (
+    MAX_CHECKPOINT_BYTES,
+    CheckpointError,
+    Part,
+    encode_part,
+    fetch,
+    is_snapshot,
+    part_key,
+    read_attempt,
+    split,
+)
 from agentq.continuation import ContinueRefused, source_checkpoint
-from agentq.store import TaskRecord
+from agentq.store import Lease, TaskRecord
 from agentq.store.keys import checkpoint_key
 from worker.child.files import open_plain
-from worker.kinds.agent.checkpoint import CHECKPOINT_FILE, MAX_CHECKPOINT_BYTES, RESTORE_FILE
+from worker.kinds.agent.checkpoint import CHECKPOINT_FILE, RESTORE_FILE
 from worker.settle.scrub import scrub_file
 
 __all__ = ["CheckpointUploader", "checkpoint_key", "restore", "restore_source", "resumable"]
 
 logger = logging.getLogger(__name__)
-
-# Without s3:ListBucket, S3 answers a missing key with 403 (agentq/local/rules/s3_missing_key.py).
-MISSING: Final = frozenset({"NoSuchKey", "404", "AccessDenied", "403"})
 
 
 def resumable(kind: str, settings: Mapping[str, Any]) -> bool:
@@ -52,15 +61,18 @@ def restore(
     """
     for earlier in range(attempt, 0, -1):
         try:
-            data = _fetch(s3, bucket, checkpoint_key(tenant, request_id, earlier))
-        except _TooLarge:
-            return {"unreadable": f"checkpoint of attempt {earlier} is too large"}
+            stored = read_attempt(s3, bucket, tenant, request_id, earlier)
+        except CheckpointError as exc:
+            return {"unreadable": f"checkpoint of attempt {earlier} is corrupt: {exc}"}
         except (ClientError, BotoCoreError, OSError) as exc:
             # botocore already retried a throttle or a dropped connection.
             return _unreadable(request_id, earlier, exc)
-        if data is not None:
-            _place(task_dir, data)
-            return {"from_attempt": earlier}
+        if stored is None:
+            continue
+        if not stored.whole:
+            return {"unreadable": f"checkpoint of attempt {earlier} is too large"}
+        _place(task_dir, stored.data)
+        return {"from_attempt": earlier}
     return None
 
 
@@ -81,34 +93,15 @@ def restore_source(
     if stored_bucket != bucket:
         return {"refused": f"task {source_id} names a checkpoint in another bucket"}
     try:
-        data = _fetch(s3, bucket, key)
-    except _TooLarge:
-        return {"refused": f"the checkpoint of task {source_id} is too large"}
+        stored = fetch(s3, bucket, key, limit=MAX_CHECKPOINT_BYTES)
     except (ClientError, BotoCoreError, OSError) as exc:
         return {"unreadable": f"checkpoint of task {source_id} unreadable ({type(exc).__name__})"}
-    if data is None:
+    if stored is None:
         return {"refused": f"the session checkpoint of task {source_id} is gone from S3"}
-    _place(task_dir, data)
+    if not stored.whole:
+        return {"refused": f"the checkpoint of task {source_id} is too large"}
+    _place(task_dir, stored.data)
     return {"continued_from": source_id}
-
-
-class _TooLarge(Exception):
-    """A checkpoint over MAX_CHECKPOINT_BYTES: never read whole."""
-
-
-def _fetch(s3: Any, bucket: str, key: str) -> bytes | None:
-    """A checkpoint's bytes; None when there is none (404, or 403 for a reader without
-    ListBucket). Raises `_TooLarge`, or what S3 and botocore raise after their retries."""
-    try:
-        found = s3.get_object(Bucket=bucket, Key=key)
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in MISSING:
-            return None
-        raise
-    if found.get("ContentLength", 0) > MAX_CHECKPOINT_BYTES:
-        raise _TooLarge(key)
-    data: bytes = found["Body"].read(MAX_CHECKPOINT_BYTES + 1)
-    return data
 
 
 def _place(task_dir: Path, data: bytes) -> None:
@@ -125,30 +118,35 @@ def _unreadable(request_id: str, attempt: int, exc: BaseException) -> dict[str, 
 
 
 class CheckpointUploader:
-    """Uploads a running child's checkpoint file to its attempt's key, when it changed.
+    """Uploads a running child's checkpoint to its attempt's parts, only what changed.
 
-    One pass every `interval_s`, and a last one when stopped (after the child is gone,
-    before the attempt settles, so a retry finds the latest turn). `allowed` is asked
-    before each upload: once the attempt's lease is lost nothing more is written.
+    One pass every `interval_s`: the entries added since the last stored part go up as
+    the next part (the whole transcript at a snapshot number, or when the child's session
+    is no longer the one stored). When stopped (the child gone, the attempt not yet
+    settled), a last pass, then the whole checkpoint at the attempt's `checkpoint_key`.
+    `allowed` is asked before each upload: once the lease is lost nothing more is written.
     """
 
     def __init__(
         self,
         s3: Any,
         bucket: str,
-        key: str,
+        lease: Lease,
         task_dir: Path,
         *,
         interval_s: float,
         allowed: Callable[[], bool],
     ) -> None:
-        self._s3, self._bucket, self._key = s3, bucket, key
+        self._s3, self._bucket, self._lease = s3, bucket, lease
         self._task_dir = task_dir
         self._interval_s = interval_s
         self._allowed = allowed
         self._stopped = threading.Event()
         self._last: tuple[int, int] | None = None
-        self._behind = False  # the file changed since the last upload that worked
+        self._next_part = 1
+        # The session and entry lines the stored parts hold, and a digest of those lines.
+        self._stored: tuple[str, int, bytes] | None = None
+        self._final: str | None = None
         self.uploads = 0
         self._thread = threading.Thread(target=self._loop, name="checkpoint", daemon=True)
 
@@ -158,50 +156,110 @@ class CheckpointUploader:
 
     def stop(self) -> None:
         self._stopped.set()
-        self._thread.join()
+        if self._thread.ident is not None:
+            self._thread.join()
         self.sync()
+        self._put_whole()
 
     @property
     def final_key(self) -> str | None:
-        """The key, once stopped, if it holds the attempt's last checkpoint (what a
-        continuation of the task starts from); None if nothing or not the last one is."""
-        return self._key if self.uploads and not self._behind else None
+        """The key of the attempt's whole last checkpoint, once stopped (what a
+        continuation of the task starts from); None if it could not be stored."""
+        return self._final
 
     def _loop(self) -> None:
         while not self._stopped.wait(self._interval_s):
             self.sync()
 
     def sync(self) -> bool:
-        """Upload the checkpoint if it changed since the last upload; True if it did."""
-        if not self._allowed():
+        """Upload the entries added since the last stored part; True if a part went up."""
+        read = self._read()
+        if read is None:
             return False
+        version, data = read
+        try:
+            header, lines = split(data)
+        except CheckpointError as exc:
+            # The child rewrites the file whole; a file it left unreadable is not sent.
+            logger.warning("checkpoint file unreadable", extra={"problem": str(exc)})
+            self._last = version
+            return False
+        part = self._next(header, lines)
+        if part is not None:
+            key = part_key(self._lease.tenant, self._lease.request_id, self._lease.attempt,
+                           self._next_part)  # fmt: skip
+            if not self._put(key, encode_part(part)):
+                return False  # the next pass sends this part again, with what came since
+            self._stored = (header.session_id, len(lines), _digest(lines))
+            self._next_part += 1
+            self.uploads += 1
+        self._last = version
+        return part is not None
+
+    def _read(self) -> tuple[tuple[int, int], bytes] | None:
+        """The checkpoint file and its version, if it changed since the last pass that
+        stored it (and may be uploaded)."""
+        if not self._allowed():
+            return None
         # The child owns the directory: a link or FIFO it left there is not read.
         opened = open_plain(self._task_dir / CHECKPOINT_FILE)
         if opened is None:
-            return False
+            return None
         with opened as source:
             info = os.fstat(source.fileno())
             version = (info.st_size, info.st_mtime_ns)
-            if version == self._last:
-                return False
-            if info.st_size > MAX_CHECKPOINT_BYTES:
-                return False
-            try:
-                self._put(source)
-            except (ClientError, BotoCoreError, OSError):
-                # The next pass tries again; the previous checkpoint stays the resume point.
-                logger.warning("checkpoint upload failed", extra={"key": self._key},
-                               exc_info=True)  # fmt: skip
-                self._behind = True
-                return False
-        self._last, self._behind = version, False
-        self.uploads += 1
+            if version == self._last or info.st_size > MAX_CHECKPOINT_BYTES:
+                return None
+            return version, source.read(MAX_CHECKPOINT_BYTES + 1)
+
+    def _next(self, header: Part, lines: list[bytes]) -> Part | None:
+        """The part to send: the lines after the stored ones, or all of them."""
+        stored = self._stored
+        first = 0
+        if (stored is not None and not is_snapshot(self._next_part)
+                and stored[0] == header.session_id and stored[1] <= len(lines)
+                and _digest(lines[: stored[1]]) == stored[2]):  # fmt: skip
+            first = stored[1]
+            if first == len(lines):
+                return None
+        return Part(session_id=header.session_id, turns=header.turns, first_entry=first,
+                    lines=lines[first:])  # fmt: skip
+
+    def _put_whole(self) -> None:
+        """The whole checkpoint at the attempt's key: what the views and a continuation
+        read in one request, and a retry's restore too."""
+        if not self._allowed():
+            return
+        opened = open_plain(self._task_dir / CHECKPOINT_FILE)
+        if opened is None:
+            return
+        with opened as source:
+            data = source.read(MAX_CHECKPOINT_BYTES + 1)
+        try:
+            split(data)
+        except CheckpointError:
+            return  # never named as the final checkpoint
+        key = checkpoint_key(self._lease.tenant, self._lease.request_id, self._lease.attempt)
+        if self._put(key, data):
+            self._final = key
+
+    def _put(self, key: str, data: bytes) -> bool:
+        try:
+            # Scrubbed into a file botocore can rewind: a retried PutObject sends the same bytes.
+            with tempfile.TemporaryFile(dir=self._task_dir.parent) as body:
+                scrub_file(io.BytesIO(data), body)
+                body.seek(0)
+                self._s3.put_object(Bucket=self._bucket, Key=key, Body=body,
+                                    ContentType="application/x-ndjson")  # fmt: skip
+        except (ClientError, BotoCoreError, OSError):
+            # The previous parts stay the resume point; the next pass tries again.
+            logger.warning("checkpoint upload failed", extra={"key": key}, exc_info=True)
+            return False
         return True
 
-    def _put(self, source: Any) -> None:
-        # Scrubbed into a file botocore can rewind: a retried PutObject sends the same bytes.
-        with tempfile.TemporaryFile(dir=self._task_dir.parent) as body:
-            scrub_file(source, body)
-            body.seek(0)
-            self._s3.put_object(Bucket=self._bucket, Key=self._key, Body=body,
-                                ContentType="application/x-ndjson")  # fmt: skip
+
+def _digest(lines: list[bytes]) -> bytes:
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line + b"\n")
+    return digest.digest()

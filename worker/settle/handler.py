@@ -41,7 +41,6 @@ from worker.routes import tier_urls
 from worker.settle import artifacts
 from worker.settle.checkpoints import (
     CheckpointUploader,
-    checkpoint_key,
     restore,
     restore_source,
     resumable,
@@ -313,8 +312,7 @@ class MessageHandler:
         if not resumable(definition.kind, definition.settings):
             return None
         return CheckpointUploader(
-            self._s3, self._bucket,
-            checkpoint_key(lease.tenant, lease.request_id, lease.attempt), task_dir,
+            self._s3, self._bucket, lease, task_dir,
             interval_s=self._settings.checkpoint_interval_ms / 1000,
             allowed=lambda: entry.stop.reason != "lease_lost",
         ).start()  # fmt: skip

@@ -12,14 +12,13 @@ final checkpoint at `RESTORE_FILE`) has no fresh start: without it the task fail
 
 from __future__ import annotations
 
-import json
 import os
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
+from agentq.checkpoints import MAX_CHECKPOINT_BYTES, Checkpoint, CheckpointError, decode, encode
 from agentq.errors import TaskError
 
 if TYPE_CHECKING:  # the worker reads this module too, and never loads the SDK
@@ -27,9 +26,6 @@ if TYPE_CHECKING:  # the worker reads this module too, and never loads the SDK
 
 CHECKPOINT_FILE: Final = "checkpoint/session.jsonl"
 RESTORE_FILE: Final = "checkpoint/restore.jsonl"
-FORMAT: Final = 1
-# Transcripts of long sessions reach a few MiB; past this a checkpoint is not trusted.
-MAX_CHECKPOINT_BYTES: Final = 64 * 1024 * 1024
 
 # Appended to the system prompt of a resumed run; RESUME_PROMPT is its first new message.
 RESUME_NOTE: Final = (
@@ -38,17 +34,6 @@ RESUME_NOTE: Final = (
     "call with side effects that was under way may or may not have taken effect: check "
     "before you repeat it, never repeat it blindly."
 )
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used: the task starts its session afresh."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Checkpoint:
-    session_id: str
-    turns: int
-    entries: list[dict[str, Any]]
 
 
 def completed_turns(entries: Sequence[Mapping[str, Any]]) -> int:
@@ -69,36 +54,6 @@ def completed_turns(entries: Sequence[Mapping[str, Any]]) -> int:
     return sum(1 for ids in calls.values() if ids <= answered)
 
 
-def encode(checkpoint: Checkpoint) -> bytes:
-    header = {
-        "agentq_checkpoint": FORMAT,
-        "session_id": checkpoint.session_id,
-        "turns": checkpoint.turns,
-        "entries": len(checkpoint.entries),
-    }
-    lines = [json.dumps(header), *(json.dumps(e, ensure_ascii=False) for e in checkpoint.entries)]
-    return ("\n".join(lines) + "\n").encode()
-
-
-def decode(data: bytes) -> Checkpoint:
-    """The checkpoint in `data`, checked whole (a cut or altered file is refused)."""
-    if len(data) > MAX_CHECKPOINT_BYTES:
-        raise CheckpointError(f"larger than {MAX_CHECKPOINT_BYTES} bytes")
-    try:
-        lines = data.decode("utf-8").splitlines()
-        header, *rows = (json.loads(line) for line in lines)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise CheckpointError(f"not JSON lines: {type(exc).__name__}") from None
-    if not isinstance(header, dict) or header.get("agentq_checkpoint") != FORMAT:
-        raise CheckpointError("no checkpoint header")
-    session_id, turns = header.get("session_id"), header.get("turns")
-    if not _is_uuid(session_id) or not isinstance(turns, int) or isinstance(turns, bool):
-        raise CheckpointError("a header without a session id or turn count")
-    if header.get("entries") != len(rows) or not all(isinstance(r, dict) for r in rows):
-        raise CheckpointError(f"{len(rows)} entries where the header says {header.get('entries')}")
-    return Checkpoint(session_id=str(session_id), turns=turns, entries=rows)
-
-
 def read_checkpoint(path: Path) -> Checkpoint:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -107,13 +62,6 @@ def read_checkpoint(path: Path) -> Checkpoint:
     except OSError as exc:
         raise CheckpointError(f"unreadable: {exc.strerror}") from None
     return decode(data)
-
-
-def _is_uuid(value: object) -> bool:
-    try:
-        return isinstance(value, str) and str(uuid.UUID(value)) == value.lower()
-    except ValueError:
-        return False
 
 
 class TranscriptStore:
