@@ -25,15 +25,17 @@ FRAMEWORK_HANDLER = "framework.onEvent"
 # The fixtures are named apart from their functions: a test module imports the functions,
 # and its tests' parameters (stage, dev, prod) would otherwise redefine the imports.
 @pytest.fixture(scope="module", params=["dev", "prod"], name="stage")
-def fixture_stage(request: pytest.FixtureRequest) -> SynthesizedStage:
-    return synthesized(request.param)
+def fixture_stage(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> SynthesizedStage:
+    return synthesized(request.param, tmp_path_factory)
 
 
 @pytest.fixture(scope="module", name="dev")
-def fixture_dev() -> SynthesizedStage:
-    return synthesized("dev")
+def fixture_dev(tmp_path_factory: pytest.TempPathFactory) -> SynthesizedStage:
+    return synthesized("dev", tmp_path_factory)
 
 
 @pytest.fixture(scope="module", name="prod")
-def fixture_prod() -> SynthesizedStage:
-    return synthesized("prod")
+def fixture_prod(tmp_path_factory: pytest.TempPathFactory) -> SynthesizedStage:
+    return synthesized("prod", tmp_path_factory)

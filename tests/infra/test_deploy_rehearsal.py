@@ -46,10 +46,10 @@ def test_rehearsal_fails_the_prod_templates_of_before_naming_each_resource(
 
 
 def test_rehearsal_passes_both_synthesized_stages(stage: SynthesizedStage) -> None:
-    prefix = stage.stacks.settings.names.prefix
+    prefix = stage.settings.names.prefix
     templates = {f"{prefix}-{name}": stage.json(name) for name in stage.templates}
     # dev may have no alarm subscriber (a synth warning); prod's test synth has two.
-    unsubscribed: Severity = "error" if stage.stacks.settings.is_production else "report"
+    unsubscribed: Severity = "error" if stage.settings.is_production else "report"
     findings = rehearse(templates, unsubscribed_alarms=unsubscribed)
     assert not _errors(findings), [str(f) for f in findings if f.severity == "error"]
 
@@ -61,7 +61,7 @@ def test_rehearsal_reports_prods_retained_fixed_names_without_failing(
         f.logical_id: f.message
         for f in retained_fixed_names("agentq-prod-infrastructure", prod.json("infrastructure"))
     }
-    names = prod.stacks.settings.names
+    names = prod.settings.names
     expected = [names.events_table, names.definitions_table, names.dead_letter_queue]
     expected += list(names.tier_queues().values())
     for name in expected:

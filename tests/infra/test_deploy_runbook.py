@@ -30,8 +30,8 @@ def test_every_runbook_command_is_local_agentqs_own_or_needs_the_account() -> No
     assert any("ClaudeApiKeySecretArn" in c for c in commands)
 
 
-def test_the_outputs_the_runbook_reads_exist() -> None:
-    dev = synthesized("dev")
+def test_the_outputs_the_runbook_reads_exist(tmp_path_factory: pytest.TempPathFactory) -> None:
+    dev = synthesized("dev", tmp_path_factory)
     text = RUNBOOK.read_text()
     for stack, output in re.findall(
         r"--stack-name agentq-\$STAGE-([a-z-]+).*?OutputKey=='(\w+)'", text, re.S

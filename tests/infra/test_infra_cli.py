@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from once_per_run import once_per_run, run_directory
 from runbook import LOCAL, runbook_commands
 
 from infra.nag import ACKNOWLEDGED_METADATA
@@ -24,20 +25,39 @@ STAGES = ("dev", "prod")
 
 
 @pytest.fixture(scope="module")
-def make_synth() -> subprocess.CompletedProcess[str]:
+def make_synth(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
     """The runbook's (docs/deploy.md) commands that need no account, as it gives them:
     `make synth`, with the install stamps taken as done (the test environment is
     installed already). It synthesizes both stages with cdk-nag on into cdk.out/, runs
-    cfn-lint on every template and rehearses the deploy; the tests below read that."""
+    cfn-lint on every template and rehearses the deploy; the tests below read that.
+
+    It runs once per test run: another xdist process needing it waits for it to finish
+    (a second run would rewrite cdk.out/ under the first one's readers) and reads its
+    outcome."""
     local = [c for c in runbook_commands() if LOCAL.match(c) and not c.startswith("export ")]
     assert local == ["make synth"], local
     if not CDK.exists():
         pytest.fail("node_modules/.bin/cdk is missing: run `npm ci` (the Makefile does)")
+    return once_per_run(
+        run_directory(tmp_path_factory), "make-synth", _run_make_synth, _save, _load
+    )
+
+
+def _run_make_synth() -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["make", "-o", ".venv/.installed", "-o", "node_modules/.installed", "synth"],
         check=False, cwd=REPO, capture_output=True, text=True, timeout=1500,
         env={**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"},
     )  # fmt: skip
+
+
+def _save(done: subprocess.CompletedProcess[str]) -> str:
+    return json.dumps([done.args, done.returncode, done.stdout, done.stderr])
+
+
+def _load(saved: str) -> subprocess.CompletedProcess[str]:
+    args, returncode, stdout, stderr = json.loads(saved)
+    return subprocess.CompletedProcess(args, returncode, stdout, stderr)
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from agentq.resources import PRIORITY_TIERS
 
 
 @pytest.fixture(scope="module")
-def dev() -> SynthesizedStage:
-    return synthesized("dev")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> SynthesizedStage:
+    return synthesized("dev", tmp_path_factory)
 
 
 def _token(part: Any) -> str:
@@ -61,7 +61,7 @@ def test_the_dashboard_is_in_the_template(dev: SynthesizedStage) -> None:
 def test_worker_widgets_have_one_line_per_tier_with_its_tier_and_stage(
     dev: SynthesizedStage, title: str, left: str, right: str, stat: str | None
 ) -> None:
-    stage = dev.stacks.settings.name
+    stage = dev.settings.name
     lines = _lines(_widgets(dev)[title])
     expected = [(left, tier, stat or "p50", "left") for tier in PRIORITY_TIERS] + [
         (right, tier, stat or "p95", "right") for tier in PRIORITY_TIERS
@@ -76,7 +76,7 @@ def test_worker_widgets_have_one_line_per_tier_with_its_tier_and_stage(
 
 def test_queue_widgets_read_each_tier_queues_own_sqs_metrics(dev: SynthesizedStage) -> None:
     widgets = _widgets(dev)
-    names = dev.stacks.settings.names.tier_queues()
+    names = dev.settings.names.tier_queues()
     for title, metric in (
         ("Waiting and delayed messages by tier", "ApproximateNumberOfMessagesVisible"),
         ("Waiting and delayed messages by tier", "ApproximateNumberOfMessagesDelayed"),
@@ -103,7 +103,7 @@ def test_queue_widgets_read_each_tier_queues_own_sqs_metrics(dev: SynthesizedSta
 
 
 def test_dlq_consumers_and_tenant_widgets(dev: SynthesizedStage) -> None:
-    stage = dev.stacks.settings.name
+    stage = dev.settings.name
     widgets = _widgets(dev)
     dlq = widgets["Dead letters (waiting, and settled by the DLQ processor)"]
     assert any(

@@ -33,8 +33,10 @@ LOADER = "lambdas.definitions_loader.handler"
 
 
 @pytest.fixture(scope="module", params=["dev", "prod"])
-def stage(request: pytest.FixtureRequest) -> SynthesizedStage:
-    return synthesized(request.param)
+def stage(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> SynthesizedStage:
+    return synthesized(request.param, tmp_path_factory)
 
 
 def _as_list(value: Any) -> list[Any]:

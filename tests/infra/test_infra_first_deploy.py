@@ -43,7 +43,7 @@ def test_the_worker_secret_is_in_a_stack_of_its_own_with_its_arn_as_an_output(
     (key,) = container["Secrets"]
     assert key["Name"] == "ANTHROPIC_API_KEY"
     assert "Fn::ImportValue" in str(key["ValueFrom"])
-    assert f"{stage.stacks.settings.names.prefix}-secrets" in [
+    assert f"{stage.settings.names.prefix}-secrets" in [
         s.stack_name for s in stage.stacks.worker.dependencies
     ]
 
@@ -93,7 +93,7 @@ def test_a_dev_stage_without_subscribers_synthesizes_with_a_warning(dev: Synthes
 
 
 def _alarms(stage: SynthesizedStage) -> dict[str, dict[str, Any]]:
-    prefix = f"{stage.stacks.settings.names.prefix}-"
+    prefix = f"{stage.settings.names.prefix}-"
     return {
         alarm["Properties"]["AlarmName"].removeprefix(prefix): alarm["Properties"]
         for alarm in stage.resources("monitoring", "AWS::CloudWatch::Alarm").values()
@@ -124,7 +124,7 @@ def test_the_dlq_alarm_counts_dead_letters_in_flight_too(stage: SynthesizedStage
     names = {m["MetricStat"]["Metric"]["MetricName"] for m in metrics.values() if "MetricStat" in m}
     # Not the oldest message's age: SQS leaves out messages received three times or more.
     assert names == {"ApproximateNumberOfMessagesVisible", "ApproximateNumberOfMessagesNotVisible"}
-    assert alarm["EvaluationPeriods"] == stage.stacks.settings.alarms.dlq_stuck_periods
+    assert alarm["EvaluationPeriods"] == stage.settings.alarms.dlq_stuck_periods
     assert alarm["Threshold"] == 1
 
 

@@ -25,15 +25,17 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module", params=["dev", "prod"])
-def stage(request: pytest.FixtureRequest) -> SynthesizedStage:
-    return synthesized(request.param)
+def stage(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> SynthesizedStage:
+    return synthesized(request.param, tmp_path_factory)
 
 
 def _alarms(stage: SynthesizedStage) -> dict[str, dict[str, Any]]:
     return {
-        alarm["Properties"]["AlarmName"].removeprefix(
-            stage.stacks.settings.names.prefix + "-"
-        ): alarm["Properties"]
+        alarm["Properties"]["AlarmName"].removeprefix(stage.settings.names.prefix + "-"): alarm[
+            "Properties"
+        ]
         for alarm in stage.resources("monitoring", "AWS::CloudWatch::Alarm").values()
     }
 
@@ -47,7 +49,7 @@ def _metrics_of(alarm: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_infra_every_agentq_metric_an_alarm_reads_is_its_stages(stage: SynthesizedStage) -> None:
-    name = stage.stacks.settings.name
+    name = stage.settings.name
     agentq_metrics = [
         metric
         for alarm in _alarms(stage).values()
@@ -82,7 +84,7 @@ def test_infra_dead_lettered_tasks_alarm_reads_what_the_dlq_processor_counts(
 
 
 def test_infra_alarms_for_throttles_rules_workers_and_the_api(stage: SynthesizedStage) -> None:
-    settings = stage.stacks.settings
+    settings = stage.settings
     alarms = _alarms(stage)
     # Every function with an errors alarm has a throttles alarm too.
     errors = {a["AlarmName"].removesuffix("-errors") for a in alarms.values()
@@ -118,7 +120,7 @@ def test_infra_task_requested_target_keeps_what_it_cannot_deliver(stage: Synthes
     template.has_resource_properties(
         "AWS::Events::Rule",
         {
-            "Name": f"{stage.stacks.settings.names.prefix}-{TASK_REQUESTED_RULE.name}",
+            "Name": f"{stage.settings.names.prefix}-{TASK_REQUESTED_RULE.name}",
             "Targets": [
                 Match.object_like(
                     {
@@ -169,7 +171,7 @@ def test_infra_secrets_start_as_the_placeholder_and_have_no_fixed_name(
         assert "GenerateSecretString" not in properties
         # A fixed name would block a redeploy for the 30 days a deleted secret waits.
         assert "Name" not in properties
-        removal = "Retain" if stage.stacks.settings.is_production else "Delete"
+        removal = "Retain" if stage.settings.is_production else "Delete"
         assert secret["DeletionPolicy"] == removal
     stage.templates["secrets"].has_output(
         "ClaudeApiKeySecretArn", {"Value": {"Ref": Match.any_value()}}
@@ -277,7 +279,7 @@ def _role_actions(stage: SynthesizedStage, stack: str, role: Any) -> dict[str, l
     """Action -> the Resource of every statement granting it to the role."""
     owner = getattr(stage.stacks, stack)
     role_id = owner.get_logical_id(role.node.default_child)
-    template = owner.stack_name.removeprefix(f"{stage.stacks.settings.names.prefix}-")
+    template = owner.stack_name.removeprefix(f"{stage.settings.names.prefix}-")
     found: dict[str, list[Any]] = {}
     for policy in stage.resources(template, "AWS::IAM::Policy").values():
         if {"Ref": role_id} not in policy["Properties"]["Roles"]:
@@ -300,7 +302,7 @@ def _write_conditions(stage: SynthesizedStage, stack: str, role: Any) -> list[An
     """The Condition of every statement granting the role a PutItem or UpdateItem."""
     owner = getattr(stage.stacks, stack)
     role_id = owner.get_logical_id(role.node.default_child)
-    template = owner.stack_name.removeprefix(f"{stage.stacks.settings.names.prefix}-")
+    template = owner.stack_name.removeprefix(f"{stage.settings.names.prefix}-")
     return [
         statement.get("Condition")
         for policy in stage.resources(template, "AWS::IAM::Policy").values()
@@ -341,7 +343,7 @@ def test_infra_roles_hold_no_grant_nothing_uses(stage: SynthesizedStage) -> None
 
 
 def test_infra_workers_run_on_spot_where_the_stage_says(stage: SynthesizedStage) -> None:
-    worker = stage.stacks.settings.worker
+    worker = stage.settings.worker
     (service,) = stage.resources("worker", "AWS::ECS::Service").values()
     strategy = {s["CapacityProvider"]: s for s in service["Properties"]["CapacityProviderStrategy"]}
     assert strategy["FARGATE"]["Weight"] == 1

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
-def dev() -> SynthesizedStage:
-    return synthesized("dev")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> SynthesizedStage:
+    return synthesized("dev", tmp_path_factory)
 
 
 def _one(stage: SynthesizedStage, stack: str, resource_type: str, **match: Any) -> dict[str, Any]:
@@ -38,7 +38,7 @@ def _queue_attributes(stack: Stack, url: str) -> dict[str, str]:
 
 
 def test_infra_queues_agree(stack: Stack, dev: SynthesizedStage) -> None:
-    names = dev.stacks.settings.names
+    names = dev.settings.names
     cloud = _one(dev, "infrastructure", "AWS::SQS::Queue", QueueName=names.task_queue)
     local = _queue_attributes(stack, stack.resources.queue_url)
     assert int(local["VisibilityTimeout"]) == cloud["VisibilityTimeout"]
@@ -62,7 +62,7 @@ def _key_schema(schema: list[dict[str, str]]) -> list[tuple[str, str]]:
 
 
 def test_infra_tables_agree(stack: Stack, dev: SynthesizedStage) -> None:
-    names = dev.stacks.settings.names
+    names = dev.settings.names
     pairs = [
         (stack.resources.table_name, names.events_table),
         (stack.resources.definitions_table, names.definitions_table),
@@ -99,7 +99,7 @@ def test_infra_rules_agree(stack: Stack, dev: SynthesizedStage) -> None:
         rule["Name"].removeprefix(f"{local_prefix}-"): json.loads(rule["EventPattern"])
         for rule in stack.events.list_rules(EventBusName=stack.resources.bus_name)["Rules"]
     }
-    cloud_prefix = dev.stacks.settings.names.prefix
+    cloud_prefix = dev.settings.names.prefix
     cloud_rules = {
         rule["Properties"]["Name"].removeprefix(f"{cloud_prefix}-"): rule["Properties"][
             "EventPattern"

@@ -14,15 +14,15 @@ from agentq.resources import DEFAULT_TIER, PRIORITY_TIERS, TASK_QUEUE
 
 
 @pytest.fixture(scope="module")
-def dev() -> SynthesizedStage:
-    return synthesized("dev")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> SynthesizedStage:
+    return synthesized("dev", tmp_path_factory)
 
 
 def test_every_tier_has_a_queue_like_the_task_queue_redriving_into_the_one_dlq(
     dev: SynthesizedStage,
 ) -> None:
     template = dev.templates["infrastructure"]
-    names = dev.stacks.settings.names
+    names = dev.settings.names
     queues = names.tier_queues()
     assert list(queues) == list(PRIORITY_TIERS) and queues[DEFAULT_TIER] == names.task_queue
     for name in queues.values():

@@ -16,8 +16,10 @@ pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module", params=["dev", "prod"])
-def stage(request: pytest.FixtureRequest) -> SynthesizedStage:
-    return synthesized(request.param)
+def stage(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> SynthesizedStage:
+    return synthesized(request.param, tmp_path_factory)
 
 
 def _role_statements(stage: SynthesizedStage) -> list[dict[str, Any]]:
@@ -46,7 +48,7 @@ def _actions(statement: dict[str, Any]) -> set[str]:
 def test_infra_reconciler_runs_on_the_stage_schedule_with_its_bounds(
     stage: SynthesizedStage,
 ) -> None:
-    settings = stage.stacks.settings.reconciler
+    settings = stage.settings.reconciler
     template = stage.templates["health-check"]
     minutes = settings.rate_minutes
     template.has_resource_properties(

@@ -61,7 +61,7 @@ def test_infra_no_wildcard_resource_except_where_aws_allows_nothing_else(
                         f"/{prefix}*" in text
                         for prefix in (ARTIFACTS_PREFIX, EVENT_OVERFLOW_PREFIX, DLQ_ARCHIVE_PREFIX)
                     )
-                    or f":task/{stage.stacks.settings.names.prefix}/*" in text
+                    or f":task/{stage.settings.names.prefix}/*" in text
                     # The provider framework invokes the definitions loader's versions.
                     or (actions == {"lambda:InvokeFunction"} and "DefinitionsLoader" in text)
                 ), (stack, statement)
@@ -103,11 +103,11 @@ def test_infra_worker_task_role_is_least_privilege(stage: SynthesizedStage) -> N
         "s3:GetBucketLocation",
     }
     protection = json.dumps(by_action["ecs:UpdateTaskProtection"])
-    assert f":task/{stage.stacks.settings.names.prefix}/*" in protection
+    assert f":task/{stage.settings.names.prefix}/*" in protection
     # Queue actions on the task queues alone (one imported ARN per tier, not the DLQ).
     for action in ("sqs:ReceiveMessage", "sqs:SendMessage"):
         queue_resources = by_action[action]
-        assert len(queue_resources) == len(stage.stacks.settings.names.tier_queues())
+        assert len(queue_resources) == len(stage.settings.names.tier_queues())
         assert "TaskQueue" in json.dumps(queue_resources)
         assert "DeadLetter" not in json.dumps(queue_resources)
     # Scan only on the definitions table; writes only on the events table and its indexes.
@@ -129,7 +129,7 @@ def test_infra_worker_task_role_is_least_privilege(stage: SynthesizedStage) -> N
 def test_infra_worker_runs_the_repo_image_with_secrets_and_a_long_enough_stop(
     stage: SynthesizedStage,
 ) -> None:
-    worker = stage.stacks.settings.worker
+    worker = stage.settings.worker
     definitions = stage.resources("worker", "AWS::ECS::TaskDefinition")
     (definition,) = definitions.values()
     (container,) = definition["Properties"]["ContainerDefinitions"]
@@ -153,7 +153,7 @@ def test_infra_worker_runs_the_repo_image_with_secrets_and_a_long_enough_stop(
 
 
 def test_infra_worker_scales_on_backlog_per_task_from_zero(stage: SynthesizedStage) -> None:
-    worker = stage.stacks.settings.worker
+    worker = stage.settings.worker
     template = stage.templates["worker"]
     template.has_resource_properties(
         "AWS::ApplicationAutoScaling::ScalableTarget",
@@ -238,7 +238,7 @@ def test_infra_worker_scales_on_backlog_per_task_from_zero(stage: SynthesizedSta
 
 
 def test_infra_alarms_cover_dlq_age_lambdas_and_worker_metrics(stage: SynthesizedStage) -> None:
-    limits = stage.stacks.settings.alarms
+    limits = stage.settings.alarms
     template = stage.templates["monitoring"]
     # Dead-lettered tasks are counted by the DLQ processor (the DLQ itself is emptied
     # within seconds, so its visible count would almost never alarm).
@@ -278,7 +278,7 @@ def test_infra_alarms_cover_dlq_age_lambdas_and_worker_metrics(stage: Synthesize
                 "Dimensions": Match.array_with(
                     [
                         {"Name": "service", "Value": "worker"},
-                        {"Name": "stage", "Value": stage.stacks.settings.name},
+                        {"Name": "stage", "Value": stage.settings.name},
                     ]
                 ),
             },

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.timeout(600)
 
 def test_infra_task_queue_redrives_to_the_dlq_after_max_receives(stage: SynthesizedStage) -> None:
     template = stage.templates["infrastructure"]
-    names = stage.stacks.settings.names
+    names = stage.settings.names
     template.has_resource_properties(
         "AWS::SQS::Queue",
         {
@@ -83,7 +83,7 @@ def test_infra_events_table_has_the_shared_indexes_ttl_and_pitr(stage: Synthesiz
     stage.templates["infrastructure"].has_resource_properties(
         "AWS::DynamoDB::Table",
         {
-            "TableName": stage.stacks.settings.names.events_table,
+            "TableName": stage.settings.names.events_table,
             "BillingMode": "PAY_PER_REQUEST",
             "KeySchema": [
                 {"AttributeName": EVENTS_TABLE.partition_key, "KeyType": "HASH"},
@@ -127,7 +127,7 @@ def test_infra_prod_keeps_stateful_resources_dev_does_not(
 def test_infra_artifacts_bucket_is_private_encrypted_logged_and_expires(
     stage: SynthesizedStage,
 ) -> None:
-    settings = stage.stacks.settings
+    settings = stage.settings
     template = stage.templates["infrastructure"]
     template.has_resource_properties(
         "AWS::S3::Bucket",
@@ -189,7 +189,7 @@ def test_infra_shared_resources_cross_stacks_as_references_not_names(
         text = json.dumps(stage.json(name))
         assert "Fn::ImportValue" in text, name
         # The bucket is CloudFormation-named: nothing but an import can know it.
-        assert stage.stacks.settings.names.local_bucket not in text
+        assert stage.settings.names.local_bucket not in text
 
 
 # -- Lambdas and rules ----------------------------------------------------------------------
@@ -205,7 +205,7 @@ def test_infra_lambdas_use_the_shared_asset_handlers_and_runtime(stage: Synthesi
         assert function["Runtime"] in {"python3.13", "python3.14"}
         assert function["TracingConfig"] == {"Mode": "Active"}
         variables = function["Environment"]["Variables"]
-        assert variables[env_name("stage")] == stage.stacks.settings.name
+        assert variables[env_name("stage")] == stage.settings.name
         if function["Handler"] in RUNTIME_HANDLERS:
             assert env_name("table_name") in variables
         assert "LoggingConfig" in function  # its own log group, with retention
@@ -215,7 +215,7 @@ def test_infra_lambdas_use_the_shared_asset_handlers_and_runtime(stage: Synthesi
 
 
 def test_infra_rules_use_the_shared_patterns(stage: SynthesizedStage) -> None:
-    app_name = stage.stacks.settings.app_name
+    app_name = stage.settings.app_name
     stage.templates["events"].has_resource_properties(
         "AWS::Events::Rule", {"EventPattern": SAVE_EVENT_RULE.pattern(app_name)}
     )
@@ -259,7 +259,7 @@ def test_infra_dlq_processor_reports_partial_batch_failures(stage: SynthesizedSt
         "AWS::Lambda::EventSourceMapping",
         {
             "FunctionResponseTypes": ["ReportBatchItemFailures"],
-            "BatchSize": stage.stacks.settings.dlq_batch_size,
+            "BatchSize": stage.settings.dlq_batch_size,
             "EventSourceArn": {"Fn::ImportValue": Match.string_like_regexp("DeadLetter")},
         },
     )

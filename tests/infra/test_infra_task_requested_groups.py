@@ -13,7 +13,7 @@ from agentq.resources import RULES, TASK_REQUESTED_DEFAULT_TENANT_RULE, TASK_REQ
 
 def _rule(stage: SynthesizedStage, name: str) -> dict[str, Any]:
     rules = stage.templates["infrastructure"].find_resources("AWS::Events::Rule")
-    wanted = f"{stage.stacks.settings.names.prefix}-{name}"
+    wanted = f"{stage.settings.names.prefix}-{name}"
     [properties] = [
         r["Properties"] for r in rules.values() if r["Properties"].get("Name") == wanted
     ]

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
-def dev() -> SynthesizedStage:
-    return synthesized("dev")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> SynthesizedStage:
+    return synthesized("dev", tmp_path_factory)
 
 
 def test_the_producer_api_role_reads_principal_mappings_from_the_events_table(
@@ -70,7 +70,7 @@ def test_the_producer_api_role_reads_principal_mappings_from_the_events_table(
 def test_a_stage_passes_its_tenant_limit_to_the_workers_and_refuses_one_out_of_range(
     dev: SynthesizedStage,
 ) -> None:
-    settings = dev.stacks.settings
+    settings = dev.settings
     core = dev.stacks.infrastructure
     unset = WorkerStack.runtime_environment(settings, core)
     assert env_name("tenant_concurrency_limit") not in unset  # the worker's default (0)
