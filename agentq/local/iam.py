@@ -25,6 +25,7 @@ moto's server must run with `--iam` (agentq.local.moto_iam) for any of it to be 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -116,6 +117,17 @@ def synthesized_policies() -> dict[str, list[Statement]]:
         cached: dict[str, list[Statement]] = json.loads(cache.read_text())
         return cached
     cache.parent.mkdir(parents=True, exist_ok=True)
+    # One synth (half a minute of CPU) for every process that asks at once: the others
+    # wait on the lock, then read what the first wrote. The lock dies with its holder.
+    with cache.with_suffix(".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cache.exists():
+            again: dict[str, list[Statement]] = json.loads(cache.read_text())
+            return again
+        return _synthesize(cache)
+
+
+def _synthesize(cache: Path) -> dict[str, list[Statement]]:
     request = {"components": COMPONENTS, "namedResources": NAMED_RESOURCES,
                "stage": SYNTH_STAGE, "unresolved": UNRESOLVED}  # fmt: skip
     done = subprocess.run(
