@@ -10,6 +10,7 @@ checked, so the patch uses exactly what was verified.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Callable
@@ -34,6 +35,9 @@ def parameters(function: Callable[..., Any]) -> list[str]:
     return list(inspect.signature(function).parameters)
 
 
+# Cached: a function's source never changes in a process, and reading it (the whole file,
+# parsed) is most of a guard's cost, which the property tests pay for every example.
+@functools.cache
 def source_of(function: Callable[..., Any] | ModuleType) -> str:
     try:
         return inspect.getsource(function)
@@ -41,6 +45,7 @@ def source_of(function: Callable[..., Any] | ModuleType) -> str:
         return ""
 
 
+@functools.cache
 def code(function: Callable[..., Any]) -> str:
     """A function's source without its docstring, comments and whitespace."""
     lines = [line.split("#", 1)[0] for line in source_of(function).splitlines()]
