@@ -64,6 +64,10 @@ console-screenshots: $(STAMP) browser
 # tmux draws `agentq watch` for the tests that read its screen (CI runs as root).
 TEST_WORKERS ?= 8
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist worksteal
+# The tests start about a thousand Python processes (workers, children, CLIs, Lambdas):
+# with bytecode caching off (a shell may set PYTHONDONTWRITEBYTECODE), each compiles
+# agentq anew, about 0.4 s of CPU a process, which doubled the suite's CPU time.
+test test-fast: export PYTHONDONTWRITEBYTECODE :=
 test: $(STAMP) browser $(CDK_STAMP)
 	@command -v tmux >/dev/null || { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; }
 	$(VENV)/bin/ruff check .

@@ -55,7 +55,9 @@ def test_strict_starts_high_tasks_that_arrive_during_a_low_flood_before_the_rest
     stack: Stack,
 ) -> None:
     events = EventLog(stack)
-    lows = send_to(stack, "low", 20, 0.3)
+    # A second a low task: the flood lasts 10 s on two slots, longer than the stored
+    # events may lag on a loaded host (the test sees starts through them).
+    lows = send_to(stack, "low", 20, 1.0)
     with running_worker(
         stack, MAX_CONCURRENT_CLAUDE="2", SCHEDULER_MODE="strict", SCHEDULER_PROBE_INTERVAL="200"
     ) as worker:
