@@ -118,6 +118,8 @@ def test_bench_chaos_with_aws_faults_holds_every_invariant(
     assert agents["cross_tenant_reads"] == 8, agents
     # Two tasks stall at their second turn until struck (by the harness, or first by the
     # killer): their retries go on from the checkpoint of those turns.
-    assert agents["resumed"] >= 1, agents
+    # Faults and kills may fail both struck tasks by chaos (attempts exhausted, each
+    # fenced): then no winner resumed, and the invariants above are what holds.
+    assert agents["resumed"] >= 1 or agents["failed_by_chaos"] >= agents["struck"], agents
     # Every AWS call the harness itself made went without faults: verify saw the truth.
     assert (tmp_path / "faults.jsonl").exists()
