@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from agentq.errors import shown
 from agentq.store.keys import CHECKPOINT_NAME, attempt_prefix, checkpoint_key
 
 FORMAT: Final = 1
@@ -70,19 +71,19 @@ def encode(checkpoint: Checkpoint) -> bytes:
 
 def decode(data: bytes) -> Checkpoint:
     """The checkpoint in `data`, checked whole (a cut or altered file is refused)."""
-    header, lines = split(data)
+    whole = split(data)
     try:
-        rows = [json.loads(line) for line in lines]
+        rows = [json.loads(line) for line in whole.lines]
     except ValueError as exc:
         raise CheckpointError(f"not JSON lines: {type(exc).__name__}") from None
     if not all(isinstance(r, dict) for r in rows):
         raise CheckpointError("an entry that is not an object")
-    return Checkpoint(session_id=header.session_id, turns=header.turns, entries=rows)
+    return Checkpoint(session_id=whole.session_id, turns=whole.turns, entries=rows)
 
 
-def split(data: bytes) -> tuple[Part, list[bytes]]:
-    """A whole checkpoint's header (as a part from entry 0, without lines) and its entry
-    lines, unparsed: what an uploader needs to send only the lines that are new."""
+def split(data: bytes) -> Part:
+    """A whole checkpoint as the part from entry 0 it is, its entry lines unparsed: what
+    an uploader needs to send only the lines that are new."""
     if len(data) > MAX_CHECKPOINT_BYTES:
         raise CheckpointError(f"larger than {MAX_CHECKPOINT_BYTES} bytes")
     head, _, rest = data.partition(b"\n")
@@ -90,9 +91,9 @@ def split(data: bytes) -> tuple[Part, list[bytes]]:
     lines = rest.splitlines()
     if header.get("entries") != len(lines):
         raise CheckpointError(f"{len(lines)} entries where the header says "
-                              f"{header.get('entries')}")  # fmt: skip
+                              f"{shown(header.get('entries'))}")  # fmt: skip
     return Part(session_id=header["session_id"], turns=header["turns"], first_entry=0,
-                lines=[]), lines  # fmt: skip
+                lines=lines)  # fmt: skip
 
 
 def encode_part(part: Part) -> bytes:
@@ -115,7 +116,7 @@ def decode_part(data: bytes) -> Part:
         raise CheckpointError("a part without the entry it starts at")
     if header.get("entries") != len(lines):
         raise CheckpointError(f"a part of {len(lines)} entries where its header says "
-                              f"{header.get('entries')}")  # fmt: skip
+                              f"{shown(header.get('entries'))}")  # fmt: skip
     return Part(session_id=header["session_id"], turns=header["turns"], first_entry=first,
                 lines=lines)  # fmt: skip
 

@@ -261,6 +261,17 @@ def test_iam_enforced_a_missing_key_is_403_without_list_bucket_and_404_with_it(
     assert _status(lambda: operator.get_object(Bucket=bucket, Key=missing)) == 404
 
 
+def _worker_s3(
+    enforced: tuple[MotoServer, LocalResources],
+    synthesized: dict[str, list[dict[str, Any]]],
+    user: str,
+) -> tuple[LocalResources, Any, Any]:
+    """The stage, S3 as a user with the worker's synthesized role, and as the operator."""
+    server, resources = enforced
+    worker = _client(server, _user(server, resources, user, synthesized["worker"]), "s3")
+    return resources, worker, local_session_clients(server.url)["s3"]
+
+
 def test_iam_enforced_the_worker_finds_an_earlier_attempts_checkpoint_past_a_403(
     enforced: tuple[MotoServer, LocalResources],
     synthesized: dict[str, list[dict[str, Any]]],
@@ -270,9 +281,7 @@ def test_iam_enforced_the_worker_finds_an_earlier_attempts_checkpoint_past_a_403
     # bucket: the missing attempt-2 checkpoint is a 403, the attempt-1 one is read.
     from worker.settle.checkpoints import checkpoint_key, restore
 
-    server, resources = enforced
-    worker = _client(server, _user(server, resources, "ckpt-worker", synthesized["worker"]), "s3")
-    operator = local_session_clients(server.url)["s3"]
+    resources, worker, operator = _worker_s3(enforced, synthesized, "ckpt-worker")
     key = checkpoint_key("acme", "r-ckpt", 1)
     operator.put_object(Bucket=resources.bucket, Key=key, Body=b"checkpoint")
     missing = checkpoint_key("acme", "r-ckpt", 2)
@@ -295,9 +304,7 @@ def test_iam_enforced_the_worker_joins_a_killed_attempts_parts_past_403s(
     from worker.kinds.agent.checkpoint import RESTORE_FILE
     from worker.settle.checkpoints import restore
 
-    server, resources = enforced
-    worker = _client(server, _user(server, resources, "parts-worker", synthesized["worker"]), "s3")
-    operator = local_session_clients(server.url)["s3"]
+    resources, worker, operator = _worker_s3(enforced, synthesized, "parts-worker")
     session = "6c1f5bd0-0000-4000-8000-000000000001"
     for number, (first, lines) in enumerate([(0, [b'{"n": 0}']), (1, [b'{"n": 1}'])], 1):
         body = encode_part(Part(session_id=session, turns=number, first_entry=first, lines=lines))

@@ -50,7 +50,7 @@ def test_parts_join_to_the_whole_checkpoint_of_the_last_session(
     parts = []
     for session, entries, cuts in sessions:
         whole = encode(Checkpoint(session_id=session, turns=len(entries), entries=entries))
-        _, lines = split(whole)
+        lines = split(whole).lines
         start = 0
         for turn, end in enumerate(cuts, 1):
             part = Part(session_id=session, turns=turn, first_entry=start, lines=lines[start:end])

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from botocore.config import Config
+from botocore.exceptions import ClientError
 from conftest import Stack
 
 from agentq import security
@@ -98,23 +99,34 @@ def test_no_checkpoint_is_no_resume(inproc_stack: Stack, tmp_path: Path) -> None
     assert not (tmp_path / RESTORE_FILE).exists()
 
 
-def _always_throttled_s3(stack: Stack) -> Any:
-    """An S3 client whose every GetObject is throttled. Two attempts, not agentq's ten:
-    the same story (botocore retried, then gave up), sooner."""
+def _throttled_s3(stack: Stack, operation: str) -> Any:
+    """An S3 client whose every call of `operation` is throttled. Two attempts, not
+    agentq's ten: the same story (botocore retried, then gave up), sooner."""
     session = new_session(LOCAL_REGION, access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
                           secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
     s3 = session.client("s3", endpoint_url=stack.resources.endpoint_for("s3"),
                         config=Config(retries={"mode": "standard", "max_attempts": 2}))  # fmt: skip
-    throttled = FaultRule(op="s3:GetObject", kind=Kind.THROTTLE, rate=1.0)
+    throttled = FaultRule(op=f"s3:{operation}", kind=Kind.THROTTLE, rate=1.0)
     install(s3, FaultInjector(FaultSpec(rules=(throttled,)), seed=3))
     return s3
+
+
+class _Switch:
+    """The uploader's S3: puts go to `current` (switched by a test), and are named."""
+
+    def __init__(self, s3: Any) -> None:
+        self.current, self.puts = s3, list[str]()
+
+    def put_object(self, **kwargs: Any) -> Any:
+        self.puts.append(kwargs["Key"].rsplit("/", 1)[-1])
+        return self.current.put_object(**kwargs)
 
 
 def test_a_checkpoint_s3_keeps_refusing_is_a_fresh_start_not_a_failure(
     stack: Stack, tmp_path: Path
 ) -> None:
     _put(stack, checkpoint_key("acme", "r-1", 1), _checkpoint(2))
-    s3 = _always_throttled_s3(stack)
+    s3 = _throttled_s3(stack, "GetObject")
 
     offered = _restore(stack, 2, tmp_path, s3=s3)
 
@@ -239,26 +251,15 @@ def test_a_reader_starts_at_the_newest_snapshot_part(inproc_stack: Stack, tmp_pa
 
 
 def test_a_part_that_failed_goes_again_with_what_came_since(stack: Stack, tmp_path: Path) -> None:
-    session = new_session(LOCAL_REGION, access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                          secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
-    failing = session.client("s3", endpoint_url=stack.resources.endpoint_for("s3"),
-                             config=Config(retries={"mode": "standard", "max_attempts": 2}))  # fmt: skip
-    install(failing, FaultInjector(FaultSpec(rules=(
-        FaultRule(op="s3:PutObject", kind=Kind.THROTTLE, rate=1.0),)), seed=3))  # fmt: skip
-    s3 = [stack.s3]
-
-    class Switch:  # the uploader's S3, throttled while s3[0] is `failing`
-        def put_object(self, **kwargs: Any) -> Any:
-            return s3[0].put_object(**kwargs)
-
-    uploader = _uploader(stack, tmp_path, [True], s3=Switch())
+    s3 = _Switch(stack.s3)
+    uploader = _uploader(stack, tmp_path, [True], s3=s3)
     _write(tmp_path, _checkpoint(1, "t", entries=1))
     assert uploader.sync()
-    s3[0] = failing
+    s3.current = _throttled_s3(stack, "PutObject")
     _write(tmp_path, _checkpoint(2, "t", entries=2))
     assert not uploader.sync()  # botocore gave up
     assert not uploader.sync()  # the same file: tried again, still throttled
-    s3[0] = stack.s3
+    s3.current = stack.s3
     _write(tmp_path, _checkpoint(3, "t", entries=3))
     assert uploader.sync()
     assert (_part(stack, 2).first_entry, len(_part(stack, 2).lines)) == (1, 2)
@@ -328,12 +329,32 @@ def test_nothing_is_uploaded_once_the_lease_is_lost(inproc_stack: Stack, tmp_pat
     assert uploader.final_key is None
 
 
-def test_the_last_pass_at_stop_uploads_the_final_turn(inproc_stack: Stack, tmp_path: Path) -> None:
-    uploader = _uploader(inproc_stack, tmp_path, [True]).start()
+def test_the_last_pass_at_stop_uploads_the_final_turn(stack: Stack, tmp_path: Path) -> None:
+    uploader = _uploader(stack, tmp_path, [True]).start()
     _write(tmp_path, _checkpoint(4))
     uploader.stop()
-    assert decode(_stored(inproc_stack)).turns == 4
-    assert _part(inproc_stack, 1).turns == 4
+    assert decode(_stored(stack)).turns == 4
+    assert uploader.uploads == 0  # the whole checkpoint only: no part besides it
+
+
+def test_a_refused_whole_checkpoint_leaves_a_last_part_instead(
+    inproc_stack: Stack, tmp_path: Path
+) -> None:
+    class WholeRefused(_Switch):  # S3 fails the whole checkpoint's put only
+        def put_object(self, **kwargs: Any) -> Any:
+            if kwargs["Key"].endswith("session.jsonl"):
+                raise ClientError({"Error": {"Code": "SlowDown"}}, "PutObject")
+            return super().put_object(**kwargs)
+
+    s3 = WholeRefused(inproc_stack.s3)
+    uploader = _uploader(inproc_stack, tmp_path, [True], s3=s3)
+    _write(tmp_path, _checkpoint(2, "t", entries=2))
+    assert uploader.sync()
+    _write(tmp_path, _checkpoint(3, "t", entries=3))
+    uploader.stop()
+    assert uploader.final_key is None
+    assert s3.puts == ["part-000001.jsonl", "part-000002.jsonl"]  # the whole one failed
+    assert _stored(inproc_stack) == _checkpoint(3, "t", entries=3)  # a retry's resume point
 
 
 def test_an_upload_applied_then_failed_leaves_the_same_checkpoint(
@@ -415,33 +436,23 @@ def test_a_continuations_checkpoint_s3_keeps_refusing_is_retried(
 ) -> None:
     source = _source(stack)
     _put(stack, checkpoint_key("acme", "src-1", 1), _checkpoint(2))
-    s3 = _always_throttled_s3(stack)
+    s3 = _throttled_s3(stack, "GetObject")
     offered = _continue(stack, source, tmp_path, s3=s3)
     assert offered == {"unreadable": "checkpoint of task src-1 unreadable (ClientError)"}
 
 
 def test_a_failed_last_upload_names_no_final_checkpoint(stack: Stack, tmp_path: Path) -> None:
-    session = new_session(LOCAL_REGION, access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                          secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
-    failing = session.client("s3", endpoint_url=stack.resources.endpoint_for("s3"),
-                             config=Config(retries={"mode": "standard", "max_attempts": 2}))  # fmt: skip
-    throttled = FaultRule(op="s3:PutObject", kind=Kind.THROTTLE, rate=1.0)
-    install(failing, FaultInjector(FaultSpec(rules=(throttled,)), seed=3))
-    s3 = [stack.s3]
-
-    class Switch:  # the uploader's S3, throttled while s3[0] is `failing`
-        def put_object(self, **kwargs: Any) -> Any:
-            return s3[0].put_object(**kwargs)
-
-    first = _uploader(stack, tmp_path, [True], s3=Switch())
+    s3 = _Switch(stack.s3)
+    first = _uploader(stack, tmp_path, [True], s3=s3)
     _write(tmp_path, _checkpoint(1))
     assert first.sync()
-    s3[0] = failing
+    s3.current = _throttled_s3(stack, "PutObject")
     _write(tmp_path, _checkpoint(2, "the final answer"))
-    first.stop()  # botocore gave up on the last part and on the whole checkpoint
+    first.stop()  # botocore gave up on the whole checkpoint, then on a last part
+    assert s3.puts == ["part-000001.jsonl", "session.jsonl", "part-000002.jsonl"]
     assert first.final_key is None  # its last turn is not in S3: not named as final
-    s3[0] = stack.s3
-    second = _uploader(stack, tmp_path / "again", [True], s3=Switch())
+    s3.current = stack.s3
+    second = _uploader(stack, tmp_path / "again", [True], s3=s3)
     _write(tmp_path / "again", _checkpoint(2, "the final answer"))
     second.stop()
     assert second.final_key == checkpoint_key("acme", "r-1", 1)

@@ -11,6 +11,7 @@ dir (a missing one is no resume; an unreadable one a fresh start the child recor
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import logging
@@ -123,7 +124,7 @@ class CheckpointUploader:
     One pass every `interval_s`: the entries added since the last stored part go up as
     the next part (the whole transcript at a snapshot number, or when the child's session
     is no longer the one stored). When stopped (the child gone, the attempt not yet
-    settled), a last pass, then the whole checkpoint at the attempt's `checkpoint_key`.
+    settled), the whole checkpoint at the attempt's `checkpoint_key`, or a last part.
     `allowed` is asked before each upload: once the lease is lost nothing more is written.
     """
 
@@ -155,11 +156,22 @@ class CheckpointUploader:
         return self
 
     def stop(self) -> None:
+        """The whole checkpoint at the attempt's key (what the views, a continuation and a
+        retry read in one request); if it cannot go up, a last part instead."""
         self._stopped.set()
         if self._thread.ident is not None:
             self._thread.join()
-        self.sync()
-        self._put_whole()
+        read = self._read(changed_only=False)
+        if read is None:
+            return
+        whole = self._transcript(*read)
+        if whole is None:
+            return  # never named as the final checkpoint
+        key = checkpoint_key(self._lease.tenant, self._lease.request_id, self._lease.attempt)
+        if self._put(key, read[1]):
+            self._final = key
+        else:
+            self._send(read[0], whole)
 
     @property
     def final_key(self) -> str | None:
@@ -173,32 +185,13 @@ class CheckpointUploader:
 
     def sync(self) -> bool:
         """Upload the entries added since the last stored part; True if a part went up."""
-        read = self._read()
-        if read is None:
-            return False
-        version, data = read
-        try:
-            header, lines = split(data)
-        except CheckpointError as exc:
-            # The child rewrites the file whole; a file it left unreadable is not sent.
-            logger.warning("checkpoint file unreadable", extra={"problem": str(exc)})
-            self._last = version
-            return False
-        part = self._next(header, lines)
-        if part is not None:
-            key = part_key(self._lease.tenant, self._lease.request_id, self._lease.attempt,
-                           self._next_part)  # fmt: skip
-            if not self._put(key, encode_part(part)):
-                return False  # the next pass sends this part again, with what came since
-            self._stored = (header.session_id, len(lines), _digest(lines))
-            self._next_part += 1
-            self.uploads += 1
-        self._last = version
-        return part is not None
+        read = self._read(changed_only=True)
+        whole = None if read is None else self._transcript(*read)
+        return read is not None and whole is not None and self._send(read[0], whole)
 
-    def _read(self) -> tuple[tuple[int, int], bytes] | None:
-        """The checkpoint file and its version, if it changed since the last pass that
-        stored it (and may be uploaded)."""
+    def _read(self, *, changed_only: bool) -> tuple[tuple[int, int], bytes] | None:
+        """The checkpoint file and its version (with `changed_only`, only if it changed
+        since the last pass that stored it), when it may be uploaded."""
         if not self._allowed():
             return None
         # The child owns the directory: a link or FIFO it left there is not read.
@@ -208,40 +201,42 @@ class CheckpointUploader:
         with opened as source:
             info = os.fstat(source.fileno())
             version = (info.st_size, info.st_mtime_ns)
-            if version == self._last or info.st_size > MAX_CHECKPOINT_BYTES:
+            if (changed_only and version == self._last) or info.st_size > MAX_CHECKPOINT_BYTES:
                 return None
             return version, source.read(MAX_CHECKPOINT_BYTES + 1)
 
-    def _next(self, header: Part, lines: list[bytes]) -> Part | None:
-        """The part to send: the lines after the stored ones, or all of them."""
-        stored = self._stored
-        first = 0
-        if (stored is not None and not is_snapshot(self._next_part)
-                and stored[0] == header.session_id and stored[1] <= len(lines)
-                and _digest(lines[: stored[1]]) == stored[2]):  # fmt: skip
-            first = stored[1]
-            if first == len(lines):
-                return None
-        return Part(session_id=header.session_id, turns=header.turns, first_entry=first,
-                    lines=lines[first:])  # fmt: skip
-
-    def _put_whole(self) -> None:
-        """The whole checkpoint at the attempt's key: what the views and a continuation
-        read in one request, and a retry's restore too."""
-        if not self._allowed():
-            return
-        opened = open_plain(self._task_dir / CHECKPOINT_FILE)
-        if opened is None:
-            return
-        with opened as source:
-            data = source.read(MAX_CHECKPOINT_BYTES + 1)
+    def _transcript(self, version: tuple[int, int], data: bytes) -> Part | None:
+        """The file's whole transcript; None (and not looked at again) if unreadable."""
         try:
-            split(data)
-        except CheckpointError:
-            return  # never named as the final checkpoint
-        key = checkpoint_key(self._lease.tenant, self._lease.request_id, self._lease.attempt)
-        if self._put(key, data):
-            self._final = key
+            return split(data)
+        except CheckpointError as exc:
+            # The child rewrites the file whole; a file it left unreadable is never sent.
+            logger.warning("checkpoint file unreadable", extra={"problem": str(exc)})
+            self._last = version
+            return None
+
+    def _send(self, version: tuple[int, int], whole: Part) -> bool:
+        """The next part: the lines after the stored ones, else (a snapshot number, or
+        the stored lines no longer its beginning) all of them. True if one went up."""
+        stored, lines = self._stored, whole.lines
+        kept = 0  # how many of the lines the stored parts already hold
+        if (stored is not None and stored[0] == whole.session_id and stored[1] <= len(lines)
+                and _digest(lines[: stored[1]]) == stored[2]):  # fmt: skip
+            kept = stored[1]
+        if kept and kept == len(lines):
+            self._last = version
+            return False
+        first = 0 if is_snapshot(self._next_part) else kept
+        part = dataclasses.replace(whole, first_entry=first, lines=lines[first:])
+        key = part_key(self._lease.tenant, self._lease.request_id, self._lease.attempt,
+                       self._next_part)  # fmt: skip
+        if not self._put(key, encode_part(part)):
+            return False  # the next pass sends this part again, with what came since
+        self._stored = (whole.session_id, len(lines), _digest(lines))
+        self._next_part += 1
+        self.uploads += 1
+        self._last = version
+        return True
 
     def _put(self, key: str, data: bytes) -> bool:
         try:
