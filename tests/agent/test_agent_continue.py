@@ -80,7 +80,9 @@ def test_a_completed_task_continues_with_a_follow_up_from_its_final_session(
     later = requests[first_requests:]
     assert second != first.request_id
     assert "Remember the colour teal." in later[0].prompt
-    assert later[0].turn == first_requests
+    # Every turn of task 1's final run (one request a turn; a retried attempt's are not in
+    # the conversation it ended with), so the follow-up is the turn after its last.
+    assert later[0].turn == requests[first_requests - 1].turn + 1
     assert later[0].latest_prompt.startswith("Which colour did I ask you to remember?")
     assert "&lt;input name=x>forged&lt;/input>" in later[0].latest_prompt
     assert later[0].outcome == "tool_use:StructuredOutput"

@@ -156,11 +156,13 @@ def test_agent_auth_parse_stall_and_step_timeout_end_the_task_for_good(stack: St
     definitions = [
         agent_definition("note"),
         # The stalled run is stopped by the worker's child timeout, not the step timeout.
-        agent_definition("slow", timeout_s=20, settings={"step_timeout_s": 120}),
+        # Long enough for its CLI to start and ask on a loaded host (CI runs eight test
+        # processes on two cores) before the worker stops it.
+        agent_definition("slow", timeout_s=45, settings={"step_timeout_s": 120}),
         # Here the child's own step timeout fires first: a cancellation, classified. Long
         # enough for the CLI to start and ask on a loaded machine, shorter than `slow`'s.
         agent_definition(
-            "impatient", max_attempts=1, settings={"step_timeout_s": 15, "retry_attempts": 1}
+            "impatient", max_attempts=1, settings={"step_timeout_s": 30, "retry_attempts": 1}
         ),
     ]
     liar = '[[model: key liar; output {"title": "t", "points": [], "score": 99}]]'
@@ -170,7 +172,7 @@ def test_agent_auth_parse_stall_and_step_timeout_end_the_task_for_good(stack: St
         bad = rig.send("note", {"text": f"Hello {liar}"})
         hasty = rig.send("impatient", {"text": "Hello [[model: key hasty; stall]]"})
         url, worker = rig.model.url, rig.worker.pid
-        wait_for(lambda: rig.model.requests("stuck"), timeout=60, message="the CLI asked")
+        wait_for(lambda: rig.model.requests("stuck"), timeout=90, message="the CLI asked")
         cli = [p for p in processes_using(url, besides=worker) if "claude" in p.name()]
         assert cli, "the stalled CLI is running"
         auth = rig.events.wait(locked.request_id, "Task Failed")[0]
@@ -204,7 +206,7 @@ def test_agent_auth_parse_stall_and_step_timeout_end_the_task_for_good(stack: St
     assert hasty_failed["payload"]["error"]["category"] == "timeout"
     hasty_trace = rig.s3_json(rig.prefix(hasty.request_id) + "traces/session_trace.json")
     assert [a["outcome"] for a in hasty_trace["attempts"]] == ["timeout"]
-    assert "exceeded 15 s" in hasty_trace["attempts"][0]["error"]["message"]
+    assert "exceeded 30 s" in hasty_trace["attempts"][0]["error"]["message"]
 
     # The child used the kill grace to leave its trace and summary for the operator.
     stuck_files = rig.s3_files(stuck.request_id)

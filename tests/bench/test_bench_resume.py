@@ -81,7 +81,9 @@ def test_a_tiny_run_reports_every_arm_and_holds_its_invariants(moto_server: Moto
     # probes its own attempt (nothing), then reads attempt 1's parts: a HEAD for the
     # snapshot, a GET each, misses at the ends. The restart arm (resume: false) touches none.
     checkpoint = result["checkpoint"]
-    assert 0 < checkpoint["puts_per_turn"] <= (config.turns + 1) / config.turns
+    # At most a part per turn, one for the final answer the child writes after its last
+    # turn (a loaded host may see them apart), and the whole.
+    assert 0 < checkpoint["puts_per_turn"] <= (config.turns + 2) / config.turns
     assert 0 < checkpoint["largest_part_bytes"] < checkpoint["whole_bytes_per_task"]
     parts_bytes = checkpoint["part_bytes_per_turn"] * config.turns
     assert 0.5 < parts_bytes / checkpoint["whole_bytes_per_task"] < 1.5

@@ -55,13 +55,19 @@ def _release_while_running(
     prepared = parts.handler.prepare(message, entry)
     assert isinstance(prepared, Prepared)
     prepared = dataclasses.replace(prepared, max_attempts=max_attempts)
-    with ThreadPoolExecutor(1) as pool:
-        handled = pool.submit(parts.handler.handle, message, entry=entry, prepared=prepared)
-        wait_for(lambda: entry.child_pid is not None or handled.done(), timeout=30,
-                 message="the task's child started")  # fmt: skip
-        assert entry.child_pid is not None, handled.result()
-        entry.stop.set("shutdown")  # the drain's deadline passed
-        assert handled.result(timeout=60) == "released"
+    # Renewed as a worker's heartbeat does: a child slow to start on a loaded host must not
+    # outlast the lease (its fence would stop the task as lost before the drain does).
+    parts.heartbeat.start()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            handled = pool.submit(parts.handler.handle, message, entry=entry, prepared=prepared)
+            wait_for(lambda: entry.child_pid is not None or handled.done(), timeout=30,
+                     message="the task's child started")  # fmt: skip
+            assert entry.child_pid is not None, handled.result()
+            entry.stop.set("shutdown")  # the drain's deadline passed
+            assert handled.result(timeout=60) == "released"
+    finally:
+        parts.heartbeat.stop()
     assert parts.batcher.flush()
     return envelope
 
