@@ -158,6 +158,57 @@ def test_a_batch_applied_then_answered_with_an_error_leaves_duplicates_never_a_l
     assert all("requeuedFrom" in m["MessageAttributes"] for m in back), "originals deleted"
 
 
+def _counts(stack: Stack, url: str) -> tuple[int, int]:
+    found = stack.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return int(found["ApproximateNumberOfMessages"]), int(
+        found["ApproximateNumberOfMessagesNotVisible"]
+    )
+
+
+def test_deletes_sqs_failed_on_its_side_are_sent_again_and_the_originals_go(
+    stack: Stack,
+) -> None:
+    """A delete entry left failed would keep its original invisible for the queue's whole
+    visibility timeout (15 minutes when nothing shortened it): the chaos run's finding."""
+    url = _fresh_queue(stack)
+    originals = _send(stack, url, [f"task-{n}" for n in range(6)])
+    faults, calls = _give_back_through(
+        stack, url, originals, rule("sqs:DeleteMessageBatch", Kind.PARTIAL_BATCH, limit=1)
+    )
+    assert faults.counts() == {"sqs:DeleteMessageBatch:partial_batch": 1}
+    assert calls.counts == {"SendMessageBatch": 1, "DeleteMessageBatch": 2}
+    assert _counts(stack, url) == (6, 0), "six copies, every original deleted"
+    copies = _receive(stack, url, 6)
+    assert all("requeuedFrom" in c["MessageAttributes"] for c in copies)
+
+
+def test_a_delete_sqs_keeps_failing_is_given_up_after_three_sends(stack: Stack) -> None:
+    url = _fresh_queue(stack)
+    [original] = _send(stack, url, ["task-0"])
+    faults, calls = _give_back_through(
+        stack, url, [original], rule("sqs:DeleteMessageBatch", Kind.PARTIAL_BATCH)
+    )
+    assert faults.counts() == {"sqs:DeleteMessageBatch:partial_batch": 3}
+    assert calls.counts == {"SendMessageBatch": 1, "DeleteMessageBatch": 3}
+    # The copy is on the queue; the original waits out its visibility (a duplicate then).
+    assert _counts(stack, url) == (1, 1)
+
+
+def test_a_visibility_change_sqs_failed_on_its_side_is_sent_again(stack: Stack) -> None:
+    url = _fresh_queue(stack)
+    [message] = _send(stack, url, ["task-0"])
+    faults = injector(rule("sqs:ChangeMessageVisibilityBatch", Kind.PARTIAL_BATCH, limit=1))
+    batcher = SqsBatcher(faulty_client(stack, "sqs", faults), url, delay_s=30)
+    try:
+        batcher.change_visibility(message["ReceiptHandle"], 0)
+        assert batcher.flush(timeout_s=60)
+    finally:
+        batcher.close()
+    assert faults.counts() == {"sqs:ChangeMessageVisibilityBatch:partial_batch": 1}
+    [back] = _receive(stack, url, 1)  # visible at once, not after HELD_S
+    assert back["MessageId"] == message["MessageId"]
+
+
 def test_copies_too_large_for_one_batch_go_in_several(stack: Stack) -> None:
     """Nine copies of 120 KiB: more than SQS takes in one batch (moto checks 1 MiB)."""
     url = _fresh_queue(stack)

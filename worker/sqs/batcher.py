@@ -3,8 +3,8 @@ flushed on size or after a short delay, so a busy worker spends one request on m
 messages.
 
 Callers enqueue and move on; `flush()` blocks until everything enqueued so far is sent
-(used before exit). Entries a batch call rejects are logged; SQS redelivers such a
-message and the STATE item decides what happens to it.
+(used before exit). An entry failed on SQS's side is sent again (twice at most); one
+still failing is logged, SQS redelivers its message and the STATE item decides.
 
 A requeue (a fresh copy of a received message, then the delete of the original) sends
 its copy with `SendMessageBatch` and deletes the originals in the same flush, after
@@ -20,10 +20,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from agentq.backoff import compute_backoff
 from agentq.envelope import TENANT_PATTERN
 from worker.inflight import MAX_VISIBILITY_S
 from worker.routes import QueueRoutes
@@ -31,6 +33,8 @@ from worker.sqs.batchloop import BatchLoop, run_after
 from worker.sqs.copies import copied_from, marked_copy, send_attributes
 
 MAX_BATCH: Final = 10
+ENTRY_ATTEMPTS: Final = 3  # sends of an entry SQS keeps failing on its side
+ENTRY_BACKOFF_S: Final = 0.05
 MAX_DELAY_S: Final = 900  # SendMessage DelaySeconds limit
 
 Op = Literal["send", "delete", "visibility"]
@@ -174,34 +178,51 @@ class SqsBatcher(BatchLoop[_Item]):
         if not group:
             return
         try:
-            if op == "delete":
-                response = self._sqs.delete_message_batch(
-                    QueueUrl=queue_url,
-                    Entries=[{"Id": str(n), "ReceiptHandle": i.receipt_handle}
-                             for n, i in enumerate(group)],
-                )  # fmt: skip
-            else:
-                response = self._sqs.change_message_visibility_batch(
-                    QueueUrl=queue_url,
-                    Entries=[{"Id": str(n), "ReceiptHandle": i.receipt_handle,
-                              "VisibilityTimeout": i.visibility_s}
-                             for n, i in enumerate(group)],
-                )  # fmt: skip
-            for failure in response.get("Failed", []):
-                item = group[int(failure["Id"])]
-                item.error = str(failure.get("Code", "Unknown"))
-                logger.warning(
-                    "sqs batch entry failed",
-                    extra={"op": op, "code": item.error, "detail": failure.get("Message")},
-                )
-                if self._on_error is not None:
-                    with contextlib.suppress(Exception):
-                        self._on_error(op, item.receipt_handle, item.error)
+            pending = group
+            for attempt in range(ENTRY_ATTEMPTS):
+                failures = self._call(op, queue_url, pending)
+                again = [item for item, failure in failures if failure.get("SenderFault") is False]
+                if attempt == ENTRY_ATTEMPTS - 1 or not again:
+                    for item, failure in failures:
+                        self._entry_failed(op, item, failure)
+                    return
+                for item, failure in failures:
+                    if failure.get("SenderFault") is not False:
+                        self._entry_failed(op, item, failure)
+                time.sleep(compute_backoff(attempt, base_s=ENTRY_BACKOFF_S))
+                pending = again
         finally:
             for item in group:
                 if op == "delete":
                     self.routes.forget(item.receipt_handle)
                 item.finish()
+
+    def _call(
+        self, op: str, queue_url: str, group: list[_Item]
+    ) -> list[tuple[_Item, Mapping[str, Any]]]:
+        """One batch call for `group`; the entries it failed, with SQS's answer for each."""
+        if op == "delete":
+            response = self._sqs.delete_message_batch(
+                QueueUrl=queue_url,
+                Entries=[{"Id": str(n), "ReceiptHandle": i.receipt_handle}
+                         for n, i in enumerate(group)],
+            )  # fmt: skip
+        else:
+            response = self._sqs.change_message_visibility_batch(
+                QueueUrl=queue_url,
+                Entries=[{"Id": str(n), "ReceiptHandle": i.receipt_handle,
+                          "VisibilityTimeout": i.visibility_s}
+                         for n, i in enumerate(group)],
+            )  # fmt: skip
+        return [(group[int(failure["Id"])], failure) for failure in response.get("Failed", [])]
+
+    def _entry_failed(self, op: str, item: _Item, failure: Mapping[str, Any]) -> None:
+        item.error = str(failure.get("Code", "Unknown"))
+        logger.warning("sqs batch entry failed",
+                       extra={"op": op, "code": item.error, "detail": failure.get("Message")})  # fmt: skip
+        if self._on_error is not None:
+            with contextlib.suppress(Exception):
+                self._on_error(op, item.receipt_handle, item.error)
 
     def _send_copies(self, sends: list[_Item]) -> list[_Item]:
         """Send the requeued copies; what follows for each original: its delete, or its
