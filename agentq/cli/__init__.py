@@ -1,8 +1,9 @@
 """The `agentq` command line.
 
 Each module of this package that defines `register(subparsers)` contributes its
-commands; every command handler returns an exit code from `agentq.cli.common`, and
-whatever a command raises ends as one line saying what to do (`agentq.cli._errors`).
+commands (`COMMANDS` says which, so a command imports its own module alone); every
+command handler returns an exit code from `agentq.cli.common`, and whatever a command
+raises ends as one line saying what to do (`agentq.cli._errors`).
 """
 
 from __future__ import annotations
@@ -13,12 +14,42 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Final
 
 from agentq import __version__
 from agentq.cli.common import EXIT_USAGE, emit_json, fail, output
 
+# The modules that register each command (in this order). Importing every command module
+# was most of a command's start-up; help and unknown commands still import them all.
+COMMANDS: Final[dict[str, tuple[str, ...]]] = {
+    "cancel": ("tasks",), "console": ("console",), "cost": ("cost",),
+    "definitions": ("definitions",), "dlq": ("dlq",), "env": ("env",),
+    "events": ("tasks",), "job": ("jobs",), "local": ("local",), "logs": ("outputs",),
+    "result": ("outputs",), "stats": ("stats",), "status": ("tasks",),
+    "submit": ("tasks",), "tenants": ("tenants", "tenants_map"), "trace": ("outputs",),
+    "watch": ("watch",), "worker": ("worker",),
+}  # fmt: skip
 
-def build_parser() -> argparse.ArgumentParser:
+
+def command_modules() -> list[str]:
+    """Every module of this package that may register commands."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__)
+                  if not m.name.startswith("_") and m.name != "common")  # fmt: skip
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command `argv` names: its first word that is no option nor an option's value."""
+    words = iter(argv)
+    for word in words:
+        if word == "--local-env":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of `command` alone when `COMMANDS` names it."""
     parser = argparse.ArgumentParser(
         prog="agentq", description="Run Claude agent tasks as queued background work on AWS."
     )
@@ -34,10 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if module_info.name.startswith("_") or module_info.name == "common":
-            continue
-        module = importlib.import_module(f"{__name__}.{module_info.name}")
+    names = COMMANDS.get(command or "") or tuple(command_modules())
+    for name in names:
+        module = importlib.import_module(f"{__name__}.{name}")
         register = getattr(module, "register", None)
         if register is not None:
             register(subparsers)
@@ -49,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     output.json = "--json" in argv
     output.emitted = False
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(command_of(argv)).parse_args(argv)
     except SystemExit as exc:
         # argparse printed the usage line already; scripts reading stdout still get JSON.
         usage_code = exc.code if isinstance(exc.code, int) else EXIT_USAGE
