@@ -209,6 +209,25 @@ def test_a_visibility_change_sqs_failed_on_its_side_is_sent_again(stack: Stack) 
     assert back["MessageId"] == message["MessageId"]
 
 
+def test_a_visibility_change_refused_for_the_senders_fault_is_not_sent_again(
+    stack: Stack,
+) -> None:
+    """Past SQS's 12-hour cap (the local stack enforces it, per entry): asking again
+    would be refused again."""
+    url = _fresh_queue(stack)
+    [message] = _send(stack, url, ["task-0"])
+    client = faulty_client(stack, "sqs", injector())
+    calls = Calls(client)
+    batcher = SqsBatcher(client, url, delay_s=30)
+    try:
+        done = batcher.change_visibility(message["ReceiptHandle"], 43_200)
+        assert batcher.flush(timeout_s=60) and done.is_set()
+    finally:
+        batcher.close()
+    assert calls.counts == {"ChangeMessageVisibilityBatch": 1}
+    assert _counts(stack, url) == (0, 1)  # it keeps the visibility it had
+
+
 def test_copies_too_large_for_one_batch_go_in_several(stack: Stack) -> None:
     """Nine copies of 120 KiB: more than SQS takes in one batch (moto checks 1 MiB)."""
     url = _fresh_queue(stack)

@@ -17,7 +17,6 @@ duplicate copies are settled by the task's lock like any other.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -72,12 +71,10 @@ class SqsBatcher(BatchLoop[_Item]):
         queue_url: str,
         *,
         delay_s: float = 0.2,
-        on_error: Callable[[str, str, str], None] | None = None,
     ) -> None:
         self._sqs = sqs
         # Priority tiers: each message is settled on the queue it was received from.
         self.routes = QueueRoutes(queue_url)
-        self._on_error = on_error
         super().__init__(name="sqs-batcher", delay_s=delay_s, max_batch=MAX_BATCH)
 
     def delete(
@@ -220,9 +217,6 @@ class SqsBatcher(BatchLoop[_Item]):
         item.error = str(failure.get("Code", "Unknown"))
         logger.warning("sqs batch entry failed",
                        extra={"op": op, "code": item.error, "detail": failure.get("Message")})  # fmt: skip
-        if self._on_error is not None:
-            with contextlib.suppress(Exception):
-                self._on_error(op, item.receipt_handle, item.error)
 
     def _send_copies(self, sends: list[_Item]) -> list[_Item]:
         """Send the requeued copies; what follows for each original: its delete, or its
