@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import Stack
 from support import wait_for
-from worker_parts import Parts, worker_parts
+from worker_parts import LONG_LEASE, Parts, worker_parts
 
 from agentq.envelope import TaskEnvelope
 from agentq.errors import AttemptsExhausted
@@ -55,25 +55,19 @@ def _release_while_running(
     prepared = parts.handler.prepare(message, entry)
     assert isinstance(prepared, Prepared)
     prepared = dataclasses.replace(prepared, max_attempts=max_attempts)
-    # Renewed as a worker's heartbeat does: a child slow to start on a loaded host must not
-    # outlast the lease (its fence would stop the task as lost before the drain does).
-    parts.heartbeat.start()
-    try:
-        with ThreadPoolExecutor(1) as pool:
-            handled = pool.submit(parts.handler.handle, message, entry=entry, prepared=prepared)
-            wait_for(lambda: entry.child_pid is not None or handled.done(), timeout=30,
-                     message="the task's child started")  # fmt: skip
-            assert entry.child_pid is not None, handled.result()
-            entry.stop.set("shutdown")  # the drain's deadline passed
-            assert handled.result(timeout=60) == "released"
-    finally:
-        parts.heartbeat.stop()
+    with ThreadPoolExecutor(1) as pool:
+        handled = pool.submit(parts.handler.handle, message, entry=entry, prepared=prepared)
+        wait_for(lambda: entry.child_pid is not None or handled.done(), timeout=30,
+                 message="the task's child started")  # fmt: skip
+        assert entry.child_pid is not None, handled.result()
+        entry.stop.set("shutdown")  # the drain's deadline passed
+        assert handled.result(timeout=60) == "released"
     assert parts.batcher.flush()
     return envelope
 
 
 def test_a_released_attempt_keeps_its_number(stack: Stack) -> None:
-    parts = worker_parts(stack)
+    parts = worker_parts(stack, env=LONG_LEASE)
     envelope = _release_while_running(parts, stack, max_attempts=3)
 
     record = parts.store.require("acme", envelope.request_id)
@@ -88,7 +82,7 @@ def test_a_released_attempt_keeps_its_number(stack: Stack) -> None:
 
 def test_a_released_last_attempt_still_runs_again(stack: Stack) -> None:
     """Released on its only attempt: the task is locked once more, then no more."""
-    parts = worker_parts(stack)
+    parts = worker_parts(stack, env=LONG_LEASE)
     envelope = _release_while_running(parts, stack, max_attempts=1)
 
     lease = parts.store.acquire(envelope, worker_id="w2", lease_seconds=30, max_attempts=1)
@@ -105,7 +99,7 @@ def test_a_released_attempt_of_a_limited_tenant_keeps_its_number_and_budget(
     """The same through the seated lock (a transaction, which returns no item)."""
     tenant = f"rel-{uuid.uuid4().hex[:8]}"
     TenantLimitStore(stack.dynamodb, stack.resources.table_name).set(tenant, 1)
-    parts = worker_parts(stack)
+    parts = worker_parts(stack, env=LONG_LEASE)
     envelope = _release_while_running(parts, stack, max_attempts=1, tenant=tenant)
 
     record = parts.store.require(tenant, envelope.request_id)
@@ -118,7 +112,7 @@ def test_a_released_attempt_of_a_limited_tenant_keeps_its_number_and_budget(
 @pytest.mark.parametrize("reset", ["retry", "redrive"])
 def test_an_operators_fresh_start_clears_the_allowance(stack: Stack, reset: str) -> None:
     """A retry or redrive starts again at attempt 0 with the definition's budget alone."""
-    parts = worker_parts(stack)
+    parts = worker_parts(stack, env=LONG_LEASE)
     envelope = _release_while_running(parts, stack, max_attempts=1)
     lease = parts.store.acquire(envelope, worker_id="w2", lease_seconds=30, max_attempts=1)
     parts.store.end_attempt(lease, TaskState.FAILED)

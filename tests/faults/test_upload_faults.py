@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import Stack
 from fault_support import Attempts, faulty_client, injector, rule
-from worker_parts import send_and_receive, worker_parts
+from worker_parts import LONG_LEASE, send_and_receive, worker_parts
 
 from agentq import security
 from agentq.faults.config import Kind
@@ -61,7 +61,7 @@ def test_a_finished_task_whose_outputs_cannot_be_stored_is_retried_not_completed
     result is not in S3, so COMPLETED would name nothing. The attempt fails retryably;
     the message stays for the retry."""
     s3 = faulty_client(stack, "s3", injector(rule("s3:PutObject", Kind.SERVER_ERROR)))
-    parts = worker_parts(stack, s3=s3)
+    parts = worker_parts(stack, s3=s3, env=LONG_LEASE)
     envelope, message, entry = send_and_receive(stack, "sample-echo")
     parts.inflight.add(entry)
 

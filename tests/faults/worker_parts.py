@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from conftest import Stack
 
@@ -23,6 +23,11 @@ from worker.heartbeat import Heartbeat
 from worker.inflight import InFlight, InFlightRegistry
 from worker.settle.handler import MessageHandler
 from worker.sqs.batcher import SqsBatcher
+
+# Parts run no heartbeat unless a test beats it: where a test runs a child through the
+# handler, a lease of 45 s instead of fast_env's 3 s, or a child slow to start on a loaded
+# host (CI's eight test processes on two cores) outlives it and its fence stops the task.
+LONG_LEASE: Final = {"VISIBILITY_EXTENSION_AMOUNT": "30"}
 
 
 @dataclass
@@ -62,10 +67,16 @@ class Parts:
 
 
 def worker_parts(
-    stack: Stack, dynamodb: Any = None, worker_id: str = "w1", *, s3: Any = None
+    stack: Stack,
+    dynamodb: Any = None,
+    worker_id: str = "w1",
+    *,
+    s3: Any = None,
+    env: Mapping[str, str] | None = None,
 ) -> Parts:
-    """`dynamodb`, `s3`: the clients the worker's store and uploads use (faulty ones, say)."""
-    settings = Settings.from_env({**os.environ, **fast_env()})
+    """`dynamodb`, `s3`: the clients the worker's store and uploads use (faulty ones, say);
+    `env`: settings over `fast_env`'s."""
+    settings = Settings.from_env({**os.environ, **fast_env(**(env or {}))})
     store = TaskStore(dynamodb or stack.dynamodb, stack.resources.table_name)
     batcher = SqsBatcher(stack.sqs, stack.resources.queue_url, delay_s=0.0)
     inflight = InFlightRegistry()
