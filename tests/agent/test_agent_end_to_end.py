@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import psutil
 import pytest
 from agent_support import NOTE_SCHEMA, agent_definition, agent_rig, processes_using
 from conftest import Stack
@@ -152,6 +153,13 @@ def test_agent_retries_inside_the_child_and_then_through_sqs_to_the_dlq(stack: S
     assert not rig.events.of(down.request_id, "Task Completed")
 
 
+def _name(process: psutil.Process) -> str:
+    try:
+        return str(process.name())
+    except psutil.Error:
+        return ""  # gone since it was listed
+
+
 def test_agent_auth_parse_stall_and_step_timeout_end_the_task_for_good(stack: Stack) -> None:
     definitions = [
         agent_definition("note"),
@@ -173,7 +181,8 @@ def test_agent_auth_parse_stall_and_step_timeout_end_the_task_for_good(stack: St
         hasty = rig.send("impatient", {"text": "Hello [[model: key hasty; stall]]"})
         url, worker = rig.model.url, rig.worker.pid
         wait_for(lambda: rig.model.requests("stuck"), timeout=90, message="the CLI asked")
-        cli = [p for p in processes_using(url, besides=worker) if "claude" in p.name()]
+        # Another task's CLI may end between the listing and its name (psutil then raises).
+        cli = [p for p in processes_using(url, besides=worker) if "claude" in _name(p)]
         assert cli, "the stalled CLI is running"
         auth = rig.events.wait(locked.request_id, "Task Failed")[0]
         parse = rig.events.wait(bad.request_id, "Task Failed")[0]
