@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from agentq.backoff import compute_backoff
+from agentq.backoff import retry_entries
 from agentq.errors import AgentqError
 from agentq.events import Event
 from agentq.resources import EVENT_OVERFLOW_PREFIX
@@ -113,25 +113,26 @@ class EventPublisher:
         return {"bucket": self._bucket, "key": key, "size": len(body)}
 
     def _send(self, batch: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[str, str]]:
-        pending = list(batch)
-        for attempt in range(1, self._max_attempts + 1):
+        calls = 0
+
+        def put(pending: list[tuple[str, dict[str, Any]]]) -> list[tuple[tuple[str, Any], str]]:
+            nonlocal calls
+            calls += 1
             self.stats.calls += 1
-            response = self._events.put_events(Entries=[entry for _, entry in pending])
             self.stats.entries += len(pending)
+            if calls > 1:
+                self.stats.retried += len(pending)
+            response = self._events.put_events(Entries=[entry for _, entry in pending])
             if not response.get("FailedEntryCount"):
                 return []
-            results = response.get("Entries", [])
-            retry = [
-                (pending[i], result.get("ErrorCode", "Unknown"))
-                for i, result in enumerate(results)
-                if result.get("ErrorCode")
-            ]
-            if attempt == self._max_attempts:
-                return [(event_id, code) for (event_id, _), code in retry]
-            pending = [item for item, _ in retry]
-            self.stats.retried += len(pending)
-            self._sleep(compute_backoff(attempt, base_s=self._backoff))
-        return []
+            return [(pending[i], str(result["ErrorCode"]))
+                    for i, result in enumerate(response.get("Entries", []))
+                    if result.get("ErrorCode")]  # fmt: skip
+
+        failed = retry_entries(put, list(batch), retryable=lambda _: True,
+                               attempts=self._max_attempts, base_s=self._backoff,
+                               sleep=self._sleep)  # fmt: skip
+        return [(event_id, code) for (event_id, _), code in failed]
 
 
 def _batches(

@@ -73,6 +73,13 @@ def _send(stack: Stack, url: str, bodies: list[str]) -> list[dict[str, Any]]:
     return _receive(stack, url, len(bodies))
 
 
+def _counts(stack: Stack, url: str) -> tuple[int, int]:
+    found = stack.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return int(found["ApproximateNumberOfMessages"]), int(
+        found["ApproximateNumberOfMessagesNotVisible"]
+    )
+
+
 def _give_back_all(batcher: SqsBatcher, messages: list[dict[str, Any]]) -> None:
     for message in messages:
         batcher.give_back(message["ReceiptHandle"], message)
@@ -108,10 +115,7 @@ def test_many_give_backs_share_one_send_and_one_delete(stack: Stack) -> None:
     assert {c["Attributes"]["ApproximateReceiveCount"] for c in copies} == {"1"}
     assert all(c["MessageAttributes"]["tenant"]["StringValue"] == "acme" for c in copies)
     # The originals are deleted: nothing else is on the queue, visible or not.
-    attributes = stack.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
-    counts = attributes["Attributes"]
-    assert int(counts["ApproximateNumberOfMessages"]) == 0
-    assert int(counts["ApproximateNumberOfMessagesNotVisible"]) == 6
+    assert _counts(stack, url) == (0, 6)
 
 
 def test_a_copy_sqs_refuses_leaves_its_original_given_back_in_place(stack: Stack) -> None:
@@ -156,13 +160,6 @@ def test_a_batch_applied_then_answered_with_an_error_leaves_duplicates_never_a_l
     back = _receive(stack, url, 6)  # botocore sent the batch again: two copies of each
     assert sorted(m["Body"] for m in back) == sorted([f"task-{n}" for n in range(3)] * 2)
     assert all("requeuedFrom" in m["MessageAttributes"] for m in back), "originals deleted"
-
-
-def _counts(stack: Stack, url: str) -> tuple[int, int]:
-    found = stack.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-    return int(found["ApproximateNumberOfMessages"]), int(
-        found["ApproximateNumberOfMessagesNotVisible"]
-    )
 
 
 def test_deletes_sqs_failed_on_its_side_are_sent_again_and_the_originals_go(

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentq.backoff import compute_backoff, retry
+from agentq.backoff import compute_backoff, retry, retry_entries
 
 
 @given(attempt=st.integers(0, 40), base=st.floats(0.001, 1.0), cap=st.floats(0.01, 5.0))
@@ -67,3 +67,42 @@ def test_retry_raises_the_last_error_when_its_attempts_are_spent() -> None:
               sleep=pauses.append)  # fmt: skip
     assert raised.value.args == (3,)
     assert len(pauses) == 2
+
+
+@given(
+    # For each entry, how many calls fail it before one takes it (-1: never), and whether
+    # its failure may be retried.
+    plan=st.lists(st.tuples(st.integers(-1, 4), st.booleans()), max_size=10),
+    attempts=st.integers(1, 4),
+)
+def test_retry_entries_sends_again_only_retryable_failures_until_the_attempts_are_spent(
+    plan: list[tuple[int, bool]], attempts: int
+) -> None:
+    calls: list[list[int]] = []
+    pauses: list[float] = []
+
+    def send(entries: list[int]) -> list[tuple[int, bool]]:
+        calls.append(entries)
+        number = len(calls)
+        return [(e, plan[e][1]) for e in entries if plan[e][0] == -1 or number <= plan[e][0]]
+
+    given_up = retry_entries(send, list(range(len(plan))), retryable=lambda why: why,
+                             attempts=attempts, base_s=0.01, sleep=pauses.append)  # fmt: skip
+
+    def outcome(fails: int, retryable: bool) -> tuple[int, bool]:
+        """(calls that carry the entry, whether it is given up)"""
+        if fails == 0:
+            return 1, False
+        if not retryable:
+            return 1, True
+        if fails == -1 or fails >= attempts:
+            return attempts, True
+        return fails + 1, False
+
+    expected = [outcome(*p) for p in plan]
+    assert [sum(e in c for c in calls) for e in range(len(plan))] == [n for n, _ in expected]
+    assert sorted(e for e, _ in given_up) == [e for e, (_, up) in enumerate(expected) if up]
+    assert all(why == plan[e][1] for e, why in given_up)
+    assert len(pauses) == max(0, len(calls) - 1) and all(0 <= p <= 0.01 * 2**4 for p in pauses)
+    assert all(calls), "never a call with nothing to send"
+    assert calls or not plan

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from agentq.backoff import compute_backoff
+from agentq.backoff import retry_entries
 from agentq.envelope import TENANT_PATTERN
 from worker.inflight import MAX_VISIBILITY_S
 from worker.routes import QueueRoutes
@@ -33,7 +32,7 @@ from worker.sqs.copies import copied_from, marked_copy, send_attributes
 
 MAX_BATCH: Final = 10
 ENTRY_ATTEMPTS: Final = 3  # sends of an entry SQS keeps failing on its side
-ENTRY_BACKOFF_S: Final = 0.05
+ENTRY_BACKOFF_S: Final = 0.025  # pauses below 0.05 s, then 0.1 s
 MAX_DELAY_S: Final = 900  # SendMessage DelaySeconds limit
 
 Op = Literal["send", "delete", "visibility"]
@@ -175,19 +174,13 @@ class SqsBatcher(BatchLoop[_Item]):
         if not group:
             return
         try:
-            pending = group
-            for attempt in range(ENTRY_ATTEMPTS):
-                failures = self._call(op, queue_url, pending)
-                again = [item for item, failure in failures if failure.get("SenderFault") is False]
-                if attempt == ENTRY_ATTEMPTS - 1 or not again:
-                    for item, failure in failures:
-                        self._entry_failed(op, item, failure)
-                    return
-                for item, failure in failures:
-                    if failure.get("SenderFault") is not False:
-                        self._entry_failed(op, item, failure)
-                time.sleep(compute_backoff(attempt, base_s=ENTRY_BACKOFF_S))
-                pending = again
+            failed = retry_entries(lambda pending: self._call(op, queue_url, pending), group,
+                                   retryable=lambda failure: failure.get("SenderFault") is False,
+                                   attempts=ENTRY_ATTEMPTS, base_s=ENTRY_BACKOFF_S)  # fmt: skip
+            for item, failure in failed:
+                item.error = str(failure.get("Code", "Unknown"))
+                logger.warning("sqs batch entry failed", extra={
+                    "op": op, "code": item.error, "detail": failure.get("Message")})  # fmt: skip
         finally:
             for item in group:
                 if op == "delete":
@@ -212,11 +205,6 @@ class SqsBatcher(BatchLoop[_Item]):
                          for n, i in enumerate(group)],
             )  # fmt: skip
         return [(group[int(failure["Id"])], failure) for failure in response.get("Failed", [])]
-
-    def _entry_failed(self, op: str, item: _Item, failure: Mapping[str, Any]) -> None:
-        item.error = str(failure.get("Code", "Unknown"))
-        logger.warning("sqs batch entry failed",
-                       extra={"op": op, "code": item.error, "detail": failure.get("Message")})  # fmt: skip
 
     def _send_copies(self, sends: list[_Item]) -> list[_Item]:
         """Send the requeued copies; what follows for each original: its delete, or its
