@@ -200,7 +200,11 @@ def test_agent_auth_parse_stall_and_step_timeout_end_the_task_for_good(stack: St
     assert auth["payload"]["error"]["category"] == "auth"
     assert auth["payload"]["error"]["retryable"] is False
     assert len(locked_requests) == 1
-    assert not rig.events.of(locked.request_id, "Task Processing Failed")
+    # An attempt that failed before its CLI asked (a loaded host: its lease or start-up
+    # ran out) may precede it; the 401 itself is never retried.
+    earlier = rig.events.of(locked.request_id, "Task Processing Failed")
+    assert all(e["payload"]["error"]["category"] != "auth" for e in earlier), earlier
+    assert auth["attempt"] == len(earlier) + 1, earlier
     assert _state(stack, locked.request_id).state is TaskState.FAILED  # type: ignore[attr-defined]
 
     # Output that breaks the schema is a parse failure, never a result.
