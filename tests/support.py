@@ -16,6 +16,8 @@ from conftest import Stack
 from agentq.resources import SAVE_EVENT_SKIPPED_TYPES
 
 T = TypeVar("T")
+# The longest pause between two polls of a condition (wait_for).
+POLL_PAUSE_MAX_S = 1.0
 
 
 def wait_for(
@@ -26,14 +28,23 @@ def wait_for(
     interval: float = 0.05,
     message: str = "condition",
 ) -> T:
-    """Poll `condition` until it returns a truthy value; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last: T | Literal[False] | None = None
-    while time.monotonic() < deadline:
+    """Poll `condition` until it returns a truthy value; fail after `timeout` seconds.
+
+    The pause between polls starts at `interval` and grows to a tenth of the time waited
+    so far (at most a second): most conditions read the local stack, and a long wait
+    polled every 50 ms spends the CPU that eight test processes on two cores share. A
+    condition still false at the deadline is asked once more.
+    """
+    start = time.monotonic()
+    deadline = start + timeout
+    while True:
         last = condition()
         if last:
             return last
-        time.sleep(interval)
+        now = time.monotonic()
+        if now >= deadline:
+            break
+        time.sleep(min(max(interval, min((now - start) / 10, POLL_PAUSE_MAX_S)), deadline - now))
     raise AssertionError(f"timed out after {timeout}s waiting for {message} (last: {last!r})")
 
 

@@ -114,6 +114,10 @@ def test_job_page_follows_a_running_job_and_task_pages_show_trace_logs_and_text(
                                    timeout=30 * SECOND)  # fmt: skip
 
             # The agent task: its trace (turns, the structured-output tool call) and logs.
+            # The job closed on D's state; its Task Completed event is persisted apart.
+            wait_for(lambda: any(e.get("detailType") == "Task Completed"
+                                 for e in client.events("live-D")),
+                     timeout=30, message="D's Task Completed event persisted")  # fmt: skip
             page.goto(f"{console.base_url}/tasks/live-D")
             page.wait_for_selector("#trace #turns")
             assert "StructuredOutput" in page.inner_text("#tool-calls")
