@@ -106,7 +106,10 @@ def test_a_high_task_sent_while_every_slot_is_busy_takes_the_next_slot_that_free
         stats = worker.stats()
     assert stats is not None
     scheduler = stats["scheduler"]
-    assert scheduler["watchReceives"] >= 1 and scheduler["picks"]["high"] <= 1
+    # The watcher found it; the receive loop picks the watched tier only for a backlog it
+    # believes waits there: a belief the watcher's receive made stale costs an empty pick,
+    # two on a loaded host (a CI run), never one a probe interval through the flood.
+    assert scheduler["watchReceives"] >= 1 and scheduler["picks"]["high"] <= 2, scheduler
     # A drained tier is probed with back-off, and no refresh asks a tier being received.
     assert scheduler["emptyReceives"] < scheduler["receives"] / 2, scheduler
 
