@@ -13,11 +13,10 @@ from urllib.parse import urlsplit
 
 from conftest import Stack
 
+from agentq.local.workers import poll_pause
 from agentq.resources import SAVE_EVENT_SKIPPED_TYPES
 
 T = TypeVar("T")
-# The longest pause between two polls of a condition (wait_for).
-POLL_PAUSE_MAX_S = 1.0
 
 
 def wait_for(
@@ -44,7 +43,7 @@ def wait_for(
         now = time.monotonic()
         if now >= deadline:
             break
-        time.sleep(min(max(interval, min((now - start) / 10, POLL_PAUSE_MAX_S)), deadline - now))
+        time.sleep(min(poll_pause(now - start, interval), deadline - now))
     raise AssertionError(f"timed out after {timeout}s waiting for {message} (last: {last!r})")
 
 

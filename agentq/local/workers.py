@@ -45,6 +45,13 @@ def fast_env(**overrides: str) -> dict[str, str]:
     return env
 
 
+def poll_pause(waited_s: float, first_s: float = 0.05) -> float:
+    """The pause before the next look at a condition waited on for `waited_s`: a tenth
+    of the time waited (from `first_s`, at most a second), so a long wait looks less
+    often; the tests' waits (tests/support.py) pause the same way."""
+    return max(first_s, min(waited_s / 10, 1.0))
+
+
 class WorkerProcess:
     """One ``python -m worker`` process."""
 
@@ -176,8 +183,7 @@ class WorkerProcess:
                 return
             if not self.alive():
                 break
-            # Each look reads the whole log: look less often the longer the wait.
-            time.sleep(min(max(0.05, waited / 10), 1.0))
+            time.sleep(poll_pause(waited))  # each look reads the whole log
         raise AssertionError(f"{self.name} never logged {text!r}:\n{self.output()[-3000:]}")
 
     def __enter__(self) -> WorkerProcess:
