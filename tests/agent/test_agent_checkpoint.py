@@ -108,6 +108,42 @@ def test_a_resumed_store_hands_back_the_restored_session_and_extends_it(tmp_path
     assert saved.turns == 2 and saved.entries == [*_turn(1), *_turn(2)]
 
 
+def test_an_in_attempt_retry_rewinds_to_the_last_checkpointed_turn(tmp_path: Path) -> None:
+    store = TranscriptStore(tmp_path / CHECKPOINT_FILE)
+    prompt = {"type": "user", "message": {"content": "Do it"}}
+
+    async def fail_then_resume() -> tuple[str | None, str | None, list[Any] | None]:
+        await _append(store, KEY, [prompt, *_turn(1, answered=False)])
+        before_any_turn = store.rewind()  # nothing checkpointed: the retry starts afresh
+        for entries in ([prompt], _turn(1), _turn(2), _turn(3, answered=False)):
+            await _append(store, KEY, entries)  # frame by frame, as the SDK mirrors them
+        resumed = store.rewind()  # the model call of turn 3 failed
+        loaded = await store.load(KEY)
+        await _append(store, KEY, _turn(3))
+        return before_any_turn, resumed, loaded
+
+    before_any_turn, resumed, loaded = anyio.run(fail_then_resume)
+    assert before_any_turn is None
+    assert resumed == SESSION
+    # The unanswered call of the failed turn is gone, as another worker's resume drops it.
+    assert loaded == [prompt, *_turn(1), *_turn(2)]
+    saved = read_checkpoint(tmp_path / CHECKPOINT_FILE)
+    assert saved.turns == 3 and saved.entries == [prompt, *_turn(1), *_turn(2), *_turn(3)]
+
+
+def test_a_restored_attempt_that_wrote_nothing_retries_as_it_began(tmp_path: Path) -> None:
+    restored = Checkpoint(session_id=SESSION, turns=1, entries=_turn(1))
+    store = TranscriptStore(tmp_path / CHECKPOINT_FILE, restored)
+
+    async def fail_early() -> tuple[str | None, list[Any] | None]:
+        await _append(store, KEY, _turn(2, answered=False))
+        return store.rewind(), await store.load(KEY)
+
+    resumed, loaded = anyio.run(fail_early)
+    assert resumed is None  # the attempt's own start (restored session, its prompt) again
+    assert loaded == _turn(1)
+
+
 @pytest.mark.parametrize(
     "damage",
     [

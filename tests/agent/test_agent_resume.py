@@ -127,6 +127,38 @@ def test_a_task_killed_at_a_turn_resumes_from_its_checkpoint_on_another_worker(
     assert {t.attempt for t in conversation.turns if t.kind == "assistant"} == {1, 2}
 
 
+def test_a_throttled_model_call_resumes_the_session_inside_the_attempt(stack: Stack) -> None:
+    # Two tries in the child: the 429 at turn 3 ends the first; the second goes on from
+    # the checkpoint of turn 3 instead of asking for the first three turns again.
+    definition = agent_definition(
+        "long",
+        settings={"resume": True, "allowed_tools": ["Bash"], "max_turns": 12,
+                  "retry_attempts": 2},
+    )  # fmt: skip
+    tools = "; ".join(f'tool Bash {{"command": "echo step-{n}"}}' for n in range(1, STEPS + 1))
+    script = f"[[model: key throttled; {tools}; fail 429 x1 turn {KILLED_AT}]]"
+    with agent_rig(stack, [definition], AGENT_CHECKPOINT_INTERVAL="100") as rig:
+        task = rig.send("long", {"text": f"Work through the steps. {script}"})
+        completed = rig.events.wait(task.request_id, "Task Completed")[0]
+        requests = rig.model.requests("throttled")
+        prefix = attempt_prefix("acme", task.request_id, completed["attempt"])
+        summary = rig.s3_text(prefix + "logs/summary.log")
+        trace = json.loads(rig.s3_text(prefix + "traces/session_trace.json"))
+
+    throttled = [r.index for r in requests if r.status == 429]
+    assert len(throttled) == 1
+    before = [r for r in requests if r.index < throttled[0]]
+    after = [r for r in requests if r.index > throttled[0]]
+    assert [r.outcome for r in before] == ["tool_use:Bash"] * KILLED_AT
+    assert after[0].turn == KILLED_AT  # a fresh start would ask at turn 0
+    assert [r.outcome for r in after] == ["tool_use:Bash"] * (STEPS - KILLED_AT) + [
+        "tool_use:StructuredOutput"
+    ]
+    assert completed["attempt"] == 1  # the child's own retry, not the worker's
+    assert f"try 2 resumes the session from its checkpoint ({KILLED_AT} turns)" in summary
+    assert [a["outcome"] for a in trace["attempts"]] == ["rate_limit", "success"]
+
+
 def test_a_corrupt_checkpoint_starts_the_session_afresh_and_says_so(stack: Stack) -> None:
     definition = agent_definition("long", settings={"resume": True, "allowed_tools": ["Bash"]})
     with agent_rig(stack, [definition], AGENT_CHECKPOINT_INTERVAL="100") as rig:

@@ -29,7 +29,8 @@ RESTORE_FILE: Final = "checkpoint/restore.jsonl"
 
 # Appended to the system prompt of a resumed run; RESUME_PROMPT is its first new message.
 RESUME_NOTE: Final = (
-    "This task was interrupted (its worker stopped) and has been resumed from its last "
+    "This task was interrupted (its worker stopped, or a model call failed) and has been "
+    "resumed from its last "
     "checkpoint: the conversation above is what happened before the interruption. A tool "
     "call with side effects that was under way may or may not have taken effect: check "
     "before you repeat it, never repeat it blindly."
@@ -79,7 +80,7 @@ class TranscriptStore:
         self._entries: list[dict[str, Any]] = list(restored.entries) if restored else []
         self.turns = restored.turns if restored else 0
         self.written_turns = self.turns
-        self._written_entries = len(self._entries)
+        self._written_entries = self._started_entries = len(self._entries)
 
     async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
         if key.get("subpath"):
@@ -87,7 +88,7 @@ class TranscriptStore:
         if key.get("session_id") != self.session_id:
             # Another session (an in-attempt retry started afresh): it replaces the old one.
             self.session_id, self._entries = str(key.get("session_id")), []
-            self.turns = self.written_turns = self._written_entries = 0
+            self.turns = self.written_turns = self._written_entries = self._started_entries = 0
         self._entries.extend(cast(list[dict[str, Any]], entries))
         self.turns = completed_turns(self._entries)
         if self.turns > self.written_turns:
@@ -97,6 +98,17 @@ class TranscriptStore:
         if key.get("subpath") or key.get("session_id") != self.session_id:
             return None
         return cast("list[SessionStoreEntry]", list(self._entries)) or None
+
+    def rewind(self) -> str | None:
+        """Back to the last checkpoint written, for an in-attempt retry: the session id it
+        resumes, or None when this attempt has written none (the retry starts as the
+        attempt did). The failed run's unfinished turn is dropped, as another worker's
+        resume would drop it."""
+        del self._entries[self._written_entries :]
+        self.turns = self.written_turns
+        if self.session_id is None or self._written_entries == self._started_entries:
+            return None
+        return self.session_id
 
     def flush(self) -> None:
         """Write what the last write left out: at a session's successful end, its final

@@ -135,8 +135,18 @@ class AgentRun:
         )
 
         async def attempt(number: int) -> ResultMessage:
+            run_prompt, run_opts = prompt, opts
+            resumed = plan.store.rewind() if plan is not None and number > 1 else None
+            if plan is not None and resumed is not None:
+                # A throttled or failed model call costs the turn it was in, not the
+                # conversation: the retry goes on from the last checkpointed turn.
+                run_prompt = RESUME_PROMPT
+                run_opts = session.options(spec, cwd=workspace, recorder=self.recorder,
+                                           stderr=cli_log, store=store, resume=resumed)  # fmt: skip
+                self.log.line(f"try {number} resumes the session from its checkpoint "
+                              f"({plan.store.turns} turns)")  # fmt: skip
             self.recorder.start_attempt(number)
-            result = await session.run_once(prompt, opts, self.recorder)
+            result = await session.run_once(run_prompt, run_opts, self.recorder)
             self.recorder.end_attempt("success")
             return result
 
