@@ -6,11 +6,14 @@ last stored part, after a line saying where they start, so a turn costs one PUT 
 changed. Every SNAPSHOT_EVERY-th part, and the first of a new session, holds the whole
 transcript, so a reader needs a HEAD per snapshot and at most SNAPSHOT_EVERY GETs. At
 the attempt's end the whole checkpoint is also put at `checkpoint_key` (one GET for a
-continuation and the views). `read_attempt` reads either back, joined and checked.
+continuation and the views), naming the last part it covers: a re-run of the attempt
+(given back at a drain) numbers its parts from the next snapshot, and those win over it.
+`read_attempt` reads either back, joined and checked.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Iterable
@@ -138,10 +141,34 @@ def join_parts(parts: Iterable[Part]) -> bytes:
     return _whole(session, turns, lines)
 
 
-def _whole(session_id: str, turns: int, lines: list[bytes]) -> bytes:
-    header = {"agentq_checkpoint": FORMAT, "session_id": session_id, "turns": turns,
-              "entries": len(lines)}  # fmt: skip
+def encode_whole(part: Part, *, parts: int) -> bytes:
+    """The whole checkpoint of `part` (from entry 0), naming `parts`: the number of the
+    last part its attempt had stored, after which a newer part would supersede it."""
+    return _whole(part.session_id, part.turns, part.lines, parts=parts)
+
+
+def next_snapshot(after: int) -> int:
+    """The first snapshot number past part `after`: where a re-run of the attempt (given
+    back at a drain, its number kept) starts its own parts."""
+    return 1 + SNAPSHOT_EVERY * -(-after // SNAPSHOT_EVERY)
+
+
+def _whole(session_id: str, turns: int, lines: list[bytes], parts: int | None = None) -> bytes:
+    header: dict[str, Any] = {"agentq_checkpoint": FORMAT, "session_id": session_id,
+                              "turns": turns, "entries": len(lines)}  # fmt: skip
+    if parts is not None:
+        header["parts"] = parts
     return b"\n".join([json.dumps(header).encode(), *lines]) + b"\n"
+
+
+def _parts_covered(data: bytes) -> int | None:
+    """The `parts` a whole checkpoint's header names (None: an older one, or unreadable)."""
+    try:
+        parts = json.loads(data.partition(b"\n")[0]).get("parts")
+    except (ValueError, AttributeError):
+        return None
+    return parts if isinstance(parts, int) and not isinstance(parts, bool) and parts >= 0 \
+        else None  # fmt: skip
 
 
 def _header(line: bytes, marker: str) -> dict[str, Any]:
@@ -175,6 +202,7 @@ class Stored:
     data: bytes
     whole: bool
     size: int | None = None
+    parts: int | None = None  # the number of the last part it holds or covers
 
 
 def fetch(s3: Any, bucket: str, key: str, *, limit: int) -> Stored | None:
@@ -198,13 +226,19 @@ def read_attempt(
     limit: int = MAX_CHECKPOINT_BYTES,
 ) -> Stored | None:  # fmt: skip
     """The attempt's checkpoint: its whole object, else joined from its parts; None when
-    it left none. Raises `CheckpointError` for parts that do not join, and S3's errors."""
+    it left none. Raises `CheckpointError` for parts that do not join, and S3's errors.
+
+    A whole one names the parts it covers; parts past them (a re-run of the attempt, given
+    back at a drain, that was killed before it put its own whole) are newer and win: one
+    HEAD tells."""
     whole = fetch(s3, bucket, checkpoint_key(tenant, request_id, attempt), limit=limit)
-    if whole is not None:
+    covered = None if whole is None else _parts_covered(whole.data)
+    if whole is not None and covered is None:
         return whole
-    start = _last_snapshot(s3, bucket, tenant, request_id, attempt)
+    first = 1 if covered is None else next_snapshot(covered)
+    start = _last_snapshot(s3, bucket, tenant, request_id, attempt, first=first)
     if start is None:
-        return None
+        return None if whole is None else dataclasses.replace(whole, parts=covered)
     parts, size, number = [], 0, start
     while (found := fetch(s3, bucket, part_key(tenant, request_id, attempt, number),
                           limit=MAX_CHECKPOINT_BYTES)) is not None:  # fmt: skip
@@ -214,16 +248,19 @@ def read_attempt(
         size = (0 if part.first_entry == 0 else size) + len(found.data)
         parts.append(part)
         if size > limit:
-            return Stored(join_parts(parts)[:limit], whole=False)
+            return Stored(join_parts(parts)[:limit], whole=False, parts=number)
         number += 1
-    return Stored(join_parts(parts), whole=True)
+    return Stored(join_parts(parts), whole=True, parts=number - 1)
 
 
-def _last_snapshot(s3: Any, bucket: str, tenant: str, request_id: str, attempt: int) -> int | None:
-    """The number of the newest snapshot part, found by HEADs (None: no part at all)."""
+def _last_snapshot(
+    s3: Any, bucket: str, tenant: str, request_id: str, attempt: int, *, first: int = 1
+) -> int | None:
+    """The number of the newest snapshot part from `first` on, found by HEADs (None:
+    no part there)."""
     from botocore.exceptions import ClientError
 
-    last, number = None, 1
+    last, number = None, first
     while True:
         try:
             s3.head_object(Bucket=bucket, Key=part_key(tenant, request_id, attempt, number))

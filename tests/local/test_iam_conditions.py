@@ -290,7 +290,7 @@ def test_iam_enforced_the_worker_finds_an_earlier_attempts_checkpoint_past_a_403
     offered = restore(worker, resources.bucket, tenant="acme", request_id="r-ckpt", attempt=2,
                       task_dir=tmp_path)  # fmt: skip
 
-    assert offered == {"from_attempt": 1}
+    assert offered == {"from_attempt": 1, "parts": 0}
 
 
 def test_iam_enforced_the_worker_joins_a_killed_attempts_parts_past_403s(
@@ -316,6 +316,6 @@ def test_iam_enforced_the_worker_joins_a_killed_attempts_parts_past_403s(
     offered = restore(worker, resources.bucket, tenant="acme", request_id="r-parts", attempt=2,
                       task_dir=tmp_path)  # fmt: skip
 
-    assert offered == {"from_attempt": 1}
+    assert offered == {"from_attempt": 1, "parts": 2}
     restored = (tmp_path / RESTORE_FILE).read_bytes().splitlines()
     assert restored[1:] == [b'{"n": 0}', b'{"n": 1}']

@@ -24,6 +24,7 @@ from agentq.checkpoints import (
     decode_part,
     encode,
     encode_part,
+    next_snapshot,
     part_key,
     read_attempt,
 )
@@ -86,12 +87,12 @@ def test_a_retry_reads_the_newest_checkpoint_at_or_below_its_attempt(
     # Another tenant's task of the same id is never read.
     _put(stack, checkpoint_key("zeta", "r-1", 2), _checkpoint(9))
 
-    assert _restore(stack, 2, tmp_path / "a2") == {"from_attempt": 1}
+    assert _restore(stack, 2, tmp_path / "a2") == {"from_attempt": 1, "parts": 0}
     assert decode((tmp_path / "a2" / RESTORE_FILE).read_bytes()).turns == 1
-    assert _restore(stack, 5, tmp_path / "a5") == {"from_attempt": 3}
+    assert _restore(stack, 5, tmp_path / "a5") == {"from_attempt": 3, "parts": 0}
     assert decode((tmp_path / "a5" / RESTORE_FILE).read_bytes()).turns == 3
     # An attempt given back at a drain keeps its number: its own checkpoint is its resume.
-    assert _restore(stack, 3, tmp_path / "a3") == {"from_attempt": 3}
+    assert _restore(stack, 3, tmp_path / "a3") == {"from_attempt": 3, "parts": 0}
 
 
 def test_no_checkpoint_is_no_resume(inproc_stack: Stack, tmp_path: Path) -> None:
@@ -134,11 +135,14 @@ def test_a_checkpoint_s3_keeps_refusing_is_a_fresh_start_not_a_failure(
     assert not (tmp_path / RESTORE_FILE).exists()
 
 
-def _uploader(stack: Stack, task_dir: Path, allowed: list[bool], s3: Any = None) -> Any:
+def _uploader(
+    stack: Stack, task_dir: Path, allowed: list[bool], s3: Any = None, first_part: int = 1
+) -> Any:
     lease = Lease(request_id="r-1", tenant="acme", token="t", worker_id="w", attempt=1,
                   effective_until_ms=0)  # fmt: skip
     return CheckpointUploader(s3 or stack.s3, stack.resources.bucket, lease, task_dir,
-                              interval_s=3600, allowed=lambda: allowed[0])  # fmt: skip
+                              interval_s=3600, allowed=lambda: allowed[0],
+                              first_part=first_part)  # fmt: skip
 
 
 def _write(task_dir: Path, data: bytes) -> None:
@@ -281,7 +285,7 @@ def test_parts_that_do_not_join_are_a_fresh_start(inproc_stack: Stack, tmp_path:
     assert not (tmp_path / RESTORE_FILE).exists()
 
 
-def test_stopping_puts_the_whole_checkpoint_a_retry_reads_in_one_request(
+def test_stopping_puts_the_whole_checkpoint_a_retry_reads_in_one_get(
     inproc_stack: Stack, tmp_path: Path
 ) -> None:
     uploader = _uploader(inproc_stack, tmp_path, [True]).start()
@@ -289,13 +293,47 @@ def test_stopping_puts_the_whole_checkpoint_a_retry_reads_in_one_request(
     uploader.stop()
     assert uploader.final_key == checkpoint_key("acme", "r-1", 1)
     counted = _Counted(inproc_stack.s3)
-    assert _restore(inproc_stack, 2, tmp_path, s3=counted) == {"from_attempt": 1}
+    assert _restore(inproc_stack, 2, tmp_path, s3=counted) == {"from_attempt": 1, "parts": 0}
     assert counted.calls == [
         "GET attempt-2/checkpoint/session.jsonl",  # attempt 2 left nothing
         "HEAD attempt-2/checkpoint/part-000001.jsonl",
         "GET attempt-1/checkpoint/session.jsonl",  # attempt 1's whole checkpoint
+        "HEAD attempt-1/checkpoint/part-000001.jsonl",  # no re-run's part past it
     ]
-    assert (tmp_path / RESTORE_FILE).read_bytes() == _checkpoint(3, "t", entries=3)
+    assert decode((tmp_path / RESTORE_FILE).read_bytes()) == decode(_checkpoint(3, "t", entries=3))
+
+
+def test_a_drained_attempts_re_run_numbers_its_parts_past_the_first_runs_and_they_win(
+    inproc_stack: Stack, tmp_path: Path
+) -> None:
+    # Run 1 of attempt 1 uploads two parts, then a drain stops it: its whole checkpoint.
+    stack = inproc_stack
+    first = _uploader(stack, tmp_path / "run1", [True])
+    for entries in (1, 2):
+        _write(tmp_path / "run1", _checkpoint(entries, "t", entries=entries))
+        assert first.sync()
+    _write(tmp_path / "run1", _checkpoint(3, "t", entries=3))
+    first.stop()
+    # The attempt kept its number: the re-run restores its own checkpoint and goes on
+    # numbering at the next snapshot, past the parts the whole one covers.
+    offered = _restore(stack, 1, tmp_path / "run2")
+    assert offered == {"from_attempt": 1, "parts": 2}
+    assert next_snapshot(offered["parts"]) == SNAPSHOT_EVERY + 1
+    second = _uploader(stack, tmp_path / "run2", [True], first_part=next_snapshot(2))
+    for entries in (4, 5):
+        _write(tmp_path / "run2", _checkpoint(entries, "t", entries=entries))
+        assert second.sync()
+    # Killed before it could put its own whole checkpoint: its parts are the resume point.
+    found = read_attempt(stack.s3, stack.resources.bucket, "acme", "r-1", 1)
+    assert found is not None and decode(found.data) == decode(_checkpoint(5, "t", entries=5))
+    assert found.parts == SNAPSHOT_EVERY + 2
+    assert _part(stack, SNAPSHOT_EVERY + 1).first_entry == 0  # the re-run's first is whole
+    assert [_part(stack, n).turns for n in (1, 2)] == [1, 2]  # run 1's parts untouched
+    # Stopped, the re-run's whole checkpoint names its own parts and is read again.
+    second.stop()
+    again = read_attempt(stack.s3, stack.resources.bucket, "acme", "r-1", 1)
+    assert again is not None and again.parts == SNAPSHOT_EVERY + 2
+    assert decode(again.data).turns == 5
 
 
 def test_the_uploaded_transcript_is_scrubbed_of_the_workers_secrets(

@@ -29,6 +29,7 @@ from agentq.checkpoints import (
     CheckpointError,
     Part,
     encode_part,
+    encode_whole,
     fetch,
     is_snapshot,
     part_key,
@@ -57,8 +58,10 @@ def restore(
 ) -> dict[str, Any] | None:
     """Fetch the newest checkpoint at or below `attempt` into the task dir.
 
-    Returns what the child is told (task.json's `resume`): `{"from_attempt": n}` with the
-    file in place, `{"unreadable": why}`, or None when no attempt left one.
+    Returns what the child is told (task.json's `resume`): `{"from_attempt": n, "parts":
+    p}` with the file in place (`parts`: the last part number it holds or covers, where a
+    re-run of the same attempt goes on numbering), `{"unreadable": why}`, or None when no
+    attempt left one.
     """
     for earlier in range(attempt, 0, -1):
         try:
@@ -73,7 +76,7 @@ def restore(
         if not stored.whole:
             return {"unreadable": f"checkpoint of attempt {earlier} is too large"}
         _place(task_dir, stored.data)
-        return {"from_attempt": earlier}
+        return {"from_attempt": earlier, "parts": stored.parts or 0}
     return None
 
 
@@ -137,6 +140,7 @@ class CheckpointUploader:
         *,
         interval_s: float,
         allowed: Callable[[], bool],
+        first_part: int = 1,
     ) -> None:
         self._s3, self._bucket, self._lease = s3, bucket, lease
         self._task_dir = task_dir
@@ -144,7 +148,9 @@ class CheckpointUploader:
         self._allowed = allowed
         self._stopped = threading.Event()
         self._last: tuple[int, int] | None = None
-        self._next_part = 1
+        # Past the parts of an earlier run of this attempt (restored from, given back at a
+        # drain), at a snapshot number: its whole checkpoint names the parts it covers.
+        self._next_part = first_part
         # The session and entry lines the stored parts hold, and a digest of those lines.
         self._stored: tuple[str, int, bytes] | None = None
         self._final: str | None = None
@@ -168,7 +174,7 @@ class CheckpointUploader:
         if whole is None:
             return  # never named as the final checkpoint
         key = checkpoint_key(self._lease.tenant, self._lease.request_id, self._lease.attempt)
-        if self._put(key, read[1]):
+        if self._put(key, encode_whole(whole, parts=self._next_part - 1)):
             self._final = key
         else:
             self._send(read[0], whole)
