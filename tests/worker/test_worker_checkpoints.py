@@ -177,6 +177,29 @@ def test_the_uploader_sends_only_a_changed_checkpoint(inproc_stack: Stack, tmp_p
     assert decode(_stored(inproc_stack)).turns == 2
 
 
+def test_the_uploader_waits_its_interval_between_passes(
+    inproc_stack: Stack, tmp_path: Path
+) -> None:
+    # Each turn rewrites the file; however fast turns come, one pass per interval uploads.
+    waits: list[float] = []
+
+    def pause(interval_s: float) -> bool:
+        waits.append(interval_s)
+        for _ in range(3):  # three turns while the uploader waits
+            _write(tmp_path, _checkpoint(len(waits) * 3, "t", entries=len(waits) * 3))
+        return len(waits) > 2  # stopped after the second pass
+
+    lease = Lease(request_id="r-1", tenant="acme", token="t", worker_id="w", attempt=1,
+                  effective_until_ms=0)  # fmt: skip
+    uploader = CheckpointUploader(inproc_stack.s3, inproc_stack.resources.bucket, lease,
+                                  tmp_path, interval_s=2.5, allowed=lambda: True,
+                                  pause=pause).start()  # fmt: skip
+    uploader.stop()
+    assert waits == [2.5, 2.5, 2.5]
+    assert uploader.uploads == 2  # a part a pass, not a part a turn
+    assert [_part(inproc_stack, n).turns for n in (1, 2)] == [3, 6]
+
+
 def test_each_part_holds_only_the_entries_added_since_the_last(
     inproc_stack: Stack, tmp_path: Path
 ) -> None:

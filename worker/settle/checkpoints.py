@@ -141,12 +141,15 @@ class CheckpointUploader:
         interval_s: float,
         allowed: Callable[[], bool],
         first_part: int = 1,
+        pause: Callable[[float], bool] | None = None,
     ) -> None:
         self._s3, self._bucket, self._lease = s3, bucket, lease
         self._task_dir = task_dir
         self._interval_s = interval_s
         self._allowed = allowed
         self._stopped = threading.Event()
+        # Waits between passes, True once stopped (a test drives the passes through it).
+        self._pause = pause or self._stopped.wait
         self._last: tuple[int, int] | None = None
         # Past the parts of an earlier run of this attempt (restored from, given back at a
         # drain), at a snapshot number: its whole checkpoint names the parts it covers.
@@ -186,7 +189,7 @@ class CheckpointUploader:
         return self._final
 
     def _loop(self) -> None:
-        while not self._stopped.wait(self._interval_s):
+        while not self._pause(self._interval_s):
             self.sync()
 
     def sync(self) -> bool:
