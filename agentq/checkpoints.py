@@ -6,8 +6,9 @@ last stored part, after a line saying where they start, so a turn costs one PUT 
 changed. Every SNAPSHOT_EVERY-th part, and the first of a new session, holds the whole
 transcript, so a reader needs a HEAD per snapshot and at most SNAPSHOT_EVERY GETs. At
 the attempt's end the whole checkpoint is also put at `checkpoint_key` (one GET for a
-continuation and the views), naming the last part it covers: a re-run of the attempt
-(given back at a drain) numbers its parts from the next snapshot, and those win over it.
+continuation and the views), naming the last part it covers: an attempt run again (an
+operator's retry or a redrive restarts the count) numbers its parts from the next
+snapshot, and those win over it.
 `read_attempt` reads either back, joined and checked.
 """
 
@@ -148,8 +149,8 @@ def encode_whole(part: Part, *, parts: int) -> bytes:
 
 
 def next_snapshot(after: int) -> int:
-    """The first snapshot number past part `after`: where a re-run of the attempt (given
-    back at a drain, its number kept) starts its own parts."""
+    """The first snapshot number past part `after`: where a new run of the attempt (after
+    an operator's retry or a redrive) starts its own parts."""
     return 1 + SNAPSHOT_EVERY * -(-after // SNAPSHOT_EVERY)
 
 
@@ -228,9 +229,9 @@ def read_attempt(
     """The attempt's checkpoint: its whole object, else joined from its parts; None when
     it left none. Raises `CheckpointError` for parts that do not join, and S3's errors.
 
-    A whole one names the parts it covers; parts past them (a re-run of the attempt, given
-    back at a drain, that was killed before it put its own whole) are newer and win: one
-    HEAD tells."""
+    A whole one names the parts it covers; parts past them (a new run of the attempt after
+    an operator's retry, killed before it put its own whole) are newer and win: one HEAD
+    tells."""
     whole = fetch(s3, bucket, checkpoint_key(tenant, request_id, attempt), limit=limit)
     covered = None if whole is None else _parts_covered(whole.data)
     if whole is not None and covered is None:

@@ -91,7 +91,7 @@ def test_task_code_gets_the_attempt_and_lease_token_as_its_fencing_token(stack: 
     )
     lease = parts.store.acquire(envelope, worker_id="w1", lease_seconds=30, max_attempts=3)
     definition = parts.handler._preparer._registry.get("sample-echo")
-    task_dir = parts.handler._write_task(envelope, definition, lease)
+    task_dir, _ = parts.handler._write_task(envelope, definition, lease)
     ctx = load_context(task_dir)
     assert (ctx.attempt, ctx.lease_token) == (1, lease.token)
     assert ctx.fencing_token == f"1:{lease.token}"

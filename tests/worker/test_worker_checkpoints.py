@@ -91,7 +91,7 @@ def test_a_retry_reads_the_newest_checkpoint_at_or_below_its_attempt(
     assert decode((tmp_path / "a2" / RESTORE_FILE).read_bytes()).turns == 1
     assert _restore(stack, 5, tmp_path / "a5") == {"from_attempt": 3, "parts": 0}
     assert decode((tmp_path / "a5" / RESTORE_FILE).read_bytes()).turns == 3
-    # An attempt given back at a drain keeps its number: its own checkpoint is its resume.
+    # Attempt 3 run again (an operator's retry restarts the count): its own checkpoint.
     assert _restore(stack, 3, tmp_path / "a3") == {"from_attempt": 3, "parts": 0}
 
 
@@ -321,15 +321,15 @@ def test_stopping_puts_the_whole_checkpoint_a_retry_reads_in_one_get(
         "GET attempt-2/checkpoint/session.jsonl",  # attempt 2 left nothing
         "HEAD attempt-2/checkpoint/part-000001.jsonl",
         "GET attempt-1/checkpoint/session.jsonl",  # attempt 1's whole checkpoint
-        "HEAD attempt-1/checkpoint/part-000001.jsonl",  # no re-run's part past it
+        "HEAD attempt-1/checkpoint/part-000001.jsonl",  # no later run's part past it
     ]
     assert decode((tmp_path / RESTORE_FILE).read_bytes()) == decode(_checkpoint(3, "t", entries=3))
 
 
-def test_a_drained_attempts_re_run_numbers_its_parts_past_the_first_runs_and_they_win(
+def test_an_attempt_run_again_numbers_its_parts_past_the_first_runs_and_they_win(
     inproc_stack: Stack, tmp_path: Path
 ) -> None:
-    # Run 1 of attempt 1 uploads two parts, then a drain stops it: its whole checkpoint.
+    # Run 1 of attempt 1 uploads two parts, then ends: its whole checkpoint.
     stack = inproc_stack
     first = _uploader(stack, tmp_path / "run1", [True])
     for entries in (1, 2):
@@ -337,7 +337,7 @@ def test_a_drained_attempts_re_run_numbers_its_parts_past_the_first_runs_and_the
         assert first.sync()
     _write(tmp_path / "run1", _checkpoint(3, "t", entries=3))
     first.stop()
-    # The attempt kept its number: the re-run restores its own checkpoint and goes on
+    # An operator's retry runs attempt 1 again: it restores its own checkpoint and goes on
     # numbering at the next snapshot, past the parts the whole one covers.
     offered = _restore(stack, 1, tmp_path / "run2")
     assert offered == {"from_attempt": 1, "parts": 2}
@@ -350,9 +350,9 @@ def test_a_drained_attempts_re_run_numbers_its_parts_past_the_first_runs_and_the
     found = read_attempt(stack.s3, stack.resources.bucket, "acme", "r-1", 1)
     assert found is not None and decode(found.data) == decode(_checkpoint(5, "t", entries=5))
     assert found.parts == SNAPSHOT_EVERY + 2
-    assert _part(stack, SNAPSHOT_EVERY + 1).first_entry == 0  # the re-run's first is whole
+    assert _part(stack, SNAPSHOT_EVERY + 1).first_entry == 0  # the new run's first is whole
     assert [_part(stack, n).turns for n in (1, 2)] == [1, 2]  # run 1's parts untouched
-    # Stopped, the re-run's whole checkpoint names its own parts and is read again.
+    # Stopped, the new run's whole checkpoint names its own parts and is read again.
     second.stop()
     again = read_attempt(stack.s3, stack.resources.bucket, "acme", "r-1", 1)
     assert again is not None and again.parts == SNAPSHOT_EVERY + 2

@@ -60,7 +60,7 @@ def restore(
 
     Returns what the child is told (task.json's `resume`): `{"from_attempt": n, "parts":
     p}` with the file in place (`parts`: the last part number it holds or covers, where a
-    re-run of the same attempt goes on numbering), `{"unreadable": why}`, or None when no
+    new run of the same attempt number goes on numbering), `{"unreadable": why}`, or None when no
     attempt left one.
     """
     for earlier in range(attempt, 0, -1):
@@ -151,8 +151,8 @@ class CheckpointUploader:
         # Waits between passes, True once stopped (a test drives the passes through it).
         self._pause = pause or self._stopped.wait
         self._last: tuple[int, int] | None = None
-        # Past the parts of an earlier run of this attempt (restored from, given back at a
-        # drain), at a snapshot number: its whole checkpoint names the parts it covers.
+        # Past the parts of an earlier run of this attempt number (an operator's retry
+        # restarts the count), at a snapshot number: its whole one names the parts it covers.
         self._next_part = first_part
         # The session and entry lines the stored parts hold, and a digest of those lines.
         self._stored: tuple[str, int, bytes] | None = None

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentq.checkpoints import next_snapshot
 from agentq.config import Settings
 from agentq.continuation import transcripts_off_reason
 from agentq.definitions import DefinitionRegistry, TaskDefinition
@@ -246,8 +247,10 @@ class MessageHandler:
             # Anything raised from here on leaves the message unsettled: SQS redelivers it
             # once the lease has expired, and the STATE item counts the attempt.
             stored = self._transcripts_stored(envelope, definition)
-            task_dir = self._write_task(envelope, definition, lease, stored)
-            uploader = self._checkpoints(definition, lease, task_dir, entry) if stored else None
+            task_dir, offered = self._write_task(envelope, definition, lease, stored)
+            uploader = (
+                self._checkpoints(definition, lease, task_dir, entry, offered) if stored else None
+            )
             try:
                 child = self._run_child(ready, task_dir, envelope, tier)
             finally:
@@ -306,15 +309,19 @@ class MessageHandler:
         )
 
     def _checkpoints(
-        self, definition: TaskDefinition, lease: Lease, task_dir: Path, entry: InFlight
-    ) -> CheckpointUploader | None:
+        self, definition: TaskDefinition, lease: Lease, task_dir: Path, entry: InFlight,
+        offered: Mapping[str, Any] | None,
+    ) -> CheckpointUploader | None:  # fmt: skip
         """The uploader of a resumable agent task's session checkpoints (None otherwise)."""
         if not resumable(definition.kind, definition.settings):
             return None
+        rerun = offered is not None and offered.get("from_attempt") == lease.attempt
         return CheckpointUploader(
             self._s3, self._bucket, lease, task_dir,
             interval_s=self._settings.checkpoint_interval_ms / 1000,
             allowed=lambda: entry.stop.reason != "lease_lost",
+            # Attempt n run again (an operator's retry): its parts follow the earlier run's.
+            first_part=next_snapshot(int(offered.get("parts") or 0)) if offered and rerun else 1,
         ).start()  # fmt: skip
 
     def _transcripts_stored(self, envelope: TaskEnvelope, definition: TaskDefinition) -> bool:
@@ -327,7 +334,8 @@ class MessageHandler:
 
     def _write_task(
         self, envelope: TaskEnvelope, definition: TaskDefinition, lease: Lease, stored: bool = True
-    ) -> Path:
+    ) -> tuple[Path, Mapping[str, Any] | None]:
+        """The task dir with its task.json, and what the child is offered to resume from."""
         task_dir = Path(
             tempfile.mkdtemp(prefix=f"agentq-{envelope.request_id[:40]}-",
                              dir=self._settings.work_dir)
@@ -363,7 +371,8 @@ class MessageHandler:
         (task_dir / TASK_FILE).write_text(json.dumps(task))
         if self._child_user is not None:
             self._child_user.hand_over(task_dir)
-        return task_dir
+        resume = task.get("resume")
+        return task_dir, resume if isinstance(resume, dict) else None
 
     def _not_continued(self, tenant: str) -> dict[str, Any]:
         if self._preparer.transcripts(tenant) is None:
