@@ -127,6 +127,45 @@ def test_a_task_killed_at_a_turn_resumes_from_its_checkpoint_on_another_worker(
     assert {t.attempt for t in conversation.turns if t.kind == "assistant"} == {1, 2}
 
 
+def test_a_step_deadline_and_a_drain_each_end_an_attempt_that_the_next_resumes(
+    stack: Stack,
+) -> None:
+    # "slow" runs out its step deadline stalled at turn 2 (one try an attempt): attempt 2
+    # resumes. "long" is stalled at turn 2 when its worker drains: the drain stops and
+    # releases it, and attempt 2 resumes on another worker. Each from turn 2, not turn 0.
+    common = {"resume": True, "allowed_tools": ["Bash"], "max_turns": 12, "retry_attempts": 1}
+    definitions = [
+        agent_definition("slow", max_attempts=3, settings={**common, "step_timeout_s": 20}),
+        agent_definition("long", max_attempts=3, settings=common),
+    ]
+    tools = "; ".join(f'tool Bash {{"command": "echo step-{n}"}}' for n in range(1, 4))
+    with agent_rig(stack, definitions, AGENT_CHECKPOINT_INTERVAL="100",
+                   DRAIN_TIMEOUT="1000") as rig:  # fmt: skip
+        slow = rig.send("slow", {"text": f"Steps. [[model: key slow; {tools}; stall x1 turn 2]]"})
+        long = rig.send("long", {"text": f"Steps. [[model: key long; {tools}; stall x1 turn 2]]"})
+        slow_done = rig.events.wait(slow.request_id, "Task Completed", timeout=180)[0]
+        wait_for(lambda: _checkpoint_turns(stack, long.request_id, 1) == 2
+                 and rig.model.requests("long")[-1].outcome == "stall",
+                 timeout=60, message="long checkpointed at turn 2, waiting on its model")  # fmt: skip
+        rig.worker.stop(timeout=60)  # a drain: the stalled task is stopped and released
+        rig.another_worker("agent-worker-2")
+        long_done = rig.events.wait(long.request_id, "Task Completed", timeout=180)[0]
+        ended = {t.request_id: rig.events.of(t.request_id, "Task Processing Failed")
+                 for t in (slow, long)}  # fmt: skip
+        requests = {key: rig.model.requests(key) for key in ("slow", "long")}
+
+    for key, done in (("slow", slow_done), ("long", long_done)):
+        stall = next(r.index for r in requests[key] if r.outcome == "stall")
+        after = [r for r in requests[key] if r.index > stall]
+        assert after[0].turn == 2, key  # a fresh start would ask at turn 0
+        assert done["attempt"] == 2
+        assert done["payload"]["resume"] == {"status": "resumed", "from_attempt": 1, "turns": 2}
+    (timed_out,) = ended[slow.request_id]
+    assert timed_out["payload"]["error"]["category"] == "timeout"
+    (released,) = ended[long.request_id]
+    assert released["payload"]["error"]["exception_type"] == "WorkerShutdown"
+
+
 def test_a_throttled_model_call_resumes_the_session_inside_the_attempt(stack: Stack) -> None:
     # Two tries in the child: the 429 at turn 3 ends the first; the second goes on from
     # the checkpoint of turn 3 instead of asking for the first three turns again.
