@@ -28,6 +28,11 @@ STEPS = 5
 KILLED_AT = 3  # the turn attempt 1 stalls at, its first three done and checkpointed
 
 
+def _bash_steps(count: int) -> str:
+    """Model directives: a Bash call a turn, `echo step-1` to `echo step-{count}`."""
+    return "; ".join(f'tool Bash {{"command": "echo step-{n}"}}' for n in range(1, count + 1))
+
+
 def _checkpoint_turns(stack: Stack, request_id: str, attempt: int) -> int:
     """Turns in the attempt's checkpoint as a retry reads it (-1: none yet)."""
     found = read_attempt(stack.s3, stack.resources.bucket, "acme", request_id, attempt)
@@ -51,7 +56,7 @@ def test_a_task_killed_at_a_turn_resumes_from_its_checkpoint_on_another_worker(
         settings={"resume": True, "allowed_tools": ["Bash"], "max_turns": 12,
                   "retry_attempts": 1},
     )  # fmt: skip
-    tools = "; ".join(f'tool Bash {{"command": "echo step-{n}"}}' for n in range(1, STEPS + 1))
+    tools = _bash_steps(STEPS)
     # Each answer takes 0.7 s, many upload passes: each turn's entries go up as a part of
     # their own even where the worker's uploader thread waits for a loaded CPU.
     script = f"[[model: key resume; {tools}; stall x1 turn {KILLED_AT}; delay 700ms]]"
@@ -138,7 +143,7 @@ def test_a_step_deadline_and_a_drain_each_end_an_attempt_that_the_next_resumes(
         agent_definition("slow", max_attempts=3, settings={**common, "step_timeout_s": 20}),
         agent_definition("long", max_attempts=3, settings=common),
     ]
-    tools = "; ".join(f'tool Bash {{"command": "echo step-{n}"}}' for n in range(1, 4))
+    tools = _bash_steps(3)
     with agent_rig(stack, definitions, AGENT_CHECKPOINT_INTERVAL="100",
                    DRAIN_TIMEOUT="1000") as rig:  # fmt: skip
         slow = rig.send("slow", {"text": f"Steps. [[model: key slow; {tools}; stall x1 turn 2]]"})
@@ -174,7 +179,7 @@ def test_a_throttled_model_call_resumes_the_session_inside_the_attempt(stack: St
         settings={"resume": True, "allowed_tools": ["Bash"], "max_turns": 12,
                   "retry_attempts": 2},
     )  # fmt: skip
-    tools = "; ".join(f'tool Bash {{"command": "echo step-{n}"}}' for n in range(1, STEPS + 1))
+    tools = _bash_steps(STEPS)
     script = f"[[model: key throttled; {tools}; fail 429 x1 turn {KILLED_AT}]]"
     with agent_rig(stack, [definition], AGENT_CHECKPOINT_INTERVAL="100") as rig:
         task = rig.send("long", {"text": f"Work through the steps. {script}"})
