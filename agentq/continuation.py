@@ -55,7 +55,7 @@ def source_checkpoint(record: TaskRecord | None, source_id: str) -> tuple[str, s
     if not isinstance(stored, Mapping) or not isinstance(stored.get("key"), str):
         raise ContinueRefused(
             f"task {source_id} left no session checkpoint to continue from: only an agent "
-            "task whose definition has resume: true keeps its session"
+            "task with resume on (its definition's resume: true, or its own) keeps its session"
         )
     key, bucket = str(stored["key"]), stored.get("bucket")
     winner = _winning_prefix(record)

@@ -155,6 +155,9 @@ class TaskEnvelope:
     # final agent session this one starts from, and the follow-up, its next user turn.
     continues: str | None = None
     prompt: str | None = None
+    # Resume on retry for this task alone (body field `resume`), over its agent
+    # definition's `resume`; None: the definition decides (agentq.resume).
+    resume: bool | None = None
 
     def __post_init__(self) -> None:
         validate_request_id(self.request_id)
@@ -174,6 +177,8 @@ class TaskEnvelope:
             raise InvalidInput("submittedAt", "must be epoch milliseconds up to the year 9999")
         if self.not_before_ms is not None and not 0 <= self.not_before_ms <= MAX_EPOCH_MS:
             raise InvalidInput("notBefore", "must be epoch milliseconds up to the year 9999")
+        if self.resume is not None and not isinstance(self.resume, bool):
+            raise InvalidInput("resume", f"must be true or false, got {shown(self.resume)}")
         self._check_continuation()
         # The input is kept on the STATE item (under its envelope) and sent in events.
         check_storable(self.input, name="input", depth=2)
@@ -221,6 +226,8 @@ class TaskEnvelope:
             data["priority"] = self.priority
         if self.continues is not None:
             data.update(continues=self.continues, prompt=self.prompt)
+        if self.resume is not None:
+            data["resume"] = self.resume
         return data
 
     def send_fields(self) -> dict[str, Any]:
@@ -274,6 +281,7 @@ class TaskEnvelope:
             priority=data.get("priority"),
             continues=data.get("continues"),
             prompt=data.get("prompt"),
+            resume=data.get("resume"),
         )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Final, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from agentq.envelope import DEFINITION_PATTERN, PRIORITY_PATTERN
 from agentq.errors import InvalidInput
@@ -93,6 +93,11 @@ class TaskIn(BaseModel):
         default=None, min_length=1, max_length=100_000,
         description="the follow-up: the next user turn of the session `continues` names",
     )  # fmt: skip
+    resume: StrictBool | None = Field(
+        default=None,
+        description="an agent task: resume its session on a retry (true) or not (false), "
+        "whatever its definition's resume (default: the definition decides)",
+    )
 
 
 Tasks = Annotated[dict[TaskKey, TaskIn], AfterValidator(_some_tasks)]

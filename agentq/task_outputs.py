@@ -20,6 +20,7 @@ from agentq.errors import NoOutputYet, NotFound
 from agentq.jobs import ResultReader
 from agentq.jobs.results import RESULT_FILE, artifacts_pointer
 from agentq.json_text import decode_lenient
+from agentq.resume import override_of
 from agentq.store import TaskRecord
 from agentq.store.keys import attempt_prefix
 
@@ -92,7 +93,8 @@ class TaskOutputs:
 
         `transcripts`: its tenant's setting (False: nothing is read; None: unknown to this
         reader, who then relies on the mark a worker leaves on the STATE item);
-        `resume_on`: its definition's `resume` (None: unknown)."""
+        `resume_on`: whether it resumes, its own `resume` else its definition's (None:
+        unknown)."""
         continues = (record.envelope or {}).get("continues")
         continues = continues if isinstance(continues, str) else None
         if transcripts is False or record.raw.get("transcripts") == "off":
@@ -100,8 +102,9 @@ class TaskOutputs:
                 f"no conversation stored (tenant {record.tenant} does not store transcripts)"
             ))  # fmt: skip
         if resume_on is False and continues is None:
+            which = "task" if override_of(record.envelope) is False else "definition"
             return Conversation(continues=continues, note=(
-                "no conversation stored (resume off for this definition)"
+                f"no conversation stored (resume off for this {which})"
             ))  # fmt: skip
         first = max(1, record.attempt - MAX_CONVERSATION_ATTEMPTS + 1)
         parts = [self._checkpoint(record, n) for n in range(first, record.attempt + 1)]

@@ -38,7 +38,7 @@ from aws_lambda_powertools.event_handler.exceptions import ForbiddenError, Servi
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.metrics import MetricUnit
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from agentq import __version__
 from agentq.definitions import DefinitionBody, DefinitionsTable, TaskDefinition
@@ -96,6 +96,11 @@ class SubmitIn(BaseModel):
         default=None, min_length=1, max_length=100_000,
         description="the follow-up: the next user turn of the session `continues` names",
     )  # fmt: skip
+    resume: StrictBool | None = Field(
+        default=None,
+        description="an agent task: resume its session on a retry (true) or not (false), "
+        "whatever its definition's resume (default: the definition decides)",
+    )
 
 
 class CancelIn(BaseModel):
@@ -238,7 +243,7 @@ def submit_task(body: SubmitIn) -> tuple[dict[str, Any], int]:
     record = _client().submit(
         body.definition, body.input, idempotency_key=body.idempotency_key, tenant=_tenant(),
         delay=body.delay, not_before=body.not_before, priority=body.priority,
-        continues=body.continues, prompt=body.prompt,
+        continues=body.continues, prompt=body.prompt, resume=body.resume,
     )  # fmt: skip
     metrics.add_metric(name="TasksSubmitted", unit=MetricUnit.Count, value=1)
     return _task_dict(record), 201

@@ -92,6 +92,8 @@ def print_task(record: TaskRecord, *, waiting: str | None = None) -> None:
             shown = duration(int(value))
         elif name == "error" and isinstance(value, Mapping):
             shown = escape(error_line(value))
+        elif name == "resume":
+            shown = f"{'on' if value else 'off'} for this task (over its definition's)"
         else:
             shown = _show(value)
         table.add_row(f"[bold]{name}[/bold]", shown)

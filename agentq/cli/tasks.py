@@ -39,6 +39,13 @@ def register(subparsers: Any) -> None:
     submit.add_argument(
         "--prompt", help="the follow-up: the next user turn of the session --continue names"
     )
+    submit.add_argument(
+        "--resume",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="an agent task: resume (or not, --no-resume) its session on a retry, whatever "
+        "its definition's resume (default: the definition decides)",
+    )
     submit.add_argument("--wait", action="store_true", help="wait until the task is terminal")
     submit.add_argument("--timeout", type=float, default=600.0, help="--wait limit (s)")
     views.add_tenant_flag(submit)
@@ -83,6 +90,7 @@ def _submit(args: argparse.Namespace) -> int:
         priority=args.priority,
         continues=args.continues,
         prompt=args.prompt,
+        resume=args.resume,
     )
     if args.idempotency_key and _other_work(record, args.definition, task_input):
         views.warn(

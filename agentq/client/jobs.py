@@ -104,5 +104,6 @@ class JobCreation:
                     task.priority or spec.priority,
                     self._parts.check_definition(task.definition, f"tasks.{task.key}.definition"),
                 ),
+                resume=task.resume,
             )
             self._parts.tasks.create(envelope, state=TaskState.BLOCKED, extra={"taskKey": task.key})

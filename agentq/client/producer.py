@@ -34,6 +34,7 @@ from agentq.jobs import (
 )
 from agentq.priority import check_priority, resolve_priority
 from agentq.prompts import check_prompt_inputs
+from agentq.resume import check_override, override_of, resumes
 from agentq.schedule import resolve_not_before
 from agentq.states import TaskState
 from agentq.store import TaskRecord
@@ -119,15 +120,18 @@ class AgentqClient:
         priority: str | None = None,
         continues: str | None = None,
         prompt: str | None = None,
+        resume: bool | None = None,
     ) -> TaskRecord:
         """Queue one task. The same idempotency key twice returns the existing task.
 
         With `job_id`, the task joins that (running) job as a root task. `delay`
         (seconds) or `not_before` (ISO time or epoch, agentq.schedule) hold it SCHEDULED
         until then. `priority` is a tier of PRIORITIES; without it the definition's, else
-        DEFAULT_PRIORITY. With `continues` (a COMPLETED agent task of the same tenant whose
-        definition has resume: true) the agent session starts from that task's final one
-        and `prompt`, the follow-up, is its next user turn (docs/agent-tasks.md).
+        DEFAULT_PRIORITY. With `continues` (a COMPLETED agent task of the same tenant that ran
+        with resume on) the agent session starts from that task's final one
+        and `prompt`, the follow-up, is its next user turn (docs/agent-tasks.md). `resume`
+        (True/False) turns resume on retry on or off for this agent task alone, over its
+        definition's `resume`.
         """
         tenant = tenant or self.settings.tenant_id
         check_priority(self.settings, priority, "priority")
@@ -136,6 +140,7 @@ class AgentqClient:
         if due is not None and job_id is not None:
             raise InvalidInput("delay", "a job task is delayed by its job spec's not_before")
         found = self._parts.check_definition(definition, "definition")
+        check_override(found, resume, "resume")
         if continues is not None and job_id is not None:
             raise InvalidInput("continues", "a job task continues another by its spec's continues")
         if found is not None and job_id is None and continues is None and prompt is None:
@@ -147,6 +152,8 @@ class AgentqClient:
             task: dict[str, Any] = {"definition": definition, "input": dict(input or {})}
             if priority:
                 task["priority"] = priority
+            if resume is not None:
+                task["resume"] = resume
             job = self.add_tasks(job_id, {key: task}, tenant=tenant, tolerate_existing=True)
             return self.tasks.require(tenant, task_request_id(job.job_id, key))
         envelope = TaskEnvelope(
@@ -159,6 +166,7 @@ class AgentqClient:
             priority=resolve_priority(self.settings, priority, found),
             continues=continues,
             prompt=prompt,
+            resume=resume,
         )
         if continues is not None:
             # Read under this tenant: another tenant's task of that id is not found.
@@ -222,7 +230,11 @@ class AgentqClient:
         definition = self._definition(record)
         if definition is not None and definition.kind != "agent":
             return Conversation(note=f"no conversation (a {definition.kind} task)")
-        resume_on = None if definition is None else definition.settings.get("resume") is True
+        resume_on = (
+            None
+            if definition is None
+            else resumes(definition.kind, definition.settings, override_of(record.envelope))
+        )
         return self.outputs.conversation(record, transcripts=self.transcripts(record.tenant),
                                          resume_on=resume_on)  # fmt: skip
 

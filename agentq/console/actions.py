@@ -29,6 +29,7 @@ from agentq.envelope import REQUEST_ID_PATTERN, validate_request_id
 from agentq.errors import InvalidInput, NotFound
 from agentq.events import Event, task_event
 from agentq.jobs.spec import task_request_id, validate_job_id
+from agentq.resume import override_of
 from agentq.store import TaskRecord
 
 MAX_BATCH: Final = 100
@@ -149,13 +150,13 @@ class Actions:
                         "outcome": answers[0].outcome if answers else None}, sent)  # fmt: skip
 
     def resubmit(self, tenant: str, request_id: Any, nonce: Any) -> dict[str, Any]:
-        """A new task with the same definition and input (the old one stays as it was),
-        once per form: the same nonce again answers with the same new task."""
+        """A new task with the same definition, input and own `resume` (the old one stays
+        as it was), once per form: the same nonce again answers with the same new task."""
         return self._new_task(
             "resubmit", tenant, request_id, nonce,
             lambda record, definition, key: self._client.submit(
                 definition, dict((record.envelope or {}).get("input") or {}), tenant=tenant,
-                idempotency_key=key),
+                idempotency_key=key, resume=override_of(record.envelope)),
         )  # fmt: skip
 
     def continue_task(

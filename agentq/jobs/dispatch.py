@@ -223,6 +223,7 @@ class JobDispatcher:
                 priority=_stored_priority(states.get(task.key)),
                 continues=(task_request_id(job.job_id, task.continues) if task.continues else None),
                 prompt=task.prompt,
+                resume=task.resume,
             )
             envelope.to_body()  # the size check, before the state moves
         except (InvalidInput, NotFound) as error:

@@ -23,6 +23,7 @@ from agentq.errors import InvalidInput, NotFound
 from agentq.jobs import refs
 from agentq.jobs.refs import Ref
 from agentq.prompts import check_prompt_inputs
+from agentq.resume import check_override, resumes
 from agentq.schedule import check_within_a_year, parse_time_ms
 from agentq.spec_models import (
     FAILURE_POLICIES,
@@ -56,11 +57,14 @@ class TaskSpec:
     # (also a dependency), and the follow-up (agentq.continuation).
     continues: str | None = None
     prompt: str | None = None
+    resume: bool | None = None  # its own resume on retry (None: the definition's)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"definition": self.definition, "input": dict(self.input)}
         if self.continues is not None:
             data.update(continues=self.continues, prompt=self.prompt)
+        if self.resume is not None:
+            data["resume"] = self.resume
         if self.depends_on:
             data["depends_on"] = list(self.depends_on)
         if self.group:
@@ -195,6 +199,8 @@ def check_definitions(tasks: Iterable[TaskSpec], lookup: Callable[[str], object]
                     f"unknown task definition {task.definition!r}",
                 ) from None
         definition = found[task.definition]
+        if isinstance(definition, TaskDefinition):
+            check_override(definition, task.resume, f"tasks.{task.key}.resume")
         if task.continues is not None:
             _check_continuation(task, definition, tasks, found)
         elif isinstance(definition, TaskDefinition):
@@ -208,13 +214,19 @@ def _check_continuation(
     task: TaskSpec, definition: object, tasks: list[TaskSpec], found: Mapping[str, object]
 ) -> None:
     """A continuation's prompt is its follow-up (no template to fill); it and the task it
-    continues must be agent tasks, that one with resume on (else it keeps no session)."""
+    continues must be agent tasks, that one with resume on (its own `resume`, else its
+    definition's: else it keeps no session)."""
     where = f"tasks.{task.key}"
     if isinstance(definition, TaskDefinition) and definition.kind != "agent":
         raise InvalidInput(f"{where}.definition", "only an agent task can continue another")
     source = next((t for t in tasks if t.key == task.continues), None)
     named = found.get(source.definition) if source is not None else None
-    if isinstance(named, TaskDefinition) and named.settings.get("resume") is not True:
+    if source is None or not isinstance(named, TaskDefinition):
+        return
+    if source.resume is False:
+        raise InvalidInput(f"{where}.continues", f"task {task.continues!r} keeps no session "
+                           "to continue: it has resume: false")  # fmt: skip
+    if not resumes(named.kind, named.settings, source.resume):
         raise InvalidInput(f"{where}.continues", f"task {task.continues!r} keeps no session "
                            f"to continue: its definition {named.name!r} has resume off")  # fmt: skip
 
@@ -301,8 +313,8 @@ def _expand(key: str, raw: TaskIn) -> list[TaskSpec]:
                 raise InvalidInput(f"{where}.input", f"{ref} is only allowed in a for_each task")
         return [TaskSpec(key=key, definition=definition, input=dict(task_input),
                          depends_on=tuple(depends), group=group,
-                         not_before_ms=not_before,
-                         priority=raw.priority, **follow_up)]  # fmt: skip
+                         not_before_ms=not_before, priority=raw.priority,
+                         resume=raw.resume, **follow_up)]  # fmt: skip
     items = raw.for_each
     if group is not None and group != key:
         raise InvalidInput(f"{where}.group", "a for_each task is its own group (its key)")
@@ -325,6 +337,7 @@ def _expand(key: str, raw: TaskIn) -> list[TaskSpec]:
                 group=key,
                 not_before_ms=not_before,
                 priority=raw.priority,
+                resume=raw.resume,
                 **follow_up,
             )
         )
@@ -370,7 +383,8 @@ def _with_dependencies(task: TaskSpec, keys: set[str], groups: Mapping[str, list
     return TaskSpec(key=task.key, definition=task.definition, input=task.input,
                     depends_on=tuple(dict.fromkeys(needed)), group=task.group,
                     not_before_ms=task.not_before_ms, priority=task.priority,
-                    continues=task.continues, prompt=task.prompt)  # fmt: skip
+                    continues=task.continues, prompt=task.prompt,
+                    resume=task.resume)  # fmt: skip
 
 
 def _topological(tasks: list[TaskSpec]) -> list[TaskSpec]:

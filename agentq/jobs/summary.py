@@ -8,6 +8,7 @@ from typing import Any
 from agentq.continuation import ContinueRefused, source_checkpoint
 from agentq.events import iso_ms, now_ms
 from agentq.jobs.store import JobRecord
+from agentq.resume import override_of
 from agentq.schedule import MAX_EPOCH_MS
 from agentq.states import TaskState
 from agentq.store import TaskRecord
@@ -27,6 +28,8 @@ def task_dict(record: TaskRecord) -> dict[str, Any]:
         "taskKey": raw.get("taskKey") or (record.envelope or {}).get("taskKey"),
         # The finished task whose session this one continues (`submit --continue`).
         "continues": (record.envelope or {}).get("continues"),
+        # Its own resume on retry (`submit --resume/--no-resume`); None: its definition's.
+        "resume": override_of(record.envelope),
         # Whether `submit --continue` may start from it (what submit checks of a source).
         "continuable": _continuable(record),
         "attempt": record.attempt,

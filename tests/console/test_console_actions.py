@@ -17,6 +17,7 @@ from agentq.client import AgentqClient
 from agentq.config import Settings
 from agentq.console import ConsoleOptions, ConsoleServer
 from agentq.console.server import build_parts
+from agentq.definitions import DefinitionsTable, TaskDefinition
 from agentq.dlq import ArchivedMessage, DlqArchive, archive_key
 from agentq.envelope import TaskEnvelope
 from agentq.faults.config import FaultRule, FaultSpec, Kind
@@ -111,6 +112,22 @@ def test_cancel_a_job_and_resubmit_a_finished_task(inproc_stack: Stack, http: Ht
     missing = {"requestId": "no-such", "nonce": http.nonce()}
     assert http.act("resubmit", missing, csrf=http.csrf()).status == 404
     assert http.act("nonsense", {}, csrf=http.csrf()).status == 404
+
+
+def test_a_resubmitted_task_keeps_its_own_resume(inproc_stack: Stack, http: Http) -> None:
+    agent = {"prompt": "Note {text}", "output_schema": {"type": "object"}, "resume": True}
+    DefinitionsTable(inproc_stack.dynamodb, inproc_stack.resources.definitions_table).put(
+        TaskDefinition(name="notes", kind="agent", settings=agent)
+    )
+    client = AgentqClient.from_env()
+    for resume in (False, None):
+        old = client.submit("notes", {"text": "x"}, resume=resume)
+        client.cancel(old.request_id)
+        again = http.act("resubmit", {"requestId": old.request_id, "nonce": http.nonce()},
+                         csrf=http.csrf())  # fmt: skip
+        fresh = client.get_task(again.json()["requestId"])
+        assert fresh.envelope is not None and fresh.envelope.get("resume") is resume
+        assert fresh.envelope["input"] == {"text": "x"}
 
 
 def _operator_actions(client: AgentqClient, request_id: str) -> list[dict[str, Any]]:

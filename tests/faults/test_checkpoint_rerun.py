@@ -62,7 +62,7 @@ def test_an_attempt_run_again_numbers_its_parts_past_the_earlier_runs_and_they_w
     task_dir, offered = parts.handler._write_task(envelope, definition, lease)
     assert offered == {"from_attempt": 1, "parts": 2}
     entry = InFlight(message_id="m-1", receipt_handle="r-1")
-    uploader = parts.handler._checkpoints(definition, lease, task_dir, entry, offered)
+    uploader = parts.handler._checkpoints(envelope, definition, lease, task_dir, entry, offered)
     assert uploader is not None
     try:
         # The new run goes two entries further; its worker dies before the attempt ends.

@@ -17,7 +17,7 @@ from agentq.config import Settings
 from agentq.definitions import DefinitionRegistry
 from agentq.envelope import TaskEnvelope
 from agentq.events import Event
-from agentq.local.workers import SAMPLE_DEFINITIONS, fast_env
+from agentq.local.workers import fast_env
 from agentq.store.tasks import TaskStore
 from worker.heartbeat import Heartbeat
 from worker.inflight import InFlight, InFlightRegistry
@@ -73,15 +73,17 @@ def worker_parts(
     *,
     s3: Any = None,
     env: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Parts:
     """`dynamodb`, `s3`: the clients the worker's store and uploads use (faulty ones, say);
-    `env`: settings over `fast_env`'s."""
+    `env`: settings over `fast_env`'s (its TASK_DEFINITIONS_DIR names the definitions);
+    `environ`: what the task child's environment is drawn from (default: this process's)."""
     settings = Settings.from_env({**os.environ, **fast_env(**(env or {}))})
     store = TaskStore(dynamodb or stack.dynamodb, stack.resources.table_name)
     batcher = SqsBatcher(stack.sqs, stack.resources.queue_url, delay_s=0.0)
     inflight = InFlightRegistry()
     sink = RecordingSink()
-    registry = DefinitionRegistry.from_sources(directories=[SAMPLE_DEFINITIONS])
+    registry = DefinitionRegistry.from_sources(directories=settings.definitions_dirs)
     handler = MessageHandler(
         settings=settings,
         store=store,
@@ -92,6 +94,7 @@ def worker_parts(
         inflight=inflight,
         worker_id=worker_id,
         home_dir=Path(tempfile.mkdtemp(prefix="agentq-faults-home-")),
+        environ=environ,
     )
     heartbeat = Heartbeat(
         settings=settings,
@@ -105,16 +108,23 @@ def worker_parts(
 
 
 def send_and_receive(
-    stack: Stack, definition: str, *, request_id: str | None = None, job_id: str | None = None
+    stack: Stack,
+    definition: str,
+    *,
+    request_id: str | None = None,
+    job_id: str | None = None,
+    **fields: Any,
 ) -> tuple[TaskEnvelope, dict[str, Any], InFlight]:
-    """Send a task message and take it off the queue as the consumer does."""
+    """Send a task message and take it off the queue as the consumer does; `fields` are
+    the envelope's others (its input, its resume)."""
     envelope = TaskEnvelope(
         request_id=request_id or f"w-{uuid.uuid4().hex[:12]}",
         tenant="acme",
         definition=definition,
-        input={"text": "hi"},
+        input=fields.pop("input", {"text": "hi"}),
         job_id=job_id,
         task_key="k" if job_id else None,
+        **fields,
     )
     stack.sqs.send_message(
         QueueUrl=stack.resources.queue_url,

@@ -354,3 +354,43 @@ def test_jobs_api_refuses_a_continuation_for_a_tenant_that_stores_no_transcripts
     assert status == 400 and refused["field"] == "tasks.revise.continues", refused
     assert "does not store transcripts" in refused["message"]
     assert call("GET", "/jobs/hushed")[0] == 404  # nothing was created
+
+
+def test_jobs_api_takes_a_tasks_own_resume_for_an_agent_task_only(stack: Stack) -> None:
+    client_for(stack)
+    agent = {"prompt": "Note {text}", "output_schema": {"type": "object"}}
+    DefinitionsTable(stack.dynamodb, stack.resources.definitions_table).put(
+        TaskDefinition(name="notes", kind="agent", settings=agent)
+    )
+    status, task = call("POST", "/tasks", {"definition": "notes", "input": {"text": "x"},
+                                           "resume": True})  # fmt: skip
+    assert status == 201, task
+    assert task["resume"] is True
+    assert call("GET", f"/tasks/{task['requestId']}")[1]["resume"] is True
+    [sent] = drain(stack)
+    assert sent["requestId"] == task["requestId"] and sent["resume"] is True
+    status, plain = call("POST", "/tasks", {"definition": "notes", "input": {"text": "y"}})
+    assert status == 201 and plain["resume"] is None
+    assert "resume" not in drain(stack)[0]
+
+    # JSON true or false only, and only for an agent definition: nothing is queued.
+    for value in ("true", 1, "yes"):
+        status, refused = call("POST", "/tasks", {"definition": "notes", "resume": value})
+        assert status == 422 and "resume" in refused["message"], refused
+    status, refused = call("POST", "/tasks", {"definition": "noop", "resume": False})
+    assert status == 400 and refused["field"] == "resume", refused
+    assert "'noop' is a python definition" in refused["message"]
+    # A job spec's task field, refused the same way.
+    spec = {"tasks": {"a": {"definition": "notes", "input": {"text": "z"}, "resume": True}},
+            "job_id": "own"}  # fmt: skip
+    status, job = call("POST", "/jobs", spec)
+    assert status == 201, job
+    [sent] = drain(stack)
+    assert sent["taskKey"] == "a" and sent["resume"] is True
+    status, refused = call("POST", "/jobs", {"tasks": {"a": {"definition": "noop",
+                                                             "resume": True}}})  # fmt: skip
+    assert status == 400 and refused["field"] == "tasks.a.resume", refused
+    status, refused = call("POST", "/jobs", {"tasks": {"a": {"definition": "notes",
+                                                             "resume": "on"}}})  # fmt: skip
+    assert status == 422 and "resume" in refused["message"], refused
+    assert drain(stack) == []

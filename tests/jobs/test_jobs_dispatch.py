@@ -348,3 +348,24 @@ def test_jobs_a_continuation_is_sent_once_its_source_completed_naming_it(stack: 
     assert revise["taskKey"] == "revise"
     assert revise["continues"] == task_request_id("cont", "draft")
     assert revise["prompt"] == "Shorter."
+
+
+def test_jobs_a_tasks_own_resume_reaches_the_envelope_it_is_sent_in(stack: Stack) -> None:
+    client = client_for(stack)
+    notes = {"prompt": "Note {text}", "output_schema": {"type": "object"}}
+    DefinitionsTable(stack.dynamodb, stack.resources.definitions_table).put(
+        TaskDefinition(name="notes", kind="agent", settings=notes)
+    )
+    spec = {"tasks": {
+        "draft": {"definition": "notes", "input": {"text": "x"}, "resume": True},
+        "check": {"definition": "notes", "input": {"text": "${tasks.draft.result.title}"},
+                  "resume": False},
+        "plain": {"definition": "notes", "input": {"text": "y"}, "depends_on": "draft"},
+    }}  # fmt: skip
+    client.create_job(spec, job_id="own")
+    [draft] = drain(stack)  # a root: sent at creation
+    assert draft["taskKey"] == "draft" and draft["resume"] is True
+    deliver(finish(stack, "own", "draft", result={"title": "t"}))
+    sent = {m["taskKey"]: m for m in drain(stack)}  # sent by the dispatcher
+    assert sent["check"]["resume"] is False and sent["check"]["input"] == {"text": "t"}
+    assert "resume" not in sent["plain"]

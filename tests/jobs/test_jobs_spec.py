@@ -286,3 +286,49 @@ def test_a_job_continuation_of_a_task_without_a_session_is_refused_at_creation()
     with pytest.raises(InvalidInput) as refused:
         check_definitions(parse_spec({"tasks": tasks}).tasks, python.__getitem__)
     assert refused.value.field == "tasks.revise.definition"
+
+
+def test_a_job_tasks_own_resume_is_kept_for_each_task_it_expands_to() -> None:
+    spec = parse_spec({"tasks": {
+        "one": {"definition": "notes", "input": {"text": "x"}, "resume": False},
+        "many": {"definition": "notes", "input": {"text": "${item}"}, "for_each": ["a", "b"],
+                 "resume": True},
+        "plain": {"definition": "notes", "input": {"text": "y"}},
+    }})  # fmt: skip
+    assert [spec.task(k).resume for k in ("one", "many_0", "many_1", "plain")] == [
+        False, True, True, None,
+    ]  # fmt: skip
+    stored = spec.to_dict()["tasks"]
+    assert stored["one"]["resume"] is False and "resume" not in stored["plain"]
+    assert parse_spec(spec.to_dict()) == spec  # as the job item keeps it
+
+
+@pytest.mark.parametrize("value", ["true", 1, 0, "yes", None])
+def test_a_job_tasks_resume_must_be_true_or_false(value: Any) -> None:
+    task = {"definition": "notes", "input": {"text": "x"}, "resume": value}
+    if value is None:  # null: the definition decides
+        assert parse_spec({"tasks": {"a": task}}).task("a").resume is None
+        return
+    with pytest.raises(InvalidInput) as refused:
+        parse_spec({"tasks": {"a": task}})
+    assert refused.value.field == "tasks.a.resume"
+
+
+def test_a_job_tasks_resume_for_a_definition_that_is_not_an_agents_is_refused() -> None:
+    spec = parse_spec({"tasks": {"a": {"definition": "noop", "resume": True}}})
+    found = {"noop": TaskDefinition(name="noop", kind="python")}
+    with pytest.raises(InvalidInput) as refused:
+        check_definitions(spec.tasks, found.__getitem__)
+    assert refused.value.field == "tasks.a.resume"
+    assert "'noop' is a python definition: only an agent task" in refused.value.problem
+
+
+def test_a_job_continuation_follows_its_sources_own_resume() -> None:
+    off = TaskDefinition(name="notes", kind="agent", settings={"prompt": "Note {text}"})
+    turned_on = {**CONTINUED, "draft": {**CONTINUED["draft"], "resume": True}}
+    check_definitions(parse_spec({"tasks": turned_on}).tasks, {"notes": off}.__getitem__)
+    turned_off = {**CONTINUED, "draft": {**CONTINUED["draft"], "resume": False}}
+    with pytest.raises(InvalidInput) as refused:
+        check_definitions(parse_spec({"tasks": turned_off}).tasks, {"notes": NOTES}.__getitem__)
+    assert refused.value.field == "tasks.revise.continues"
+    assert "keeps no session to continue: it has resume: false" in refused.value.problem

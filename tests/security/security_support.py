@@ -94,6 +94,7 @@ class Hostile:
     attribute: str | None  # requestId's DataType, None for no attribute
     raw: str
     not_before: object = None  # the body's notBefore, when not None
+    resume: object = None  # the body's resume, when not None
 
     def build(self, request_id: str) -> tuple[str, dict[str, dict[str, Any]], bool]:
         """(body, SendMessage attributes, whether the request id is readable for sure)."""
@@ -112,6 +113,8 @@ class Hostile:
             fields["tenant"] = self.tenant
         if self.not_before is not None:
             fields["notBefore"] = self.not_before
+        if self.resume is not None:
+            fields["resume"] = self.resume
         ids = {"same": request_id, "other": "other-id", "number": 12345}
         if self.body_id in ids:
             fields["requestId"] = ids[self.body_id]
@@ -135,6 +138,8 @@ HOSTILE = st.builds(
     raw=st.text(SQS_TEXT, min_size=1, max_size=60),
     # Past or unusable times only: a task due later would wait, not settle.
     not_before=st.sampled_from([None, None, None, 1e200, 3e14, 10**40, -1, "soon", 10**12]),
+    # Only JSON true and false are a task's own resume.
+    resume=st.sampled_from([None, None, None, True, False, "true", 1, 0, [], {}]),
 )
 
 

@@ -92,6 +92,10 @@ def test_parse_message_accepts_only_what_agentq_can_store(shape: Hostile) -> Non
     _assert_storable(envelope)
     # The id a rejection would be reported under is the id the task runs under.
     assert envelope.request_id == hint
+    if shape.kind != "raw":
+        # A task's own resume is JSON true or false, kept as sent; anything else is refused.
+        assert shape.resume is None or isinstance(shape.resume, bool)
+        assert envelope.resume is shape.resume
 
 
 @PROPERTIES
@@ -119,11 +123,17 @@ STORABLE = st.recursive(
     tenant=st.from_regex(r"[a-zA-Z0-9_.-]{1,20}", fullmatch=True),
     payload=st.dictionaries(st.text(st.characters(codec="utf-8"), min_size=1, max_size=8),
                             STORABLE, max_size=5),
+    resume=st.none() | st.booleans(),
 )  # fmt: skip
-def test_every_storable_envelope_round_trips(request_id: str, tenant: str, payload: Any) -> None:
+def test_every_storable_envelope_round_trips(
+    request_id: str, tenant: str, payload: Any, resume: bool | None
+) -> None:
     envelope = TaskEnvelope(request_id=request_id, tenant=tenant, definition="d",
-                            input=payload)  # fmt: skip
+                            input=payload, resume=resume)  # fmt: skip
     _assert_storable(envelope)
+    # Written only when the task sets it: a body without it is the definition's choice.
+    assert ("resume" in envelope.to_dict()) is (resume is not None)
+    assert TaskEnvelope.from_dict(envelope.to_dict(), default_tenant="other") == envelope
 
 
 @pytest.mark.parametrize(
@@ -180,7 +190,7 @@ def test_a_long_invalid_value_is_never_quoted_back(rest: str) -> None:
 def test_every_storable_continuation_round_trips(source: str, prompt: str) -> None:
     try:
         envelope = TaskEnvelope(request_id="r-continuing", tenant="acme", definition="d",
-                                continues=source, prompt=prompt)  # fmt: skip
+                                continues=source, prompt=prompt, resume=True)  # fmt: skip
     except InvalidInput as exc:
         assert exc.field in ("continues", "prompt")
         return
@@ -206,3 +216,25 @@ def test_a_malformed_continuation_is_refused_naming_the_field(
     with pytest.raises(InvalidInput) as refused:
         parse_message(body, None, default_tenant="acme")
     assert refused.value.field == field
+
+
+@pytest.mark.parametrize("value", ["true", 1, 0, "", [], {}, 1.0])
+def test_a_resume_that_is_not_true_or_false_is_refused_naming_it(value: Any) -> None:
+    body = json.dumps({"requestId": "a", "definition": "d", "resume": value})
+    with pytest.raises(InvalidInput) as refused:
+        parse_message(body, None, default_tenant="acme")
+    assert refused.value.field == "resume"
+    assert "must be true or false" in refused.value.problem
+    with pytest.raises(InvalidInput):
+        TaskEnvelope(request_id="a", tenant="acme", definition="d", resume=value)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_resume_of_true_or_false_is_the_tasks_own(value: bool) -> None:
+    body = json.dumps({"requestId": "a", "definition": "d", "resume": value})
+    envelope = parse_message(body, None, default_tenant="acme")
+    assert envelope.resume is value and envelope.to_dict()["resume"] is value
+    # Absent (or null), the definition decides, and nothing is written for it.
+    unset = parse_message('{"requestId":"a","definition":"d","resume":null}', None,
+                          default_tenant="acme")  # fmt: skip
+    assert unset.resume is None and "resume" not in unset.to_dict()

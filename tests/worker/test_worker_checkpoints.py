@@ -77,6 +77,13 @@ def test_only_an_agent_definition_that_opts_in_is_resumable() -> None:
     assert not resumable("python", {"resume": True})
 
 
+def test_a_tasks_own_resume_decides_over_its_definitions() -> None:
+    assert resumable("agent", {}, True)
+    assert not resumable("agent", {"resume": True}, False)
+    assert resumable("agent", {"resume": True}, None)
+    assert not resumable("python", {"resume": True}, True)  # only an agent keeps a session
+
+
 def test_a_retry_reads_the_newest_checkpoint_at_or_below_its_attempt(
     inproc_stack: Stack, tmp_path: Path
 ) -> None:

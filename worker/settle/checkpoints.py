@@ -37,6 +37,7 @@ from agentq.checkpoints import (
     split,
 )
 from agentq.continuation import ContinueRefused, source_checkpoint
+from agentq.resume import resumes
 from agentq.store import Lease, TaskRecord
 from agentq.store.keys import checkpoint_key
 from worker.child.files import open_plain
@@ -48,9 +49,10 @@ __all__ = ["CheckpointUploader", "checkpoint_key", "restore", "restore_source", 
 logger = logging.getLogger(__name__)
 
 
-def resumable(kind: str, settings: Mapping[str, Any]) -> bool:
-    """An agent definition that opted in (the child checks the spec whole)."""
-    return kind == "agent" and settings.get("resume") is True
+def resumable(kind: str, settings: Mapping[str, Any], override: bool | None = None) -> bool:
+    """An agent task that resumes: the task's own `resume` (`override`) when set, else its
+    definition's opt-in (agentq.resume; the child checks the spec whole)."""
+    return resumes(kind, settings, override)
 
 
 def restore(

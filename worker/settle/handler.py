@@ -249,7 +249,9 @@ class MessageHandler:
             stored = self._transcripts_stored(envelope, definition)
             task_dir, offered = self._write_task(envelope, definition, lease, stored)
             uploader = (
-                self._checkpoints(definition, lease, task_dir, entry, offered) if stored else None
+                self._checkpoints(envelope, definition, lease, task_dir, entry, offered)
+                if stored
+                else None
             )
             try:
                 child = self._run_child(ready, task_dir, envelope, tier)
@@ -309,11 +311,16 @@ class MessageHandler:
         )
 
     def _checkpoints(
-        self, definition: TaskDefinition, lease: Lease, task_dir: Path, entry: InFlight,
+        self,
+        envelope: TaskEnvelope,
+        definition: TaskDefinition,
+        lease: Lease,
+        task_dir: Path,
+        entry: InFlight,
         offered: Mapping[str, Any] | None,
-    ) -> CheckpointUploader | None:  # fmt: skip
+    ) -> CheckpointUploader | None:
         """The uploader of a resumable agent task's session checkpoints (None otherwise)."""
-        if not resumable(definition.kind, definition.settings):
+        if not _resumes(envelope, definition):
             return None
         rerun = offered is not None and offered.get("from_attempt") == lease.attempt
         return CheckpointUploader(
@@ -328,7 +335,7 @@ class MessageHandler:
         """Whether this task's session may be stored (checkpoints, resume, continue): its
         tenant's setting, through the limits' cache (one read per tenant per 30 s), asked
         only of a task that would store one. Unknown (unreadable) stores nothing."""
-        if not (resumable(definition.kind, definition.settings) or envelope.continues):
+        if not (_resumes(envelope, definition) or envelope.continues):
             return True
         return self._preparer.transcripts(envelope.tenant) is True
 
@@ -346,13 +353,13 @@ class MessageHandler:
             "attempt": lease.attempt,
             "leaseToken": lease.token,  # with attempt, the task code's fencing token
             "jobId": envelope.job_id,
-            "definition": definition.to_dict(),
+            "definition": _as_run(envelope, definition),
             "input": dict(envelope.input),
         }
         if not stored:
             # Nothing read, nothing written: the child keeps no checkpoint either.
             task["resume"] = {"off": transcripts_off_reason(envelope.tenant)}
-        elif resumable(definition.kind, definition.settings):
+        elif _resumes(envelope, definition):
             # The child holds no AWS credentials: the worker fetches what it resumes from.
             task["resume"] = restore(
                 self._s3, self._bucket, tenant=lease.tenant, request_id=lease.request_id,
@@ -390,6 +397,20 @@ class MessageHandler:
         source = self._store.get(lease.tenant, source_id)
         return restore_source(self._s3, self._bucket, source=source, source_id=source_id,
                               task_dir=task_dir)  # fmt: skip
+
+
+def _resumes(envelope: TaskEnvelope, definition: TaskDefinition) -> bool:
+    """Whether this task resumes: its own `resume` when set, else its definition's."""
+    return resumable(definition.kind, definition.settings, envelope.resume)
+
+
+def _as_run(envelope: TaskEnvelope, definition: TaskDefinition) -> dict[str, Any]:
+    """The definition as task.json gives it to the child: an agent task's own `resume`
+    replaces its definition's, so the child's spec says what the worker does."""
+    data = definition.to_dict()
+    if definition.kind == "agent" and envelope.resume is not None:
+        data["settings"] = {**data.get("settings", {}), "resume": envelope.resume}
+    return data
 
 
 def _nothing() -> None:

@@ -180,6 +180,7 @@
       el("h1", {}, "Task ", el("span", { id: "request-id" }, t.requestId), " ", el("span", { id: "task-state" }, badge(t.state))),
       kv([["definition", t.definition], ["tenant", t.tenant],
         ["job", t.jobId ? el("a", { href: AQ.jobHref(t.jobId, t.tenant) }, `${t.jobId} / ${t.taskKey || ""}`) : null],
+        ["resume on retry", typeof t.resume === "boolean" ? (t.resume ? "on for this task" : "off for this task") : null],
         ["attempts", String(t.attempt)], ["worker", t.owner], ["created", t.createdAt], ["started", t.startedAt], ["finished", t.finishedAt],
         ["duration", t.durationMs !== null ? AQ.span(t.durationMs) : null], ["cost", AQ.cost(t.costUsd)], ["cancelled because", t.cancelReason]]),
       data.waiting ? el("p", { id: "waiting", class: "waiting" }, data.waiting) : null,
