@@ -196,12 +196,18 @@ class AgentStrikes:
 
 
 def _checkpoint_turns(stage: Stage, tenant: str, rid: str, attempt: int) -> int:
-    """Turns in an attempt's checkpoint in S3; -1 when it has none (or an unreadable one)."""
-    try:
-        found = read_attempt(stage.clients["s3"], stage.resources.bucket, tenant, rid, attempt)
-        return -1 if found is None else decode(found.data).turns
-    except CheckpointError:
-        return -1
+    """Turns in the newest checkpoint at or below `attempt`, as its retry would read it: an
+    attempt that resumed and stalled before a turn of its own has only the earlier one.
+    -1 when there is none (or an unreadable one)."""
+    for earlier in range(attempt, 0, -1):
+        try:
+            found = read_attempt(stage.clients["s3"], stage.resources.bucket, tenant, rid,
+                                 earlier)  # fmt: skip
+        except CheckpointError:
+            return -1
+        if found is not None:
+            return decode(found.data).turns
+    return -1
 
 
 # -- verifying ---------------------------------------------------------------------------
