@@ -241,13 +241,15 @@ def run(
             killer.start_worker(worker)
         duplicates = [p for p in planned if p.kind == "duplicate"]
         stage.send([p.envelope for p in [*planned, *agents.planned]])
+        # Watching for the agent tasks' stalls from their send: at full size the set-up
+        # below (jobs, the scheduling mix) takes minutes, past a stalled task's timeout.
+        strikes.start()
         _create_jobs(stage, jobs)
         for message in bad:
             stage.send_raw(message.body, message.attributes)
         mix.start(config.visibility_timeout_s)
         closeouts.start()
         killer.start()
-        strikes.start()
         settled = settle(stage, [*planned, *job_tasks, *mixed, *agents.planned], duplicates,
                          killer, config, began,
                          top_up=lambda count: plan_top_up(count, rng, side_log),
