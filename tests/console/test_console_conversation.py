@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Stack
@@ -28,10 +29,11 @@ FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "fixtures"
 HOSTILE = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
 
 
-def _task(stack: Stack, request_id: str, tenant: str = "acme") -> None:
+def _task(stack: Stack, request_id: str, tenant: str = "acme", **envelope: Any) -> None:
     item = {"PK": task_pk(tenant, request_id), "SK": STATE_SK, "requestId": request_id,
             "tenant": tenant, "state": "COMPLETED", "attempt": 2, "definition": "chat",
-            "envelope": {"requestId": request_id, "tenant": tenant, "definition": "chat"}}  # fmt: skip
+            "envelope": {"requestId": request_id, "tenant": tenant, "definition": "chat",
+                         **envelope}}  # fmt: skip
     stack.dynamodb.put_item(TableName=stack.resources.table_name, Item=to_item(item))
     follow_up = {"type": "user", "uuid": "hostile-follow-up",
                  "sessionId": "6c4b69e6-f484-42f2-a2ee-2b40c1fccf7e",
@@ -50,6 +52,7 @@ def test_a_resumed_tasks_page_shows_both_attempts_the_resume_and_hostile_text_as
             "prompt": "{text}", "resume": True, "output_schema": {"type": "object"}})
     )  # fmt: skip
     _task(stack, "r-resumed")
+    _task(stack, "r-own-off", resume=False)  # the task turned its definition's resume off
     _task(stack, "r-hush", tenant="hush")
     TenantLimitStore(stack.dynamodb, stack.resources.table_name).set_transcripts(
         "hush", stored=False
@@ -70,6 +73,13 @@ def test_a_resumed_tasks_page_shows_both_attempts_the_resume_and_hostile_text_as
             "#conversation .turn.follow_up pre", "n => [n.textContent, n.children.length]"
         )
         injected = page.evaluate("() => [window.__xss, document.querySelectorAll('#conversation img, #conversation script').length]")  # fmt: skip
+        rows = "nodes => nodes.map(n => [n.textContent, n.nextElementSibling.textContent])"
+        resume_rows = [dict(page.eval_on_selector_all("dl.kv dt", rows)).get("resume on retry")]
+
+        page.goto(f"{server.base_url}/tasks/r-own-off?tenant=acme")
+        page.wait_for_selector("#conversation[data-loaded='1']", timeout=20_000)
+        resume_rows.append(dict(page.eval_on_selector_all("dl.kv dt", rows)).get("resume on retry"))
+        own_off = page.text_content("#conversation")
 
         page.goto(f"{server.base_url}/tasks/r-hush?tenant=hush")
         page.wait_for_selector("#conversation[data-loaded='1']", timeout=20_000)
@@ -86,6 +96,9 @@ def test_a_resumed_tasks_page_shows_both_attempts_the_resume_and_hostile_text_as
     assert marker == "↻ resumed here"
     assert follow_up == [HOSTILE, 0]  # the markup as text, no element made of it
     assert injected == [None, 0]
+    # Only a task that set its own resume says so (its stored conversation still shows).
+    assert resume_rows == [None, "off for this task"]
+    assert "echo step-1" in (own_off or "")
     assert "no conversation stored (tenant hush does not store transcripts)" in (hushed or "")
     assert "echo step-1" not in (hushed or "")
 
