@@ -163,3 +163,24 @@ def test_resume_on_for_a_tenant_without_transcripts_is_recorded_off_not_refused(
     assert record.raw.get("transcripts") == "off" and "checkpoint" not in record.raw
     # Nothing was read or written: the cut checkpoint put there beforehand is all there is.
     assert _checkpoint_objects(stack, request_id) == [checkpoint_key("acme", request_id, 1)]
+
+
+def test_a_resume_sent_for_a_task_that_keeps_no_session_is_refused_at_receive(
+    stack: Stack,
+) -> None:
+    # A sender that skipped the client (straight to SQS, an event): recorded failed as
+    # validation, the message removed, nothing locked or run.
+    parts = worker_parts(stack)
+    _, message, entry = send_and_receive(stack, "sample-echo", resume=True)
+    parts.inflight.add(entry)
+    verdict = parts.handler.prepare(message, entry)
+    assert parts.batcher.flush()
+
+    assert isinstance(verdict, str)
+    (failed,) = parts.sink.of("Task Failed")
+    error = failed.payload["error"]
+    assert error["category"] == "validation"
+    assert "only an agent task keeps a session to resume" in error["message"]
+    assert not parts.sink.of("Task Processing Started")
+    left = stack.sqs.receive_message(QueueUrl=stack.resources.queue_url, WaitTimeSeconds=0)
+    assert not left.get("Messages")

@@ -32,6 +32,7 @@ from agentq.errors import (
 )
 from agentq.events import now_ms
 from agentq.priority import check_priority
+from agentq.resume import check_override
 from agentq.states import TaskState
 from agentq.store.tasks import Lease, TaskStore
 from agentq.store.tenants import CachedTenantLimits, seat_start
@@ -142,6 +143,8 @@ class Preparer:
         try:
             envelope = self._parse(message)
             definition = self._registry.get(envelope.definition)
+            # A foreign sender's `resume` for a task that keeps no session: bad input.
+            check_override(definition, envelope.resume, "resume")
         except (InvalidInput, NotFound) as exc:
             return self._refusals.reject(message, exc, entry)
         entry.envelope = envelope
