@@ -278,19 +278,25 @@ def test_iam_enforced_the_worker_finds_an_earlier_attempts_checkpoint_past_a_403
     tmp_path: Any,
 ) -> None:
     # The worker's own role (as the stacks grant it) reads `task/*` but may not list the
-    # bucket: the missing attempt-2 checkpoint is a 403, the attempt-1 one is read.
+    # bucket: the missing attempt-2 checkpoint is a 403, the attempt-1 one is read, and
+    # the HEAD for a newer part past the two its whole checkpoint covers is a 403 too.
+    from agentq.checkpoints import encode_whole, next_snapshot, part_key, split
     from worker.settle.checkpoints import checkpoint_key, restore
 
     resources, worker, operator = _worker_s3(enforced, synthesized, "ckpt-worker")
     key = checkpoint_key("acme", "r-ckpt", 1)
-    operator.put_object(Bucket=resources.bucket, Key=key, Body=b"checkpoint")
+    whole = b'{"agentq_checkpoint": 1, "session_id": "6c1f5bd0-0000-4000-8000-000000000001", ' \
+        b'"turns": 1, "entries": 1}\n{"n": 0}\n'  # fmt: skip
+    operator.put_object(Bucket=resources.bucket, Key=key, Body=encode_whole(split(whole), parts=2))
+    newer = part_key("acme", "r-ckpt", 1, next_snapshot(2))
+    assert _status(lambda: worker.head_object(Bucket=resources.bucket, Key=newer)) == 403
     missing = checkpoint_key("acme", "r-ckpt", 2)
     assert _status(lambda: worker.get_object(Bucket=resources.bucket, Key=missing)) == 403
 
     offered = restore(worker, resources.bucket, tenant="acme", request_id="r-ckpt", attempt=2,
                       task_dir=tmp_path)  # fmt: skip
 
-    assert offered == {"from_attempt": 1, "parts": 0}
+    assert offered == {"from_attempt": 1, "parts": 2}
 
 
 def test_iam_enforced_the_worker_joins_a_killed_attempts_parts_past_403s(
