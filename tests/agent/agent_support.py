@@ -24,6 +24,11 @@ from agentq.local.workers import WorkerProcess, fast_env
 from agentq.store.tasks import TaskStore
 
 REPO = Path(__file__).resolve().parents[2]
+# Leases of 9 s instead of fast_env's 3 s: a worker running the CLI on a loaded host (CI's
+# eight test processes on two cores, a chaos run beside them) was seen renewing 2.5 s late,
+# and the fence then stopped a task at a step the test did not plan. A worker killed on
+# purpose is taken over a few seconds later.
+AGENT_LEASE: dict[str, str] = {"VISIBILITY_EXTENSION_AMOUNT": "6"}
 SAMPLES = REPO / "definitions" / "samples"
 
 # A small schema: quick for the fake model to fill, strict enough to violate on purpose.
@@ -140,7 +145,7 @@ def agent_rig(
     worker = WorkerProcess("agent-worker", log_dir=scratch)
     env = {
         **stack.env(),
-        **fast_env(TASK_DEFINITIONS_DIR=str(definitions_dir), **worker_env),
+        **fast_env(TASK_DEFINITIONS_DIR=str(definitions_dir), **{**AGENT_LEASE, **worker_env}),
         **offline_claude_env(model.url, home),
         "HOME": str(home),
         "AGENTQ_WORK_DIR": str(scratch / "work"),

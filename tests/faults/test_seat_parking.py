@@ -16,7 +16,7 @@ import pytest
 from conftest import Stack
 from fault_support import Attempts, faulty_client, injector, rule
 from support import wait_for
-from worker_parts import Parts, send_and_receive, worker_parts
+from worker_parts import LONG_LEASE, Parts, send_and_receive, worker_parts
 
 from agentq.aws import AwsClients
 from agentq.faults.config import FaultSpec, Kind
@@ -29,6 +29,9 @@ from worker.settle.prepare import Prepared
 pytestmark = pytest.mark.timeout(120)
 
 NEVER = 600.0  # no parked message here wakes by its own timer
+# The holders' seats are held by their leases, which no heartbeat renews here: fast_env's
+# 3 s lapsed on a loaded host before the next message parked, which then took a lapsed
+# seat instead of waiting (worker_parts.LONG_LEASE).
 
 
 def _queue(stack: Stack) -> tuple[int, int]:
@@ -76,7 +79,7 @@ def test_a_parked_message_takes_the_seat_freed_here_and_never_leaves_the_worker(
 ) -> None:
     attempts = Attempts()
     dynamodb = attempts.attach(AwsClients("eu-west-1").dynamodb)
-    parts = worker_parts(stack, dynamodb)
+    parts = worker_parts(stack, dynamodb, env=LONG_LEASE)
     holder = _seated(stack, parts)
     seats = SeatWaits(slots=4, retry_s=NEVER, park_s=NEVER)
     with ThreadPoolExecutor(1) as pool:
@@ -99,7 +102,7 @@ def test_a_parked_message_takes_the_seat_freed_here_and_never_leaves_the_worker(
 def test_a_tenant_parked_full_is_refused_without_a_lock_transaction(stack: Stack) -> None:
     attempts = Attempts()
     dynamodb = attempts.attach(AwsClients("eu-west-1").dynamodb)
-    parts = worker_parts(stack, dynamodb)
+    parts = worker_parts(stack, dynamodb, env=LONG_LEASE)
     _seated(stack, parts)
     seats = SeatWaits(slots=2, retry_s=NEVER, park_s=NEVER)  # one parked a tenant
     with ThreadPoolExecutor(1) as pool:
@@ -119,7 +122,7 @@ def test_a_tenant_parked_full_is_refused_without_a_lock_transaction(stack: Stack
 
 
 def test_a_drain_sends_parked_messages_back_at_once(stack: Stack) -> None:
-    parts = worker_parts(stack)
+    parts = worker_parts(stack, env=LONG_LEASE)
     _seated(stack, parts)
     seats = SeatWaits(slots=4, retry_s=NEVER, park_s=NEVER)
     with ThreadPoolExecutor(1) as pool:
@@ -139,7 +142,7 @@ def test_a_tenant_refused_here_lately_parks_its_next_message_without_a_transacti
     it), instead of spending a transaction and a seats query on a refusal first."""
     attempts = Attempts()
     dynamodb = attempts.attach(AwsClients("eu-west-1").dynamodb)
-    parts = worker_parts(stack, dynamodb)
+    parts = worker_parts(stack, dynamodb, env=LONG_LEASE)
     holder = _seated(stack, parts)
     seats = SeatWaits(slots=8, retry_s=NEVER, park_s=NEVER)  # four may park a tenant
     with ThreadPoolExecutor(2) as pool:
@@ -196,7 +199,7 @@ def test_a_parked_message_looks_before_a_timer_retry_and_takes_the_seat_it_saw_f
     id would try first."""
     attempts = Attempts()
     dynamodb = attempts.attach(AwsClients("eu-west-1").dynamodb)
-    parts = worker_parts(stack, dynamodb)
+    parts = worker_parts(stack, dynamodb, env=LONG_LEASE)
     holders = _both_seats_held(stack, parts)
     seats = SeatWaits(slots=8, retry_s=0.3, park_s=NEVER)
     with ThreadPoolExecutor(1) as pool:
@@ -218,7 +221,7 @@ def test_a_parked_message_looks_before_a_timer_retry_and_takes_the_seat_it_saw_f
 def test_a_parked_message_woken_by_a_seat_freed_here_takes_that_seat(stack: Stack) -> None:
     attempts = Attempts()
     dynamodb = attempts.attach(AwsClients("eu-west-1").dynamodb)
-    parts = worker_parts(stack, dynamodb)
+    parts = worker_parts(stack, dynamodb, env=LONG_LEASE)
     holders = _both_seats_held(stack, parts)
     seats = SeatWaits(slots=8, retry_s=NEVER, park_s=NEVER)
     with ThreadPoolExecutor(1) as pool:
@@ -238,7 +241,7 @@ def test_a_failed_look_at_the_seats_leaves_the_decision_to_the_lock(stack: Stack
     """The look is a saving, not a gate: when the seats query fails (a server error on
     every attempt), the parked message tries the lock as it would have without it."""
     faults = injector()
-    parts = worker_parts(stack, faulty_client(stack, "dynamodb", faults))
+    parts = worker_parts(stack, faulty_client(stack, "dynamodb", faults), env=LONG_LEASE)
     holders = _both_seats_held(stack, parts)
     seats = SeatWaits(slots=8, retry_s=0.3, park_s=NEVER)
     with ThreadPoolExecutor(1) as pool:

@@ -25,8 +25,9 @@ from worker.settle.handler import MessageHandler
 from worker.sqs.batcher import SqsBatcher
 
 # Parts run no heartbeat unless a test beats it: where a test runs a child through the
-# handler, a lease of 45 s instead of fast_env's 3 s, or a child slow to start on a loaded
-# host (CI's eight test processes on two cores) outlives it and its fence stops the task.
+# handler, or holds a seat while it sets up its next step, a lease of 45 s instead of
+# fast_env's 3 s, or a loaded host (CI's eight test processes on two cores) outlives it:
+# the fence stops the task, another message takes the lapsed seat.
 LONG_LEASE: Final = {"VISIBILITY_EXTENSION_AMOUNT": "30"}
 
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +19,7 @@ from support import wait_for
 
 from agentq.definitions import TaskDefinition
 from worker.child.env import child_environment
+from worker.child.leasefile import SIGNALLED_MESSAGE
 from worker.child.supervisor import ChildExit, StopSignal, run_child
 from worker.settle.outcome import backoff_s, decide
 from worker.sqs.batcher import SqsBatcher, clamp_visibility
@@ -174,6 +179,54 @@ def test_worker_supervisor_stop_signal_ends_the_child(tmp_path: Path) -> None:
     stop.set("lease_lost")
     runner.join(timeout=30)
     assert result and result[0].stopped == "lease_lost" and result[0].returncode != 0
+
+
+def test_a_child_ended_by_a_signal_the_worker_did_not_send_is_logged_with_when(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its lease watchdog (or the kernel) SIGKILLs a child before its task code can record
+    its end: the worker's line, with the pid and when the end was seen, is the record."""
+    task_dir = _task_dir(tmp_path, "agentq.samples:sleep", {"seconds": 30})
+    pids: list[int] = []
+    started = threading.Event()
+
+    def on_start(pid: int) -> None:
+        pids.append(pid)
+        started.set()
+
+    result: list[ChildExit] = []
+    runner = threading.Thread(
+        target=lambda: result.append(
+            run_child(task_dir, env=child_environment({"PATH": "/usr/bin:/bin"}, home=str(tmp_path)),
+                      timeout_s=60, grace_s=0.5, stop=StopSignal(),
+                      log_line=lambda s, line: None, on_start=on_start)
+        )
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="worker.child.supervisor"):
+        runner.start()
+        assert started.wait(10)
+        killed_at = time.time()
+        os.kill(pids[0], signal.SIGKILL)
+        runner.join(timeout=30)
+        returned_at = time.time()
+    assert result and result[0].stopped is None and result[0].returncode == -signal.SIGKILL
+    records = [r for r in caplog.records if r.getMessage() == SIGNALLED_MESSAGE]
+    assert len(records) == 1, caplog.text
+    record = records[0].__dict__
+    assert record["pid"] == pids[0] and record["signal"] == "SIGKILL"
+    assert killed_at <= record["at"] <= returned_at
+
+
+def test_a_child_that_fails_on_its_own_logs_no_signal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    task_dir = _task_dir(tmp_path, "agentq.samples:fail", {"category": "network"})
+    with caplog.at_level(logging.WARNING, logger="worker.child.supervisor"):
+        exit_ = run_child(task_dir, env=child_environment({"PATH": "/usr/bin:/bin"}, home=str(tmp_path)),
+                          timeout_s=60, grace_s=0.5, stop=StopSignal(),
+                          log_line=lambda s, line: None)  # fmt: skip
+    assert exit_.returncode == 1 and exit_.stopped is None
+    assert SIGNALLED_MESSAGE not in caplog.text
 
 
 def test_worker_batcher_deletes_and_changes_visibility_in_batches(inproc_stack: Stack) -> None:

@@ -49,6 +49,7 @@ CLOCK_SKEW_BUDGET_S: Final = 2.0
 # What each fence logs (the chaos harness counts them).
 FENCE_MESSAGE: Final = "lease not renewed in time; stopping the task"
 FENCED_MESSAGE: Final = "fenced child ended"
+SIGNALLED_MESSAGE: Final = "child ended by a signal the worker did not send"
 WATCHDOG_LINE: Final = "agentq: lease not renewed in time; ending this attempt"
 
 

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -30,7 +31,13 @@ from typing import IO, TYPE_CHECKING, Final, Literal
 
 from agentq.events import now_ms
 from worker.child.isolation import ChildUser, popen_options
-from worker.child.leasefile import FENCE_MESSAGE, FENCED_MESSAGE, LeaseTimes, write_lease
+from worker.child.leasefile import (
+    FENCE_MESSAGE,
+    FENCED_MESSAGE,
+    SIGNALLED_MESSAGE,
+    LeaseTimes,
+    write_lease,
+)
 from worker.child.proctree import POLL_S, ChildProcess, descendants, reap_leftovers, terminate_tree
 
 if TYPE_CHECKING:
@@ -163,6 +170,7 @@ def run_child(
     finally:
         if exited is not None:
             os.close(exited)
+    seen_gone_at = time.time()
     killed = 0
     if reason is not None:
         killed = terminate_tree(process, grace_s=fence.grace(grace_s), known=known)
@@ -173,6 +181,14 @@ def run_child(
     else:
         # The task ended; a background process it left behind must not outlive it.
         killed = reap_leftovers(process.pid, known)
+        signalled = -(process.returncode or 0)
+        if signalled > 0:
+            # A signal the worker did not send: the child's lease watchdog (renewals came
+            # too late) or the kernel (out of memory). Its task code may have had no
+            # chance to record its end, so this is the record of when it was over.
+            logger.warning(SIGNALLED_MESSAGE, extra={"pid": process.pid,
+                                                     "signal": _signal_name(signalled),
+                                                     "at": seen_gone_at})  # fmt: skip
     for pump in pumps:
         pump.join(timeout=5)
     returncode = process.wait()
@@ -232,6 +248,13 @@ class _Fence:
         if self.fired is None:
             return grace_s
         return min(grace_s, max(0.0, (self.fired.kill_at_ms - now_ms()) / 1000))
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
 
 
 def _exit_watch(pid: int) -> int | None:
