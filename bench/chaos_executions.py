@@ -12,7 +12,7 @@ from typing import Any
 
 from agentq.local.workers import WorkerProcess
 from bench.chaos_model import Freeze, Kill
-from worker.child.leasefile import FENCED_MESSAGE
+from worker.child.leasefile import FENCED_MESSAGE, SIGNALLED_MESSAGE
 
 
 @dataclass
@@ -34,7 +34,9 @@ def executions_of(
     """Executions per task, from the side log; one without an end line is bounded by the
     earliest record of its child's end: the kill that ended it, the worker's record of a
     fenced child it ended (a lease about to lapse leaves too little grace for the task to
-    record its end), or the child seen gone after a freeze (its watchdog ended it)."""
+    record its end) or of a child it saw ended by a signal it did not send (the child's
+    lease watchdog SIGKILLed it first on a starved host), or the child seen gone after
+    a freeze (its watchdog ended it)."""
     ended_by: dict[int, float] = {}
 
     def bound(pid: int, at: float) -> None:
@@ -66,11 +68,12 @@ def executions_of(
 
 
 def fenced_children(fleet: Sequence[WorkerProcess]) -> dict[int, float]:
-    """Child pid -> when its worker had ended it for a lease about to lapse."""
+    """Child pid -> when its worker had ended it for a lease about to lapse, or had seen
+    it ended by a signal of its own watchdog (or the kernel's)."""
     ended: dict[int, float] = {}
     for worker in fleet:
         for record in worker.log_records():
-            if record.get("message") == FENCED_MESSAGE:
+            if record.get("message") in (FENCED_MESSAGE, SIGNALLED_MESSAGE):
                 ended[int(record["pid"])] = float(record["at"])
     return ended
 

@@ -1,6 +1,7 @@
 """The chaos harness's hand: kills workers and task children, and freezes workers.
 
-Each strike picks a random worker not frozen at the moment and either
+Each strike picks a random worker not frozen at the moment and up for at least the
+shortest strike interval (a worker still starting is never struck), and either
 
 - SIGKILLs one task child (`child_kill_share` of strikes, when it has one);
 - freezes it with its children (SIGSTOP, `freeze_share` of strikes, when it runs a
@@ -77,6 +78,9 @@ class Killer:
         self._thread = threading.Thread(target=self._loop, name="killer", daemon=True)
         self._incarnations: Counter[str] = Counter()
         self._ids: dict[str, str] = {}
+        # Worker name -> where its incarnation's log begins, and when it was first seen up.
+        self._log_from: dict[str, int] = {}
+        self._up_since: dict[str, float] = {}
         # Worker name -> (its Freeze's index in `freezes`, the stopped pids).
         self._frozen: dict[str, tuple[int, tuple[int, ...]]] = {}
         self._frozen_lock = threading.Lock()
@@ -93,7 +97,23 @@ class Killer:
         self._incarnations[worker.name] += 1
         self._ids[worker.name] = f"{worker.name}.{self._incarnations[worker.name]}"
         env = {**self._env, **self._per_worker.get(worker.name, {})}
+        self._log_from[worker.name] = log_size(worker.log_path)
+        self._up_since.pop(worker.name, None)
         worker.start({**env, "WORKER_ID": self._ids[worker.name]})
+
+    def _ready(self, worker: WorkerProcess, now: float) -> bool:
+        """Up (its incarnation logged that it started) for at least the shortest strike
+        interval. On a starved host a worker takes seconds to start: struck before it
+        could take a message, it would be struck again and again while the run stalls
+        (one was killed 40 times in a row, never up, while the other stayed frozen)."""
+        since = self._up_since.get(worker.name)
+        if since is None:
+            start = self._log_from.get(worker.name, 0)
+            head = records_between(worker.log_path, start, start + STARTED_WITHIN_BYTES)
+            if not any(record.get("message") == STARTED_LINE for record in head):
+                return False
+            self._up_since[worker.name] = since = now
+        return now - since >= self._strikes.interval_s[0]
 
     def start(self) -> None:
         self.began = time.monotonic()
@@ -162,6 +182,8 @@ class Killer:
     def _strike(self) -> None:
         with self._frozen_lock:
             awake = [w for w in self._fleet if w.name not in self._frozen]
+        now = time.monotonic()
+        awake = [w for w in awake if self._ready(w, now)]
         if not awake:
             return
         if self._drains_behind():
@@ -286,6 +308,12 @@ class Killer:
         ended = (*((pid, at) for pid in children if pid not in watched),
                  *seen_gone(list(watched.values()), THAW_WATCH_S))  # fmt: skip
         self.freezes[index] = dataclasses.replace(self.freezes[index], ended=ended)
+
+
+# What a worker logs once it takes messages (worker/receive/consumer.py), within the first
+# bytes of its incarnation's log.
+STARTED_LINE = "worker started"
+STARTED_WITHIN_BYTES = 64 * 1024
 
 
 # How long a resume watches its thawed children end (their watchdog acts at once; a busy

@@ -75,8 +75,8 @@ def mix_size(tasks: int) -> int:
 
 
 def plan_schedule(count: int, rng: random.Random, side_log: Path) -> SchedulePlan:
-    """`count` tasks: about 40 % of the limited tenants, a fifth delayed, a sixth
-    cancelled (every moment in turn), 5 % lost (at least 2)."""
+    """`count` tasks: about 40 % of the limited tenants (sent first), a fifth delayed, a
+    sixth cancelled (every moment in turn), 5 % lost (at least 2)."""
     plan = SchedulePlan()
     limited = list(LIMITS)
     n_lost = max(2, count // 20)
@@ -126,6 +126,10 @@ def plan_schedule(count: int, rng: random.Random, side_log: Path) -> SchedulePla
             plan.lost.append(item)
         plan.planned.append(item)
     rng.shuffle(plan.planned)
+    # The limited tenants' tasks go first, back to back, so they wait on their seats
+    # however slowly a loaded host submits: spread among the rest, on a loaded host each
+    # once ran alone, and no message was refused a seat or parked in the whole run.
+    plan.planned.sort(key=lambda item: item.envelope.tenant not in LIMITS)
     return plan
 
 

@@ -3,12 +3,16 @@ killer's strike quotas."""
 
 from __future__ import annotations
 
+import json
 import random
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentq.local.workers import WorkerProcess
 from agentq.states import TaskState
 from agentq.store.records import TaskRecord
 from bench.chaos_executions import (
@@ -102,6 +106,37 @@ def test_worker_kills_are_preferred_while_behind_their_share_of_the_quotas() -> 
         for freezes in range(0, 11):
             killer = _killer(kills, freezes)
             assert not (killer._kills_behind() and killer._freezes_behind())
+
+
+class _LogOnly(WorkerProcess):
+    """A worker whose log the test writes: the killer reads nothing else to judge it up."""
+
+    def start(self, env: Mapping[str, str], *, inherit: bool = True) -> WorkerProcess:
+        return self
+
+
+def _log(worker: WorkerProcess, message: str) -> None:
+    with worker.log_path.open("a") as log:
+        log.write(json.dumps({"level": "INFO", "message": message}) + "\n")
+
+
+def test_a_worker_is_struck_only_once_up_for_the_shortest_interval(tmp_path: Path) -> None:
+    """A starting worker is never struck: on a starved host, one struck before it could
+    take a message was struck again and again while the run stalled."""
+    worker = _LogOnly("w0", tmp_path)
+    killer = Killer([worker], {}, Strikes(interval_s=(1.5, 3.0)), random.Random(1))
+    _log(worker, "worker started")  # an earlier incarnation's
+    _log(worker, "message received")
+    killer.start_worker(worker)
+    assert not killer._ready(worker, 100.0)
+    _log(worker, "message received")
+    assert not killer._ready(worker, 101.0)
+    _log(worker, "worker started")
+    assert not killer._ready(worker, 102.0)  # first seen up now
+    assert not killer._ready(worker, 103.4)
+    assert killer._ready(worker, 103.5)
+    killer.start_worker(worker)  # struck and started again: up anew
+    assert not killer._ready(worker, 200.0)
 
 
 def _held(owner: str, started_s: float) -> TaskRecord:
