@@ -1,7 +1,6 @@
 """The chaos harness's hand: kills workers and task children, and freezes workers.
 
-Each strike picks a random worker not frozen at the moment and up for at least the
-shortest strike interval (a worker still starting is never struck), and either
+Each strike picks a random worker that is not frozen and is up (`_ready`), and either
 
 - SIGKILLs one task child (`child_kill_share` of strikes, when it has one);
 - freezes it with its children (SIGSTOP, `freeze_share` of strikes, when it runs a
