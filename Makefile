@@ -10,7 +10,7 @@ CDK_STAMP := node_modules/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install lint format docs test test-fast demo bench synth deploy clean browser image-lock console-screenshots
+.PHONY: install lint format docs test test-cpu test-fast demo bench synth deploy clean browser image-lock console-screenshots
 
 $(STAMP): requirements.txt requirements-local.txt requirements-cdk.txt requirements-dev.txt requirements-lambdas.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -77,6 +77,16 @@ test: $(STAMP) browser $(CDK_STAMP)
 	$(PY) -m pytest $(PYTEST_PARALLEL) --durations=30; tests=$$?; \
 	if ! wait $$types; then cat $(VENV)/mypy.log; echo "mypy failed"; exit 1; fi; \
 	exit $$tests
+
+# Where the suite's CPU goes: the suite as `make test` runs it, each test charged with its
+# own CPU and its reaped children's (tools/suite_cpu.py), then the costliest directories
+# and files.
+test-cpu: export PYTHONDONTWRITEBYTECODE :=
+test-cpu: $(STAMP) browser $(CDK_STAMP)
+	@command -v tmux >/dev/null || { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; }
+	rm -f $(VENV)/test-cpu.jsonl
+	$(PY) -m pytest $(PYTEST_PARALLEL) -p tools.suite_cpu --cpu-profile $(VENV)/test-cpu.jsonl; \
+	tests=$$?; $(PY) -m tools.suite_cpu $(VENV)/test-cpu.jsonl; exit $$tests
 
 # Unit and stack tests only (tests/conftest.py marks each test's kind): no process, no e2e.
 test-fast: $(STAMP)
