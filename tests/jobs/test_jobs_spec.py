@@ -189,7 +189,10 @@ def _stored_keys(value: object) -> list[str]:
     return []
 
 
-@settings(max_examples=300, deadline=None, database=None)
+# Derandomized: a CI run once failed inside Hypothesis itself (FlakyStrategyDefinition on
+# replaying a deep recursive input), with no example of ours to blame; the same 300
+# examples every run keep this test about the spec, not about the generator.
+@settings(max_examples=300, deadline=None, database=None, derandomize=True)
 @given(task_input=st.dictionaries(_TEXT, _INPUTS, max_size=4))
 def test_jobs_spec_keeps_only_what_the_job_item_can_store(task_input: dict[str, Any]) -> None:
     try:
