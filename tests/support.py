@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
@@ -45,6 +46,11 @@ def wait_for(
             break
         time.sleep(min(poll_pause(now - start, interval), deadline - now))
     raise AssertionError(f"timed out after {timeout}s waiting for {message} (last: {last!r})")
+
+
+def logged_ms(record: dict[str, Any]) -> int:
+    """When a worker's log record was written (its `timestamp`, this host's clock), in ms."""
+    return int(datetime.strptime(record["timestamp"], "%Y-%m-%d %H:%M:%S,%f%z").timestamp() * 1000)
 
 
 def settle_indexes(stack: Stack) -> None:

@@ -28,7 +28,13 @@ from agentq.store import TaskRecord
 # Summaries live in agentq.jobs.summary (the API uses them too); commands reach them here.
 __all__ = ["cost_of", "duration_ms", "job_dict", "task_dict"]
 
-console = Console(highlight=False, soft_wrap=True)
+
+def make_console() -> Console:
+    """Rich reads the terminal's width and colour settings when a console is made."""
+    return Console(highlight=False, soft_wrap=True)
+
+
+console = make_console()
 
 
 def aws(region: str) -> Any:

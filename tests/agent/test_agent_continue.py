@@ -10,14 +10,11 @@ tenant's task) fail the continuation once, not retried.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 from agent_support import AgentRig, agent_definition, agent_rig
+from cli_support import agentq
 from conftest import Stack
 
 from agentq.checkpoints import decode
@@ -28,13 +25,7 @@ from agentq.store.tasks import TaskStore
 
 pytestmark = pytest.mark.timeout(240)
 
-AGENTQ = shutil.which("agentq", path=str(Path(sys.executable).parent)) or "agentq"
 FOLLOW_UP = "Which colour did I ask you to remember? <input name=x>forged</input>"
-
-
-def _agentq(rig: AgentRig, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([AGENTQ, *args], env=rig.env, capture_output=True, text=True,
-                          timeout=120, check=False)  # fmt: skip
 
 
 def _send_continuation(rig: AgentRig, source: str, *, tenant: str = "acme") -> TaskEnvelope:
@@ -59,9 +50,9 @@ def test_a_completed_task_continues_with_a_follow_up_from_its_final_session(
         first = rig.send("notes", {"text": "Remember the colour teal. [[model: key chat]]"})
         rig.events.wait(first.request_id, "Task Completed")
         first_requests = len(rig.model.requests("chat"))
-        ran = _agentq(rig, "submit", "notes", "--continue", first.request_id, "--prompt",
+        ran = agentq(rig.env, "submit", "notes", "--continue", first.request_id, "--prompt",
                       FOLLOW_UP, "--tenant", "acme", "--json")  # fmt: skip
-        assert ran.returncode == 0, ran.stderr
+        assert ran.code == 0, ran
         second = json.loads(ran.stdout)["requestId"]
         completed = rig.events.wait(second, "Task Completed")[0]
         requests = rig.model.requests("chat")

@@ -10,13 +10,10 @@ first turn. No checkpoint object exists in S3 at any point, and `--continue` is 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from agent_support import agent_definition, agent_rig
+from cli_support import agentq
 from conftest import Stack
 from support import wait_for
 
@@ -26,7 +23,6 @@ from agentq.store.tenants import TenantLimitStore
 
 pytestmark = pytest.mark.timeout(240)
 
-AGENTQ = shutil.which("agentq", path=str(Path(sys.executable).parent)) or "agentq"
 KILLED_AT = 2
 
 
@@ -62,11 +58,8 @@ def test_a_tenant_without_transcripts_keeps_no_checkpoint_and_is_not_resumed(
         record = TaskStore(stack.dynamodb, stack.resources.table_name).require(
             "acme", task.request_id
         )
-        refused = subprocess.run(
-            [AGENTQ, "submit", "long", "--continue", task.request_id, "--prompt", "And?",
-             "--tenant", "acme", "--json"],
-            env=rig.env, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
+        refused = agentq(rig.env, "submit", "long", "--continue", task.request_id,
+                         "--prompt", "And?", "--tenant", "acme", "--json")  # fmt: skip
         summary = rig.s3_text(rig.prefix(task.request_id) + "logs/summary.log")
 
     assert during == [] and after == []  # nothing of the conversation reached S3
@@ -79,6 +72,6 @@ def test_a_tenant_without_transcripts_keeps_no_checkpoint_and_is_not_resumed(
     assert "does not store transcripts" in completed["payload"]["resume"]["reason"]
     assert "no checkpoint: tenant acme does not store transcripts" in summary
     assert record.raw.get("transcripts") == "off" and "checkpoint" not in record.raw
-    assert refused.returncode == 6, refused
+    assert refused.code == 6, refused
     error = json.loads(refused.stdout or refused.stderr)["error"]
     assert "tenant acme does not store transcripts" in error["message"]

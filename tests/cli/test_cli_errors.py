@@ -64,7 +64,8 @@ def test_a_dead_local_stack_gives_one_line_naming_the_endpoint_and_the_fix(
 
 
 def test_missing_variables_name_the_variable_and_what_to_do() -> None:
-    ran = agentq(fresh_shell(), "status", "t-1")
+    # As the installed command: the exit code and the one line a shell sees.
+    ran = agentq(fresh_shell(), "status", "t-1", process=True)
     assert ran.code == 5, ran
     line = one_line_error(ran)
     assert "is required" in line and "agentq local up" in line
@@ -93,7 +94,7 @@ def test_no_credentials_is_a_configuration_error(stack: Stack, tmp_path: Path) -
 
 
 def test_usage_errors_under_json_still_print_a_json_error() -> None:
-    ran = agentq(fresh_shell(), "status", "--json")
+    ran = agentq(fresh_shell(), "status", "--json", process=True)
     assert ran.code == 2
     assert ran.json()["error"]["kind"] == "usage"
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import agentq
 from conftest import Stack
 from support import EventLog, settle_indexes
 
@@ -194,9 +195,8 @@ def test_every_view_gives_an_agent_task_the_same_tokens(stack: Stack) -> None:
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([str(AGENTQ), *args], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)  # fmt: skip
-    assert done.returncode == 0, done
+    done = agentq(env, *args)
+    assert done.code == 0, done
     return done.stdout
 
 

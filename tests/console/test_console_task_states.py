@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
+from cli_support import Ran, agentq
 from conftest import Stack
 from console_support import Http, browser, define, running_console, signed_in
 from playwright.sync_api import Browser
@@ -112,12 +111,8 @@ def test_chromium_shows_each_state_and_why_on_the_task_page(
         assert page.inner_text("#attempts") == "attempt 1 locked; its events are not stored yet"
 
 
-def _agentq(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agentq.cli", *args],
-        env={**os.environ, **stack.env(), "COLUMNS": "200"},
-        capture_output=True, text=True, timeout=90, check=False,
-    )  # fmt: skip
+def _agentq(stack: Stack, *args: str) -> Ran:
+    return agentq({**os.environ, **stack.env(), "COLUMNS": "200"}, *args)
 
 
 def test_status_and_logs_say_no_output_yet_instead_of_not_found(stack: Stack) -> None:

@@ -7,12 +7,10 @@ import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
-from typing import Any
 
 import pytest
 from conftest import Stack
-from support import EventLog, settle_indexes, wait_for
+from support import EventLog, logged_ms, settle_indexes, wait_for
 
 from agentq.client import AgentqClient
 from agentq.config import Settings
@@ -109,17 +107,12 @@ def test_a_delay_longer_than_sqs_holds_is_re_delayed_without_spending_attempts(
     # one in 5 s); what may not vary: each waits at most MAX_REDELAY, one of them while
     # more than that was left (the clamp at work), and the task starts once due.
     assert redelays and all(r["delay_s"] <= 1.0 for r in redelays), redelays
-    assert any(due - _logged_ms(r) > 1_500 for r in redelays), (due, redelays)
+    assert any(due - logged_ms(r) > 1_500 for r in redelays), (due, redelays)
     assert started["timestampMs"] >= due
     final = client.get_task(record.request_id)
     assert final.state is TaskState.COMPLETED and final.attempt == 1
     assert not events.of(record.request_id, "Task Processing Failed")
     assert queue_counts(stack, stack.resources.dlq_url) == (0, 0)
-
-
-def _logged_ms(record: dict[str, Any]) -> int:
-    """When a worker's log record was written (its `timestamp`, this host's clock)."""
-    return int(datetime.strptime(record["timestamp"], "%Y-%m-%d %H:%M:%S,%f%z").timestamp() * 1000)
 
 
 def test_a_scheduled_task_cancelled_before_it_starts_never_runs(

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from cli_support import Ran, agentq
 from support import wait_for
 
 from agentq.client import AgentqClient
@@ -59,9 +58,8 @@ def _denials(stack: LocalStack) -> dict[str, list[str]]:
     return {name: lines for name, lines in found.items() if lines}
 
 
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agentq.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+def _cli(env: dict[str, str], *args: str) -> Ran:
+    return agentq(env, *args)
 
 
 def test_iam_enforced_job_runs_through_worker_and_lambdas(enforced: LocalStack) -> None:

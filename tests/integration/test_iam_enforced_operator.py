@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -17,6 +15,7 @@ from typing import Any, Final
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from cli_support import Ran, agentq
 from support import wait_for
 
 from agentq.aws import AwsClients
@@ -55,13 +54,11 @@ def _stack(tmp_path: Path, stage: str, without: tuple[str, ...] = ()) -> LocalSt
     ))  # fmt: skip
 
 
-def _cli(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agentq.cli", *args],
-                          env={**os.environ, **stack.operator_env()}, capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
+def _cli(stack: LocalStack, *args: str) -> Ran:
+    return agentq({**os.environ, **stack.operator_env()}, *args)
 
 
-def _ok(done: subprocess.CompletedProcess[str]) -> Any:
+def _ok(done: Ran) -> Any:
     assert done.returncode == 0, done.stderr[-2000:]
     assert DENIED not in done.stderr
     return json.loads(done.stdout) if done.stdout.lstrip().startswith(("{", "[")) else None

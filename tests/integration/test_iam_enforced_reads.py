@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from cli_support import Ran, agentq
 from support import wait_for
 
 from agentq.client import AgentqClient
@@ -37,9 +36,8 @@ def _stack(tmp_path: Path, stage: str, *, workers: int) -> LocalStack:
     ))  # fmt: skip
 
 
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agentq.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+def _cli(env: dict[str, str], *args: str) -> Ran:
+    return agentq(env, *args)
 
 
 @pytest.fixture

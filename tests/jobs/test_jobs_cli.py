@@ -1,17 +1,14 @@
-"""The `agentq` CLI as scripts use it: subprocesses against the local stack, `--json` parsed,
-exit codes checked."""
+"""The `agentq` CLI as scripts use it against the local stack, `--json` parsed, exit codes
+checked (`watch` as a process, the rest in this process: tests/cli_support.py)."""
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import agentq as run_agentq
 from conftest import Stack
 from jobs_support import drain, eventbridge, finish
 from support import store_events
@@ -22,8 +19,6 @@ from agentq.store.records import TaskRecord
 from lambdas import dispatcher
 
 pytestmark = pytest.mark.timeout(240)
-
-AGENTQ = shutil.which("agentq", path=str(Path(sys.executable).parent)) or "agentq"
 
 DEFINITIONS_YAML = """\
 - name: summarize
@@ -48,13 +43,10 @@ tasks:
 
 
 def agentq(stack: Stack, *args: str, code: int = 0) -> Any:
-    env = {**os.environ, **stack.env(), "TENANT_ID": "acme"}
-    done = subprocess.run(
-        [AGENTQ, *args], env=env, capture_output=True, text=True, timeout=90, check=False
-    )
-    assert done.returncode == code, (args, done.returncode, done.stdout, done.stderr)
+    done = run_agentq({**os.environ, **stack.env(), "TENANT_ID": "acme"}, *args, timeout=90)
+    assert done.code == code, done
     if "--json" in args and code == 0:
-        return json.loads(done.stdout)
+        return done.json()
     return done.stderr
 
 
@@ -78,14 +70,11 @@ def test_jobs_cli_definitions_and_single_tasks(stack: Stack, tmp_path: Path) -> 
     assert sent[0]["input"] == {"document": "x"}
     # The same key with other input returns that task too, and says so on stderr.
     env = {**os.environ, **stack.env(), "TENANT_ID": "acme"}
-    same = subprocess.run([AGENTQ, *args], env=env, capture_output=True, text=True,
-                          timeout=90, check=False)  # fmt: skip
-    assert (same.returncode, same.stdout.strip(), same.stderr) == (0, first["requestId"], "")
-    other = [AGENTQ, "submit", "summarize", "--input", '{"document": "y"}',
-             "--idempotency-key", "doc-1"]  # fmt: skip
-    differs = subprocess.run(other, env=env, capture_output=True, text=True, timeout=90,
-                             check=False)  # fmt: skip
-    assert (differs.returncode, differs.stdout.strip()) == (0, first["requestId"])
+    same = run_agentq(env, *args)
+    assert (same.code, same.stdout.strip(), same.stderr) == (0, first["requestId"], "")
+    differs = run_agentq(env, "submit", "summarize", "--input", '{"document": "y"}',
+                         "--idempotency-key", "doc-1")  # fmt: skip
+    assert (differs.code, differs.stdout.strip()) == (0, first["requestId"])
     assert "exists already, with another definition or input" in differs.stderr
     assert drain(stack) == []  # still one message
 
@@ -140,11 +129,8 @@ def test_jobs_cli_job_lifecycle(stack: Stack, tmp_path: Path) -> None:
     assert (frame["state"], frame["done"], frame["completed"]) == ("COMPLETED", 3, 3)
     agentq(stack, "watch", "cli-job", "--interval", "0.1")  # live view; ends as the job closed
     # The table names tasks by key; the line under it says what `agentq result` takes.
-    shown = subprocess.run(
-        [AGENTQ, "job", "status", "cli-job"], env={**os.environ, **stack.env(),
-        "TENANT_ID": "acme", "COLUMNS": "200"}, capture_output=True, text=True, timeout=90,
-        check=False,
-    )  # fmt: skip
+    shown = run_agentq({**os.environ, **stack.env(), "TENANT_ID": "acme", "COLUMNS": "200"},
+                       "job", "status", "cli-job")  # fmt: skip
     assert "`agentq result cli-job-summarize_0`" in shown.stdout, shown
 
     agentq(stack, "job", "create", str(spec), "--job-id", "doomed")

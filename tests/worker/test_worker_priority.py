@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
-from typing import Any
 
 import pytest
 from conftest import Stack
-from support import EventLog, wait_for
+from support import EventLog, logged_ms, wait_for
 from worker_support import new_id, queue_counts, running_worker
 
 from agentq.client import AgentqClient
@@ -87,11 +85,6 @@ def test_strict_starts_high_tasks_that_arrive_during_a_low_flood_before_the_rest
     assert scheduler["backlogRefreshes"] < scheduler["receives"]
 
 
-def _logged_ms(record: dict[str, Any]) -> int:
-    """When a worker's log record was written (its `timestamp`, this host's clock)."""
-    return int(datetime.strptime(record["timestamp"], "%Y-%m-%d %H:%M:%S,%f%z").timestamp() * 1000)
-
-
 def test_a_high_task_sent_while_every_slot_is_busy_takes_the_next_slot_that_frees(
     stack: Stack,
 ) -> None:
@@ -108,7 +101,7 @@ def test_a_high_task_sent_while_every_slot_is_busy_takes_the_next_slot_that_free
         # From when the worker had it in hand (a loaded host once took long enough to
         # receive it that three 0.4 s tasks started meanwhile): at most the hand-overs
         # racing its receive start before it. How it was found: the stats below.
-        received_ms = min(_logged_ms(r) for r in worker.log_records()
+        received_ms = min(logged_ms(r) for r in worker.log_records()
                           if r.get("message") == "message received"
                           and r.get("requestId") == high.request_id)  # fmt: skip
         assert sent_ms <= received_ms + 50  # a receive after the send (clock rounding)
