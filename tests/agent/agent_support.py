@@ -29,6 +29,11 @@ REPO = Path(__file__).resolve().parents[2]
 # and the fence then stopped a task at a step the test did not plan. A worker killed on
 # purpose is taken over a few seconds later.
 AGENT_LEASE: dict[str, str] = {"VISIBILITY_EXTENSION_AMOUNT": "6"}
+# No spare imports the SDK ahead of a task (WARM_AGENT=recent would after each agent
+# task): a rig runs a few agent tasks and ends, so most such spares were never used, and
+# each cost ~1.4 s of CPU (a third of this directory's). The tasks import it themselves;
+# tests/worker/test_worker_warm.py covers warming, and the chaos bench runs the default.
+AGENT_RIG_WORKER: dict[str, str] = {**AGENT_LEASE, "WARM_AGENT": "never"}
 SAMPLES = REPO / "definitions" / "samples"
 
 # A small schema: quick for the fake model to fill, strict enough to violate on purpose.
@@ -145,7 +150,7 @@ def agent_rig(
     worker = WorkerProcess("agent-worker", log_dir=scratch)
     env = {
         **stack.env(),
-        **fast_env(TASK_DEFINITIONS_DIR=str(definitions_dir), **{**AGENT_LEASE, **worker_env}),
+        **fast_env(TASK_DEFINITIONS_DIR=str(definitions_dir), **{**AGENT_RIG_WORKER, **worker_env}),
         **offline_claude_env(model.url, home),
         "HOME": str(home),
         "AGENTQ_WORK_DIR": str(scratch / "work"),
