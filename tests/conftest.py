@@ -56,7 +56,8 @@ _E2E_DIRS = ("integration", "bench")
 # Names a test module uses when it starts processes (its own or through a helper).
 _STARTS_PROCESSES = re.compile(
     r"\b(subprocess|Popen|WorkerProcess|running_worker|worker_parts_process|playwright|"
-    r"chromium|tmux|os\.fork|multiprocessing|run_cli|agentq_cli|spawn)\b"
+    r"chromium|tmux|os\.fork|multiprocessing|run_cli|agentq_cli|agentq_process|spawn|"
+    r"process=True)\b"
 )
 _STACK_FIXTURES = {"stack", "inproc_stack", "moto_server"}
 

@@ -103,6 +103,7 @@ def test_jobs_cli_definitions_and_single_tasks(stack: Stack, tmp_path: Path) -> 
     assert agentq(stack, "definitions", "delete", "summarize", "--json") == {"deleted": "summarize"}
 
 
+@pytest.mark.process  # `agentq watch` runs as the installed command
 def test_jobs_cli_job_lifecycle(stack: Stack, tmp_path: Path) -> None:
     defs = tmp_path / "defs.yaml"
     defs.write_text(DEFINITIONS_YAML)
