@@ -68,7 +68,10 @@ def agentq(
     timeout: float = 120,
     process: bool = False,
 ) -> Ran:
-    """`agentq ARGS` under `env` (the whole environment, as a shell would pass it)."""
+    """`agentq ARGS` under `env` (the whole environment, as a shell would pass it).
+    `timeout` bounds a process; a command run here is bounded by the test's own timeout.
+    While it runs, this process's environment is the command's: a thread of the test
+    that makes a new AWS client meanwhile would sign with the command's credentials."""
     from agentq.cli import command_of
 
     if process or command_of(args) in PROCESS_COMMANDS:

@@ -145,9 +145,10 @@ def test_a_foreign_delayed_message_gets_a_scheduled_item_and_no_attempt(stack: S
     events = EventLog(stack)
     store = TaskStore(stack.dynamodb, stack.resources.table_name)
     with running_worker(stack) as worker:
-        # Due a while after the worker is up, so it receives the message early.
+        # Due a while after the worker is up, so it receives the message early (a loaded
+        # host's receive has taken a few seconds).
         worker.wait_for_output("worker started", timeout=90)
-        due = now_ms() + 3000
+        due = now_ms() + 6000
         envelope = TaskEnvelope(request_id=new_id(), tenant="acme", definition="sample-echo",
                                 not_before_ms=due)  # fmt: skip
         stack.sqs.send_message(
@@ -165,7 +166,7 @@ def test_a_foreign_delayed_message_gets_a_scheduled_item_and_no_attempt(stack: S
 
 def test_the_lock_refuses_a_task_before_its_time_and_takes_it_after(stack: Stack) -> None:
     store = TaskStore(stack.dynamodb, stack.resources.table_name)
-    due = now_ms() + 1500
+    due = now_ms() + 4000  # past a loaded host's create and first acquire
     envelope = TaskEnvelope(request_id=new_id(), tenant="acme", definition="sample-echo",
                             not_before_ms=due)  # fmt: skip
     store.create(envelope, state=TaskState.SCHEDULED)
@@ -187,7 +188,10 @@ def test_a_job_task_with_a_time_waits_scheduled_until_then(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = client_with(monkeypatch)
-    due = now_ms() + 3000
+    # Far enough ahead that creating the job cannot reach it: with a 3 s lead, a loaded
+    # host's create_job (the job, both tasks, A's send) took past the last whole second
+    # of the wait and A was rightly created PENDING.
+    due = now_ms() + 8000
     spec = {
         "tasks": {
             "A": {"definition": "sample-echo", "not_before": due / 1000},
@@ -200,7 +204,7 @@ def test_a_job_task_with_a_time_waits_scheduled_until_then(
     assert a.state is TaskState.SCHEDULED and a.raw["notBefore"] == due
     assert client.get_task(f"{job.job_id}-B").state is TaskState.BLOCKED
     # Held by SQS until its time: not receivable before it, receivable after.
-    received = wait_for(lambda: _receive(stack), timeout=20, message="A's message")
+    received = wait_for(lambda: _receive(stack), timeout=30, message="A's message")
     assert now_ms() >= due - 1000  # DelaySeconds is whole seconds
     assert received["requestId"] == a.request_id and received["notBefore"] == due
     # A stored spec parses back to the same time.

@@ -37,9 +37,14 @@ class SynthesizedStage:
 
     @functools.cached_property
     def stacks(self) -> StageStacks:
-        """The stage's constructs (built in this process on first use)."""
+        """The stage's constructs (built in this process on first use), synthesized:
+        cross-stack references become stack dependencies only then, and a process that
+        read another's templates (`_load`) had built them without."""
         stacks = _build(self.name)
         assert stacks.settings == self.settings, (stacks.settings, self.settings)
+        app = cdk.Stage.of(stacks.worker)
+        assert app is not None
+        app.synth()
         return stacks
 
     def json(self, name: str) -> dict[str, Any]:
