@@ -37,11 +37,6 @@ class Ran:
     stdout: str
     stderr: str
 
-    @property
-    def returncode(self) -> int:
-        """As `subprocess.CompletedProcess` names it."""
-        return self.code
-
     def json(self) -> Any:
         return json.loads(self.stdout)
 

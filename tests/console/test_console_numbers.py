@@ -11,7 +11,6 @@ once then completes (two attempts)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
 from agent_support import agent_definition, agent_rig
 
 pytestmark = pytest.mark.timeout(180)
-AGENTQ = Path(sys.executable).with_name("agentq")
 
 TASKS: dict[str, tuple[str, dict[str, Any]]] = {
     "slow": ("sample-sleep", {"seconds": 0.4}),
@@ -122,10 +120,8 @@ def _watch(stack: Stack) -> dict[str, Any]:
     env = {**stack.env(), "COLUMNS": "200"}
 
     def run(*args: str) -> str:
-        done = subprocess.run([str(AGENTQ), "watch", "--once", "--tenant", "acme", *args],
-                              env=env, capture_output=True, text=True, timeout=60,
-                              check=False)  # fmt: skip
-        assert done.returncode == 0, done
+        done = agentq(env, "watch", "--once", "--tenant", "acme", *args, timeout=60)
+        assert done.code == 0, done
         return done.stdout
 
     tasks = json.loads(run("--json"))["tasks"]

@@ -120,18 +120,18 @@ def test_status_and_logs_say_no_output_yet_instead_of_not_found(stack: Stack) ->
     client = AgentqClient.from_env()
     pending = client.submit("noop", {"n": 1}, delay=600).request_id
     status = _agentq(stack, "status", pending)
-    assert status.returncode == 0, status.stderr
+    assert status.code == 0, status.stderr
     assert "scheduled: starts at" in status.stdout
     assert json.loads(_agentq(stack, "status", pending, "--json").stdout)["waiting"].startswith(
         "scheduled:"
     )
     logs = _agentq(stack, "logs", pending)
-    assert logs.returncode == 0, logs.stderr
+    assert logs.code == 0, logs.stderr
     assert "is SCHEDULED and has no output yet" in logs.stdout
     assert "not found" not in logs.stdout + logs.stderr
     assert json.loads(_agentq(stack, "logs", pending, "--json").stdout) == {}
     trace = _agentq(stack, "trace", pending)
-    assert trace.returncode == 0 and "has no output yet" in trace.stdout
+    assert trace.code == 0 and "has no output yet" in trace.stdout
 
 
 def test_a_failed_jobs_progress_bar_is_not_all_green(inproc_stack: Stack, browser: Browser) -> None:

@@ -91,11 +91,11 @@ def test_iam_enforced_job_runs_through_worker_and_lambdas(enforced: LocalStack) 
     shell = {**os.environ, **stack.env()}
     submitted = _cli(shell, "submit", "sample-echo", "--input", '{"cli": 1}', "--wait",
                      "--timeout", "90", "--json")  # fmt: skip
-    assert submitted.returncode == 0, submitted.stderr[-2000:]
+    assert submitted.code == 0, submitted.stderr[-2000:]
     request_id = json.loads(submitted.stdout)["requestId"]
     status = _cli(shell, "status", request_id, "--result", "--json")
-    assert status.returncode == 0 and json.loads(status.stdout)["output"] == {"cli": 1}
-    assert _cli(shell, "dlq", "list", "--json").returncode != 0
+    assert status.code == 0 and json.loads(status.stdout)["output"] == {"cli": 1}
+    assert _cli(shell, "dlq", "list", "--json").code != 0
 
     # A dead letter: the dlq-processor polls the DLQ, closes the task and archives it.
     operator = local_session_clients(stack.moto.url)

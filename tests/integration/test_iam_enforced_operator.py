@@ -59,7 +59,7 @@ def _cli(stack: LocalStack, *args: str) -> Ran:
 
 
 def _ok(done: Ran) -> Any:
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.code == 0, done.stderr[-2000:]
     assert DENIED not in done.stderr
     return json.loads(done.stdout) if done.stdout.lstrip().startswith(("{", "[")) else None
 
@@ -256,7 +256,7 @@ def _denied_cli(stack: LocalStack, operation: str, *args: str) -> None:
     """The command fails on an AccessDenied of exactly `operation` (S3's denials do
     not name the action, so the operation is what tells which statement is missing)."""
     done = _cli(stack, *args)
-    assert done.returncode != 0, done.stdout[-2000:]
+    assert done.code != 0, done.stdout[-2000:]
     # moto answers a denied SQS call in XML, which botocore's JSON protocol reads as
     # code "403": the AccessDenied is then in the message.
     assert f" in {operation}:" in done.stderr and "AccessDenied" in done.stderr, done.stderr[-2000:]

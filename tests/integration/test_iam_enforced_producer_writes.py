@@ -74,14 +74,14 @@ def _cli(stack: LocalStack, *args: str) -> Ran:
 
 
 def _ok(done: Ran) -> Any:
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.code == 0, done.stderr[-2000:]
     assert DENIED not in done.stderr
     return json.loads(done.stdout) if done.stdout.lstrip().startswith(("{", "[")) else None
 
 
 def _denied_cli(stack: LocalStack, operation: str, *args: str) -> None:
     done = _cli(stack, *args)
-    assert done.returncode != 0, done.stdout[-2000:]
+    assert done.code != 0, done.stdout[-2000:]
     assert f" in {operation}:" in done.stderr and "AccessDenied" in done.stderr, done.stderr[-2000:]
 
 

@@ -60,13 +60,13 @@ def test_iam_enforced_producer_reads_logs_trace_and_artifacts(with_worker: Local
              "traces/session_trace.json": json.dumps({"turns": 1})}  # fmt: skip
     submitted = _cli(shell, "submit", "sample-artifacts", "--input", json.dumps({"files": files}),
                      "--wait", "--timeout", "90", "--json")  # fmt: skip
-    assert submitted.returncode == 0, submitted.stderr[-2000:]
+    assert submitted.code == 0, submitted.stderr[-2000:]
     request_id = json.loads(submitted.stdout)["requestId"]
 
     logs = _cli(shell, "logs", request_id)
-    assert logs.returncode == 0 and "step one" in logs.stdout, logs.stderr[-2000:]
+    assert logs.code == 0 and "step one" in logs.stdout, logs.stderr[-2000:]
     trace = _cli(shell, "trace", request_id, "--json")
-    assert trace.returncode == 0 and '"turns"' in trace.stdout, trace.stderr[-2000:]
+    assert trace.code == 0 and '"turns"' in trace.stdout, trace.stderr[-2000:]
     client = AgentqClient.from_env()
     assert "logs/run.log" in client.artifacts(request_id)
     # Listing is the producer's under the task prefix only.
