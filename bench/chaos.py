@@ -293,6 +293,7 @@ def run(
         redirect.__exit__(None, None, None)
     report.seconds = time.monotonic() - began
     report.killing_seconds = killer.seconds
+    report.idle_strikes = killer.idle_strikes
     report.stale_holders = len(killer.freezes)
     if not killer.quota_met():
         report.findings.append(

@@ -88,6 +88,8 @@ class Killer:
         self.freezes: list[Freeze] = []
         self.drains: list[Drain] = []
         self.drain_givebacks = 0
+        # Strikes that came due with no worker up to strike (every one starting or frozen).
+        self.idle_strikes = 0
         self.errors: list[str] = []
         self.began: float | None = None  # monotonic; how long the killer struck
         self.ended: float | None = None
@@ -184,6 +186,7 @@ class Killer:
         now = time.monotonic()
         awake = [w for w in awake if self._ready(w, now)]
         if not awake:
+            self.idle_strikes += 1
             return
         if self._drains_behind():
             # A drain gives back only what is running or buffered: strike a worker that

@@ -100,6 +100,8 @@ class ChaosReport:
     failed_by_chaos: int = 0
     seconds: float = 0.0
     killing_seconds: float = 0.0  # how long the killer struck
+    # Strikes due while no worker was up to strike (a starved host restarts them slowly).
+    idle_strikes: int = 0
     # Tasks sent past the plan to keep work running until the strike quotas were met.
     top_ups: int = 0
     events_lost: int = 0
@@ -166,6 +168,7 @@ class ChaosReport:
             "lease fences (worker / child watchdog)": f"{self.worker_fences} / {self.child_fences}",
             "seconds": round(self.seconds, 1),
             "killing seconds": round(self.killing_seconds, 1),
+            "strikes with no worker up": self.idle_strikes,
             "tasks added for the strike quotas": self.top_ups,
         }
         if self.faults_mode:

@@ -17,6 +17,7 @@ from bench.chaos import ChaosConfig, run
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 
+@pytest.mark.timeout(360)
 def test_bench_chaos_small_run_keeps_the_exactly_once_promise(
     moto_server: MotoServer, tmp_path: Path
 ) -> None:
@@ -24,7 +25,7 @@ def test_bench_chaos_small_run_keeps_the_exactly_once_promise(
     # run must still see kills (one settled after 7.6 s of strikes, 1 of them a worker
     # kill, before the quota).
     config = ChaosConfig(tasks=60, workers=3, slots=3, kill_interval_s=(1.0, 2.0),
-                         kill_until_done=0.97, timeout_s=150, min_worker_kills=3)  # fmt: skip
+                         kill_until_done=0.97, timeout_s=240, min_worker_kills=3)  # fmt: skip
     report = run(config, server=moto_server, work_dir=tmp_path)
     summary = report.summary()
     print(summary)
@@ -32,9 +33,12 @@ def test_bench_chaos_small_run_keeps_the_exactly_once_promise(
         print("finding:", finding)
     assert report.violations == [], "\n".join(report.violations)
     # The killer struck at its pace (one strike every 1-2 s while it ran), not just once
-    # or twice: a strike must not wait for its victims or for restarted workers.
-    kills = report.worker_kills + report.child_kills
-    assert kills >= 0.75 * report.killing_seconds / 2.0 and report.worker_kills >= 3, summary
+    # or twice: a strike must not wait for its victims or for restarted workers. A strike
+    # due while every worker was still starting strikes nothing (a starved CI host took
+    # seconds to start each: 32 kills in 115 s), and counts as kept.
+    strikes = report.worker_kills + report.child_kills + report.idle_strikes
+    assert strikes >= 0.75 * report.killing_seconds / 2.0, summary
+    assert report.worker_kills >= 3, summary
     assert report.executions >= 40, summary
     assert report.duplicates_suppressed >= 1, summary
 
@@ -61,9 +65,11 @@ def test_bench_chaos_sends_more_work_until_the_strike_quota_is_met(
     assert report.top_ups >= 1 and report.tasks == 3 + report.top_ups, summary
 
 
-# Its own deadline (200 s) and the fleet's drain come before pytest's: a loaded host's
-# slow run fails on its verdict, with what it saw, not on a bare timeout.
-@pytest.mark.timeout(420)
+# Its own deadline (320 s) and the fleet's drain come before pytest's: a loaded host's
+# slow run fails on its verdict, with what it saw, not on a bare timeout. A quiet host
+# settles in 140-170 s; with twelve CPU burners beside it, 200 s; a CI run's load once
+# left 80 messages queued at 200 s.
+@pytest.mark.timeout(600)
 def test_bench_chaos_with_aws_faults_holds_every_invariant(
     moto_server: MotoServer, tmp_path: Path
 ) -> None:
@@ -78,7 +84,7 @@ def test_bench_chaos_with_aws_faults_holds_every_invariant(
     Each defect of issue 14, put back, fails this run (docs/benchmarks/chaos.md lists which
     invariant catches which)."""
     config = ChaosConfig(tasks=36, workers=2, slots=3, kill_interval_s=(1.5, 3.0),
-                         kill_until_done=0.95, timeout_s=200, faults=True,
+                         kill_until_done=0.95, timeout_s=320, faults=True,
                          freeze_share=0.4, min_worker_kills=2, min_stale_holders=2,
                          agent_tasks=4)  # fmt: skip
     report = run(config, server=moto_server, work_dir=tmp_path)
