@@ -185,6 +185,11 @@ def verify(
 
     for proc in survivors(run_id):
         violations.append(f"orphan process {proc.pid}: {' '.join(proc.cmdline())[:120]}")
+    # A worker forked by a launcher (agentq.local.launcher) carries the launcher's
+    # environment, not the marker: its own handle says whether it outlived the run.
+    for worker in fleet:
+        if worker.alive():
+            violations.append(f"orphan process {worker.pid}: worker {worker.name}")
 
     for worker in fleet:
         for record_ in worker.log_records():

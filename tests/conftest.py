@@ -27,6 +27,7 @@ from agentq.local.aws import (
     provision,
     provision_on,
 )
+from agentq.local.workers import WorkerProcess
 from agentq.resources import ResourceNames
 
 # Property tests judge what they generate, not how fast: the suite runs on several
@@ -43,6 +44,11 @@ settings.load_profile("agentq")
 for _name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
     os.environ.pop(_name, None)
 os.environ.update({**LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION": LOCAL_REGION})
+
+# The suite starts ~170 workers: each forks from one process per test process that has
+# imported their libraries (agentq.local.launcher), not a fresh interpreter. The
+# isolation tests start theirs afresh, as another user (tests/security/security_support.py).
+WorkerProcess.use_launcher = True
 
 
 # What a test needs to run, slowest first: `make test-fast` runs unit and stack tests.
