@@ -27,7 +27,7 @@ from agentq.local.aws import (
     provision,
     provision_on,
 )
-from agentq.local.workers import WorkerProcess
+from agentq.local.launcher import FORKING
 from agentq.resources import ResourceNames
 
 # Property tests judge what they generate, not how fast: the suite runs on several
@@ -45,10 +45,11 @@ for _name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
     os.environ.pop(_name, None)
 os.environ.update({**LOCAL_CREDENTIALS, "AWS_DEFAULT_REGION": LOCAL_REGION})
 
-# The suite starts ~170 workers: each forks from one process per test process that has
-# imported their libraries (agentq.local.launcher), not a fresh interpreter. The
-# isolation tests start theirs afresh, as another user (tests/security/security_support.py).
-WorkerProcess.use_launcher = True
+# The suite starts ~170 workers: each forks from one
+# process per test process that has imported their libraries (agentq.local.launcher),
+# not a fresh interpreter. The isolation tests start their workers afresh, as another
+# user (tests/security/security_support.py).
+FORKING.enabled = True
 
 
 # What a test needs to run, slowest first: `make test-fast` runs unit and stack tests.

@@ -29,10 +29,14 @@ OPTION = "--cpu-profile"
 
 
 def _cpu_s() -> tuple[float, float]:
-    """(this process's CPU, its reaped children's CPU), seconds."""
+    """(this process's CPU, its reaped children's CPU), seconds. Workers forked by the
+    process's launcher (agentq.local.launcher) are the launcher's children: it reports
+    their CPU as they end."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime, reaped.ru_utime + reaped.ru_stime
+    launcher = sys.modules.get("agentq.local.launcher")
+    forks = launcher.launched_cpu_s() if launcher is not None else 0.0
+    return own.ru_utime + own.ru_stime, reaped.ru_utime + reaped.ru_stime + forks
 
 
 def _append(path: str, record: dict[str, Any]) -> None:

@@ -1,30 +1,19 @@
-"""The worker launcher: one process that has imported the worker's libraries and forks
-`python -m MODULE` processes from itself on request, for the local stack's tests and
-benchmarks.
-
-A worker started afresh spends about 1 s of CPU before its first receive, two thirds of
-it importing boto3, botocore and pydantic; the test suite starts ~170 of them. A fork of
-a process that imported those costs milliseconds, and the worker's own modules (agentq,
-worker) are still imported afresh in each fork, after its environment is in place:
+"""The worker launcher: a process that has imported the worker's libraries (boto3,
+botocore, pydantic: two thirds of a worker's 1 s of start-up CPU) and forks `python -m
+MODULE` processes from itself, for the test suite's ~170 workers (`FORKING`).
 
     python -m agentq.local.launcher FD
 
-FD is one end of a `SOCK_SEQPACKET` socket pair, one message a record:
-- caller → launcher: a JSON request (``module``, ``env``, ``cwd``) with three
-  descriptors (SCM_RIGHTS), the new process's stdin, stdout and stderr;
-- launcher → caller: ``pid N`` (``error WHY`` if it cannot fork), and ``exit N CODE``
-  when a process it forked has ended (CODE as `Popen.returncode` has it).
-
-A forked process is what `subprocess.Popen([python, -m, MODULE], env=..., cwd=...,
-start_new_session=True)` would start, with these differences a caller may see: its
-command line and /proc environ are the launcher's (its `os.environ` is the requested
-one), and the interpreter's own start-up reads of the environment other than
-PYTHONPATH, PYTHONUNBUFFERED and PYTHONDONTWRITEBYTECODE are the launcher's.
-The launcher exits when the caller's end closes.
+FD is one end of a `SOCK_SEQPACKET` socket pair: a JSON request (module, args, env,
+cwd) with its stdin, stdout and stderr as SCM_RIGHTS descriptors one way; ``pid N`` or
+``error WHY``, and ``exit N CODE CPU`` when a fork ends, the other. A fork imports
+agentq and worker afresh once its environment is in place; unlike a fresh interpreter,
+its command line and /proc environ are the launcher's (README, Developing).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import json
@@ -35,9 +24,10 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final, Protocol
 
 import psutil
 
@@ -58,12 +48,14 @@ LOST_RETURNCODE: Final = -signal.SIGKILL
 def _reap(sock: socket.socket) -> None:
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
-        sock.send(f"exit {pid} {os.waitstatus_to_exitcode(status)}".encode())
+        # With its CPU: the caller's accounting (tools/suite_cpu.py) reaps no fork itself.
+        cpu = usage.ru_utime + usage.ru_stime
+        sock.send(f"exit {pid} {os.waitstatus_to_exitcode(status)} {cpu:.3f}".encode())
 
 
 def _serve(sock: socket.socket, base_path: list[str]) -> dict[str, Any] | None:
@@ -140,7 +132,7 @@ def _become(request: dict[str, Any]) -> None:
     # As the interpreter makes them: stderr line-buffered, both unbuffered on request.
     sys.stdout = _text_stream(1, unbuffered, line_buffering=False)
     sys.stderr = _text_stream(2, unbuffered, line_buffering=True)
-    sys.argv = [request["module"]]
+    sys.argv = [request["module"], *request.get("args", [])]
     runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
 
 
@@ -168,12 +160,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # -- the caller's side -----------------------------------------------------------------
-class LaunchedProcess:
-    """A process the launcher forked: what `agentq.local.workers` asks of a Popen."""
+class ProcessHandle(Protocol):
+    """What `agentq.local.workers` asks of a process it started: a `Popen`'s part."""
 
-    def __init__(self, pid: int, launcher: Launcher, module: str) -> None:
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def kill(self) -> None: ...
+    def terminate(self) -> None: ...
+
+
+class LaunchedProcess(ProcessHandle):
+    """A process the launcher forked (its exit status comes from the launcher)."""
+
+    def __init__(self, pid: int, launcher: Launcher, args: list[str]) -> None:
         self.pid = pid
-        self.args = [sys.executable, "-m", module]
+        self.args = args
         self.returncode: int | None = None
         self._launcher = launcher
 
@@ -224,21 +229,31 @@ class Launcher:
         self._answers: list[str] = []
         self._codes: dict[int, int] = {}
         self.gone = False
+        self.reaped_cpu_s = 0.0  # the CPU of the forks that have ended
+        self._owner = os.getpid()  # a fork of this process shares the socket, not the launcher
         threading.Thread(target=self._listen, name="launcher", daemon=True).start()
 
     def launch(
-        self, module: str, *, env: Mapping[str, str], cwd: Path, stdout: int, stderr: int
+        self,
+        module: str,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str],
+        cwd: Path,
+        stdout: int,
+        stderr: int,
     ) -> LaunchedProcess:
-        """`python -m module` with this environment and directory, in its own session,
-        stdin from /dev/null; OSError if the launcher cannot."""
-        request = json.dumps({"module": module, "env": dict(env), "cwd": str(cwd)}).encode()
+        """`python -m module args` with this environment and directory, in its own
+        session, stdin from /dev/null; OSError if the launcher cannot."""
+        request = json.dumps({"module": module, "args": list(args), "env": dict(env),
+                              "cwd": str(cwd)}).encode()  # fmt: skip
         with open(os.devnull, "rb") as devnull, self._asking:
             socket.send_fds(self._sock, [request], [devnull.fileno(), stdout, stderr])
             answer = self._answer()
         kind, _, detail = answer.partition(" ")
         if kind != "pid" or not detail.isdigit():
             raise OSError(f"the worker launcher refused: {detail or answer}")
-        return LaunchedProcess(int(detail), self, module)
+        return LaunchedProcess(int(detail), self, [sys.executable, "-m", module, *args])
 
     def returncode(self, pid: int, *, timeout_s: float | None) -> int | None:
         """`pid`'s exit code once reported, within `timeout_s`; None while it runs. An
@@ -255,6 +270,8 @@ class Launcher:
             return self._codes.pop(pid, LOST_RETURNCODE)
 
     def close(self) -> None:
+        if os.getpid() != self._owner:
+            return
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
@@ -288,9 +305,10 @@ class Launcher:
             kind, _, rest = text.partition(" ")
             with self._changed:
                 if kind == "exit":
-                    pid, _, code = rest.partition(" ")
+                    pid, code, cpu = [*rest.split(" "), "0"][:3]
                     with contextlib.suppress(ValueError):
                         self._codes[int(pid)] = int(code)
+                        self.reaped_cpu_s += float(cpu)
                 else:
                     self._answers.append(text)
                 self._changed.notify_all()
@@ -305,6 +323,41 @@ def _ended(pid: int) -> bool:
         return False
 
 
+@dataclass
+class Forking:
+    """Whether the local stack's Python processes (workers, the IAM-enforced stack's
+    Lambda hosts) fork from a launcher. The test suite turns it on (tests/conftest.py);
+    the demo, `agentq local up` and the benchmarks' own commands start them afresh, as
+    a host does."""
+
+    enabled: bool = False
+
+
+FORKING: Final = Forking()
+
+
+def python_module(
+    module: str,
+    args: Sequence[str] = (),
+    *,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    log: IO[bytes],
+    fresh: bool = False,
+) -> ProcessHandle:
+    """`python -m module args` in its own session, stdin from /dev/null, stdout and
+    stderr to `log`: forked from this process's launcher while `FORKING` is on, unless
+    `fresh`."""
+    directory = cwd or Path.cwd()
+    if FORKING.enabled and not fresh:
+        return shared_launcher().launch(module, args, env=env, cwd=directory,
+                                        stdout=log.fileno(), stderr=log.fileno())  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args], env=dict(env), cwd=directory, stdout=log,
+        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+
+
 _shared: dict[int, Launcher] = {}  # by the pid that started it: a fork starts its own
 _shared_lock = threading.Lock()
 
@@ -315,7 +368,13 @@ def shared_launcher() -> Launcher:
         launcher = _shared.get(os.getpid())
         if launcher is None or launcher.gone or launcher.process.poll() is not None:
             launcher = _shared[os.getpid()] = Launcher()
+            atexit.register(launcher.close)  # reaped, as a Popen'd child would be
         return launcher
+
+
+def launched_cpu_s() -> float:
+    """The CPU of the forks this process's launchers reported ended."""
+    return sum(launcher.reaped_cpu_s for launcher in _shared.values())
 
 
 if __name__ == "__main__":

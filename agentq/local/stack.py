@@ -175,7 +175,9 @@ class LocalStack:
         worker = WorkerProcess(name, log_dir=self.log_dir)
         own = self.credentials["worker"].env() if self.iam else {}
         agent = {"ECS_AGENT_URI": self.ecs_agent.uri_for(name)} if self.ecs_agent else {}
-        worker.start({**self.env(), "WORKER_ID": name, **agent, **own, **extra_env})
+        # A new interpreter, as `agentq local up` and a host start it, whatever the test
+        # suite's FORKING: the IAM-enforced tests read its key from its /proc environ.
+        worker.start({**self.env(), "WORKER_ID": name, **agent, **own, **extra_env}, fresh=True)
         self.workers.append(worker)
         return worker
 

@@ -14,16 +14,15 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 import psutil
 
-from agentq.local.launcher import LaunchedProcess, shared_launcher
+from agentq.local.launcher import ProcessHandle, python_module
 
 STATS_MARKER: Final = "AGENTQ_WORKER_STATS "
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
@@ -57,17 +56,11 @@ def poll_pause(waited_s: float, first_s: float = 0.05) -> float:
 class WorkerProcess:
     """One ``python -m worker`` process."""
 
-    # The test suite sets this: workers fork from a process that has imported their
-    # libraries (agentq.local.launcher), ~0.65 s of CPU less a start, instead of each
-    # starting a fresh interpreter. The demo, the local stack and the benchmarks' own
-    # commands start them afresh, as a host does.
-    use_launcher: ClassVar[bool] = False
-
     def __init__(self, name: str = "worker", log_dir: Path | None = None) -> None:
         self.name = name
         self._log_dir = log_dir or Path(tempfile.mkdtemp(prefix="agentq-worker-log-"))
         self.log_path = self._log_dir / f"{name}.log"
-        self.process: subprocess.Popen[bytes] | LaunchedProcess | None = None
+        self.process: ProcessHandle | None = None
         self._children: set[int] = set()
 
     @property
@@ -75,24 +68,15 @@ class WorkerProcess:
         assert self.process is not None, "not started"
         return self.process.pid
 
-    def start(self, env: Mapping[str, str], *, inherit: bool = True) -> WorkerProcess:
+    def start(
+        self, env: Mapping[str, str], *, inherit: bool = True, fresh: bool = False
+    ) -> WorkerProcess:
+        """Start `python -m worker`: forked from a launcher while the test suite has
+        `FORKING` on, unless `fresh` (a new interpreter, as a host starts it)."""
         full = {**os.environ, **env} if inherit else dict(env)
         full.setdefault("WORKER_ID", f"{self.name}-{os.getpid()}")
         with self.log_path.open("ab") as log:
-            if self.use_launcher:
-                self.process = shared_launcher().launch(
-                    "worker", env=full, cwd=REPO_ROOT, stdout=log.fileno(), stderr=log.fileno()
-                )
-                return self
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "worker"],
-                env=full,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=REPO_ROOT,
-            )
+            self.process = python_module("worker", env=full, cwd=REPO_ROOT, log=log, fresh=fresh)
         return self
 
     def alive(self) -> bool:

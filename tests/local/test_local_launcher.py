@@ -14,7 +14,7 @@ import pytest
 from conftest import Stack
 from support import wait_for
 
-from agentq.local.launcher import LaunchedProcess, Launcher
+from agentq.local.launcher import FORKING, LaunchedProcess, Launcher
 from agentq.local.workers import WorkerProcess
 
 pytestmark = pytest.mark.process
@@ -23,7 +23,7 @@ PROBE = """
 import json, os, sys
 print(json.dumps({
     "env": {k: v for k, v in os.environ.items() if k.startswith("PROBE_")},
-    "cwd": os.getcwd(), "path": sys.path[:2], "argv0": sys.argv[0],
+    "cwd": os.getcwd(), "path": sys.path[:2], "argv0": sys.argv[0], "args": sys.argv[1:],
     "own_session": os.getsid(0) == os.getpid(), "stdin": sys.stdin.read(),
     "bytecode": not sys.dont_write_bytecode, "boto3_preloaded": "boto3" in sys.modules,
     "agentq_fresh": "agentq.config" not in sys.modules,
@@ -56,12 +56,13 @@ def probe_dir(tmp_path: Path) -> Path:
 
 
 def _launch(
-    launcher: Launcher, probe_dir: Path, tmp_path: Path, **env: str
+    launcher: Launcher, probe_dir: Path, tmp_path: Path, *args: str, **env: str
 ) -> tuple[LaunchedProcess, Path]:
     out = tmp_path / "out.log"
     with out.open("ab") as log:
         process = launcher.launch(
             "launcher_probe",
+            args,
             env={"PATH": os.environ["PATH"], "PYTHONPATH": str(probe_dir), **env},
             cwd=tmp_path, stdout=log.fileno(), stderr=log.fileno(),
         )  # fmt: skip
@@ -71,8 +72,8 @@ def _launch(
 def test_a_launched_module_runs_in_its_own_environment_directory_and_session(
     launcher: Launcher, probe_dir: Path, tmp_path: Path
 ) -> None:
-    process, out = _launch(launcher, probe_dir, tmp_path, PROBE_A="1", PROBE_EXIT="3",
-                           PYTHONDONTWRITEBYTECODE="1")  # fmt: skip
+    process, out = _launch(launcher, probe_dir, tmp_path, "--flag", "a b", PROBE_A="1",
+                           PROBE_EXIT="3", PYTHONDONTWRITEBYTECODE="1")  # fmt: skip
     assert process.wait(timeout=30) == 3
     first, second = out.read_text().splitlines()[:2]
     seen = json.loads(first)
@@ -80,7 +81,7 @@ def test_a_launched_module_runs_in_its_own_environment_directory_and_session(
     assert seen["env"] == {"PROBE_A": "1", "PROBE_EXIT": "3"}
     assert seen["cwd"] == str(tmp_path)
     assert seen["path"] == [str(tmp_path), str(probe_dir)]
-    assert seen["argv0"].endswith("launcher_probe.py")
+    assert seen["argv0"].endswith("launcher_probe.py") and seen["args"] == ["--flag", "a b"]
     assert seen["own_session"] and seen["stdin"] == "" and not seen["bytecode"]
     # Libraries come preloaded; agentq's own modules are imported afresh in the fork.
     assert seen["boto3_preloaded"] and seen["agentq_fresh"]
@@ -96,8 +97,12 @@ def test_a_signal_ends_a_launched_process_as_popen_reports_it(
     with pytest.raises(subprocess.TimeoutExpired):
         process.wait(timeout=0.2)
     assert process.poll() is None
+    before = launcher.reaped_cpu_s
     process.send_signal(signal.SIGKILL)
     assert process.wait(timeout=30) == -signal.SIGKILL
+    # Its CPU (its imports and its loop) is reported with its end, for the suite's
+    # accounting: nobody but the launcher reaps it.
+    assert launcher.reaped_cpu_s > before
 
 
 def test_a_request_without_its_descriptors_is_refused_and_the_launcher_serves_on(
@@ -119,7 +124,7 @@ def test_a_worker_started_through_the_launcher_drains_on_sigterm(
 ) -> None:
     from agentq.local.workers import fast_env
 
-    assert WorkerProcess.use_launcher  # the suite's setting (tests/conftest.py)
+    assert FORKING.enabled  # the suite's setting (tests/conftest.py)
     worker = WorkerProcess("launched", log_dir=tmp_path)
     worker.start({**stack.env(), **fast_env()})
     try:
