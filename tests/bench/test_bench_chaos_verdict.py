@@ -111,7 +111,9 @@ def test_worker_kills_are_preferred_while_behind_their_share_of_the_quotas() -> 
 class _LogOnly(WorkerProcess):
     """A worker whose log the test writes: the killer reads nothing else to judge it up."""
 
-    def start(self, env: Mapping[str, str], *, inherit: bool = True) -> WorkerProcess:
+    def start(
+        self, env: Mapping[str, str], *, inherit: bool = True, fresh: bool = False
+    ) -> WorkerProcess:
         return self
 
 
