@@ -14,12 +14,9 @@ its command line and /proc environ are the launcher's (README, Developing).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import io
 import json
 import os
-import select
-import signal
 import socket
 import subprocess
 import sys
@@ -27,99 +24,58 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final, Protocol
+from typing import IO, Any, Final
 
-import psutil
+from agentq.forking import (
+    ForkedProcess,
+    ForkServerClient,
+    ProcessHandle,
+    forkable,
+    leave_server,
+    serve,
+)
+
+__all__ = ["FORKING", "Launcher", "ProcessHandle", "launched_cpu_s", "python_module"]
 
 LAUNCHER_COMMAND: Final = (sys.executable, "-m", "agentq.local.launcher")
 # Imported once here, never again in a fork: libraries that read no environment when
 # imported (checked: none reads os.environ at module level but psutil's debug flag).
 PRELOADED: Final = ("boto3", "botocore.session", "botocore.client", "botocore.config",
                     "pydantic", "pydantic_settings", "psutil", "yaml", "urllib3")  # fmt: skip
-# A request carries a whole environment; the answers are short.
+# A request carries a whole environment.
 MAX_REQUEST: Final = 1 << 20
-MAX_ANSWER: Final = 256
 ANSWER_TIMEOUT_S: Final = 30.0
-EXIT_REPORT_TIMEOUT_S: Final = 5.0
-LOST_RETURNCODE: Final = -signal.SIGKILL
 
 
 # -- the launcher process --------------------------------------------------------------
-def _reap(sock: socket.socket) -> None:
-    while True:
-        try:
-            pid, status, usage = os.wait4(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        # With its CPU: the caller's accounting (tools/suite_cpu.py) reaps no fork itself.
-        cpu = usage.ru_utime + usage.ru_stime
-        sock.send(f"exit {pid} {os.waitstatus_to_exitcode(status)} {cpu:.3f}".encode())
-
-
 def _serve(sock: socket.socket, base_path: list[str]) -> dict[str, Any] | None:
     """Answer requests until the caller's end closes (None); in a forked child, return
     its request (the child then becomes the process it asked for)."""
-    wake_read, wake_write = os.pipe()
-    os.set_blocking(wake_write, False)
-    signal.set_wakeup_fd(wake_write)
-    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-    while True:
-        try:
-            ready, _, _ = select.select([sock.fileno(), wake_read], [], [])
-        except InterruptedError:
-            continue
-        if wake_read in ready:
-            os.read(wake_read, 512)
-            _reap(sock)
-        if sock.fileno() not in ready:
-            continue
-        message, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST, 3)
-        if not message:
-            return None
+
+    def fork(message: bytes, fds: list[int]) -> bytes | dict[str, Any]:
         try:
             request = json.loads(message)
-            if len(fds) != 3 or not isinstance(request, dict):
-                sock.send(b"error a request is a JSON object with three descriptors")
-                continue
-            if threading.active_count() != 1:
-                sock.send(b"error the launcher has threads")  # a fork copies no other
-                continue
-            pid = os.fork()
-            if pid == 0:
-                _leave_launcher(sock, fds)
-                fds.clear()
-                return {**request, "base_path": base_path}
-            sock.send(f"pid {pid}".encode())
-        except (ValueError, OSError) as exc:
-            with contextlib.suppress(OSError):
-                sock.send(f"error {exc}"[:MAX_ANSWER].encode())
-        finally:
-            for fd in fds:
-                os.close(fd)
+        except ValueError as exc:
+            return f"error {exc}"[:200].encode()
+        if len(fds) != 3 or not isinstance(request, dict):
+            return b"error a request is a JSON object with three descriptors"
+        refusal = forkable()
+        if refusal is not None:
+            return refusal
+        pid = os.fork()
+        if pid == 0:
+            leave_server(sock, fds)
+            return {**request, "base_path": base_path}
+        return f"pid {pid}".encode()
 
-
-def _leave_launcher(sock: socket.socket, fds: list[int]) -> None:
-    """In the fork: the three descriptors as 0-2 and nothing else of the launcher's
-    open. A failure here must not leave a second launcher serving: the fork ends."""
-    try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for target, source in zip((0, 1, 2), fds, strict=True):
-            os.dup2(source, target)
-        sock.detach()  # closed with the rest below: its object must not close a reused fd
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
-    except BaseException:
-        os._exit(1)
+    return serve(sock, fork, max_request=MAX_REQUEST)
 
 
 def _become(request: dict[str, Any]) -> None:
-    """In the fork: the requested process's session, directory, environment, import path
-    and standard streams; then its module runs as `python -m` runs it."""
+    """In the fork: the requested process's directory, environment, import path and
+    standard streams; then its module runs as `python -m` runs it."""
     import runpy
 
-    os.setsid()
     os.chdir(request["cwd"])
     env: dict[str, str] = request["env"]
     os.environ.clear()
@@ -160,54 +116,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # -- the caller's side -----------------------------------------------------------------
-class ProcessHandle(Protocol):
-    """What `agentq.local.workers` asks of a process it started: a `Popen`'s part."""
-
-    pid: int
-    returncode: int | None
-
-    def poll(self) -> int | None: ...
-    def wait(self, timeout: float | None = None) -> int: ...
-    def send_signal(self, sig: int) -> None: ...
-    def kill(self) -> None: ...
-    def terminate(self) -> None: ...
-
-
-class LaunchedProcess(ProcessHandle):
-    """A process the launcher forked (its exit status comes from the launcher)."""
-
-    def __init__(self, pid: int, launcher: Launcher, args: list[str]) -> None:
-        self.pid = pid
-        self.args = args
-        self.returncode: int | None = None
-        self._launcher = launcher
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            self.returncode = self._launcher.returncode(self.pid, timeout_s=0)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            self.returncode = self._launcher.returncode(self.pid, timeout_s=timeout)
-            if self.returncode is None:
-                raise subprocess.TimeoutExpired(self.args, timeout or 0)
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-
-class Launcher:
-    """The caller's end of one launcher process (started on first use)."""
+class Launcher(ForkServerClient):
+    """The caller's end of one launcher process."""
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -215,7 +125,7 @@ class Launcher:
         # bare one, so no process scanning environments takes the launcher for a task's.
         env = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
         try:
-            self.process = subprocess.Popen(
+            process = subprocess.Popen(
                 [*LAUNCHER_COMMAND, str(theirs.fileno())],
                 env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -223,15 +133,7 @@ class Launcher:
             )  # fmt: skip
         finally:
             theirs.close()
-        self._sock = ours
-        self._asking = threading.Lock()  # one request outstanding at a time
-        self._changed = threading.Condition()
-        self._answers: list[str] = []
-        self._codes: dict[int, int] = {}
-        self.gone = False
-        self.reaped_cpu_s = 0.0  # the CPU of the forks that have ended
-        self._owner = os.getpid()  # a fork of this process shares the socket, not the launcher
-        threading.Thread(target=self._listen, name="launcher", daemon=True).start()
+        super().__init__(ours, process)
 
     def launch(
         self,
@@ -242,93 +144,22 @@ class Launcher:
         cwd: Path,
         stdout: int,
         stderr: int,
-    ) -> LaunchedProcess:
+    ) -> ForkedProcess:
         """`python -m module args` with this environment and directory, in its own
         session, stdin from /dev/null; OSError if the launcher cannot."""
         request = json.dumps({"module": module, "args": list(args), "env": dict(env),
                               "cwd": str(cwd)}).encode()  # fmt: skip
-        with open(os.devnull, "rb") as devnull, self._asking:
-            socket.send_fds(self._sock, [request], [devnull.fileno(), stdout, stderr])
-            answer = self._answer()
-        kind, _, detail = answer.partition(" ")
-        if kind != "pid" or not detail.isdigit():
-            raise OSError(f"the worker launcher refused: {detail or answer}")
-        return LaunchedProcess(int(detail), self, [sys.executable, "-m", module, *args])
-
-    def returncode(self, pid: int, *, timeout_s: float | None) -> int | None:
-        """`pid`'s exit code once reported, within `timeout_s`; None while it runs. An
-        ended process whose code never comes (the launcher died) reads as killed."""
-        with self._changed:
-            self._changed.wait_for(lambda: pid in self._codes or self.gone, timeout=timeout_s)
-            if pid in self._codes:
-                return self._codes.pop(pid)
-        if not _ended(pid):
-            return None
-        with self._changed:
-            self._changed.wait_for(lambda: pid in self._codes or self.gone,
-                                   timeout=EXIT_REPORT_TIMEOUT_S)  # fmt: skip
-            return self._codes.pop(pid, LOST_RETURNCODE)
-
-    def close(self) -> None:
-        if os.getpid() != self._owner:
-            return
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-    def _answer(self) -> str:
-        with self._changed:
-            if not self._changed.wait_for(lambda: self._answers or self.gone,
-                                          timeout=ANSWER_TIMEOUT_S):  # fmt: skip
-                raise OSError("the worker launcher did not answer")
-            if not self._answers:
-                raise OSError("the worker launcher has ended")
-            return self._answers.pop(0)
-
-    def _listen(self) -> None:
-        while True:
-            try:
-                message = self._sock.recv(MAX_ANSWER)
-            except OSError:
-                message = b""
-            if not message:
-                with self._changed:
-                    self.gone = True
-                    self._changed.notify_all()
-                return
-            text = message.decode("ascii", "replace")
-            kind, _, rest = text.partition(" ")
-            with self._changed:
-                if kind == "exit":
-                    pid, code, cpu = [*rest.split(" "), "0"][:3]
-                    with contextlib.suppress(ValueError):
-                        self._codes[int(pid)] = int(code)
-                        self.reaped_cpu_s += float(cpu)
-                else:
-                    self._answers.append(text)
-                self._changed.notify_all()
-
-
-def _ended(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-    except psutil.Error:
-        return False
+        with open(os.devnull, "rb") as devnull:
+            pid = self.ask(request, [devnull.fileno(), stdout, stderr], timeout_s=ANSWER_TIMEOUT_S)
+        return ForkedProcess(pid, self, [sys.executable, "-m", module, *args])
 
 
 @dataclass
 class Forking:
-    """Whether the local stack's Python processes (workers, the IAM-enforced stack's
-    Lambda hosts) fork from a launcher. The test suite turns it on (tests/conftest.py);
-    the demo, `agentq local up` and the benchmarks' own commands start them afresh, as
-    a host does."""
+    """Whether `WorkerProcess` forks its workers from a launcher. The test suite turns
+    it on (tests/conftest.py); the local stack (the demo, `agentq local up`, the
+    IAM-enforced tests) and the benchmarks' own commands start them afresh, as a host
+    does."""
 
     enabled: bool = False
 

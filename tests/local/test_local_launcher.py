@@ -14,7 +14,8 @@ import pytest
 from conftest import Stack
 from support import wait_for
 
-from agentq.local.launcher import FORKING, LaunchedProcess, Launcher
+from agentq.forking import ForkedProcess
+from agentq.local.launcher import FORKING, Launcher
 from agentq.local.workers import WorkerProcess
 
 pytestmark = pytest.mark.process
@@ -57,7 +58,7 @@ def probe_dir(tmp_path: Path) -> Path:
 
 def _launch(
     launcher: Launcher, probe_dir: Path, tmp_path: Path, *args: str, **env: str
-) -> tuple[LaunchedProcess, Path]:
+) -> tuple[ForkedProcess, Path]:
     out = tmp_path / "out.log"
     with out.open("ab") as log:
         process = launcher.launch(
@@ -112,7 +113,7 @@ def test_a_request_without_its_descriptors_is_refused_and_the_launcher_serves_on
 
     with launcher._asking:
         launcher._sock.send(b'{"module": "x"}')
-        assert launcher._answer().startswith("error ")
+        assert launcher._answer(30).startswith("error ")
     process, _ = _launch(launcher, probe_dir, tmp_path)
     assert process.wait(timeout=30) == 0
     launcher._sock.shutdown(socket.SHUT_RDWR)  # the caller went away: the launcher ends
@@ -129,7 +130,7 @@ def test_a_worker_started_through_the_launcher_drains_on_sigterm(
     worker.start({**stack.env(), **fast_env()})
     try:
         worker.wait_for_output("worker started")
-        assert isinstance(worker.process, LaunchedProcess)
+        assert isinstance(worker.process, ForkedProcess)
         worker.send(signal.SIGTERM)
         assert worker.wait(timeout=60) == 0
         assert any(r.get("message") == "worker stopped" for r in worker.log_records())

@@ -43,7 +43,6 @@ KNOWN: Final = frozenset(
         "agentq/principals.py",
         "agentq/store/tenants.py",
         "agentq/store/workers.py",
-        "worker/child/forkclient.py",
         "worker/kinds/agent/summary.py",
         "worker/kinds/schema.py",
         "worker/telemetry.py",

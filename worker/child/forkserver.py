@@ -9,14 +9,8 @@ each plain spare (worker/child/forkclient.py is the worker's side):
 
     python -m worker.child.forkserver FD
 
-FD is one end of a `SOCK_SEQPACKET` socket pair, one message a record:
-- worker → server: ``fork`` with three descriptors (SCM_RIGHTS), the new spare's stdin,
-  stdout and stderr;
-- server → worker: ``pid N`` for each fork (``error WHY`` if it cannot fork), and
-  ``exit N CODE`` when a spare it forked has ended (CODE as `Popen.returncode` has it:
-  the negated signal for a killed one).
-
-A forked spare leads its own session with only those three descriptors open, and then
+FD is one end of the socket pair agentq/forking.py speaks: the request is ``fork``.
+A forked spare leads its own session with only its three descriptors open, and then
 is exactly a spare (`worker.child.serve_spare`): it announces itself, takes one task and
 exits. The server exits when the worker's end closes (the worker stopped or died); idle
 spares then read end-of-file and exit as well. Agent spares are still started afresh:
@@ -27,39 +21,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
-import signal
 import socket
 import sys
-import threading
-from typing import Final
 
-# Room for the longest message either side sends (`exit PID CODE`, `error WHY`).
-MAX_MESSAGE: Final = 256
+from agentq.forking import forkable, leave_server, serve
 
 
-def _reap(sock: socket.socket) -> None:
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        sock.send(f"exit {pid} {os.waitstatus_to_exitcode(status)}".encode())
-
-
-def _become_spare(fds: list[int]) -> None:
-    """In the forked child: its own session, the three descriptors as 0-2, nothing else
-    of the server's open; then the spare's life. Never returns."""
+def _become_spare(sock: socket.socket, fds: list[int]) -> None:
+    """In the forked child: the spare's life. Never returns."""
     code = 1
     try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.setsid()
-        for target, source in zip((0, 1, 2), fds, strict=True):
-            os.dup2(source, target)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        leave_server(sock, fds)
         from worker.child.runner import serve_spare
 
         code = serve_spare()
@@ -71,39 +43,21 @@ def _become_spare(fds: list[int]) -> None:
 
 
 def _serve(sock: socket.socket) -> int:
-    wake_read, wake_write = os.pipe()
-    os.set_blocking(wake_write, False)
-    signal.set_wakeup_fd(wake_write)
-    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-    while True:
-        try:
-            ready, _, _ = select.select([sock.fileno(), wake_read], [], [])
-        except InterruptedError:
-            continue
-        if wake_read in ready:
-            os.read(wake_read, 512)
-            _reap(sock)
-        if sock.fileno() not in ready:
-            continue
-        message, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
-        if not message:
-            return 0  # the worker's end closed
-        try:
-            if message != b"fork" or len(fds) != 3:
-                sock.send(b"error a fork request carries three descriptors")
-            elif threading.active_count() != 1:
-                # A fork copies no other thread, and so none of the locks they hold.
-                sock.send(b"error the fork server has threads")
-            else:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                pid = os.fork()
-                if pid == 0:
-                    _become_spare(fds)
-                sock.send(f"pid {pid}".encode())
-        finally:
-            for fd in fds:
-                os.close(fd)
+    def fork_a_spare(message: bytes, fds: list[int]) -> bytes:
+        if message != b"fork" or len(fds) != 3:
+            return b"error a fork request carries three descriptors"
+        refusal = forkable()
+        if refusal is not None:
+            return refusal
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _become_spare(sock, fds)
+        return f"pid {pid}".encode()
+
+    serve(sock, fork_a_spare)
+    return 0  # the worker's end closed
 
 
 def main(argv: list[str] | None = None) -> int:
