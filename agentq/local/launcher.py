@@ -189,23 +189,25 @@ def python_module(
     )  # fmt: skip
 
 
-_shared: dict[int, Launcher] = {}  # by the pid that started it: a fork starts its own
-_shared_lock = threading.Lock()
+# Every launcher started, by the pid that started it (a fork of the caller starts its
+# own); the last of each is the one in use.
+_started: dict[int, list[Launcher]] = {}
+_started_lock = threading.Lock()
 
 
 def shared_launcher() -> Launcher:
     """This process's launcher, started on first use and again if it ended."""
-    with _shared_lock:
-        launcher = _shared.get(os.getpid())
-        if launcher is None or launcher.gone or launcher.process.poll() is not None:
-            launcher = _shared[os.getpid()] = Launcher()
-            atexit.register(launcher.close)  # reaped, as a Popen'd child would be
-        return launcher
+    with _started_lock:
+        mine = _started.setdefault(os.getpid(), [])
+        if not mine or mine[-1].gone or mine[-1].process.poll() is not None:
+            mine.append(Launcher())
+            atexit.register(mine[-1].close)  # reaped, as a Popen'd child would be
+        return mine[-1]
 
 
 def launched_cpu_s() -> float:
     """The CPU of the forks this process's launchers reported ended."""
-    return sum(launcher.reaped_cpu_s for launcher in _shared.values())
+    return sum(launcher.reaped_cpu_s for launcher in _started.get(os.getpid(), []))
 
 
 if __name__ == "__main__":

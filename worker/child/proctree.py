@@ -60,7 +60,7 @@ def _group_alive(pgid: int) -> bool:
 
 class ChildProcess(Protocol):
     """What supervising a child needs of it: a `subprocess.Popen`, or a spare the fork
-    server forked (worker.child.forkclient.ForkedProcess), whose parent is not the worker."""
+    server forked (agentq.forking.ForkedProcess), whose parent is not the worker."""
 
     pid: int
     returncode: int | None
