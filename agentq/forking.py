@@ -19,8 +19,9 @@ import threading
 from collections.abc import Callable
 from typing import IO, Final, Protocol, TypeVar
 
-# Room for the longest answer (`exit PID CODE CPU`, `error WHY`).
-MAX_ANSWER: Final = 256
+# Room for a short request (`fork`) and the longest answer (`exit PID CODE CPU`,
+# `error WHY`).
+MAX_MESSAGE: Final = 256
 # How long a fork may take to be answered (a fork is ~2 ms; a server just started is
 # still importing).
 ANSWER_TIMEOUT_S: Final = 10.0
@@ -36,7 +37,7 @@ def serve(
     sock: socket.socket,
     on_request: Callable[[bytes, list[int]], bytes | T],
     *,
-    max_request: int = MAX_ANSWER,
+    max_request: int = MAX_MESSAGE,
 ) -> T | None:
     """Answer requests until the caller's end closes (None). `on_request` gets each
     request and its descriptors (closed after it returns) and returns the answer to send;
@@ -229,7 +230,7 @@ class ForkServerClient:
     def _listen(self) -> None:
         while True:
             try:
-                message = self._sock.recv(MAX_ANSWER)
+                message = self._sock.recv(MAX_MESSAGE)
             except OSError:
                 message = b""
             if not message:

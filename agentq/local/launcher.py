@@ -168,23 +168,15 @@ FORKING: Final = Forking()
 
 
 def python_module(
-    module: str,
-    args: Sequence[str] = (),
-    *,
-    env: Mapping[str, str],
-    cwd: Path | None = None,
-    log: IO[bytes],
-    fresh: bool = False,
+    module: str, *, env: Mapping[str, str], cwd: Path, log: IO[bytes], fresh: bool = False
 ) -> ProcessHandle:
-    """`python -m module args` in its own session, stdin from /dev/null, stdout and
-    stderr to `log`: forked from this process's launcher while `FORKING` is on, unless
-    `fresh`."""
-    directory = cwd or Path.cwd()
+    """`python -m module` in its own session, stdin from /dev/null, stdout and stderr to
+    `log`: forked from this process's launcher while `FORKING` is on, unless `fresh`."""
     if FORKING.enabled and not fresh:
-        return shared_launcher().launch(module, args, env=env, cwd=directory,
-                                        stdout=log.fileno(), stderr=log.fileno())  # fmt: skip
+        return shared_launcher().launch(module, env=env, cwd=cwd, stdout=log.fileno(),
+                                        stderr=log.fileno())  # fmt: skip
     return subprocess.Popen(
-        [sys.executable, "-m", module, *args], env=dict(env), cwd=directory, stdout=log,
+        [sys.executable, "-m", module], env=dict(env), cwd=cwd, stdout=log,
         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
 

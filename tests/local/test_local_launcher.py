@@ -31,9 +31,7 @@ print(json.dumps({
 }), flush=True)
 print("to stderr", file=sys.stderr)
 if os.environ.get("PROBE_WAIT"):
-    sys.stdin.close()
-    signal_file = os.environ["PROBE_WAIT"]
-    open(signal_file, "w").close()
+    open(os.environ["PROBE_WAIT"], "w").close()
     import time
     while True:
         time.sleep(0.05)
@@ -121,11 +119,11 @@ def test_a_request_without_its_descriptors_is_refused_and_the_launcher_serves_on
 
 
 def test_a_worker_started_through_the_launcher_drains_on_sigterm(
-    stack: Stack, tmp_path: Path
+    stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agentq.local.workers import fast_env
 
-    assert FORKING.enabled  # the suite's setting (tests/conftest.py)
+    monkeypatch.setattr(FORKING, "enabled", True)  # whatever the run's setting
     worker = WorkerProcess("launched", log_dir=tmp_path)
     worker.start({**stack.env(), **fast_env()})
     try:
