@@ -80,13 +80,15 @@ test: $(STAMP) browser $(CDK_STAMP)
 
 # Where the suite's CPU goes: the suite as `make test` runs it, each test charged with its
 # own CPU and its reaped children's (tools/suite_cpu.py), then the costliest directories
-# and files.
+# and files. It rewrites tests/module_durations.json, the wall times by which the long
+# modules start the test processes' shares (tools/suite_order.py): commit it when it moved.
 test-cpu: export PYTHONDONTWRITEBYTECODE :=
 test-cpu: $(STAMP) browser $(CDK_STAMP)
 	@command -v tmux >/dev/null || { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; }
 	rm -f $(VENV)/test-cpu.jsonl
 	$(PY) -m pytest $(PYTEST_PARALLEL) -p tools.suite_cpu --cpu-profile $(VENV)/test-cpu.jsonl; \
-	tests=$$?; $(PY) -m tools.suite_cpu $(VENV)/test-cpu.jsonl; exit $$tests
+	tests=$$?; $(PY) -m tools.suite_cpu $(VENV)/test-cpu.jsonl --durations tests/module_durations.json; \
+	exit $$tests
 
 # Unit and stack tests only (tests/conftest.py marks each test's kind): no process, no e2e.
 test-fast: $(STAMP)

@@ -95,41 +95,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         kind = _kind(item)
         if not item.get_closest_marker(kind):
             item.add_marker(kind)
-    items[:] = spread_end_to_end(items)
-
-
-def spread_end_to_end(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The modules holding end-to-end tests spread evenly through the run, each module
-    kept whole (its module-scoped fixtures set up once).
-
-    xdist hands each process a contiguous share of the collection and others steal from
-    its end: in path order the benchmarks' chaos runs and the integration tests (a few
-    minutes each, together) would sit in one or two shares and run one after another,
-    the suite's wall time being theirs. Spread, every share starts with its part of them."""
-    modules: list[list[pytest.Item]] = []
-    for item in items:
-        if modules and modules[-1][0].path == item.path:
-            modules[-1].append(item)
-        else:
-            modules.append([item])
-    heavy = [m for m in modules if any(i.get_closest_marker("e2e") for i in m)]
-    light = [m for m in modules if not any(i.get_closest_marker("e2e") for i in m)]
-    if not heavy or not light:
-        return items
-    total = sum(len(m) for m in light)
-    # The k-th heavy module goes where the light tests reach (k / len(heavy)) of theirs.
-    targets = [k * total / len(heavy) for k in range(len(heavy))]
-    spread: list[pytest.Item] = []
-    placed = seen = 0
-    for module in light:
-        while placed < len(heavy) and targets[placed] <= seen:
-            spread.extend(heavy[placed])
-            placed += 1
-        spread.extend(module)
-        seen += len(module)
-    for module in heavy[placed:]:
-        spread.extend(module)
-    return spread
 
 
 @dataclass

@@ -1,10 +1,11 @@
 """Where the test suite's CPU goes: a pytest plugin and its report (`make test-cpu`).
 
 With `-p tools.suite_cpu --cpu-profile FILE`, every test process appends one line per test
-to FILE: the CPU it spent itself and the CPU of the children it reaped meanwhile (workers,
-CLIs, the local stack's processes), setup and teardown included; the run's first process
-adds what the whole run spent. `python -m tools.suite_cpu FILE` prints the directories and
-files that cost most, and what no test was charged with.
+to FILE: its wall time, the CPU it spent itself and the CPU of the children it reaped
+meanwhile (workers, CLIs, the local stack's processes), setup and teardown included; the
+run's first process adds what the whole run spent. `python -m tools.suite_cpu FILE` prints
+the directories and files that cost most, and what no test was charged with; with
+`--durations OUT` it writes each long module's wall time for tools/suite_order.py.
 
 A child is charged to the test that reaps it: one left to end by itself, or a module's
 stack torn down as the next module starts, lands on a later test of the same process; a
@@ -18,6 +19,7 @@ import json
 import os
 import resource
 import sys
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,10 +62,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         yield
         return
     own, reaped = _cpu_s()
+    started = time.monotonic()
     yield
+    wall = time.monotonic() - started
     own_after, reaped_after = _cpu_s()
     _append(path, {"test": item.nodeid, "own": round(own_after - own, 3),
-                   "children": round(reaped_after - reaped, 3)})  # fmt: skip
+                   "children": round(reaped_after - reaped, 3), "wall": round(wall, 3)})  # fmt: skip
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -78,10 +82,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 class Profile:
     by_test: dict[str, float]
     run_s: float | None  # what the whole run spent, when its line is there
+    wall_by_test: dict[str, float]
 
     @classmethod
     def read(cls, lines: Iterable[str]) -> Profile:
         by_test: dict[str, float] = {}
+        wall_by_test: dict[str, float] = {}
         run_s = None
         for line in lines:
             if not line.strip():
@@ -93,7 +99,9 @@ class Profile:
                 test = str(record["test"])
                 spent = float(record["own"]) + float(record["children"])
                 by_test[test] = by_test.get(test, 0.0) + spent
-        return cls(by_test=by_test, run_s=run_s)
+                wall = float(record.get("wall", 0.0))
+                wall_by_test[test] = wall_by_test.get(test, 0.0) + wall
+        return cls(by_test=by_test, run_s=run_s, wall_by_test=wall_by_test)
 
     def by(self, depth: int) -> list[tuple[str, float]]:
         """CPU per path prefix, most first: depth 1 the directory under tests/, 2 the file."""
@@ -102,6 +110,14 @@ class Profile:
             prefix = "/".join(test.split("::", 1)[0].split("/")[: depth + 1])
             totals[prefix] = totals.get(prefix, 0.0) + cpu
         return sorted(totals.items(), key=lambda row: (-row[1], row[0]))
+
+    def module_walls(self, at_least_s: float) -> dict[str, float]:
+        """Wall seconds per test module, for the modules that took `at_least_s` or more."""
+        totals: dict[str, float] = {}
+        for test, wall in self.wall_by_test.items():
+            module = test.split("::", 1)[0]
+            totals[module] = totals.get(module, 0.0) + wall
+        return {m: round(s) for m, s in sorted(totals.items()) if s >= at_least_s}
 
 
 def report(profile: Profile, top: int = 25) -> str:
@@ -121,13 +137,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.suite_cpu", description=__doc__)
     parser.add_argument("file", type=Path, help="what --cpu-profile wrote")
     parser.add_argument("--top", type=int, default=25, help="rows per table (default 25)")
+    parser.add_argument("--durations", type=Path, metavar="OUT",
+                        help="write the wall time of each module that took 5 s or more")  # fmt: skip
     args = parser.parse_args(argv)
     try:
         text = args.file.read_text()
     except OSError as exc:
         print(f"cannot read {args.file}: {exc.strerror}", file=sys.stderr)
         return 2
-    print(report(Profile.read(text.splitlines()), top=args.top))
+    profile = Profile.read(text.splitlines())
+    print(report(profile, top=args.top))
+    if args.durations is not None:
+        walls = profile.module_walls(at_least_s=5.0)
+        args.durations.write_text(json.dumps(walls, indent=1) + "\n")
+        print(f"\n{len(walls)} modules' wall times written to {args.durations}")
     return 0
 
 

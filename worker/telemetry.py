@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
@@ -143,7 +143,9 @@ class MetricsMiddleware(Middleware):
         tiers: Sequence[str] = (),
         tenants: Collection[str] = (),
     ) -> None:
-        self._metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+        # Its own metric set: Powertools' `Metrics` instances share one per process, and
+        # nothing but this worker's figures may reach its lines.
+        self._metrics = EphemeralMetrics(namespace=NAMESPACE, service=SERVICE)
         # Alarms select their stage's metrics: a dev stage must not trip prod's alarms.
         self._metrics.set_default_dimensions(stage=stage)
         self._stage = stage

@@ -48,24 +48,31 @@ def test_a_childs_cpu_is_charged_to_the_test_that_reaped_it(tmp_path: Path) -> N
     (run,) = [r["run"] for r in records if "run" in r]
     assert run >= burned
 
-    out = subprocess.run([sys.executable, "-m", "tools.suite_cpu", str(profile)], cwd=ROOT,
+    assert tests["test_burns_in_a_child"]["wall"] > tests["test_idle"]["wall"], records
+
+    durations = tmp_path / "durations.json"
+    out = subprocess.run([sys.executable, "-m", "tools.suite_cpu", str(profile),
+                          "--durations", str(durations)], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert json.loads(durations.read_text()) == {}  # no module took 5 s
     assert out.startswith("2 tests charged with ")
     assert "charged to no test" in out and "test_cases.py" in out
 
 
 def test_the_report_ranks_directories_and_files_by_what_they_cost() -> None:
     lines = [
-        json.dumps({"test": "tests/a/test_x.py::t1", "own": 1.0, "children": 2.0}),
-        json.dumps({"test": "tests/a/test_y.py::t2", "own": 0.5, "children": 0.0}),
+        json.dumps({"test": "tests/a/test_x.py::t1", "own": 1.0, "children": 2.0, "wall": 4.0}),
+        json.dumps({"test": "tests/a/test_y.py::t2", "own": 0.5, "children": 0.0, "wall": 4.9}),
         json.dumps({"test": "tests/b/test_z.py::t3", "own": 4.0, "children": 0.0}),
-        json.dumps({"test": "tests/a/test_x.py::t1", "own": 0.0, "children": 1.0}),  # re-run
+        json.dumps({"test": "tests/a/test_x.py::t1", "own": 0.0, "children": 1.0, "wall": 2.6}),
         "",
         json.dumps({"run": 10.0}),
     ]
     profile = suite_cpu.Profile.read(lines)
     assert profile.by(1) == [("tests/a", 4.5), ("tests/b", 4.0)]
     assert profile.by(2)[0] == ("tests/a/test_x.py", 4.0)
+    # Wall per module, for the suite's order (a line without one counts nothing).
+    assert profile.module_walls(at_least_s=5.0) == {"tests/a/test_x.py": 7}
     text = suite_cpu.report(profile)
     assert "3 tests charged with 8 s of CPU" in text
     assert "charged to no test (each process's own moto, the run's start): 2 s" in text

@@ -9,6 +9,8 @@ import threading
 from typing import Any
 
 import pytest
+from aws_lambda_powertools import Metrics
+from aws_lambda_powertools.metrics import MetricUnit
 
 from worker.telemetry import OTHER_TENANTS, MetricsMiddleware, TaskEnd, TaskStart, write_line
 
@@ -40,6 +42,21 @@ def test_a_flush_writes_one_emf_line_and_starts_afresh() -> None:
     metrics.flush()
     assert _metric_names(lines[1]) == {"SlotsBusy"}, "what was flushed is not sent again"
     assert json.loads(lines[1])["stage"] == "qa", "the stage outlives a flush"
+
+
+def test_a_metric_another_component_left_unflushed_never_reaches_the_workers_line() -> None:
+    # Powertools' `Metrics` instances share one metric set per process (a Lambda's, here).
+    lambdas = Metrics(namespace="agentq", service="agentq-save-event")
+    lambdas.add_metric(name="EventsStored", unit=MetricUnit.Count, value=1)
+    try:
+        lines: list[str] = []
+        metrics = MetricsMiddleware(
+            slots_busy=lambda: 0, counter=None, stage="qa", write=lines.append
+        )
+        metrics.flush()
+        assert _metric_names(lines[0]) == {"SlotsBusy"}
+    finally:
+        lambdas.clear_metrics()
 
 
 class _ProbingStream(io.StringIO):

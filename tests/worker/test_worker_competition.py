@@ -48,6 +48,10 @@ def test_worker_two_workers_one_message_runs_once(stack: Stack, tmp_path: Path) 
         running_worker(stack, "a", **slow_beat) as first,
         running_worker(stack, "b", **slow_beat) as second,
     ):
+        # Both must be receiving before the message is sent: the loser's only chance to
+        # see it is the 1.5 s between its first reappearance and its first extension.
+        for worker in (first, second):
+            worker.wait_for_output("worker started", timeout=60)
         task = send(stack, "sample-sleep", {"seconds": 4, "side_log": str(side_log)})
         events.wait(task.request_id, "Task Completed", timeout=60)
         wait_for(lambda: queue_counts(stack) == (0, 0), timeout=60, message="message gone")
