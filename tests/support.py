@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import socket
 import threading
@@ -248,3 +249,18 @@ def store_events(stack: Stack) -> list[dict[str, Any]]:
                 stored.append({"detail-type": body["detail-type"], **body["detail"]})
             stack.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
     return stored
+
+
+class LazyModule:
+    """A module imported when one of its public names is first read: a test module that
+    every test process collects takes a heavy library this way when only the process
+    running its tests needs it. Private names are not passed on: collection looks for
+    pytest's own (a fixture's marker) on everything a test module holds."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        if attribute.startswith("_"):
+            raise AttributeError(attribute)
+        return getattr(importlib.import_module(self._name), attribute)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import jsonschema
@@ -17,23 +17,16 @@ from _model_server_common import (  # noqa: F401 (fixture_server: the server fix
     _key,
     fixture_server,
 )
+from support import LazyModule
 
 from agentq.local.claude_env import offline_claude_env
 from agentq.local.model_server import ModelServer, RequestRecord
 
-sdk = pytest.importorskip("claude_agent_sdk")
-
-from claude_agent_sdk import (  # noqa: E402
-    AssistantMessage,
-    ClaudeAgentOptions,
-    ResultMessage,
-    SystemMessage,
-    ToolResultBlock,
-    ToolUseBlock,
-    UserMessage,
-    query,
-)
-from claude_agent_sdk._errors import ResultError  # noqa: E402
+# Imported on first use: every test process collects this module, one runs it.
+if TYPE_CHECKING:
+    import claude_agent_sdk as sdk
+else:
+    sdk = LazyModule("claude_agent_sdk")
 
 # --------------------------------------------------------------------------------------------
 # The real CLI through claude_agent_sdk.query()
@@ -47,8 +40,8 @@ def _options(
     schema: dict[str, Any] | None = REPORT_SCHEMA,
     max_retries: int | None = None,
     **kwargs: Any,
-) -> ClaudeAgentOptions:
-    return ClaudeAgentOptions(
+) -> sdk.ClaudeAgentOptions:
+    return sdk.ClaudeAgentOptions(
         env=offline_claude_env(srv.url, home, max_retries=max_retries),
         output_format={"type": "json_schema", "schema": schema} if schema else None,
         max_turns=kwargs.pop("max_turns", 8),
@@ -58,24 +51,24 @@ def _options(
     )
 
 
-def _run(prompt: str, options: ClaudeAgentOptions, timeout: float = 60) -> list[Any]:
+def _run(prompt: str, options: sdk.ClaudeAgentOptions, timeout: float = 60) -> list[Any]:
     """All messages of one query; an SDK exception is appended as the last item."""
     out: list[Any] = []
 
     async def go() -> None:
         with anyio.fail_after(timeout):
             try:
-                async for message in query(prompt=prompt, options=options):
+                async for message in sdk.query(prompt=prompt, options=options):
                     out.append(message)
-            except ResultError as exc:
+            except sdk.ResultError as exc:
                 out.append(exc)
 
     anyio.run(go)
     return out
 
 
-def _result(messages: list[Any]) -> ResultMessage:
-    results = [m for m in messages if isinstance(m, ResultMessage)]
+def _result(messages: list[Any]) -> sdk.ResultMessage:
+    results = [m for m in messages if isinstance(m, sdk.ResultMessage)]
     assert len(results) == 1, messages
     return results[0]
 
@@ -111,7 +104,7 @@ def test_cli_retries_429_twice_then_succeeds(server: ModelServer, tmp_path: Path
     key = _key()
     messages = _run(f"Retry me [[model: key {key}; fail 429 x2]]", _options(server, tmp_path))
     retries = [
-        m.data for m in messages if isinstance(m, SystemMessage) and m.subtype == "api_retry"
+        m.data for m in messages if isinstance(m, sdk.SystemMessage) and m.subtype == "api_retry"
     ]
     assert [(r["attempt"], r["error_status"]) for r in retries] == [(1, 429), (2, 429)]
     assert retries[0]["max_retries"] == 10  # the CLI's own default
@@ -135,7 +128,7 @@ def test_cli_failure_count_spans_processes_without_cli_retries(
         result = _result(messages)
         outcomes.append((result.is_error, result.api_error_status))
         if result.is_error:
-            assert isinstance(messages[-1], ResultError)
+            assert isinstance(messages[-1], sdk.ResultError)
             assert messages[-1].api_error_status == 429
     assert outcomes == [(True, 429), (True, 429), (False, None)]
     assert server.counts[key] == 3
@@ -147,11 +140,11 @@ def test_cli_reports_401(server: ModelServer, tmp_path: Path) -> None:
     makes it give up at once, as CLAUDE_CODE_MAX_RETRIES=0 would."""
     key = _key()
     messages = _run(f"Auth [[model: key {key}; fail 401 no-retry]]", _options(server, tmp_path))
-    errors = [m.error for m in messages if isinstance(m, AssistantMessage) and m.error]
+    errors = [m.error for m in messages if isinstance(m, sdk.AssistantMessage) and m.error]
     assert errors == ["authentication_failed"]
     result = _result(messages)
     assert result.is_error and result.api_error_status == 401
-    assert isinstance(messages[-1], ResultError)
+    assert isinstance(messages[-1], sdk.ResultError)
     assert server.counts[key] == 1
 
 
@@ -167,18 +160,18 @@ def test_cli_scripted_tool_calls_show_up(server: ModelServer, tmp_path: Path) ->
     uses = [
         b
         for m in messages
-        if isinstance(m, AssistantMessage)
+        if isinstance(m, sdk.AssistantMessage)
         for b in m.content
-        if isinstance(b, ToolUseBlock)
+        if isinstance(b, sdk.ToolUseBlock)
     ]
     assert [u.name for u in uses] == ["TodoWrite", "Bash", "StructuredOutput"]
     assert uses[1].input == {"command": "echo offline-tool-ok"}
     results = {
         b.tool_use_id: b
         for m in messages
-        if isinstance(m, UserMessage) and isinstance(m.content, list)
+        if isinstance(m, sdk.UserMessage) and isinstance(m.content, list)
         for b in m.content
-        if isinstance(b, ToolResultBlock)
+        if isinstance(b, sdk.ToolResultBlock)
     }
     # This CLI version has no TodoWrite tool: the call is traced and answered with an error.
     assert results[uses[0].id].is_error
@@ -202,9 +195,9 @@ def test_cli_schema_violation_then_recovery(server: ModelServer, tmp_path: Path)
     rejected = [
         b
         for m in messages
-        if isinstance(m, UserMessage) and isinstance(m.content, list)
+        if isinstance(m, sdk.UserMessage) and isinstance(m.content, list)
         for b in m.content
-        if isinstance(b, ToolResultBlock) and b.is_error
+        if isinstance(b, sdk.ToolResultBlock) and b.is_error
     ]
     assert len(rejected) == 1 and "schema" in str(rejected[0].content)
     result = _result(messages)
@@ -225,7 +218,7 @@ def test_cli_stall_is_cancellable_and_server_stops_promptly(tmp_path: Path) -> N
         async with anyio.create_task_group() as tg:
 
             async def consume() -> None:
-                async for _ in query(
+                async for _ in sdk.query(
                     prompt="Hang [[model: stall]]", options=_options(srv, tmp_path)
                 ):
                     pass
