@@ -84,6 +84,8 @@ def read_durations(path: Path) -> dict[str, float]:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+    if not isinstance(data, dict):
+        return {}
     return {str(k): float(v) for k, v in data.items() if isinstance(v, int | float)}
 
 

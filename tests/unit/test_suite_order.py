@@ -55,6 +55,18 @@ def test_each_share_starts_with_a_long_module_the_longest_spread_first() -> None
     assert suite_order.order(modules, 1, seconds) == [t for _, ts in modules for t in ts]
 
 
+def test_a_missing_or_malformed_durations_file_orders_nothing(tmp_path: Path) -> None:
+    assert suite_order.read_durations(tmp_path / "none.json") == {}
+    for text in ("not json", "[1, 2]", '{"tests/a.py": "long"}'):
+        (tmp_path / "d.json").write_text(text)
+        assert suite_order.read_durations(tmp_path / "d.json") == {}
+    (tmp_path / "d.json").write_text('{"tests/a.py": 20, "tests/b.py": 7.5}')
+    assert suite_order.read_durations(tmp_path / "d.json") == {
+        "tests/a.py": 20.0,
+        "tests/b.py": 7.5,
+    }
+
+
 def test_share_sizes_split_as_worksteal_does() -> None:
     assert suite_order.share_sizes(10, 3) == [3, 3, 4]
     assert suite_order.share_sizes(2, 4) == [0, 0, 1, 1]
