@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import io
 import signal
+import socket
 import sys
 import threading
 import time
@@ -161,6 +163,42 @@ def main(argv: list[str] | None = None) -> None:
         )
 
     class QuietRequestHandler(MotoRequestHandler):  # type: ignore[misc]
+        """moto's handler, keeping connections alive and logging nothing.
+
+        werkzeug closes every connection, since after a response it drains the socket
+        and would swallow the next request: botocore then opens a connection (and the
+        server a thread) per call. A request whose body has a length is read whole
+        first, so the drain finds nothing of it and the connection can stay open.
+        """
+
+        keep_alive = False
+
+        def setup(self) -> None:
+            super().setup()
+            # A response goes out as headers, then body: on a connection kept open,
+            # Nagle's algorithm would hold the body for the client's delayed ACK.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def run_wsgi(self) -> None:
+            length = self.headers.get("Content-Length", "0")
+            chunked = "chunked" in self.headers.get("Transfer-Encoding", "").lower()
+            if chunked or not length.isdigit():
+                self.keep_alive = False
+                super().run_wsgi()
+                return
+            socket_file = self.rfile
+            self.rfile = io.BytesIO(socket_file.read(int(length)))
+            self.keep_alive = True
+            try:
+                super().run_wsgi()
+            finally:
+                self.rfile = socket_file
+
+        def send_header(self, keyword: str, value: str) -> None:
+            if keyword == "Connection" and value == "close" and self.keep_alive:
+                return
+            super().send_header(keyword, value)
+
         def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
             """Not formatted: a line per request (its date and all, ~7 % of the
             server's CPU) that goes nowhere (agentq.local.moto_process discards it)."""

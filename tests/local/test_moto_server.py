@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import datetime
+import http.client
+import io
 import time
 from typing import Any
 
@@ -18,6 +20,7 @@ from moto.dynamodb.models.table import Table
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from moto_support import keep_moto_originals
 
+from agentq.local.moto_process import MotoServer
 from agentq.local.moto_server import _dispatcher, speed_up_moto
 
 HOSTS = [
@@ -158,3 +161,72 @@ def test_a_transaction_copies_no_table_and_still_rolls_back(
     assert [_value(inproc_stack, k) for k in keys] == [1] * 5
     assert "Item" not in inproc_stack.dynamodb.get_item(TableName=table, Key=new_key)
     assert table_copies == []
+
+
+# moto picks the service by the credential scope (it checks no signature without IAM).
+SQS_SCOPE = "AWS4-HMAC-SHA256 Credential=testing/20261204/us-east-1/sqs/aws4_request, SignedHeaders=host, Signature=0"
+
+
+def _list_queues(connection: http.client.HTTPConnection, **request: Any) -> bytes:
+    body = b"Action=ListQueues&Version=2012-11-05"
+    headers = {"Content-Type": "application/x-www-form-urlencoded", "Authorization": SQS_SCOPE}
+    if request.pop("chunked", False):
+        connection.request("POST", "/", body=iter([body]), headers=headers, encode_chunked=True)
+    else:
+        connection.request("POST", "/", body=request.pop("body", body), headers=headers)
+    response = connection.getresponse()
+    answer = response.read()
+    assert response.status == 200, answer
+    return answer
+
+
+def test_the_server_answers_many_requests_on_one_connection(moto_server: MotoServer) -> None:
+    # werkzeug closes every connection; the launcher keeps them open (botocore opened a
+    # connection, and the server a thread, per call).
+    connection = http.client.HTTPConnection("127.0.0.1", moto_server.port, timeout=30)
+    try:
+        answers = []
+        for _ in range(3):
+            answers.append(_list_queues(connection))
+            assert connection.sock is not None, "the server closed the connection"
+            if len(answers) == 1:
+                first = connection.sock
+        assert connection.sock is first
+        assert all(b"ListQueuesResponse" in answer for answer in answers)
+    finally:
+        connection.close()
+
+
+def test_a_chunked_request_is_answered_and_its_connection_closed(moto_server: MotoServer) -> None:
+    # A body without a length cannot be read ahead of the app: the server closes after it.
+    connection = http.client.HTTPConnection("127.0.0.1", moto_server.port, timeout=30)
+    try:
+        assert b"ListQueuesResponse" in _list_queues(connection, chunked=True)
+        assert connection.sock is None, "a chunked request's connection stayed open"
+        assert b"ListQueuesResponse" in _list_queues(connection)  # a new one is opened
+    finally:
+        connection.close()
+
+
+def test_a_body_the_service_does_not_read_stays_out_of_the_next_request(
+    moto_server: MotoServer,
+) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", moto_server.port, timeout=30)
+    try:
+        connection.request("GET", "/moto-api/", body=b"GET / HTTP/1.1\r\n\r\n" * 50)
+        response = connection.getresponse()
+        response.read()
+        assert response.status == 200
+        assert b"ListQueuesResponse" in _list_queues(connection)
+        assert connection.sock is not None
+    finally:
+        connection.close()
+
+
+def test_a_put_that_waits_for_100_continue_keeps_its_body(stack: Stack) -> None:
+    # botocore sends a file's body only after the server's "100 Continue".
+    body = bytes(range(256)) * 8192  # 2 MiB
+    bucket = stack.resources.bucket
+    stack.s3.put_object(Bucket=bucket, Key="k", Body=io.BytesIO(body))
+    assert stack.s3.get_object(Bucket=bucket, Key="k")["Body"].read() == body
+    assert stack.sqs.list_queues()["QueueUrls"]
