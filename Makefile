@@ -58,9 +58,11 @@ console-screenshots: $(STAMP) browser
 
 # The whole suite: lint, types, unit, functional (moto), integration (local stack), infra (CDK),
 # on TEST_WORKERS processes (most tests wait on workers, leases and moto, not on the CPU),
-# with the slowest tests listed at the end. mypy checks the types beside the tests (its
-# minute on a fresh clone is otherwise added to the suite's); its report is printed when
-# it fails, and either failing fails the target.
+# with the slowest tests listed at the end. The processes start together: the bytecode they
+# all read (agentq's, and pytest's rewritten test modules) is written for them first
+# (tools/warm_caches.py). mypy checks the types beside the tests (its minute on a fresh
+# clone is otherwise added to the suite's); its report is printed when it fails, and
+# either failing fails the target.
 # tmux draws `agentq watch` for the tests that read its screen (CI runs as root).
 TEST_WORKERS ?= 8
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist worksteal
@@ -72,6 +74,7 @@ test: $(STAMP) browser $(CDK_STAMP)
 	@command -v tmux >/dev/null || { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; }
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m tools.warm_caches
 	@echo "mypy runs beside the tests (its report: $(VENV)/mypy.log)"
 	@$(VENV)/bin/mypy > $(VENV)/mypy.log 2>&1 & types=$$!; \
 	$(PY) -m pytest $(PYTEST_PARALLEL) --durations=30; tests=$$?; \
@@ -86,12 +89,14 @@ test-cpu: export PYTHONDONTWRITEBYTECODE :=
 test-cpu: $(STAMP) browser $(CDK_STAMP)
 	@command -v tmux >/dev/null || { apt-get update -qq && apt-get install -y -qq tmux >/dev/null; }
 	rm -f $(VENV)/test-cpu.jsonl
+	$(PY) -m tools.warm_caches
 	$(PY) -m pytest $(PYTEST_PARALLEL) -p tools.suite_cpu --cpu-profile $(VENV)/test-cpu.jsonl; \
 	tests=$$?; $(PY) -m tools.suite_cpu $(VENV)/test-cpu.jsonl --durations tests/module_durations.json; \
 	exit $$tests
 
 # Unit and stack tests only (tests/conftest.py marks each test's kind): no process, no e2e.
 test-fast: $(STAMP)
+	$(PY) -m tools.warm_caches
 	$(PY) -m pytest $(PYTEST_PARALLEL) -m "unit or stack"
 
 # Offline (the local model server) unless DEMO_REAL_CLAUDE=1: then the real Anthropic
