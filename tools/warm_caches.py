@@ -1,14 +1,11 @@
 """The bytecode every test process reads, written once before `make test` starts them.
 
-On a fresh clone the test processes start together and each would compile agentq and
-rewrite the asserts of every test module (pytest's assertion rewriting, about 3 s of
-CPU a process) before any had written the cache the others read. This writes both
-caches first, on every core: agentq's own `.pyc` files and pytest's rewritten ones.
-
-pytest has no public call that rewrites a file without importing it: the rewrite uses
-its private `_pytest.assertion.rewrite` functions, and when those move this says so and
-leaves the rewriting to the test processes (slower, never wrong: pytest checks each
-cached file against its source's hash).
+On a fresh clone the test processes start together, and each would compile agentq and
+rewrite every test module's asserts (about 4.5 s of CPU a process) before any had
+written the caches the others read: this writes both first, on every core. The rewrite
+uses pytest's private `_pytest.assertion.rewrite`; when that moves, this says so and
+leaves the rewriting to the test processes (pytest checks each cache against its source's
+hash, so a stale one is never run).
 
     python -m tools.warm_caches
 """
