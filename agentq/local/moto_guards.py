@@ -95,6 +95,22 @@ def sqs_clocks() -> tuple[ModuleType, dict[str, Callable[..., float]]]:
     return sqs_models, clocks
 
 
+def response_method_names() -> ModuleType:
+    """moto.core.responses, whose `method_names_from_class(clazz)` (inspect.getmembers
+    over the class) `BaseResponse.call_action` calls for every request we remember."""
+    from moto.core import responses
+
+    names = getattr(responses, "method_names_from_class", None)
+    call_action = getattr(getattr(responses, "BaseResponse", None), "call_action", None)
+    if not callable(names) or call_action is None:
+        raise refuse("moto", "moto.core.responses.method_names_from_class is gone")
+    if parameters(getattr(names, "__wrapped__", names)) != ["clazz"]:
+        raise refuse("moto", "method_names_from_class(clazz) changed")
+    if "method_names_from_class(self.__class__)" not in source_of(call_action):
+        raise refuse("moto", "BaseResponse.call_action no longer lists its class's methods")
+    return responses
+
+
 def sqs_retention() -> type:
     """moto's SQSBackend, whose `is_message_valid_based_on_retention_period(self,
     queue_name, message)` we replace: it must still read only the queue's retention."""

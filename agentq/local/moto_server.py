@@ -1,4 +1,4 @@
-"""moto's server, made as atomic as DynamoDB where agentq depends on it.
+"""moto's server, made as atomic as DynamoDB where agentq depends on it, and cheaper.
 
 moto evaluates a DynamoDB condition expression and applies the write as two steps
 without a lock, so two threads of its server can both pass the same condition: the
@@ -6,22 +6,15 @@ lock at the heart of agentq would not be exclusive locally, while it is on AWS. 
 launcher serializes DynamoDB requests (they are fast) and leaves every other service
 (SQS long polls above all) concurrent.
 
-It also takes the cost out of moto's hot spots, none of which changes what moto answers
-(profiled under the saturation benchmark, about half of the server's CPU):
-- its dispatcher finds a request's backend anew every time, listing its own package
-  directory and trying a few hundred URL patterns under a global lock: remembered;
-- EventBridge builds a JSONPath parser (yacc tables and all) for each of eight paths
-  of every event it delivers to a target: parsed paths are kept;
-- SQS reads the clock through datetime arithmetic for every message it looks at, and it
-  looks at every message of the queue several times per send and receive: `time.time()`;
-- SQS checks each message a receive returns against the queue's retention period by
-  computing every queue attribute three times, each a scan of the whole queue (a receive
-  of ten from a 600-message queue: 104 ms, the server busy throughout): the period is
-  read from the queue;
-- DynamoDB's costs that grow with the table or the expression rather than the request:
-  transactions' rollback copies, queries' sort of the whole table, every value of a
-  response looked up under every type's names (agentq.local.moto_dynamodb), and update
-  expressions copied, walked and checked many times over (agentq.local.moto_expressions).
+It takes the cost out of hot spots without changing an answer (profiled under the
+saturation benchmark): connections kept open; plain header lines read without the email
+parser; per request, moto's backend lookup by host and its listing of the response
+class's methods: remembered; EventBridge's JSONPath parser per path of each event:
+kept; SQS's clock through datetime arithmetic for every message it looks at:
+`time.time()`; SQS's retention check per returned message, which computed every queue
+attribute three times (a receive of ten from a 600-message queue: 104 ms): the period
+read from the queue; DynamoDB's costs that grow with the table or the expression rather
+than the request (agentq.local.moto_dynamodb, agentq.local.moto_expressions).
 
 Each patch's target is checked before anything is patched (agentq/local/moto_guards.py):
 a moto that moved one refuses to start, naming its version, rather than run unpatched
@@ -35,8 +28,11 @@ and it always keeps the AWS rules of agentq.local.rules.
 from __future__ import annotations
 
 import argparse
+import email.parser
 import functools
+import http.client
 import io
+import re
 import signal
 import socket
 import sys
@@ -44,7 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from types import FrameType
-from typing import Any
+from typing import Any, BinaryIO
 
 from agentq.local import moto_guards
 from agentq.local.moto_dynamodb import checked_dynamodb_patches
@@ -121,6 +117,7 @@ def speed_up_moto() -> None:
     jsonpath, parse = moto_guards.jsonpath_parse()
     sqs_models, clocks = moto_guards.sqs_clocks()
     sqs_backend: Any = moto_guards.sqs_retention()
+    responses: Any = moto_guards.response_method_names()
     patch_dynamodb = checked_dynamodb_patches()
     if not hasattr(parse, "cache_info"):
         # Parsed paths are only read (`find`), never changed: safe to share.
@@ -131,7 +128,29 @@ def speed_up_moto() -> None:
             setattr(sqs_models, name, functools.partial(fast, original=clock))
     if not hasattr(sqs_backend.is_message_valid_based_on_retention_period, "reads_retention_only"):
         sqs_backend.is_message_valid_based_on_retention_period = _retained
+    if not hasattr(responses.method_names_from_class, "cache_info"):
+        # A class's methods do not change once the server serves.
+        responses.method_names_from_class = functools.cache(responses.method_names_from_class)
     patch_dynamodb()
+
+
+_HEADER_NAME = re.compile(r"[\041-\071\073-\176]+")  # the email parser's name characters
+
+
+def _parse_headers(fp: BinaryIO, _class: type[Any] = http.client.HTTPMessage) -> Any:
+    """http.client.parse_headers, without the email parser for plain `Name: value`
+    lines (a tenth of the server's CPU); anything else (a folded line, a stray CR, a line
+    that is no header) goes through the email parser as in http.client."""
+    lines = http.client._read_headers(fp)  # type: ignore[attr-defined]
+    message = _class()
+    for line in lines[:-1]:
+        text = line.decode("iso-8859-1")
+        body = text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else "\r"
+        name, colon, value = body.partition(":")
+        if not colon or "\r" in body or "\n" in body or not _HEADER_NAME.fullmatch(name):
+            return email.parser.Parser(_class=_class).parsestr(b"".join(lines).decode("iso-8859-1"))
+        message[name] = value.lstrip(" \t")
+    return message
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
@@ -203,6 +222,8 @@ def main(argv: list[str] | None = None) -> None:
             """Not formatted: a line per request (its date and all, ~7 % of the
             server's CPU) that goes nowhere (agentq.local.moto_process discards it)."""
 
+    if hasattr(http.client, "_read_headers"):  # http.server parses each request's with it
+        http.client.parse_headers = _parse_headers  # type: ignore[assignment]
     app = SerializedDynamoDB(_dispatcher(create_backend_app))
     run_simple(
         args.host,

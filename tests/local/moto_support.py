@@ -12,6 +12,7 @@ import jsonpath_ng.ext
 import moto.dynamodb.models as dynamodb_models
 import moto.sqs.models as sqs_models
 import pytest
+from moto.core import responses as moto_responses
 from moto.core import serialize
 from moto.dynamodb.comparisons import ConditionExpressionParser
 from moto.dynamodb.models import table as table_module
@@ -27,6 +28,8 @@ ast_nodes: Any = untyped_ast_nodes  # moto's AST module is untyped
 def keep_moto_originals(monkeypatch: pytest.MonkeyPatch) -> None:
     """Everything speed_up_moto patches, put back when `monkeypatch` undoes."""
     monkeypatch.setattr(jsonpath_ng.ext, "parse", jsonpath_ng.ext.parse)
+    names = "method_names_from_class"
+    monkeypatch.setattr(moto_responses, names, getattr(moto_responses, names))
     for name in ("unix_time", "unix_time_millis"):
         monkeypatch.setattr(sqs_models, name, getattr(sqs_models, name))
     retention = "is_message_valid_based_on_retention_period"

@@ -21,6 +21,7 @@ from botocore.exceptions import ClientError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
+from moto.core import responses as moto_responses
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.parsing import ast_nodes as untyped_ast_nodes
 from moto.dynamodb.parsing import validators
@@ -320,6 +321,18 @@ def test_a_changed_sqs_clock_is_refused(
     assert "unix_time" in _refused(restore)
     monkeypatch.delattr(sqs_models, "unix_time")
     assert "no longer uses unix_time" in _refused(restore)
+
+
+def test_a_changed_method_lookup_is_refused(
+    monkeypatch: pytest.MonkeyPatch, restore: Callable[[], None]
+) -> None:
+    def call_action(self: object) -> None:
+        del self  # finds its method another way: remembering the lookup would do nothing
+
+    monkeypatch.setattr(moto_responses.BaseResponse, "call_action", call_action)
+    assert "lists its class's methods" in _refused(restore)
+    monkeypatch.setattr(moto_responses, "method_names_from_class", lambda cls, inherited: [])
+    assert "method_names_from_class(clazz)" in _refused(restore)
 
 
 def test_a_changed_retention_check_is_refused(

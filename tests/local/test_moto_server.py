@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import email.parser
 import http.client
 import io
 import time
@@ -16,12 +17,14 @@ import moto.sqs.models as sqs_models
 import pytest
 from botocore.exceptions import ClientError
 from conftest import Stack
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from moto.dynamodb.models.table import Table
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from moto_support import keep_moto_originals
 
 from agentq.local.moto_process import MotoServer
-from agentq.local.moto_server import _dispatcher, speed_up_moto
+from agentq.local.moto_server import _dispatcher, _parse_headers, speed_up_moto
 
 HOSTS = [
     "sqs.eu-west-1.amazonaws.com",
@@ -230,3 +233,37 @@ def test_a_put_that_waits_for_100_continue_keeps_its_body(stack: Stack) -> None:
     stack.s3.put_object(Bucket=bucket, Key="k", Body=io.BytesIO(body))
     assert stack.s3.get_object(Bucket=bucket, Key="k")["Body"].read() == body
     assert stack.sqs.list_queues()["QueueUrls"]
+
+
+_NAME = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=12)
+_ODD_NAME = st.sampled_from(["", " X", "\tX", "From x", "a b", "X\rY", "é"])
+_VALUE = st.text(st.characters(max_codepoint=255, exclude_characters="\n"), max_size=20)
+_HEADER_LINE = st.tuples(st.one_of(_NAME, _NAME, _ODD_NAME), st.sampled_from([":", ": ", ":\t", ""]),
+                         _VALUE, st.sampled_from(["\r\n", "\n", "\r\n", ""]))  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(_HEADER_LINE, max_size=8), st.sampled_from(["\r\n", "\n", ""]))
+def test_header_lines_parse_as_http_client_parses_them(
+    lines: list[tuple[str, str, str, str]], end: str
+) -> None:
+    raw = "".join("".join(line) for line in lines) + end
+    if "\n" not in raw:  # a request's header block always has its lines
+        raw += "\r\n"
+    ours = _parse_headers(io.BytesIO(raw.encode("iso-8859-1")))
+    theirs = http.client.parse_headers(io.BytesIO(raw.encode("iso-8859-1")))
+    assert ours.items() == theirs.items()
+    assert type(ours) is type(theirs)
+
+
+def test_plain_header_lines_skip_the_email_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_email_parser(**kwargs: Any) -> Any:
+        raise AssertionError("plain lines went through the email parser")
+
+    raw = b"Host: x\r\nContent-Length: 5\r\nX-Amz-Target: DynamoDB_20120810.PutItem\r\n\r\n"
+    monkeypatch.setattr(email.parser, "Parser", no_email_parser)
+    headers = _parse_headers(io.BytesIO(raw))
+    assert headers.items() == [("Host", "x"), ("Content-Length", "5"),
+                               ("X-Amz-Target", "DynamoDB_20120810.PutItem")]  # fmt: skip
+    with pytest.raises(AssertionError, match="email parser"):  # a folded line still goes there
+        _parse_headers(io.BytesIO(b"Host: x\r\n  folded\r\n\r\n"))

@@ -33,7 +33,7 @@ LONGER_TODAY: dict[str, int] = {
     "agentq/local/moto_expressions.py": 28,
     "agentq/local/moto_iam.py": 27,
     "agentq/local/moto_process.py": 15,
-    "agentq/local/moto_server.py": 32,
+    "agentq/local/moto_server.py": 25,
     "agentq/local/rules/dynamodb_idempotency.py": 17,
     "agentq/local/rules/dynamodb_index_lag.py": 13,
     "agentq/local/rules/dynamodb_transaction_conflict.py": 15,
