@@ -19,9 +19,10 @@ from botocore.exceptions import ClientError
 from conftest import Stack
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from moto.core import responses as moto_responses
 from moto.dynamodb.models.table import Table
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-from moto_support import keep_moto_originals
+from moto_support import patch_as_the_local_server
 
 from agentq.local.moto_process import MotoServer
 from agentq.local.moto_server import _dispatcher, _parse_headers, speed_up_moto
@@ -39,10 +40,9 @@ HOSTS = [
 
 @pytest.fixture
 def patched(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Record the originals so the test leaves this process's moto as it found it: a
-    # patch left in place would hide a changed target from the guards' tests.
-    keep_moto_originals(monkeypatch)
-    speed_up_moto()
+    # The originals come back after the test: a patch left in place would hide a
+    # changed target from the guards' tests.
+    patch_as_the_local_server(monkeypatch)
 
 
 def test_the_remembering_dispatcher_routes_every_host_as_moto_does() -> None:
@@ -267,3 +267,13 @@ def test_plain_header_lines_skip_the_email_parser(monkeypatch: pytest.MonkeyPatc
                                ("X-Amz-Target", "DynamoDB_20120810.PutItem")]  # fmt: skip
     with pytest.raises(AssertionError, match="email parser"):  # a folded line still goes there
         _parse_headers(io.BytesIO(b"Host: x\r\n  folded\r\n\r\n"))
+
+
+def test_in_process_moto_is_patched_as_the_server_and_then_left_as_found() -> None:
+    # inproc_stack runs on the patched moto; the comparisons above need the plain one.
+    originals = (jsonpath_ng.ext.parse, moto_responses.method_names_from_class, Table.query)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        patch_as_the_local_server(monkeypatch)
+        patched = (jsonpath_ng.ext.parse, moto_responses.method_names_from_class, Table.query)
+        assert all(now is not before for now, before in zip(patched, originals, strict=True))
+    assert (jsonpath_ng.ext.parse, moto_responses.method_names_from_class, Table.query) == originals

@@ -60,6 +60,15 @@ def keep_moto_originals(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ConditionExpressionParser, lexer, getattr(ConditionExpressionParser, lexer))
 
 
+def patch_as_the_local_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process's moto patched as the local server's (speed_up_moto: the same
+    answers, less CPU), until `monkeypatch` undoes."""
+    from agentq.local.moto_server import speed_up_moto
+
+    keep_moto_originals(monkeypatch)
+    speed_up_moto()
+
+
 @pytest.fixture
 def in_process_moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """`mock_aws` answers, with test credentials, whatever endpoint the run set."""
