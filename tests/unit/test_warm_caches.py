@@ -50,3 +50,11 @@ def test_the_test_modules_are_the_ones_pytest_rewrites(tmp_path: Path) -> None:
 
 def test_the_repository_is_rewritten_at_pytests_defaults() -> None:
     assert warm_caches.rewriting_supported() is None
+
+
+def test_a_module_that_does_not_parse_is_left_to_pytest(tmp_path: Path) -> None:
+    broken, good = tmp_path / "test_broken.py", tmp_path / "test_good.py"
+    broken.write_text("def test_(:\n")
+    good.write_text(FAILING)
+    assert warm_caches._rewrite([broken, good]) == 1
+    assert _pyc(good).exists() and not _pyc(broken).exists()
