@@ -80,12 +80,9 @@ def in_process_moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def assert_answers_as_moto(answers: Callable[[Any], Any], case: Any) -> None:
     """`answers(case)` the same without and with the launcher's patches."""
-    from agentq.local.moto_server import speed_up_moto
-
     with pytest.MonkeyPatch.context() as monkeypatch:
-        keep_moto_originals(monkeypatch)
         plain = answers(case)
-        speed_up_moto()
+        patch_as_the_local_server(monkeypatch)
         assert answers(case) == plain
 
 

@@ -42,7 +42,7 @@ def _rewrite(paths: Iterable[Path]) -> int:
     for path in paths:
         cache = get_cache_dir(path)
         try:
-            cache.mkdir(exist_ok=True)
+            cache.mkdir(parents=True, exist_ok=True)  # as pytest makes it (a pycache_prefix too)
             source_hash, code = _rewrite_test(path, None)  # type: ignore[arg-type]
         except (OSError, SyntaxError, ValueError):
             continue  # pytest meets it again, and says what is wrong in the test's place
